@@ -1,0 +1,371 @@
+"""`emulator`: start, stop, inspect and steer the local Pixeltable Cloud emulator."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+from emulator import __version__
+from emulator.config import ConfigError, Settings, default_state_dir, load_settings
+
+DESCRIPTION = """\
+Local emulator of Pixeltable Cloud: the public agent API (/ask, /mcp, /health), and the
+emulator's control API (/_emulator). Everything listens on 127.0.0.1 unless told otherwise.
+
+Every setting can also come from an EMULATOR_<NAME> environment variable or from
+<state-dir>/emulator.toml; flags win over the environment, which wins over the file.
+"""
+
+EPILOG = """\
+examples:
+  emulator up                          start in the foreground (Ctrl-C stops it)
+  emulator up -d --site-port 0         start in the background on a free port
+  emulator status                      what is running, where, and the emulator's clock
+  emulator clock advance 48h           move the emulator's clock (due jobs run first)
+  emulator events -f                   follow the event journal
+  emulator down                        stop the emulator started with -d
+"""
+
+
+def _add_locator(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--state-dir",
+        type=Path,
+        help=f"state directory of the emulator to talk to (default {default_state_dir()}; "
+        "env EMULATOR_STATE_DIR)",
+    )
+    p.add_argument(
+        "--url", help="site URL of the emulator to talk to (default: from endpoints.json; env EMULATOR_URL)"
+    )
+
+
+def parser() -> argparse.ArgumentParser:
+    root = argparse.ArgumentParser(
+        prog="emulator",
+        description=DESCRIPTION,
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    root.add_argument("--version", action="version", version=f"emulator {__version__}")
+    sub = root.add_subparsers(dest="command", metavar="COMMAND")
+
+    up = sub.add_parser("up", help="start the emulator", description="Start the emulator and print its URLs.")
+    up.add_argument("--host", help="address to listen on (default 127.0.0.1; env EMULATOR_HOST)")
+    up.add_argument(
+        "--site-port",
+        "--port",
+        dest="site_port",
+        type=int,
+        help="port of the site origin (default 8700; 0 picks a free one; env EMULATOR_SITE_PORT)",
+    )
+    up.add_argument("--state-dir", type=Path, help=f"where state is kept (default {default_state_dir()})")
+    up.add_argument("--config", type=Path, help="settings file (default <state-dir>/emulator.toml)")
+    up.add_argument(
+        "--docs",
+        type=Path,
+        help="folder of markdown or HTML docs that /ask and search_docs answer from "
+        "(default: the shipped Pixeltable Cloud corpus; env EMULATOR_DOCS)",
+    )
+    up.add_argument(
+        "--no-watch",
+        dest="watch_docs",
+        action="store_false",
+        default=None,
+        help="do not reindex the docs when their files change",
+    )
+    up.add_argument("--ask-rate-limit", type=int, help="requests per window per IP on /ask (default 10)")
+    up.add_argument("--ask-rate-window", type=int, help="rate-limit window in seconds (default 60)")
+    up.add_argument("--seed", type=int, help="make IDs and secrets reproducible (tests, snapshots)")
+    up.add_argument("--freeze-clock", metavar="ISO", help="start with the clock frozen at this instant")
+    up.add_argument(
+        "--deprecate",
+        dest="deprecations",
+        metavar="V=DATE[,SUNSET]",
+        help="announce API version V as deprecated (Deprecation and Sunset headers), "
+        "e.g. 1=2026-12-01,2027-06-01",
+    )
+    up.add_argument("--log-level", choices=["critical", "error", "warning", "info", "debug"])
+    up.add_argument(
+        "-d", "--detach", action="store_true", help="run in the background and return once healthy"
+    )
+
+    for name, text in (
+        ("down", "stop an emulator started in the background"),
+        ("status", "show whether the emulator runs, its endpoints and its clock"),
+        ("env", "print the shell exports that point clients at the emulator"),
+    ):
+        _add_locator(sub.add_parser(name, help=text, description=text[0].upper() + text[1:] + "."))
+
+    clock = sub.add_parser(
+        "clock",
+        help="read or move the emulator's clock",
+        description="Read or move the emulator's clock. Moving it runs every job that falls due "
+        "(expiries, replay windows) before the command returns.",
+    )
+    _add_locator(clock)
+    clock.add_argument(
+        "action", nargs="?", default="show", choices=["show", "advance", "set", "freeze", "resume"]
+    )
+    clock.add_argument("value", nargs="?", help="advance: 90s, 15m, 48h, 2d; set/freeze: ISO 8601 instant")
+
+    events = sub.add_parser("events", help="print the event journal", description="Print the event journal.")
+    _add_locator(events)
+    events.add_argument("-f", "--follow", action="store_true", help="keep printing new events")
+    events.add_argument("--since", type=int, default=0, help="only events after this number")
+    events.add_argument("--kinds", default="", help="comma-separated kind prefixes, e.g. site.ask,clock")
+    events.add_argument("--json", action="store_true", help="one JSON object per line")
+    return root
+
+
+# --- talking to a running emulator ------------------------------------------------------------
+
+
+def _state_dir(args: argparse.Namespace) -> Path:
+    return Path(args.state_dir or os.environ.get("EMULATOR_STATE_DIR") or default_state_dir()).expanduser()
+
+
+def _endpoints(args: argparse.Namespace) -> dict[str, Any]:
+    url = getattr(args, "url", None) or os.environ.get("EMULATOR_URL")
+    if url:
+        return {"site": url.rstrip("/"), "base_url": url.rstrip("/")}
+    path = _state_dir(args) / "endpoints.json"
+    try:
+        return json.loads(path.read_text())
+    except FileNotFoundError:
+        raise SystemExit(
+            f"emulator: not running ({path} does not exist); start it with `emulator up`"
+        ) from None
+
+
+def _call(url: str, body: dict[str, Any] | None = None, timeout: float = 10) -> Any:
+    data = json.dumps(body).encode() if body is not None else None
+    req = urllib.request.Request(url, data=data, headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as resp:
+            return json.loads(resp.read() or b"null")
+    except urllib.error.HTTPError as e:
+        detail = e.read().decode(errors="replace")
+        try:
+            detail = json.loads(detail)["error"]["message"]
+        except (ValueError, KeyError, TypeError):
+            pass
+        raise SystemExit(f"emulator: {detail}") from None
+    except (urllib.error.URLError, OSError) as e:
+        raise SystemExit(f"emulator: cannot reach {url} ({e}); is it running?") from None
+
+
+# --- commands ---------------------------------------------------------------------------------------
+
+
+def _settings_from(args: argparse.Namespace) -> Settings:
+    flags = {k: v for k, v in vars(args).items() if k not in ("command", "detach")}
+    try:
+        return load_settings(flags)
+    except ConfigError as e:
+        raise SystemExit(f"emulator: {e}") from None
+
+
+def _print_ready(endpoints: dict[str, str], settings: Settings) -> None:
+    print(f"Pixeltable Cloud emulator {__version__} is up", flush=True)
+    print(f"  site         {endpoints['site']}  (/ask, /mcp, /health, /_emulator)")
+    print(f"  state        {settings.state_dir}")
+    print(f"  endpoints    {settings.endpoints_path}", flush=True)
+
+
+def cmd_up(args: argparse.Namespace) -> int:
+    settings = _settings_from(args)
+    if args.detach:
+        return _detach(args, settings)
+    from emulator.server import PortInUse, serve
+
+    try:
+        import uvloop
+
+        runner = asyncio_runner(uvloop.new_event_loop)
+    except ImportError:
+        runner = asyncio_runner(None)
+    try:
+        with runner:
+            runner.run(serve(settings, on_ready=lambda ep: _print_ready(ep, settings)))
+    except PortInUse as e:
+        print(f"emulator: {e}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def asyncio_runner(factory: Any) -> Any:
+    import asyncio
+
+    return asyncio.Runner(loop_factory=factory)
+
+
+def _detach(args: argparse.Namespace, settings: Settings) -> int:
+    argv = [sys.executable, "-m", "emulator", "up", "--state-dir", str(settings.state_dir)]
+    for flag, value in (
+        ("--host", args.host),
+        ("--site-port", args.site_port),
+        ("--docs", args.docs),
+        ("--config", args.config),
+        ("--ask-rate-limit", args.ask_rate_limit),
+        ("--ask-rate-window", args.ask_rate_window),
+        ("--seed", args.seed),
+        ("--freeze-clock", args.freeze_clock),
+        ("--deprecate", args.deprecations),
+        ("--log-level", args.log_level),
+    ):
+        if value is not None:
+            argv += [flag, str(value)]
+    if args.watch_docs is False:
+        argv.append("--no-watch")
+    settings.state_dir.mkdir(parents=True, exist_ok=True)
+    log_path = settings.state_dir / "emulator.log"
+    with open(log_path, "ab") as logf:
+        proc = subprocess.Popen(
+            argv, stdout=logf, stderr=logf, stdin=subprocess.DEVNULL, start_new_session=True
+        )
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            print(f"emulator: it stopped at start (exit {proc.returncode}); see {log_path}", file=sys.stderr)
+            return 1
+        try:
+            endpoints = json.loads(settings.endpoints_path.read_text())
+            if endpoints.get("pid") == proc.pid:
+                _print_ready(endpoints, settings)
+                print(f"  pid          {proc.pid} (stop it with `emulator down`; log {log_path})")
+                return 0
+        except (OSError, ValueError):
+            pass
+        time.sleep(0.05)
+    print(f"emulator: not healthy after 60 s; see {log_path}", file=sys.stderr)
+    return 1
+
+
+def cmd_down(args: argparse.Namespace) -> int:
+    endpoints = _endpoints(args)
+    pid = endpoints.get("pid")
+    if not pid:
+        raise SystemExit("emulator: endpoints.json names no process to stop")
+    try:
+        os.kill(pid, signal.SIGTERM)
+    except ProcessLookupError:
+        (_state_dir(args) / "endpoints.json").unlink(missing_ok=True)
+        print("emulator: it was not running (stale endpoints.json removed)")
+        return 0
+    for _ in range(200):
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            print(f"emulator: stopped (pid {pid})")
+            return 0
+        time.sleep(0.05)
+    print(f"emulator: pid {pid} did not stop within 10 s", file=sys.stderr)
+    return 1
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    endpoints = _endpoints(args)
+    status = _call(endpoints["site"] + "/_emulator/status")
+    clock = status["clock"]
+    print(f"emulator {status['version']}: running")
+    for name, url in status["endpoints"].items():
+        if name != "base_url":
+            print(f"  {name:<12} {url}")
+    print(f"  clock        {clock['iso']}{' (frozen)' if clock['frozen'] else ''}")
+    print(f"  state        {status['state_dir']}")
+    print(f"  docs         {status['docs']}")
+    print(f"  events       {status['events']}")
+    return 0
+
+
+def cmd_env(args: argparse.Namespace) -> int:
+    endpoints = _endpoints(args)
+    exports = {
+        "EMULATOR_URL": endpoints["site"],
+        "PIXELTABLE_SITE_URL": endpoints["site"],
+    }
+    for name, value in exports.items():
+        print(f"export {name}={value}")
+    return 0
+
+
+def cmd_clock(args: argparse.Namespace) -> int:
+    site = _endpoints(args)["site"]
+    body: dict[str, Any] | None = None
+    if args.action == "advance":
+        if not args.value:
+            raise SystemExit("emulator: clock advance needs a duration such as 90s, 15m, 48h or 2d")
+        body = {"advance": args.value}
+    elif args.action == "set":
+        if not args.value:
+            raise SystemExit("emulator: clock set needs an ISO 8601 instant")
+        body = {"set": args.value}
+    elif args.action == "freeze":
+        body = {"freeze": True, **({"set": args.value} if args.value else {})}
+    elif args.action == "resume":
+        body = {"freeze": False}
+    state = _call(site + "/_emulator/clock", body)
+    print(f"{state['iso']}{' (frozen)' if state['frozen'] else ''}")
+    return 0
+
+
+def cmd_events(args: argparse.Namespace) -> int:
+    site = _endpoints(args)["site"]
+
+    def show(event: dict[str, Any]) -> None:
+        if args.json:
+            print(json.dumps(event), flush=True)
+        else:
+            data = " ".join(f"{k}={v}" for k, v in event["data"].items() if v is not None)
+            subject = f" [{event['subject']}]" if event.get("subject") else ""
+            print(f"{event['seq']:>6} {event['iso']} {event['kind']}{subject} {data}", flush=True)
+
+    query = f"since={args.since}" + (f"&kinds={args.kinds}" if args.kinds else "")
+    if not args.follow:
+        for event in _call(f"{site}/_emulator/journal?{query}&limit=5000")["events"]:
+            show(event)
+        return 0
+    req = urllib.request.Request(f"{site}/_emulator/events?{query}", headers={"Accept": "text/event-stream"})
+    try:
+        with urllib.request.urlopen(req) as resp:
+            for raw in resp:
+                line = raw.decode().rstrip("\n")
+                if line.startswith("data: "):
+                    show(json.loads(line[6:]))
+    except KeyboardInterrupt:
+        pass
+    except (urllib.error.URLError, OSError) as e:
+        raise SystemExit(f"emulator: the event stream ended ({e})") from None
+    return 0
+
+
+COMMANDS = {
+    "up": cmd_up,
+    "down": cmd_down,
+    "status": cmd_status,
+    "env": cmd_env,
+    "clock": cmd_clock,
+    "events": cmd_events,
+}
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = parser()
+    args = p.parse_args(argv)
+    if not args.command:
+        p.print_help()
+        return 2
+    return COMMANDS[args.command](args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

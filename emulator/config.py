@@ -1,0 +1,189 @@
+"""One settings object for the whole emulator.
+
+Precedence, highest first: command-line flags > `EMULATOR_*` environment variables > the TOML file
+(`--config`, else `<state-dir>/emulator.toml`) > defaults. Every setting has one name used in all
+three places: `--ask-rate-limit`, `EMULATOR_ASK_RATE_LIMIT`, `ask_rate_limit = 10`.
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from datetime import UTC, date, datetime
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+PROJECT_ROOT = Path(__file__).resolve().parent.parent
+DEFAULT_DOCS = PROJECT_ROOT / "fixtures" / "site"
+DEFAULT_INTEGRATIONS = PROJECT_ROOT / "fixtures" / "integrations.json"
+SUPPORTED_API_VERSIONS = ("1",)
+
+
+def default_state_dir() -> Path:
+    base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+    return Path(base) / "pxt-emulator"
+
+
+class ConfigError(ValueError):
+    """A setting has a value the emulator cannot use; the message names the setting."""
+
+
+class Deprecation(msgspec.Struct, frozen=True):
+    """An API version announced as deprecated: when it was (or will be), and when it goes away."""
+
+    deprecated_at: datetime
+    sunset_at: datetime | None = None
+
+
+class Settings(msgspec.Struct, kw_only=True):
+    host: str = "127.0.0.1"
+    site_port: int = 8700
+    state_dir: Path = msgspec.field(default_factory=default_state_dir)
+    docs: Path = DEFAULT_DOCS
+    integrations: Path = DEFAULT_INTEGRATIONS
+    # The public name of the site the docs describe (`_meta.site` of /ask answers).
+    site_name: str = "pixeltable.com"
+    ask_rate_limit: int = 10
+    ask_rate_window: int = 60
+    idempotency_ttl: int = 600
+    journal_cap: int = 20_000
+    # Deterministic IDs (uuid4-shaped) for reproducible runs and snapshots; None = random.
+    seed: int | None = None
+    # Start with the clock frozen at this instant (ISO 8601); None = follow the wall clock.
+    freeze_clock: datetime | None = None
+    # Trust X-Forwarded-For for the client IP (only behind a proxy you run).
+    trust_forwarded: bool = False
+    watch_docs: bool = True
+    log_level: str = "warning"
+    deprecations: dict[str, Deprecation] = msgspec.field(default_factory=dict)
+
+    @property
+    def db_path(self) -> Path:
+        return self.state_dir / "emulator.sqlite3"
+
+    @property
+    def endpoints_path(self) -> Path:
+        return self.state_dir / "endpoints.json"
+
+
+_INT = {"site_port", "ask_rate_limit", "ask_rate_window", "idempotency_ttl", "journal_cap", "seed"}
+_PATH = {"state_dir", "docs", "integrations"}
+_BOOL = {"trust_forwarded", "watch_docs"}
+FIELDS = tuple(f for f in Settings.__struct_fields__)
+
+
+def parse_when(text: str, setting: str) -> datetime:
+    """An ISO 8601 date or date-time; naive values are UTC."""
+    try:
+        value = datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
+    except ValueError:
+        try:
+            d = date.fromisoformat(text.strip())
+        except ValueError:
+            raise ConfigError(f"{setting}: {text!r} is not an ISO 8601 date or date-time") from None
+        value = datetime(d.year, d.month, d.day)
+    return value if value.tzinfo else value.replace(tzinfo=UTC)
+
+
+def parse_deprecations(text: str) -> dict[str, Deprecation]:
+    """`1=2026-12-01,2027-06-01;2=...`: version = deprecation date [, sunset date]."""
+    out: dict[str, Deprecation] = {}
+    for item in filter(None, (p.strip() for p in text.split(";"))):
+        version, _, dates = item.partition("=")
+        when = [d for d in dates.split(",") if d.strip()]
+        if not version.strip() or not when or len(when) > 2:
+            raise ConfigError(f"deprecations: {item!r} is not VERSION=DEPRECATION_DATE[,SUNSET_DATE]")
+        out[version.strip()] = _deprecation(version.strip(), when[0], when[1] if len(when) == 2 else None)
+    return out
+
+
+def _deprecation(version: str, deprecated: Any, sunset: Any) -> Deprecation:
+    if version not in SUPPORTED_API_VERSIONS:
+        raise ConfigError(f"deprecations: version {version!r} is not served (served: 1)")
+    dep = deprecated if isinstance(deprecated, datetime) else parse_when(str(deprecated), "deprecations")
+    sun = None
+    if sunset is not None:
+        sun = sunset if isinstance(sunset, datetime) else parse_when(str(sunset), "deprecations")
+        if sun < dep:
+            raise ConfigError("deprecations: the sunset date must not be earlier than the deprecation date")
+    return Deprecation(dep, sun)
+
+
+def _coerce(name: str, value: Any) -> Any:
+    if value is None:
+        return None
+    if name in _INT:
+        try:
+            return int(value)
+        except (TypeError, ValueError):
+            raise ConfigError(f"{name}: {value!r} is not a whole number") from None
+    if name in _PATH:
+        return Path(str(value)).expanduser()
+    if name in _BOOL:
+        if isinstance(value, bool):
+            return value
+        text = str(value).strip().lower()
+        if text in {"1", "true", "yes", "on"}:
+            return True
+        if text in {"0", "false", "no", "off"}:
+            return False
+        raise ConfigError(f"{name}: {value!r} is not true or false")
+    if name == "freeze_clock":
+        if isinstance(value, datetime):
+            return value if value.tzinfo else value.replace(tzinfo=UTC)
+        return parse_when(str(value), name)
+    if name == "deprecations":
+        if isinstance(value, str):
+            return parse_deprecations(value)
+        if isinstance(value, dict):
+            return {
+                str(v): _deprecation(str(v), d.get("deprecated_at"), d.get("sunset_at"))
+                for v, d in value.items()
+            }
+        raise ConfigError("deprecations: expected a table of versions")
+    return str(value)
+
+
+def load_settings(flags: dict[str, Any] | None = None, env: dict[str, str] | None = None) -> Settings:
+    """Merge flags, environment and file into validated settings."""
+    flags = {k: v for k, v in (flags or {}).items() if v is not None}
+    env = dict(os.environ if env is None else env)
+    from_env = {name: env[f"EMULATOR_{name.upper()}"] for name in FIELDS if f"EMULATOR_{name.upper()}" in env}
+    state_dir = _coerce(
+        "state_dir", flags.get("state_dir") or from_env.get("state_dir") or default_state_dir()
+    )
+    config_path = flags.pop("config", None) or env.get("EMULATOR_CONFIG")
+    file_path = Path(config_path).expanduser() if config_path else state_dir / "emulator.toml"
+    from_file: dict[str, Any] = {}
+    if file_path.is_file():
+        try:
+            from_file = tomllib.loads(file_path.read_text())
+        except tomllib.TOMLDecodeError as e:
+            raise ConfigError(f"{file_path}: {e}") from None
+        unknown = sorted(set(from_file) - set(FIELDS))
+        if unknown:
+            raise ConfigError(f"{file_path}: unknown settings {', '.join(unknown)}")
+    elif config_path:
+        raise ConfigError(f"config: {file_path} does not exist")
+    merged: dict[str, Any] = {}
+    for source in (from_file, from_env, flags):
+        for name, value in source.items():
+            if name in FIELDS:
+                merged[name] = _coerce(name, value)
+    merged["state_dir"] = state_dir
+    settings = Settings(**merged)
+    _validate(settings)
+    return settings
+
+
+def _validate(s: Settings) -> None:
+    if not 0 <= s.site_port <= 65535:
+        raise ConfigError(f"site_port: {s.site_port} is not a TCP port (0 picks a free one)")
+    if s.ask_rate_limit < 1 or s.ask_rate_window < 1:
+        raise ConfigError("ask_rate_limit and ask_rate_window must be at least 1")
+    if s.idempotency_ttl < 1:
+        raise ConfigError("idempotency_ttl must be at least 1 second")
+    if not s.docs.exists():
+        raise ConfigError(f"docs: {s.docs} does not exist")

@@ -1,0 +1,100 @@
+"""The shared core every origin uses: settings, store, clock, event bus and ids, opened once."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+
+import msgspec
+
+from emulator.config import Settings
+from emulator.core.clock import Clock, ClockState
+from emulator.core.events import EventBus
+from emulator.core.faults import Faults
+from emulator.core.ids import Ids
+from emulator.core.store import Store
+
+log = logging.getLogger(__name__)
+
+
+class _SavedClock(msgspec.Struct):
+    offset: float = 0.0
+    frozen_at: float | None = None
+
+
+class Core:
+    def __init__(self, settings: Settings, store: Store, clock: Clock, bus: EventBus) -> None:
+        self.settings = settings
+        self.store = store
+        self.clock = clock
+        self.bus = bus
+        self.ids = Ids(settings.seed)
+        self.faults = Faults(bus)
+        self._ticker: asyncio.Task[None] | None = None
+        self._due_lock = asyncio.Lock()
+
+    @classmethod
+    async def open(cls, settings: Settings) -> Core:
+        store = await Store.open(settings.db_path)
+        saved = await store.get_meta("clock")
+        state = msgspec.json.decode(saved, type=_SavedClock) if saved else _SavedClock()
+        if settings.freeze_clock is not None:
+            state = _SavedClock(frozen_at=settings.freeze_clock.timestamp())
+        clock = Clock(offset=state.offset, frozen_at=state.frozen_at)
+        bus = EventBus(store, clock, settings.journal_cap)
+        await bus.start()
+        core = cls(settings, store, clock, bus)
+        await core._save_clock()
+        return core
+
+    async def _save_clock(self) -> None:
+        saved = _SavedClock(offset=self.clock._offset, frozen_at=self.clock._frozen_at)
+        await self.store.set_meta("clock", msgspec.json.encode(saved).decode())
+
+    async def run_due(self) -> None:
+        """Run every job that fell due; one pass at a time."""
+        async with self._due_lock:
+            await self.clock.run_due()
+
+    async def move_clock(
+        self, *, advance: float | None = None, set_to: float | None = None, freeze: bool | None = None
+    ) -> ClockState:
+        """Move the clock, persist it, journal it, and run what fell due before returning."""
+        before = self.clock.now()
+        if freeze is True:
+            self.clock.freeze()
+        if set_to is not None:
+            self.clock.set(set_to)
+        if advance is not None:
+            self.clock.advance(advance)
+        if freeze is False:
+            self.clock.resume()
+        await self._save_clock()
+        state = self.clock.state()
+        self.bus.publish(
+            "clock.moved", None, before=before, now=state.now, frozen=state.frozen, iso=state.iso
+        )
+        await self.run_due()
+        return state
+
+    def start_ticker(self, every: float = 1.0) -> None:
+        """While the clock runs by itself, due jobs run about once a second."""
+
+        async def tick() -> None:
+            while True:
+                await asyncio.sleep(every)
+                try:
+                    await self.run_due()
+                except Exception:
+                    log.exception("a due job failed")
+
+        self._ticker = asyncio.create_task(tick(), name="due-jobs")
+
+    async def close(self) -> None:
+        if self._ticker:
+            self._ticker.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._ticker
+        await self.bus.stop()
+        await self.store.close()

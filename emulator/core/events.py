@@ -1,0 +1,182 @@
+"""The event bus: every state change and every served agent call is an event.
+
+`publish` never blocks the request that publishes: it numbers the event, hands it to live subscribers
+and queues it for the journal writer, which appends batches to the capped `events` table. A subscriber
+that asks for history first waits for the writer to catch up, then reads the journal, then follows the
+live feed, so nothing is missed or repeated between the two.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator
+from typing import Any
+
+import msgspec
+
+from emulator.core.clock import Clock
+from emulator.core.store import Store
+
+log = logging.getLogger(__name__)
+_encode = msgspec.json.Encoder().encode
+
+
+class Event(msgspec.Struct, frozen=True):
+    seq: int
+    ts: float
+    kind: str
+    subject: str | None
+    data: dict[str, Any]
+
+
+class Subscription:
+    def __init__(self, bus: EventBus, prefixes: tuple[str, ...]) -> None:
+        self._bus = bus
+        self.prefixes = prefixes
+        self.queue: asyncio.Queue[Event | None] = asyncio.Queue(maxsize=2000)
+        self.lagged = False
+
+    def wants(self, event: Event) -> bool:
+        return not self.prefixes or event.kind.startswith(self.prefixes)
+
+    def offer(self, event: Event) -> None:
+        if not self.wants(event):
+            return
+        try:
+            self.queue.put_nowait(event)
+        except asyncio.QueueFull:
+            # A reader this far behind is cut off; it reconnects with its last seq and catches up.
+            self.lagged = True
+            self._bus.unsubscribe(self)
+            self.close()
+
+    def close(self) -> None:
+        """Tell the reader the feed has ended (making room for the marker if need be)."""
+        if self.queue.full():
+            with contextlib.suppress(asyncio.QueueEmpty):
+                self.queue.get_nowait()
+        self.queue.put_nowait(None)
+
+
+class EventBus:
+    def __init__(self, store: Store, clock: Clock, cap: int) -> None:
+        self._store = store
+        self._clock = clock
+        self._cap = cap
+        self._seq = 0
+        self._pending: list[Event] = []
+        self._wake = asyncio.Event()
+        self._flushed = asyncio.Condition()
+        self._written = 0
+        self._subs: set[Subscription] = set()
+        self._task: asyncio.Task[None] | None = None
+
+    async def start(self) -> None:
+        row = await self._store.fetchone("SELECT COALESCE(MAX(seq), 0) AS seq FROM events")
+        self._seq = self._written = row["seq"] if row else 0
+        self._task = asyncio.create_task(self._writer(), name="event-journal")
+
+    async def stop(self) -> None:
+        await self.flush()
+        if self._task:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+        self.end_streams()
+
+    def end_streams(self) -> None:
+        """End every live subscription (at shutdown, so open event streams close)."""
+        for sub in list(self._subs):
+            sub.close()
+        self._subs.clear()
+
+    @property
+    def last_seq(self) -> int:
+        return self._seq
+
+    def publish(self, kind: str, subject: str | None = None, **data: Any) -> Event:
+        self._seq += 1
+        event = Event(self._seq, self._clock.now(), kind, subject, data)
+        self._pending.append(event)
+        self._wake.set()
+        for sub in list(self._subs):
+            sub.offer(event)
+        return event
+
+    async def flush(self) -> None:
+        """Wait until every event published so far is in the journal."""
+        target = self._seq
+        async with self._flushed:
+            await self._flushed.wait_for(lambda: self._written >= target)
+
+    async def _writer(self) -> None:
+        while True:
+            await self._wake.wait()
+            self._wake.clear()
+            batch, self._pending = self._pending, []
+            if not batch:
+                continue
+            rows = [(e.seq, e.ts, e.kind, e.subject, _encode(e.data).decode()) for e in batch]
+            try:
+                async with self._store.transaction() as conn:
+                    await conn.executemany(
+                        "INSERT INTO events (seq, ts, kind, subject, data) VALUES (?, ?, ?, ?, ?)", rows
+                    )
+                    last = batch[-1].seq
+                    if last // 500 != (batch[0].seq - 1) // 500:
+                        await conn.execute("DELETE FROM events WHERE seq <= ?", (last - self._cap,))
+            except Exception:
+                # The journal is a record, not the source of truth: losing a batch must not stop the bus.
+                log.exception("event journal: a batch of %d events was not written", len(batch))
+            async with self._flushed:
+                self._written = batch[-1].seq
+                self._flushed.notify_all()
+
+    def subscribe(self, prefixes: tuple[str, ...] = ()) -> Subscription:
+        sub = Subscription(self, prefixes)
+        self._subs.add(sub)
+        return sub
+
+    def unsubscribe(self, sub: Subscription) -> None:
+        self._subs.discard(sub)
+
+    async def history(self, since: int, prefixes: tuple[str, ...] = (), limit: int = 1000) -> list[Event]:
+        await self.flush()
+        where, params = "seq > ?", [since]
+        if prefixes:
+            where += " AND (" + " OR ".join("kind LIKE ? ESCAPE '\\'" for _ in prefixes) + ")"
+            params += [
+                p.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%" for p in prefixes
+            ]
+        rows = await self._store.fetchall(
+            f"SELECT seq, ts, kind, subject, data FROM events WHERE {where} ORDER BY seq LIMIT ?",
+            (*params, limit),
+        )
+        return [
+            Event(r["seq"], r["ts"], r["kind"], r["subject"], msgspec.json.decode(r["data"])) for r in rows
+        ]
+
+    async def follow(self, since: int | None, prefixes: tuple[str, ...] = ()) -> AsyncIterator[Event]:
+        """History after `since` (None = only new events), then live events, in order, no repeats."""
+        sub = self.subscribe(prefixes)
+        try:
+            last = since if since is not None else self._seq
+            if since is not None:
+                while True:
+                    backlog = await self.history(last, prefixes)
+                    for event in backlog:
+                        last = event.seq
+                        yield event
+                    if len(backlog) < 1000:
+                        break
+            while True:
+                event = await sub.queue.get()
+                if event is None:
+                    return
+                if event.seq > last:
+                    last = event.seq
+                    yield event
+        finally:
+            self.unsubscribe(sub)

@@ -1,0 +1,38 @@
+"""Identifiers and secrets. With a seed every value is reproducible (tests, snapshots)."""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import random
+import secrets
+import uuid
+
+
+class Ids:
+    def __init__(self, seed: int | None = None) -> None:
+        self._rng: random.Random | None = random.Random(seed) if seed is not None else None
+
+    def _bits(self, n: int) -> int:
+        return self._rng.getrandbits(n) if self._rng else secrets.randbits(n)
+
+    def uuid(self) -> str:
+        return str(uuid.UUID(int=self._bits(128), version=4))
+
+    def token(self, prefix: str, nbytes: int = 24) -> str:
+        """An opaque secret such as `pxtk_…`: URL-safe, prefixed so a reader knows what it is."""
+        raw = self._bits(nbytes * 8).to_bytes(nbytes, "big")
+        return prefix + raw.hex()
+
+    def short(self, n: int = 6) -> str:
+        """A short lowercase hex suffix for readable names."""
+        return format(self._bits(n * 4), f"0{n}x")
+
+
+def secret_hash(value: str) -> str:
+    """How secrets are stored: only this hash is kept, never the value."""
+    return hashlib.sha256(value.encode()).hexdigest()
+
+
+def secret_matches(value: str, stored_hash: str) -> bool:
+    return hmac.compare_digest(secret_hash(value), stored_hash)

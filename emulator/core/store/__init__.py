@@ -1,0 +1,3 @@
+from emulator.core.store.db import Store
+
+__all__ = ["Store"]

@@ -1,0 +1,118 @@
+"""The SQLite store: one file in the state directory, WAL mode, numbered migrations.
+
+All writes go through one aiosqlite connection and `transaction()`, one transaction per state change,
+so a crash never leaves half an operation. Hot read paths that must not pay the thread hop (the docs
+search) open their own read-only connection with `reader()`; WAL lets it read while writes go on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import sqlite3
+from collections.abc import AsyncIterator, Iterable
+from contextlib import asynccontextmanager
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import aiosqlite
+
+_MIGRATION = re.compile(r"^(\d{4})_[a-z0-9_]+\.sql$")
+
+
+def migrations() -> list[tuple[int, str, str]]:
+    """(number, name, sql) of every migration shipped with the package, in order."""
+    folder = resources.files("emulator.core.store") / "migrations"
+    found = []
+    for entry in folder.iterdir():
+        m = _MIGRATION.match(entry.name)
+        if m:
+            found.append((int(m.group(1)), entry.name, entry.read_text()))
+    return sorted(found)
+
+
+class Store:
+    def __init__(self, path: Path, conn: aiosqlite.Connection) -> None:
+        self.path = path
+        self._conn = conn
+        self._lock = asyncio.Lock()
+
+    @classmethod
+    async def open(cls, path: Path) -> Store:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        conn = await aiosqlite.connect(path, isolation_level=None)
+        conn.row_factory = sqlite3.Row
+        for pragma in (
+            "journal_mode=WAL",
+            "synchronous=NORMAL",
+            "foreign_keys=ON",
+            "busy_timeout=5000",
+        ):
+            await conn.execute(f"PRAGMA {pragma}")
+        store = cls(path, conn)
+        await store._migrate()
+        return store
+
+    async def _migrate(self) -> None:
+        async with self._conn.execute("PRAGMA user_version") as cur:
+            row = await cur.fetchone()
+        current = row[0] if row else 0
+        for number, name, sql in migrations():
+            if number <= current:
+                continue
+            try:
+                await self._conn.executescript(
+                    f"BEGIN IMMEDIATE;\n{sql}\nPRAGMA user_version = {number};\nCOMMIT;"
+                )
+            except sqlite3.Error as e:
+                if self._conn.in_transaction:
+                    await self._conn.execute("ROLLBACK")
+                raise RuntimeError(f"migration {name} failed: {e}") from e
+
+    async def close(self) -> None:
+        await self._conn.close()
+
+    @asynccontextmanager
+    async def transaction(self) -> AsyncIterator[aiosqlite.Connection]:
+        """One write transaction; everything inside commits together or not at all."""
+        async with self._lock:
+            await self._conn.execute("BEGIN IMMEDIATE")
+            try:
+                yield self._conn
+            except BaseException:
+                await self._conn.execute("ROLLBACK")
+                raise
+            else:
+                await self._conn.execute("COMMIT")
+
+    async def execute(self, sql: str, params: Iterable[Any] = ()) -> int:
+        """A single-statement write in its own transaction; returns the rows changed."""
+        async with self.transaction() as conn:
+            cur = await conn.execute(sql, tuple(params))
+            return cur.rowcount
+
+    async def fetchone(self, sql: str, params: Iterable[Any] = ()) -> sqlite3.Row | None:
+        async with self._conn.execute(sql, tuple(params)) as cur:
+            return await cur.fetchone()
+
+    async def fetchall(self, sql: str, params: Iterable[Any] = ()) -> list[sqlite3.Row]:
+        async with self._conn.execute(sql, tuple(params)) as cur:
+            return list(await cur.fetchall())
+
+    async def get_meta(self, key: str) -> str | None:
+        row = await self.fetchone("SELECT value FROM meta WHERE key = ?", (key,))
+        return row["value"] if row else None
+
+    async def set_meta(self, key: str, value: str) -> None:
+        await self.execute(
+            "INSERT INTO meta (key, value) VALUES (?, ?) "
+            "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+            (key, value),
+        )
+
+    def reader(self) -> sqlite3.Connection:
+        """A read-only connection for use on the event loop thread (microsecond queries only)."""
+        conn = sqlite3.connect(f"file:{self.path}?mode=ro", uri=True, check_same_thread=False)
+        conn.row_factory = sqlite3.Row
+        return conn

@@ -1,0 +1,176 @@
+"""Runs the emulator: opens the core once, binds every origin, serves them all on one event loop.
+
+Each origin of the real product is its own uvicorn server on its own loopback port; they share the
+store, the clock and the event bus. Sockets are bound before serving, so port 0 resolves to a real
+port that goes into `<state-dir>/endpoints.json` before the first request can arrive.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import os
+import signal
+import socket
+import time
+from collections.abc import Generator
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import uvicorn
+
+from emulator import __version__
+from emulator.config import Settings
+from emulator.core.clock import iso
+from emulator.core.context import Core
+from emulator.site.app import build_site_app
+from emulator.site.idempotency import Idempotency
+from emulator.site.ratelimit import RateLimiter
+from emulator.site.search import DocsIndex
+from emulator.site.state import Site
+
+log = logging.getLogger("emulator")
+
+
+class PortInUse(RuntimeError):
+    pass
+
+
+class _Server(uvicorn.Server):
+    """A uvicorn server that leaves signals to the emulator, which stops all origins together."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Generator[None, None, None]:
+        yield
+
+
+def bind(host: str, port: int, origin: str) -> socket.socket:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as e:
+        sock.close()
+        raise PortInUse(
+            f"{origin}: cannot listen on {host}:{port} ({e.strerror}); "
+            f"choose another port (0 picks a free one)"
+        ) from None
+    sock.set_inheritable(False)
+    return sock
+
+
+def url_of(sock: socket.socket) -> str:
+    host, port = sock.getsockname()[:2]
+    return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+
+
+def _uvicorn_config(app: Any, settings: Settings) -> uvicorn.Config:
+    try:
+        import httptools  # noqa: F401
+
+        http = "httptools"
+    except ImportError:
+        http = "h11"
+    return uvicorn.Config(
+        app,
+        lifespan="off",
+        log_level=settings.log_level,
+        access_log=False,
+        http=http,
+        timeout_graceful_shutdown=3,
+        server_header=False,
+    )
+
+
+def load_integrations(path: Path) -> list[dict[str, Any]]:
+    if not path.is_file():
+        return []
+    return msgspec.json.decode(path.read_bytes())
+
+
+def write_endpoints(settings: Settings, endpoints: dict[str, str]) -> None:
+    record = {
+        "pid": os.getpid(),
+        "version": __version__,
+        "started_at": iso(time.time()),
+        "state_dir": str(settings.state_dir),
+        **endpoints,
+    }
+    tmp = settings.endpoints_path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(record, indent=2) + "\n")
+    tmp.replace(settings.endpoints_path)
+
+
+def remove_endpoints(settings: Settings) -> None:
+    try:
+        if json.loads(settings.endpoints_path.read_text()).get("pid") == os.getpid():
+            settings.endpoints_path.unlink()
+    except (OSError, ValueError):
+        pass
+
+
+async def serve(settings: Settings, on_ready: Any = None) -> None:
+    """Serve until SIGINT/SIGTERM (or until `stop` is set on the returned servers)."""
+    t0 = time.perf_counter()
+    settings.state_dir.mkdir(parents=True, exist_ok=True)
+    site_sock = bind(settings.host, settings.site_port, "site")
+    core = await Core.open(settings)
+    docs = DocsIndex(core, settings.docs)
+    try:
+        await docs.build()
+        if settings.watch_docs and settings.docs.is_dir():
+            docs.watch()
+        idem = Idempotency(core, settings.idempotency_ttl)
+        await idem.recover()
+        limiter = RateLimiter(core.clock, settings.ask_rate_limit, settings.ask_rate_window, "ask")
+        core.clock.on_due(limiter.sweep)
+        core.clock.on_due(idem.sweep)
+        base_url = url_of(site_sock)
+        endpoints = {"site": base_url, "base_url": base_url}
+        site = Site(
+            core=core,
+            docs=docs,
+            base_url=base_url,
+            ask_limiter=limiter,
+            idempotency=idem,
+            integrations=load_integrations(settings.integrations),
+            started_at=time.time(),
+            endpoints=endpoints,
+        )
+        servers = [(_Server(_uvicorn_config(build_site_app(site), settings)), site_sock)]
+
+        loop = asyncio.get_running_loop()
+
+        def stop() -> None:
+            for server, _ in servers:
+                server.should_exit = True
+            core.bus.end_streams()
+
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop)
+
+        tasks = [asyncio.create_task(server.serve(sockets=[sock])) for server, sock in servers]
+        while not all(server.started for server, _ in servers):
+            if any(t.done() for t in tasks):
+                break
+            await asyncio.sleep(0.005)
+        write_endpoints(settings, endpoints)
+        core.start_ticker()
+        core.bus.publish(
+            "emulator.started",
+            None,
+            version=__version__,
+            endpoints=endpoints,
+            startup_ms=round((time.perf_counter() - t0) * 1000, 1),
+        )
+        if on_ready:
+            on_ready(endpoints)
+        await asyncio.gather(*tasks)
+    finally:
+        remove_endpoints(settings)
+        await docs.close()
+        await core.close()

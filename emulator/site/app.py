@@ -1,0 +1,35 @@
+"""The site origin `{base_url}`: agent endpoints, docs pages, and the emulator's `/_emulator` API."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+from litestar import Litestar, Response, get
+from litestar.datastructures import State
+
+from emulator.admin import routes as admin
+from emulator.site import ask, mcp, pages
+from emulator.site.errors import EXCEPTION_HANDLERS
+from emulator.site.gate import SiteGate
+from emulator.site.state import Site
+
+_HEALTHY = msgspec.json.encode({"status": "ok"})
+
+
+@get("/health")
+async def health() -> Response[bytes]:
+    # Answered by the same process and loop that serve /ask and /mcp: if this answers, they can.
+    return Response(_HEALTHY, media_type="application/json")
+
+
+def build_site_app(site: Site) -> Any:
+    app = Litestar(
+        route_handlers=[health, *ask.HANDLERS, *mcp.HANDLERS, *admin.HANDLERS, *pages.HANDLERS],
+        exception_handlers=EXCEPTION_HANDLERS,
+        state=State({"site": site}),
+        openapi_config=None,
+        logging_config=None,
+        debug=False,
+    )
+    return SiteGate(app, site.core.settings)

@@ -1,0 +1,267 @@
+"""`GET|POST /ask`: NLWeb-style question answering over the docs corpus, as JSON or as SSE.
+
+Rules decided here where the spec is silent (the README's fidelity notes repeat them):
+- `query` wins over `q` when both are sent; NLWeb v0.54's `{"query": {"text": ...}}` is accepted.
+- A POST body's fields win over the query string's; a form-encoded body is read as form fields.
+- Streaming: `prefer.streaming` in the body, else `Prefer: streaming=true|false`, else the legacy
+  `streaming` parameter, else `Accept: text/event-stream`. An explicit choice of streaming is
+  dropped (JSON is sent) when the `Accept` header admits no event stream.
+- Every request to /ask counts against the rate limit once, valid or not, except idempotent replays
+  and CORS preflights.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator
+from typing import Any
+from urllib.parse import parse_qs
+
+import msgspec
+from litestar import Request, Response, get, post
+from litestar.response import Stream
+
+from emulator.core.errors import ApiError
+from emulator.site.errors import bad_request, error_bytes
+from emulator.site.idempotency import Answer, fingerprint, guarded, read_key
+from emulator.site.state import Site, site_of
+
+MAX_QUERY = 2000
+_encode = msgspec.json.Encoder().encode
+
+
+# --- wire types -----------------------------------------------------------------------------------
+
+
+class AskPrefer(msgspec.Struct):
+    streaming: bool | None = None
+
+
+class AskRequest(msgspec.Struct):
+    """The documented body of POST /ask (parsed by hand below, to give precise 400 messages)."""
+
+    query: str | None = None
+    q: str | None = None
+    prefer: AskPrefer | None = None
+
+
+class AskResult(msgspec.Struct, rename={"type_": "@type"}):
+    type_: str
+    name: str
+    url: str
+    description: str
+
+
+class AskMeta(msgspec.Struct):
+    response_type: str
+    version: str
+    site: str
+    streaming: bool
+
+
+class AskSuccess(msgspec.Struct, rename={"meta": "_meta"}):
+    query_id: str
+    query: str
+    results: list[AskResult]
+    answer: str
+    meta: AskMeta
+
+
+class AskInput(msgspec.Struct):
+    query: str
+    query_id: str
+    streaming: bool
+    prefer_applied: bool
+
+
+# --- parsing --------------------------------------------------------------------------------------
+
+
+def _params(request: Request[Any, Any, Any], body: bytes) -> dict[str, Any]:
+    params: dict[str, Any] = {k: v for k, v in request.query_params.items()}
+    if request.method != "POST" or not body.strip():
+        return params
+    ctype = request.headers.get("content-type", "")
+    # curl -d sends JSON labelled as a form; a body that starts like JSON is read as JSON.
+    if ctype.startswith("application/x-www-form-urlencoded") and not body.lstrip().startswith((b"{", b"[")):
+        form = parse_qs(body.decode("utf-8", "replace"), keep_blank_values=True)
+        params.update({k: v[0] for k, v in form.items()})
+        return params
+    try:
+        parsed = msgspec.json.decode(body)
+    except msgspec.DecodeError as e:
+        raise ApiError(400, "invalid_json", f"the request body is not valid JSON: {e}") from None
+    if not isinstance(parsed, dict):
+        raise bad_request('the request body must be a JSON object such as {"query": "..."}')
+    params.update(parsed)
+    return params
+
+
+def _query(params: dict[str, Any]) -> str:
+    name = "query" if params.get("query") is not None else "q" if params.get("q") is not None else None
+    if name is None:
+        raise bad_request("a non-empty `query` is required (or its alias `q`)")
+    value = params[name]
+    if isinstance(value, dict) and "text" in value:
+        value, name = value["text"], f"{name}.text"
+    if not isinstance(value, str):
+        raise bad_request(f"`{name}` must be a string (or an object with a `text` string)")
+    text = value.strip()
+    if not text:
+        raise bad_request(f"a non-empty `{name}` is required")
+    if len(value) > MAX_QUERY:
+        raise bad_request(f"`{name}` is {len(value)} characters long; the limit is {MAX_QUERY}")
+    return text
+
+
+def _flag(value: Any, name: str) -> bool | None:
+    if value is None or isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.lower() in ("true", "false", "1", "0"):
+        return value.lower() in ("true", "1")
+    raise bad_request(f"`{name}` must be true or false")
+
+
+def _prefer_header(header: str | None) -> bool | None:
+    """RFC 7240 `Prefer: streaming=true` (a bare `streaming` also means true)."""
+    if not header:
+        return None
+    for item in header.split(","):
+        token = item.split(";")[0].strip().lower()
+        key, _, value = token.partition("=")
+        if key.strip() == "streaming":
+            value = value.strip().strip('"')
+            return value in ("", "true", "1")
+    return None
+
+
+def _accepts_stream(accept: str) -> tuple[bool, bool]:
+    """(asks for SSE, admits SSE at all)."""
+    if not accept:
+        return False, True
+    asks = "text/event-stream" in accept
+    return asks, asks or "*/*" in accept or "text/*" in accept
+
+
+def parse(request: Request[Any, Any, Any], body: bytes, site: Site) -> AskInput:
+    params = _params(request, body)
+    query = _query(params)
+    prefer = params.get("prefer")
+    if prefer is not None and not isinstance(prefer, dict):
+        raise bad_request('`prefer` must be an object such as {"streaming": true}')
+    body_choice = _flag(prefer.get("streaming"), "prefer.streaming") if prefer else None
+    header_choice = _prefer_header(request.headers.get("prefer"))
+    legacy_choice = _flag(params.get("streaming"), "streaming")
+    asks, admits = _accepts_stream(request.headers.get("accept", ""))
+    explicit = next((c for c in (body_choice, header_choice, legacy_choice) if c is not None), None)
+    streaming = asks if explicit is None else explicit and admits
+    qid = params.get("query_id")
+    try:
+        query_id = str(uuid.UUID(qid)) if isinstance(qid, str) else site.core.ids.uuid()
+    except ValueError:
+        query_id = site.core.ids.uuid()
+    return AskInput(query, query_id, streaming, header_choice is not None and streaming == header_choice)
+
+
+# --- answering ------------------------------------------------------------------------------------
+
+
+def _results(site: Site, query: str) -> tuple[list[AskResult], str]:
+    hits = site.docs.search(query)
+    results = [AskResult("WebPage", h.name, site.base_url + h.path, h.description) for h in hits]
+    return results, site.docs.answer(query, hits)
+
+
+def _meta(site: Site, streaming: bool) -> AskMeta:
+    return AskMeta("summary", "0.1", site.core.settings.site_name, streaming)
+
+
+def _sse(payload: dict[str, Any]) -> bytes:
+    # One JSON object per unnamed `data:` event, so EventSource.onmessage sees every one.
+    return b"data: " + _encode(payload) + b"\n\n"
+
+
+async def _stream(site: Site, ask: AskInput) -> AsyncIterator[bytes]:
+    results, answer = _results(site, ask.query)
+    meta = msgspec.to_builtins(_meta(site, True))
+    yield _sse(
+        {"message_type": "begin-nlweb-response", "query_id": ask.query_id, "query": ask.query, "_meta": meta}
+    )
+    yield _sse({"message_type": "result", "content": msgspec.to_builtins(results)})
+    yield _sse({"message_type": "summary", "message": answer})
+    yield _sse({"message_type": "end-nlweb-response", "query_id": ask.query_id})
+    yield _sse({"message_type": "complete"})
+
+
+async def _ask(request: Request[Any, Any, Any]) -> Response[bytes] | Stream:
+    site = site_of(request)
+    ip = site.client_ip(request)
+    body = await request.body() if request.method == "POST" else b""
+    key = read_key(request.headers.get("idempotency-key")) if request.method == "POST" else None
+    quota = None
+    state: dict[str, Any] = {}
+
+    async def produce() -> Answer:
+        nonlocal quota
+        quota = site.ask_limiter.hit(ip)
+        if not quota.allowed:
+            msg = f"{quota.limit} requests per minute per IP on /ask; retry in {quota.reset} s"
+            exc = ApiError(
+                429, "rate_limited", msg, retryable=True, headers={"Retry-After": str(quota.reset)}
+            )
+            return Answer(429, {"Content-Type": "application/json"}, error_bytes(exc))
+        try:
+            ask = parse(request, body, site)
+        except ApiError as exc:
+            return Answer(exc.status, {"Content-Type": "application/json"}, error_bytes(exc))
+        state["ask"] = ask
+        await site.core.faults.checkpoint("/ask")
+        headers = {"Vary": "Accept, Prefer"}
+        if ask.prefer_applied:
+            headers["Preference-Applied"] = f"streaming={'true' if ask.streaming else 'false'}"
+        if ask.streaming:
+            return Answer(200, headers, stream=_stream(site, ask))
+        results, answer = _results(site, ask.query)
+        success = AskSuccess(ask.query_id, ask.query, results, answer, _meta(site, False))
+        state["results"] = len(results)
+        return Answer(200, {**headers, "Content-Type": "application/json"}, _encode(success))
+
+    scope = f"{ip} POST /ask"
+    fp = fingerprint(
+        body,
+        request.headers.get("accept", ""),
+        request.headers.get("prefer", ""),
+        request.url.query or "",
+    )
+    answer, replayed = await guarded(site.idempotency, scope, key, fp, produce)
+    rate = site.ask_limiter.headers(quota if quota is not None else site.ask_limiter.peek(ip))
+    ask = state.get("ask")
+    site.core.bus.publish(
+        "site.ask",
+        ip,
+        method=request.method,
+        status=answer.status,
+        query=ask.query if ask else None,
+        streaming=bool(ask and ask.streaming),
+        results=state.get("results"),
+        replayed=replayed,
+    )
+    headers = {**answer.headers, **rate}
+    if answer.stream is not None:
+        headers.pop("Content-Type", None)
+        return Stream(answer.stream, media_type="text/event-stream", headers=headers)  # type: ignore[arg-type]
+    media = headers.pop("Content-Type", "application/json")
+    return Response(answer.body, status_code=answer.status, media_type=media, headers=headers)
+
+
+@get(["/ask"])
+async def ask_get(request: Request[Any, Any, Any]) -> Response[bytes] | Stream:
+    return await _ask(request)
+
+
+@post(["/ask"], status_code=200)
+async def ask_post(request: Request[Any, Any, Any]) -> Response[bytes] | Stream:
+    return await _ask(request)
+
+
+HANDLERS = [ask_get, ask_post]

@@ -1,0 +1,92 @@
+"""The site's error envelope: `{"error": {code, message, status, retryable}}`.
+
+The spec allows four codes (`bad_request`, `rate_limited`, `not_found`, `invalid_json`); every site
+refusal uses one of them, with the real HTTP status in `status`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+from litestar import Request, Response
+from litestar.exceptions import HTTPException
+
+from emulator.core.errors import ApiError
+
+CODES = ("bad_request", "rate_limited", "not_found", "invalid_json")
+
+
+class ErrorDetail(msgspec.Struct):
+    code: str
+    message: str
+    status: int
+    retryable: bool
+
+
+class ErrorBody(msgspec.Struct, omit_defaults=True):
+    error: ErrorDetail
+    # Seconds to wait, for a person or client reading the body of a 429 rather than its headers.
+    retry_after: int | None = None
+
+
+_encode = msgspec.json.Encoder().encode
+
+
+def error_bytes(exc: ApiError) -> bytes:
+    code = exc.code if exc.code in CODES else "bad_request"
+    retry_after = exc.headers.get("Retry-After")
+    return _encode(
+        ErrorBody(
+            ErrorDetail(code, exc.message, exc.status, exc.retryable),
+            int(retry_after) if retry_after and retry_after.isdigit() else None,
+        )
+    )
+
+
+def error_response(exc: ApiError) -> Response[bytes]:
+    return Response(
+        error_bytes(exc), status_code=exc.status, media_type="application/json", headers=exc.headers
+    )
+
+
+def bad_request(message: str) -> ApiError:
+    return ApiError(400, "bad_request", message)
+
+
+def on_api_error(_: Request[Any, Any, Any], exc: ApiError) -> Response[bytes]:
+    return error_response(exc)
+
+
+def on_http_error(request: Request[Any, Any, Any], exc: HTTPException) -> Response[bytes]:
+    """Litestar's own refusals (no route, wrong method, bad form) in the site's envelope."""
+    status = exc.status_code
+    if status == 404:
+        msg = f"nothing is served at {request.url.path}; the agent endpoints are /ask, /mcp and /health"
+        return error_response(ApiError(404, "not_found", msg))
+    if status == 405:
+        allowed = (exc.headers or {}).get("allow", "")
+        msg = f"{request.method} is not allowed on {request.url.path}" + (
+            f"; use {allowed}" if allowed else ""
+        )
+        return error_response(
+            ApiError(405, "bad_request", msg, headers={"Allow": allowed} if allowed else None)
+        )
+    if status >= 500:
+        return on_internal_error(request, exc)
+    return error_response(ApiError(status, "bad_request", str(exc.detail)))
+
+
+def on_internal_error(request: Request[Any, Any, Any], exc: Exception) -> Response[bytes]:
+    request.logger.exception("unhandled error on %s %s", request.method, request.url.path, exc_info=exc)
+    body = _encode(
+        ErrorBody(ErrorDetail("bad_request", "the emulator failed to answer; see its log", 500, True))
+    )
+    return Response(body, status_code=500, media_type="application/json")
+
+
+EXCEPTION_HANDLERS: dict[Any, Any] = {
+    ApiError: on_api_error,
+    HTTPException: on_http_error,
+    Exception: on_internal_error,
+}

@@ -1,0 +1,103 @@
+"""The site's front gate, a thin ASGI layer in front of the Litestar app.
+
+It does what applies to every public path, before routing and at the cost of a few dict lookups:
+- `/v1/<path>` is the same resource as `/<path>` (except `/api/...`, which carries its own version);
+- the `API-Version` request header must name a served version (absent means 1);
+- every response says `API-Version`, plus `Deprecation`/`Sunset` once the version is deprecated;
+- CORS: any origin may call the public API and read its rate-limit and version headers; preflights
+  are answered here, so they never count against a rate limit.
+"""
+
+from __future__ import annotations
+
+from email.utils import format_datetime
+from typing import Any
+
+from emulator.config import SUPPORTED_API_VERSIONS, Settings
+from emulator.core.errors import ApiError
+from emulator.site.errors import error_bytes
+
+ASGIApp = Any
+_EXPOSE = b"RateLimit, RateLimit-Policy, Retry-After, API-Version, Deprecation, Sunset, Idempotent-Replayed"
+_ALLOW_HEADERS = (
+    b"Content-Type, Accept, Prefer, Idempotency-Key, API-Version, Authorization, X-api-key, "
+    b"Mcp-Session-Id, MCP-Protocol-Version, Last-Event-ID"
+)
+_INTERNAL = "/_emulator"
+
+
+class SiteGate:
+    def __init__(self, app: ASGIApp, settings: Settings) -> None:
+        self.app = app
+        served = ", ".join(SUPPORTED_API_VERSIONS)
+        self._served = {v.encode() for v in SUPPORTED_API_VERSIONS}
+        self._served_text = served
+        self._extra: list[tuple[bytes, bytes]] = [
+            (b"api-version", b"1"),
+            (b"access-control-allow-origin", b"*"),
+            (b"access-control-expose-headers", _EXPOSE),
+        ]
+        dep = settings.deprecations.get("1")
+        if dep is not None:
+            self._extra.append((b"deprecation", f"@{int(dep.deprecated_at.timestamp())}".encode()))
+            if dep.sunset_at is not None:
+                self._extra.append((b"sunset", format_datetime(dep.sunset_at, usegmt=True).encode()))
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        path: str = scope["path"]
+        if path.startswith(_INTERNAL):
+            await self.app(scope, receive, send)
+            return
+        if path == "/v1" or path.startswith("/v1/"):
+            rest = path[3:] or "/"
+            if not rest.startswith("/api/"):
+                scope = dict(scope, path=rest, raw_path=rest.encode())
+        requested = None
+        for name, value in scope["headers"]:
+            if name == b"api-version":
+                requested = value.strip()
+                break
+        extra = self._extra
+        if requested is not None and requested not in self._served:
+            shown = requested.decode("latin-1")[:40]
+            exc = ApiError(
+                400,
+                "bad_request",
+                f"API-Version {shown!r} is not served; the versions served are: {self._served_text} "
+                "(send API-Version: 1, or no header for version 1)",
+            )
+            await _send(send, 400, error_bytes(exc), extra)
+            return
+        if scope["method"] == "OPTIONS" and any(
+            n == b"access-control-request-method" for n, _ in scope["headers"]
+        ):
+            await _send(
+                send,
+                204,
+                b"",
+                [
+                    *extra,
+                    (b"access-control-allow-methods", b"GET, POST, HEAD, OPTIONS"),
+                    (b"access-control-allow-headers", _ALLOW_HEADERS),
+                    (b"access-control-max-age", b"600"),
+                ],
+            )
+            return
+
+        async def send_with_headers(message: dict[str, Any]) -> None:
+            if message["type"] == "http.response.start":
+                message["headers"] = [*message.get("headers", ()), *extra]
+            await send(message)
+
+        await self.app(scope, receive, send_with_headers)
+
+
+async def _send(send: Any, status: int, body: bytes, headers: list[tuple[bytes, bytes]]) -> None:
+    head = [*headers]
+    if body:
+        head += [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+    await send({"type": "http.response.start", "status": status, "headers": head})
+    await send({"type": "http.response.body", "body": body})

@@ -1,0 +1,137 @@
+"""Shared fixtures: real emulator processes on free loopback ports, and clients that talk to them.
+
+Each test gets its own client IP from 127.0.0.0/8 (Linux routes the whole range to loopback), so the
+per-IP rate limit of one test never spends another's quota. Time is moved with the emulator's clock,
+never by sleeping.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+FROZEN_AT = "2026-11-01T00:00:00Z"
+_ips = itertools.count(2)
+
+
+def next_ip() -> str:
+    n = next(_ips)
+    return f"127.0.{n // 250 + 1}.{n % 250 + 2}"
+
+
+class Emulator:
+    """An `emulator up` process: its URLs, its state dir, and helpers to steer it."""
+
+    def __init__(self, state_dir: Path, args: list[str], env: dict[str, str] | None = None) -> None:
+        self.state_dir = state_dir
+        self.args = args
+        self.env = env
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.endpoints: dict[str, Any] = {}
+
+    @property
+    def url(self) -> str:
+        return self.endpoints["site"]
+
+    def start(self) -> Emulator:
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+        log = open(self.state_dir / "test-emulator.log", "ab")  # noqa: SIM115 - kept for the process' life
+        cmd = [sys.executable, "-m", "emulator", "up", "--site-port", "0", "--state-dir", str(self.state_dir)]
+        self.proc = subprocess.Popen(
+            [*cmd, *self.args],
+            stdout=log,
+            stderr=log,
+            stdin=subprocess.DEVNULL,
+            env={**os.environ, **(self.env or {})},
+        )
+        path = self.state_dir / "endpoints.json"
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"emulator exited with {self.proc.returncode}: {self.log()}")
+            try:
+                endpoints = json.loads(path.read_text())
+                if endpoints.get("pid") == self.proc.pid:
+                    self.endpoints = endpoints
+                    return self
+            except (OSError, ValueError):
+                pass
+            time.sleep(0.02)
+        self.stop()
+        raise RuntimeError(f"emulator did not start within 30 s: {self.log()}")
+
+    def stop(self) -> int | None:
+        if self.proc and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(15)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(5)
+        return self.proc.returncode if self.proc else None
+
+    def log(self) -> str:
+        try:
+            return (self.state_dir / "test-emulator.log").read_text()[-4000:]
+        except OSError:
+            return ""
+
+    def client(self, ip: str | None = None, **kw: Any) -> httpx.AsyncClient:
+        transport = httpx.AsyncHTTPTransport(local_address=ip or next_ip())
+        return httpx.AsyncClient(base_url=self.url, transport=transport, timeout=20, **kw)
+
+    def admin(self) -> httpx.Client:
+        return httpx.Client(base_url=self.url, timeout=20)
+
+    def advance(self, duration: str | float) -> dict[str, Any]:
+        with self.admin() as c:
+            r = c.post("/_emulator/clock", json={"advance": duration})
+            r.raise_for_status()
+            return r.json()
+
+    def journal(self, kinds: str = "", since: int = 0) -> list[dict[str, Any]]:
+        with self.admin() as c:
+            r = c.get("/_emulator/journal", params={"kinds": kinds, "since": since, "limit": 5000})
+            r.raise_for_status()
+            return r.json()["events"]
+
+
+@pytest.fixture(scope="session")
+def emu(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Emulator]:
+    """The shared emulator: shipped docs corpus, clock frozen at a known instant."""
+    e = Emulator(tmp_path_factory.mktemp("emu"), ["--no-watch", "--freeze-clock", FROZEN_AT]).start()
+    yield e
+    e.stop()
+
+
+@pytest.fixture
+def start_emulator(tmp_path: Path) -> Iterator[Any]:
+    """Start extra emulators with their own flags; all are stopped after the test."""
+    started: list[Emulator] = []
+
+    def start(*args: str, state_dir: Path | None = None, env: dict[str, str] | None = None) -> Emulator:
+        e = Emulator(state_dir or tmp_path / f"emu{len(started)}", list(args), env).start()
+        started.append(e)
+        return e
+
+    yield start
+    for e in started:
+        e.stop()
+
+
+@pytest.fixture
+async def client(emu: Emulator) -> AsyncIterator[httpx.AsyncClient]:
+    """A client with an IP address of its own (so its own rate-limit window)."""
+    async with emu.client() as c:
+        yield c
