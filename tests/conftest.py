@@ -46,7 +46,7 @@ class Emulator:
 
     def start(self) -> Emulator:
         self.state_dir.mkdir(parents=True, exist_ok=True)
-        log = open(self.state_dir / "test-emulator.log", "ab")  # noqa: SIM115 - kept for the process' life
+        log = open(self.state_dir / "test-emulator.log", "ab")
         cmd = [sys.executable, "-m", "emulator", "up", "--site-port", "0", "--state-dir", str(self.state_dir)]
         self.proc = subprocess.Popen(
             [*cmd, *self.args],

@@ -34,8 +34,12 @@ async def test_json_answer_has_the_spec_shape(client: httpx.AsyncClient, emu: Em
     assert set(body) == {"query_id", "query", "results", "answer", "_meta"}
     uuid.UUID(body["query_id"])
     assert body["query"] == "How do I add an embedding index to a column?"
-    assert body["_meta"] == {"response_type": "summary", "version": "0.1", "site": "pixeltable.com",
-                             "streaming": False}
+    assert body["_meta"] == {
+        "response_type": "summary",
+        "version": "0.1",
+        "site": "pixeltable.com",
+        "streaming": False,
+    }
     assert 1 <= len(body["results"]) <= 5
     for result in body["results"]:
         assert result["@type"] == "WebPage"
@@ -144,7 +148,9 @@ async def test_body_that_does_not_parse_is_400_invalid_json(client: httpx.AsyncC
 
 async def test_curl_style_form_body_with_json_is_read_as_json(client: httpx.AsyncClient) -> None:
     r = await client.post(
-        "/ask", content=b'{"query": "pxt login"}', headers={"Content-Type": "application/x-www-form-urlencoded"}
+        "/ask",
+        content=b'{"query": "pxt login"}',
+        headers={"Content-Type": "application/x-www-form-urlencoded"},
     )
     assert r.status_code == 200 and r.json()["query"] == "pxt login"
     form = await client.post("/ask", data={"query": "pxt whoami"})
@@ -235,8 +241,8 @@ async def test_own_docs_folder_replaces_the_corpus(tmp_path: Path, start_emulato
     docs = tmp_path / "mydocs"
     (docs / "guide").mkdir(parents=True)
     (docs / "guide" / "widgets.md").write_text(
-        "---\ntitle: Widget frobnication\ndescription: How widgets frobnicate.\n---\n# Widget frobnication\n\n"
-        "## Frobnicating\nA widget frobnicates when its gizmo spins twice.\n"
+        "---\ntitle: Widget frobnication\ndescription: How widgets frobnicate.\n---\n"
+        "# Widget frobnication\n\n## Frobnicating\nA widget frobnicates when its gizmo spins twice.\n"
     )
     (docs / "about.html").write_text(
         "<html><head><title>About Sprockets</title><meta name='description' content='Sprocket facts.'>"
@@ -267,16 +273,15 @@ async def test_docs_are_reindexed_when_a_file_changes(tmp_path: Path, start_emul
     docs.mkdir()
     (docs / "a.md").write_text("---\ntitle: Alpha\ndescription: a\n---\n# Alpha\n\n## One\nAlpha is first.\n")
     e = start_emulator("--docs", str(docs))
-    sub = httpx.Client(base_url=e.url, timeout=30)
     since = e.journal()[-1]["seq"]
     (docs / "b.md").write_text(
         "---\ntitle: Bravo\ndescription: b\n---\n# Bravo\n\n## Two\nBravo quokkas are second.\n"
     )
-    # Wait for the reindex event on the live stream (bounded), not for wall time.
-    with sub.stream("GET", "/_emulator/events", params={"since": since, "kinds": "docs."}) as stream:
-        for line in stream.iter_lines():
-            if line.startswith("data: ") and json.loads(line[6:])["data"]["pages"] == 2:
-                break
-    sub.close()
     async with e.client() as c:
+        # Wait for the reindex event on the live stream (bounded by the read timeout), not for wall time.
+        params = {"since": since, "kinds": "docs."}
+        async with c.stream("GET", "/_emulator/events", params=params) as stream:
+            async for line in stream.aiter_lines():
+                if line.startswith("data: ") and json.loads(line[6:])["data"]["pages"] == 2:
+                    break
         assert (await c.get("/ask", params={"q": "quokkas"})).json()["results"][0]["name"] == "Bravo"

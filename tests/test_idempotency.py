@@ -90,9 +90,7 @@ async def test_same_key_while_the_first_still_runs_is_409(emu: Emulator) -> None
     admin = emu.admin()
     admin.post("/_emulator/faults", json={"hold": "/ask"}).raise_for_status()
     async with emu.client() as c:
-        first = asyncio.create_task(
-            c.post("/ask", json={"query": "views"}, headers={"Idempotency-Key": k})
-        )
+        first = asyncio.create_task(c.post("/ask", json={"query": "views"}, headers={"Idempotency-Key": k}))
         for _ in range(500):  # until the emulator reports the first request held (bounded)
             if admin.get("/_emulator/faults").json()["waiting"]:
                 break
@@ -133,8 +131,12 @@ async def test_429_is_not_stored_so_the_client_can_retry(emu: Emulator) -> None:
 
 async def test_mcp_replays_the_first_jsonrpc_response(emu: Emulator) -> None:
     k = key()
-    call = {"jsonrpc": "2.0", "id": 7, "method": "tools/call",
-            "params": {"name": "search_docs", "arguments": {"query": "api keys"}}}
+    call = {
+        "jsonrpc": "2.0",
+        "id": 7,
+        "method": "tools/call",
+        "params": {"name": "search_docs", "arguments": {"query": "api keys"}},
+    }
     async with emu.client() as c:
         first = await c.post("/mcp", json=call, headers={"Idempotency-Key": k})
         # Same message, other key order and spacing: the same request.

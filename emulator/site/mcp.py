@@ -261,7 +261,7 @@ def dispatch(site: Site, message: Any) -> tuple[JsonRpcResponse | None, str | No
     if not isinstance(message, dict):
         return _failure(None, INVALID_REQUEST, "a JSON-RPC message must be a JSON object"), None
     msg_id = message.get("id")
-    valid_id = msg_id is None or (isinstance(msg_id, (str, int)) and not isinstance(msg_id, bool))
+    valid_id = isinstance(msg_id, (str, int)) and not isinstance(msg_id, bool)
     rid = msg_id if valid_id else None
     if message.get("jsonrpc") != "2.0":
         return _failure(rid, INVALID_REQUEST, 'jsonrpc must be the string "2.0"'), None

@@ -1,0 +1,118 @@
+"""The `emulator` command: help, up (foreground and detached), status, env, clock, events, down."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+
+from tests.conftest import Emulator
+
+
+def run(*args: str, state: Path | None = None, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, **({"EMULATOR_STATE_DIR": str(state)} if state else {})}
+    return subprocess.run(
+        [sys.executable, "-m", "emulator", *args], capture_output=True, text=True, timeout=timeout, env=env
+    )
+
+
+def test_help_explains_every_command() -> None:
+    out = run("--help").stdout
+    for command in ("up", "down", "status", "env", "clock", "events"):
+        assert f"    {command}" in out
+    up = run("up", "--help").stdout
+    for flag in ("--host", "--site-port", "--state-dir", "--docs", "--ask-rate-limit", "--detach", "--seed"):
+        assert flag in up
+
+
+def test_up_prints_its_urls_writes_endpoints_and_is_healthy_at_once(tmp_path: Path) -> None:
+    started = time.monotonic()
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "emulator",
+            "up",
+            "--site-port",
+            "0",
+            "--state-dir",
+            str(tmp_path),
+            "--no-watch",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        first = proc.stdout.readline()
+        site = proc.stdout.readline().split()[1]
+        assert first.startswith("Pixeltable Cloud emulator") and site.startswith("http://127.0.0.1:")
+        r = httpx.get(site + "/health")
+        assert r.json() == {"status": "ok"}
+        endpoints = json.loads((tmp_path / "endpoints.json").read_text())
+        assert endpoints["site"] == site and endpoints["pid"] == proc.pid
+        # Recorded for the README; the benchmark measures it properly against a reference.
+        print(f"start-up to healthy: {time.monotonic() - started:.2f} s")
+    finally:
+        proc.terminate()
+        assert proc.wait(15) == 0
+    assert not (tmp_path / "endpoints.json").exists()
+
+
+def test_a_busy_port_is_a_clear_error(tmp_path: Path) -> None:
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        r = run("up", "--site-port", str(port), "--state-dir", str(tmp_path))
+    assert r.returncode == 1
+    assert f"cannot listen on 127.0.0.1:{port}" in r.stderr and "0 picks a free one" in r.stderr
+
+
+def test_bad_flag_values_are_refused_before_starting(tmp_path: Path) -> None:
+    r = run("up", "--state-dir", str(tmp_path), "--docs", str(tmp_path / "missing"))
+    assert r.returncode != 0 and "does not exist" in r.stderr
+
+
+def test_detached_lifecycle(tmp_path: Path) -> None:
+    state = tmp_path / "detached"
+    up = run(
+        "up", "-d", "--site-port", "0", "--no-watch", "--freeze-clock", "2026-03-01T00:00:00Z", state=state
+    )
+    assert up.returncode == 0, up.stderr
+    assert "is up" in up.stdout and "emulator down" in up.stdout
+    try:
+        status = run("status", state=state)
+        assert status.returncode == 0 and "running" in status.stdout
+        assert "2026-03-01T00:00:00Z (frozen)" in status.stdout
+        env = run("env", state=state).stdout
+        site = json.loads((state / "endpoints.json").read_text())["site"]
+        assert f"export PIXELTABLE_SITE_URL={site}" in env.splitlines()
+        assert run("clock", "advance", "48h", state=state).stdout.strip() == "2026-03-03T00:00:00Z (frozen)"
+        assert run("clock", state=state).stdout.strip() == "2026-03-03T00:00:00Z (frozen)"
+        httpx.get(site + "/ask", params={"q": "cli journal check"})
+        events = run("events", "--kinds", "site.ask", "--json", state=state).stdout.splitlines()
+        assert json.loads(events[-1])["data"]["query"] == "cli journal check"
+        bad = run("clock", "advance", "whenever", state=state)
+        assert bad.returncode != 0 and "not a duration" in bad.stderr
+    finally:
+        down = run("down", state=state)
+    assert down.returncode == 0 and "stopped" in down.stdout
+    gone = run("status", state=state)
+    assert gone.returncode != 0 and "not running" in gone.stderr
+
+
+def test_commands_can_address_an_emulator_by_url(emu: Emulator) -> None:
+    r = subprocess.run(
+        [sys.executable, "-m", "emulator", "status", "--url", emu.url],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert r.returncode == 0 and emu.url in r.stdout

@@ -1,0 +1,212 @@
+"""`/mcp`: the official MCP SDK connects and calls both tools; raw JSON-RPC errors follow the spec."""
+
+from __future__ import annotations
+
+import json
+
+import httpx
+import pytest
+from mcp import Client
+
+from tests.conftest import Emulator
+
+
+@pytest.mark.parametrize("mode", ["auto", "legacy"])
+async def test_official_sdk_connects_lists_and_calls_both_tools(emu: Emulator, mode: str) -> None:
+    # "auto" first probes the stateless 2026 era (server/discover); this handshake-era server must
+    # make it fall back to initialize, as "legacy" does directly.
+    async with Client(emu.url + "/mcp", mode=mode) as client:
+        assert client.protocol_version == "2025-11-25"
+        assert client.server_info is not None and client.server_info.name == "pixeltable-web"
+        tools = (await client.list_tools()).tools
+        assert [t.name for t in tools] == ["search_docs", "list_integrations"]
+        search = next(t for t in tools if t.name == "search_docs")
+        assert search.input_schema["required"] == ["query"]
+        assert search.input_schema["properties"]["query"]["type"] == "string"
+
+        found = await client.call_tool("search_docs", {"query": "embedding index", "limit": 3})
+        assert not found.is_error
+        results = found.structured_content["results"]
+        assert 1 <= len(results) <= 3
+        assert all(r["url"].startswith(emu.url + "/docs/") for r in results)
+        assert results[0]["url"] in found.content[0].text
+
+        integrations = await client.call_tool("list_integrations", {})
+        assert not integrations.is_error
+        names = [i["name"] for i in integrations.structured_content["integrations"]]
+        assert len(names) >= 15 and any("OpenAI" in n for n in names)
+
+        llms = await client.call_tool("list_integrations", {"category": "llm"})
+        assert {i["category"] for i in llms.structured_content["integrations"]} == {"llm"}
+
+        bad = await client.call_tool("search_docs", {})
+        assert bad.is_error and "`query` is required" in bad.content[0].text
+
+
+async def rpc(c: httpx.AsyncClient, body: object, **headers: str) -> httpx.Response:
+    raw = body if isinstance(body, bytes) else json.dumps(body).encode()
+    return await c.post("/mcp", content=raw, headers={"Content-Type": "application/json", **headers})
+
+
+async def test_initialize_negotiates_the_version(client: httpx.AsyncClient) -> None:
+    init = {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "initialize",
+        "params": {
+            "protocolVersion": "2025-03-26",
+            "capabilities": {},
+            "clientInfo": {"name": "t", "version": "1"},
+        },
+    }
+    r = await rpc(client, init)
+    assert r.status_code == 200
+    result = r.json()["result"]
+    assert result["protocolVersion"] == "2025-03-26"
+    assert result["capabilities"] == {"tools": {"listChanged": False}}
+    assert result["serverInfo"] == {"name": "pixeltable-web", "version": "1.0.0"}
+    init["params"]["protocolVersion"] = "1999-01-01"
+    assert (await rpc(client, init)).json()["result"]["protocolVersion"] == "2025-06-18"
+
+
+async def test_ids_are_echoed_with_their_type(client: httpx.AsyncClient) -> None:
+    assert (await rpc(client, {"jsonrpc": "2.0", "id": 41, "method": "ping"})).json() == {
+        "jsonrpc": "2.0",
+        "id": 41,
+        "result": {},
+    }
+    assert (await rpc(client, {"jsonrpc": "2.0", "id": "41", "method": "ping"})).json()["id"] == "41"
+
+
+@pytest.mark.parametrize(
+    ("body", "code", "fragment"),
+    [
+        (b'{"jsonrpc": "2.0", "id": 1, "method": ', -32700, "Parse error"),
+        ({"id": 1, "method": "ping"}, -32600, 'jsonrpc must be the string "2.0"'),
+        ({"jsonrpc": 2.0, "id": 1, "method": "ping"}, -32600, "jsonrpc"),
+        ([{"jsonrpc": "2.0", "id": 1, "method": "ping"}], -32600, "batches"),
+        ({"jsonrpc": "2.0", "id": 1, "method": 5}, -32600, "method must be a string"),
+        ({"jsonrpc": "2.0", "id": None, "method": "ping"}, -32600, "id must be"),
+        ({"jsonrpc": "2.0", "id": 1, "method": "list_tools"}, -32601, "Method not found: list_tools"),
+        ({"jsonrpc": "2.0", "id": 1, "method": "resources/list"}, -32601, "tools/call"),
+        (
+            {"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": []},
+            -32602,
+            "params must be an object",
+        ),
+        (
+            {"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "rm_rf"}},
+            -32602,
+            "Unknown tool: rm_rf",
+        ),
+        ({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {}}, -32602, "protocolVersion"),
+    ],
+)
+async def test_jsonrpc_errors_use_the_standard_codes(
+    emu: Emulator, body: object, code: int, fragment: str
+) -> None:
+    async with emu.client() as c:
+        r = await rpc(c, body)
+    assert r.status_code == 200  # the spec: JSON-RPC failures are HTTP 200 with an error object
+    reply = r.json()
+    assert reply["jsonrpc"] == "2.0" and "result" not in reply
+    assert reply["error"]["code"] == code
+    assert fragment in reply["error"]["message"]
+    if isinstance(body, dict) and isinstance(body.get("id"), int):
+        assert reply["id"] == body["id"]
+
+
+@pytest.mark.parametrize(
+    ("arguments", "fragment"),
+    [
+        ({"query": ""}, "must not be empty"),
+        ({"query": 3}, "must be a string"),
+        ({"query": "x", "limit": 0}, "from 1 to 20"),
+        ({"query": "x", "limt": 3}, "unknown argument(s) limt"),
+        ({"query": "q" * 2001}, "the limit is 2000"),
+    ],
+)
+async def test_bad_tool_arguments_are_tool_errors(emu: Emulator, arguments: dict, fragment: str) -> None:
+    async with emu.client() as c:
+        r = await rpc(
+            c,
+            {
+                "jsonrpc": "2.0",
+                "id": 3,
+                "method": "tools/call",
+                "params": {"name": "search_docs", "arguments": arguments},
+            },
+        )
+    result = r.json()["result"]
+    assert result["isError"] is True and fragment in result["content"][0]["text"]
+
+
+async def test_arguments_under_the_wrong_name_are_named(client: httpx.AsyncClient) -> None:
+    r = await rpc(
+        client,
+        {
+            "jsonrpc": "2.0",
+            "id": 3,
+            "method": "tools/call",
+            "params": {"name": "search_docs", "args": {"query": "x"}},
+        },
+    )
+    assert "params.arguments" in r.json()["result"]["content"][0]["text"]
+
+
+async def test_notifications_and_posted_responses_get_202_and_no_body(client: httpx.AsyncClient) -> None:
+    r = await rpc(client, {"jsonrpc": "2.0", "method": "notifications/initialized"})
+    assert r.status_code == 202 and r.content == b""
+    r = await rpc(client, {"jsonrpc": "2.0", "id": 9, "result": {}})
+    assert r.status_code == 202 and r.content == b""
+
+
+async def test_tools_list_has_real_schemas(client: httpx.AsyncClient) -> None:
+    tools = (await rpc(client, {"jsonrpc": "2.0", "id": 2, "method": "tools/list"})).json()["result"]["tools"]
+    for tool in tools:
+        assert tool["inputSchema"]["type"] == "object"
+        assert tool["annotations"]["readOnlyHint"] is True
+    assert tools[1]["inputSchema"]["required"] == []
+
+
+@pytest.mark.parametrize("path", ["/mcp", "/.well-known/mcp", "/v1/mcp", "/.well-known/mcp.json"])
+async def test_get_returns_the_descriptor(client: httpx.AsyncClient, path: str) -> None:
+    r = await client.get(path)
+    assert r.status_code == 200
+    d = r.json()
+    assert d["transport"] == "webmcp" and d["protocol"] == "mcp" and d["protocolVersion"] == "2025-06-18"
+    assert d["serverInfo"] == {"name": "pixeltable-web", "version": "1.0.0"}
+    assert [t["name"] for t in d["tools"]] == ["search_docs", "list_integrations"]
+    assert d["usage"] and d["instructions"]
+
+
+async def test_sse_only_get_and_delete_are_405(client: httpx.AsyncClient) -> None:
+    assert (await client.get("/mcp", headers={"Accept": "text/event-stream"})).status_code == 405
+    assert (await client.delete("/mcp")).status_code == 405
+
+
+async def test_transport_rules(client: httpx.AsyncClient) -> None:
+    ping = {"jsonrpc": "2.0", "id": 1, "method": "ping"}
+    r = await rpc(client, ping, **{"MCP-Protocol-Version": "2030-01-01"})
+    assert r.status_code == 400 and "2025-06-18" in r.json()["error"]["message"]
+    r = await rpc(client, ping, **{"MCP-Protocol-Version": "2025-06-18"})
+    assert r.status_code == 200
+    r = await rpc(client, ping, Accept="text/html")
+    assert r.status_code == 406
+    r = await rpc(client, ping, Accept="application/json, text/event-stream")
+    assert r.status_code == 200
+
+
+async def test_each_mcp_call_is_an_event(emu: Emulator, client: httpx.AsyncClient) -> None:
+    since = emu.journal()[-1]["seq"]
+    await rpc(
+        client,
+        {
+            "jsonrpc": "2.0",
+            "id": 1,
+            "method": "tools/call",
+            "params": {"name": "list_integrations", "arguments": {}},
+        },
+    )
+    events = emu.journal("site.mcp", since)
+    assert [(e["data"]["method"], e["data"]["tool"]) for e in events] == [("tools/call", "list_integrations")]
