@@ -83,6 +83,8 @@ def _uvicorn_config(app: Any, settings: Settings) -> uvicorn.Config:
         http=http,
         timeout_graceful_shutdown=3,
         server_header=False,
+        # The client IP is the socket's; X-Forwarded-For counts only with `trust_forwarded` (Site).
+        proxy_headers=False,
     )
 
 

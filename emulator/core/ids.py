@@ -12,12 +12,16 @@ import uuid
 class Ids:
     def __init__(self, seed: int | None = None) -> None:
         self._rng: random.Random | None = random.Random(seed) if seed is not None else None
+        # Identifiers (not secrets) come from a fast generator seeded from the OS once: a uuid per
+        # request must not cost a system call.
+        self._fast = self._rng or random.Random(secrets.randbits(128))
 
     def _bits(self, n: int) -> int:
         return self._rng.getrandbits(n) if self._rng else secrets.randbits(n)
 
     def uuid(self) -> str:
-        return str(uuid.UUID(int=self._bits(128), version=4))
+        """A random (version 4) UUID for identifiers; not for secrets."""
+        return str(uuid.UUID(int=self._fast.getrandbits(128), version=4))
 
     def token(self, prefix: str, nbytes: int = 24) -> str:
         """An opaque secret such as `pxtk_…`: URL-safe, prefixed so a reader knows what it is."""

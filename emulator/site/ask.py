@@ -77,11 +77,23 @@ class AskInput(msgspec.Struct):
 # --- parsing --------------------------------------------------------------------------------------
 
 
-def _params(request: Request[Any, Any, Any], body: bytes) -> dict[str, Any]:
-    params: dict[str, Any] = {k: v for k, v in request.query_params.items()}
+_WANTED = (b"accept", b"prefer", b"content-type", b"idempotency-key")
+
+
+def read_headers(request: Request[Any, Any, Any]) -> dict[bytes, str]:
+    """The request headers /ask reads, in one pass over the raw ASGI list (the hot path)."""
+    found: dict[bytes, str] = {}
+    for name, value in request.scope["headers"]:
+        if name in _WANTED and name not in found:
+            found[name] = value.decode("latin-1")
+    return found
+
+
+def _params(request: Request[Any, Any, Any], body: bytes, headers: dict[bytes, str]) -> dict[str, Any]:
+    params: dict[str, Any] = dict(request.query_params.items()) if request.scope["query_string"] else {}
     if request.method != "POST" or not body.strip():
         return params
-    ctype = request.headers.get("content-type", "")
+    ctype = headers.get(b"content-type", "")
     # curl -d sends JSON labelled as a form; a body that starts like JSON is read as JSON.
     if ctype.startswith("application/x-www-form-urlencoded") and not body.lstrip().startswith((b"{", b"[")):
         form = parse_qs(body.decode("utf-8", "replace"), keep_blank_values=True)
@@ -143,16 +155,16 @@ def _accepts_stream(accept: str) -> tuple[bool, bool]:
     return asks, asks or "*/*" in accept or "text/*" in accept
 
 
-def parse(request: Request[Any, Any, Any], body: bytes, site: Site) -> AskInput:
-    params = _params(request, body)
+def parse(request: Request[Any, Any, Any], body: bytes, site: Site, headers: dict[bytes, str]) -> AskInput:
+    params = _params(request, body, headers)
     query = _query(params)
     prefer = params.get("prefer")
     if prefer is not None and not isinstance(prefer, dict):
         raise bad_request('`prefer` must be an object such as {"streaming": true}')
     body_choice = _flag(prefer.get("streaming"), "prefer.streaming") if prefer else None
-    header_choice = _prefer_header(request.headers.get("prefer"))
+    header_choice = _prefer_header(headers.get(b"prefer"))
     legacy_choice = _flag(params.get("streaming"), "streaming")
-    asks, admits = _accepts_stream(request.headers.get("accept", ""))
+    asks, admits = _accepts_stream(headers.get(b"accept", ""))
     explicit = next((c for c in (body_choice, header_choice, legacy_choice) if c is not None), None)
     streaming = asks if explicit is None else explicit and admits
     qid = params.get("query_id")
@@ -167,9 +179,8 @@ def parse(request: Request[Any, Any, Any], body: bytes, site: Site) -> AskInput:
 
 
 def _results(site: Site, query: str) -> tuple[list[AskResult], str]:
-    hits = site.docs.search(query)
-    results = [AskResult("WebPage", h.name, site.base_url + h.path, h.description) for h in hits]
-    return results, site.docs.answer(query, hits)
+    hits, answer = site.docs.lookup(query)
+    return [AskResult("WebPage", h.name, site.base_url + h.path, h.description) for h in hits], answer
 
 
 def _meta(site: Site, streaming: bool) -> AskMeta:
@@ -197,7 +208,8 @@ async def _ask(request: Request[Any, Any, Any]) -> Response[bytes] | Stream:
     site = site_of(request)
     ip = site.client_ip(request)
     body = await request.body() if request.method == "POST" else b""
-    key = read_key(request.headers.get("idempotency-key")) if request.method == "POST" else None
+    sent = read_headers(request)
+    key = read_key(sent.get(b"idempotency-key")) if request.method == "POST" else None
     quota = None
     state: dict[str, Any] = {}
 
@@ -211,7 +223,7 @@ async def _ask(request: Request[Any, Any, Any]) -> Response[bytes] | Stream:
             )
             return Answer(429, {"Content-Type": "application/json"}, error_bytes(exc))
         try:
-            ask = parse(request, body, site)
+            ask = parse(request, body, site, sent)
         except ApiError as exc:
             return Answer(exc.status, {"Content-Type": "application/json"}, error_bytes(exc))
         state["ask"] = ask
@@ -226,14 +238,10 @@ async def _ask(request: Request[Any, Any, Any]) -> Response[bytes] | Stream:
         state["results"] = len(results)
         return Answer(200, {**headers, "Content-Type": "application/json"}, _encode(success))
 
-    scope = f"{ip} POST /ask"
-    fp = fingerprint(
-        body,
-        request.headers.get("accept", ""),
-        request.headers.get("prefer", ""),
-        request.url.query or "",
-    )
-    answer, replayed = await guarded(site.idempotency, scope, key, fp, produce)
+    fp = ""
+    if key is not None:
+        fp = fingerprint(body, sent.get(b"accept", ""), sent.get(b"prefer", ""), request.url.query or "")
+    answer, replayed = await guarded(site.idempotency, f"{ip} POST /ask", key, fp, produce)
     rate = site.ask_limiter.headers(quota if quota is not None else site.ask_limiter.peek(ip))
     ask = state.get("ask")
     site.core.bus.publish(

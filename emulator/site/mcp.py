@@ -203,9 +203,8 @@ def _check_args(tool: dict[str, Any], args: dict[str, Any]) -> str | None:
 
 def _search_docs(site: Site, args: dict[str, Any]) -> dict[str, Any]:
     query = args["query"].strip()
-    hits = site.docs.search(query, limit=args.get("limit", 5))
+    hits, answer = site.docs.lookup(query, limit=args.get("limit", 5))
     results = [{"name": h.name, "url": site.base_url + h.path, "description": h.description} for h in hits]
-    answer = site.docs.answer(query, hits)
     lines = [answer, ""] + [f"- {r['name']}: {r['url']}\n  {r['description']}" for r in results]
     structured = {"query": query, "answer": answer, "results": results}
     return {
@@ -398,7 +397,7 @@ async def mcp_post(request: Request[Any, Any, Any]) -> Response[bytes]:
         journal["error"] = reply.error.code if reply.error else None
         return Answer(200, {"Content-Type": "application/json"}, _encode(reply))
 
-    fp = fingerprint(_canonical(body))
+    fp = fingerprint(_canonical(body)) if key is not None else ""
     answer, replayed = await guarded(site.idempotency, f"{ip} POST /mcp", key, fp, produce)
     site.core.bus.publish("site.mcp", ip, status=answer.status, replayed=replayed, **journal)
     media = answer.headers.pop("Content-Type", None)

@@ -77,9 +77,7 @@ def markdown_to_html(title: str, text: str) -> str:
     )
 
 
-@route(
-    ["/", "/{path:path}"], http_method=["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE"], status_code=200
-)
+@route(["/", "/{path:path}"], http_method=["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE"], status_code=200)
 async def page(request: Request[Any, Any, Any]) -> Response[str]:
     site = site_of(request)
     path = request.url.path

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import re
 import sqlite3
@@ -29,6 +30,17 @@ STOPWORDS = frozenset(
 )
 _WORD = re.compile(r"\w+", re.UNICODE)
 _SENTENCE = re.compile(r"(?<=[.!?])\s+(?=[A-Z`(\"'])|\n\s*\n|\n(?=\s*[-*|>] )")
+
+
+@functools.lru_cache(maxsize=8192)
+def sentences(text: str) -> tuple[tuple[str, frozenset[str]], ...]:
+    """A passage's readable sentences with the stems of their words (memoized: passages repeat)."""
+    out = []
+    for sentence in _SENTENCE.split(text):
+        sentence = " ".join(sentence.split()).lstrip("-*> ").strip()
+        if len(sentence) >= 25 and not sentence.startswith("|"):
+            out.append((sentence, frozenset(stem(w) for w in _WORD.findall(sentence.lower()))))
+    return tuple(out)
 
 
 class Hit(msgspec.Struct):
@@ -72,7 +84,8 @@ class DocsIndex:
         self.root = root
         self.generation = 0
         self._reader: sqlite3.Connection | None = None
-        self._cache: OrderedDict[tuple[str, ...], list[Hit]] = OrderedDict()
+        self._cache: OrderedDict[tuple[str, ...], tuple[list[Hit], str]] = OrderedDict()
+        self._keys: dict[tuple[str, int], tuple[str, ...]] = {}  # question as typed -> cache key
         self._watch: asyncio.Task[None] | None = None
 
     async def build(self, force: bool = False) -> bool:
@@ -82,25 +95,25 @@ class DocsIndex:
             self._open_reader()
             return False
         pages = await asyncio.to_thread(corpus.load, self.root)
+        page_rows, passage_rows, fts_rows = [], [], []
+        for page_id, page in enumerate(pages, 1):
+            page_rows.append((page_id, page.source, page.path, page.title, page.description, page.body))
+            for p in page.passages:
+                passage_rows.append((len(passage_rows) + 1, page_id, p.heading, p.text))
+                fts_rows.append((len(passage_rows), page.title, p.heading, p.text, p.code))
         async with self.core.store.transaction() as conn:
-            await conn.execute("DELETE FROM docs_fts")
-            await conn.execute("DELETE FROM docs_passages")
-            await conn.execute("DELETE FROM docs_pages")
-            for page in pages:
-                cur = await conn.execute(
-                    "INSERT INTO docs_pages (path, url, title, description, body) VALUES (?, ?, ?, ?, ?)",
-                    (page.source, page.path, page.title, page.description, page.body),
-                )
-                page_id = cur.lastrowid
-                for p in page.passages:
-                    cur = await conn.execute(
-                        "INSERT INTO docs_passages (page_id, heading, body) VALUES (?, ?, ?)",
-                        (page_id, p.heading, p.text),
-                    )
-                    await conn.execute(
-                        "INSERT INTO docs_fts (rowid, title, heading, body, code) VALUES (?, ?, ?, ?, ?)",
-                        (cur.lastrowid, page.title, p.heading, p.text, p.code),
-                    )
+            for table in ("docs_fts", "docs_passages", "docs_pages"):
+                await conn.execute(f"DELETE FROM {table}")
+            await conn.executemany(
+                "INSERT INTO docs_pages (id, path, url, title, description, body) VALUES (?, ?, ?, ?, ?, ?)",
+                page_rows,
+            )
+            await conn.executemany(
+                "INSERT INTO docs_passages (id, page_id, heading, body) VALUES (?, ?, ?, ?)", passage_rows
+            )
+            await conn.executemany(
+                "INSERT INTO docs_fts (rowid, title, heading, body, code) VALUES (?, ?, ?, ?, ?)", fts_rows
+            )
             await conn.execute(
                 "INSERT INTO meta (key, value) VALUES ('docs_fingerprint', ?) "
                 "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
@@ -145,15 +158,33 @@ class DocsIndex:
         assert self._reader is not None, "build() first"
         return self._reader
 
-    def search(self, query: str, limit: int = 5) -> list[Hit]:
-        terms = query_terms(query)
+    def lookup(self, query: str, limit: int = 5) -> tuple[list[Hit], str]:
+        """The best pages for a question and the answer built from them.
+
+        Both are cached per (limit, meaningful words) until the corpus is reindexed: the same
+        question asked again costs a dictionary lookup.
+        """
+        key = self._keys.get((query, limit))
+        if key is None:
+            key = (str(limit), *query_terms(query))
+            if len(self._keys) > 4096:
+                self._keys.clear()
+            self._keys[(query, limit)] = key
+        cached = self._cache.get(key)
+        if cached is None:
+            hits = self._search(list(key[1:]), limit)
+            cached = (hits, self.answer(query, hits) if hits else "")
+            self._cache[key] = cached
+            if len(self._cache) > 1024:
+                self._cache.popitem(last=False)
+        else:
+            self._cache.move_to_end(key)
+        hits, answer = cached
+        return hits, answer or self.answer(query, hits)
+
+    def _search(self, terms: list[str], limit: int) -> list[Hit]:
         if not terms:
             return []
-        key = (str(limit), *terms)
-        cached = self._cache.get(key)
-        if cached is not None:
-            self._cache.move_to_end(key)
-            return cached
         expr = " OR ".join(f'"{t}"' for t in terms)
         rows = self.db.execute(
             "SELECT p.url, p.title, p.description, s.heading, s.body, "
@@ -174,11 +205,7 @@ class DocsIndex:
             if n < 3:
                 hit.score += -r["rank"] / (1 << n)
                 hit.passages.append(corpus.Passage(r["heading"], r["body"]))
-        result = sorted(hits.values(), key=lambda h: -h.score)[:limit]
-        self._cache[key] = result
-        if len(self._cache) > 512:
-            self._cache.popitem(last=False)
-        return result
+        return sorted(hits.values(), key=lambda h: -h.score)[:limit]
 
     def answer(self, query: str, hits: list[Hit], max_chars: int = 700) -> str:
         """An answer built from the best passages: their sentences that say most about the query."""
@@ -189,16 +216,10 @@ class DocsIndex:
             )
         stems = {stem(t) for t in query_terms(query)}
         candidates: list[tuple[int, int, str]] = []
-        order = 0
         for hit in hits[:3]:
             for passage in hit.passages[:2]:
-                for sentence in _SENTENCE.split(passage.text):
-                    sentence = " ".join(sentence.split()).lstrip("-*> ").strip()
-                    if len(sentence) < 25 or sentence.startswith("|"):
-                        continue
-                    words = {stem(w) for w in _WORD.findall(sentence.lower())}
-                    candidates.append((len(stems & words), order, sentence))
-                    order += 1
+                for sentence, words in sentences(passage.text):
+                    candidates.append((len(stems & words), len(candidates), sentence))
         best = sorted(candidates, key=lambda c: (-c[0], c[1]))
         # Sentences that say nearly as much about the question as the best one; the rest is noise.
         floor = max(1, best[0][0] - 1) if best else 1
