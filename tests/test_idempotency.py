@@ -89,12 +89,15 @@ async def test_same_key_while_the_first_still_runs_is_409(emu: Emulator) -> None
     k = key()
     admin = emu.admin()
     admin.post("/_emulator/faults", json={"hold": "/ask"}).raise_for_status()
+    since = emu.journal()[-1]["seq"]
     async with emu.client() as c:
         first = asyncio.create_task(c.post("/ask", json={"query": "views"}, headers={"Idempotency-Key": k}))
-        for _ in range(500):  # until the emulator reports the first request held (bounded)
-            if admin.get("/_emulator/faults").json()["waiting"]:
-                break
-            await asyncio.sleep(0.01)
+        # Until the emulator says the first request is held (bounded by the read timeout).
+        params = {"since": since, "kinds": "fault.held"}
+        async with c.stream("GET", "/_emulator/events", params=params) as stream:
+            async for line in stream.aiter_lines():
+                if line.startswith("data: "):
+                    break
         second = await c.post("/ask", json={"query": "views"}, headers={"Idempotency-Key": k})
         assert second.status_code == 409
         assert second.json()["error"]["retryable"] is True

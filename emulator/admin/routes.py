@@ -11,7 +11,8 @@ from litestar.response import Stream
 
 from emulator import __version__
 from emulator.config import parse_when
-from emulator.core.clock import ClockState, iso, parse_duration
+from emulator.core import jsonbody
+from emulator.core.clock import MAX_TIME, ClockState, iso, parse_duration
 from emulator.core.errors import ApiError
 from emulator.core.events import Event
 from emulator.site.state import site_of
@@ -99,6 +100,9 @@ async def clock_move(request: Request[Any, Any, Any]) -> Response[bytes]:
             raise ApiError(400, "bad_request", f"clock: {e}") from None
     if advance is not None and advance < 0:
         raise ApiError(400, "bad_request", "clock: advance must not be negative; use set to go back")
+    target = set_to if set_to is not None else core.clock.now()
+    if not 0 <= target + (advance or 0) <= MAX_TIME:
+        raise ApiError(400, "bad_request", "clock: the result must lie between 1970 and 9999")
     state = await core.move_clock(advance=advance, set_to=set_to, freeze=move.freeze)
     return _json(ClockView.of(state))
 
@@ -179,8 +183,8 @@ async def faults_release(request: Request[Any, Any, Any]) -> Response[bytes]:
 
 def _decode(body: bytes, type_: Any) -> Any:
     try:
-        return msgspec.json.decode(body or b"{}", type=type_)
-    except msgspec.DecodeError as e:
+        return jsonbody.decode(body or b"{}", type_)
+    except jsonbody.NotJson as e:
         raise ApiError(400, "bad_request", str(e)) from None
 
 

@@ -13,6 +13,9 @@ from datetime import UTC, datetime
 
 import msgspec
 
+# The last instant the clock may show (9999-12-31T23:59:59Z): beyond it dates cannot be printed.
+MAX_TIME = 253402300799.0
+
 # A job that falls due with time: it receives the emulator's `now` and does whatever expired.
 DueJob = Callable[[float], Awaitable[None]]
 

@@ -21,6 +21,7 @@ import msgspec
 from litestar import Request, Response, get, post
 from litestar.response import Stream
 
+from emulator.core import jsonbody
 from emulator.core.errors import ApiError
 from emulator.site.errors import bad_request, error_bytes
 from emulator.site.idempotency import Answer, fingerprint, guarded, read_key
@@ -100,8 +101,8 @@ def _params(request: Request[Any, Any, Any], body: bytes, headers: dict[bytes, s
         params.update({k: v[0] for k, v in form.items()})
         return params
     try:
-        parsed = msgspec.json.decode(body)
-    except msgspec.DecodeError as e:
+        parsed = jsonbody.decode(body)
+    except jsonbody.NotJson as e:
         raise ApiError(400, "invalid_json", f"the request body is not valid JSON: {e}") from None
     if not isinstance(parsed, dict):
         raise bad_request('the request body must be a JSON object such as {"query": "..."}')

@@ -6,6 +6,7 @@ refusal uses one of them, with the real HTTP status in `status`.
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import msgspec
@@ -13,6 +14,8 @@ from litestar import Request, Response
 from litestar.exceptions import HTTPException
 
 from emulator.core.errors import ApiError
+
+log = logging.getLogger("emulator")
 
 CODES = ("bad_request", "rate_limited", "not_found", "invalid_json")
 
@@ -78,7 +81,7 @@ def on_http_error(request: Request[Any, Any, Any], exc: HTTPException) -> Respon
 
 
 def on_internal_error(request: Request[Any, Any, Any], exc: Exception) -> Response[bytes]:
-    request.logger.exception("unhandled error on %s %s", request.method, request.url.path, exc_info=exc)
+    log.error("unhandled error on %s %s", request.method, request.url.path, exc_info=exc)
     body = _encode(
         ErrorBody(ErrorDetail("bad_request", "the emulator failed to answer; see its log", 500, True))
     )

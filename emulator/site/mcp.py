@@ -16,6 +16,7 @@ from typing import Any
 import msgspec
 from litestar import Request, Response, delete, get, post
 
+from emulator.core import jsonbody
 from emulator.core.errors import ApiError
 from emulator.site.idempotency import Answer, fingerprint, guarded, read_key
 from emulator.site.state import Site, site_of
@@ -383,8 +384,8 @@ async def mcp_post(request: Request[Any, Any, Any]) -> Response[bytes]:
     async def produce() -> Answer:
         await site.core.faults.checkpoint("/mcp")
         try:
-            message = msgspec.json.decode(body)
-        except msgspec.DecodeError as e:
+            message = jsonbody.decode(body)
+        except jsonbody.NotJson as e:
             reply: JsonRpcResponse | None = _failure(None, PARSE_ERROR, f"Parse error: {e}")
             method = None
         else:
@@ -407,8 +408,8 @@ async def mcp_post(request: Request[Any, Any, Any]) -> Response[bytes]:
 def _canonical(body: bytes) -> bytes:
     """The same JSON-RPC message in any key order or spacing is the same request."""
     try:
-        return json.dumps(json.loads(body), sort_keys=True, separators=(",", ":")).encode()
-    except ValueError:
+        return json.dumps(jsonbody.decode(body), sort_keys=True, separators=(",", ":")).encode()
+    except (jsonbody.NotJson, RecursionError):
         return body
 
 
