@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 
 import msgspec
@@ -14,6 +13,7 @@ from emulator.core.events import EventBus
 from emulator.core.faults import Faults
 from emulator.core.ids import Ids
 from emulator.core.store import Store
+from emulator.core.tasks import cancel
 
 log = logging.getLogger(__name__)
 
@@ -92,9 +92,6 @@ class Core:
         self._ticker = asyncio.create_task(tick(), name="due-jobs")
 
     async def close(self) -> None:
-        if self._ticker:
-            self._ticker.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._ticker
+        await cancel(self._ticker)
         await self.bus.stop()
         await self.store.close()

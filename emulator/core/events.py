@@ -18,6 +18,7 @@ import msgspec
 
 from emulator.core.clock import Clock
 from emulator.core.store import Store
+from emulator.core.tasks import cancel
 
 log = logging.getLogger(__name__)
 _encode = msgspec.json.Encoder().encode
@@ -80,10 +81,7 @@ class EventBus:
 
     async def stop(self) -> None:
         await self.flush()
-        if self._task:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+        await cancel(self._task)
         self.end_streams()
 
     def end_streams(self) -> None:

@@ -8,7 +8,6 @@ hop would cost more than the query.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import functools
 import logging
 import re
@@ -19,6 +18,7 @@ from pathlib import Path
 import msgspec
 
 from emulator.core.context import Core
+from emulator.core.tasks import cancel
 from emulator.site import corpus
 
 log = logging.getLogger(__name__)
@@ -146,10 +146,7 @@ class DocsIndex:
         self._watch = asyncio.create_task(run(), name="docs-watch")
 
     async def close(self) -> None:
-        if self._watch:
-            self._watch.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._watch
+        await cancel(self._watch)
         if self._reader:
             self._reader.close()
 
