@@ -1,0 +1,29 @@
+"""The examples run against a live emulator, so they cannot rot."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.conftest import Emulator
+
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+
+
+def test_ask_agent_example(emu: Emulator) -> None:
+    r = subprocess.run(
+        [sys.executable, str(EXAMPLES / "ask_agent.py"), "embedding", "index"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "EMULATOR_URL": emu.url},
+    )
+    assert r.returncode == 0, r.stderr
+    out = r.stdout
+    assert 'RateLimit: "ask";r=' in out
+    assert "event begin-nlweb-response" in out and "event complete" in out
+    assert "MCP server pixeltable-web speaks 2025-06-18" in out
+    assert "tools: search_docs, list_integrations" in out
+    assert f"{emu.url}/docs/concepts/embedding" in out
