@@ -145,17 +145,13 @@ class Server:
         url: str | None = None
         while True:
             if self.proc.poll() is not None:
-                raise ServerError(
-                    f"{self.name} exited with {self.proc.returncode} at start\n{self.log_tail()}"
-                )
+                raise ServerError(f"{self.name} exited with {self.proc.returncode} at start\n{self.log_tail()}")
             url = url or self.find_url()
             if url is not None and health_ok(url):
                 return url, time.perf_counter() - self.spawned_at
             now = time.perf_counter()
             if now >= deadline:
-                raise ServerError(
-                    f"{self.name} did not answer /health within {timeout:g} s\n{self.log_tail()}"
-                )
+                raise ServerError(f"{self.name} did not answer /health within {timeout:g} s\n{self.log_tail()}")
             time.sleep(min(POLL_S, deadline - now))
 
     def log_tail(self, lines: int = 20) -> str:
@@ -184,6 +180,10 @@ def emulator_server(workdir: Path) -> Server:
         *emulator_argv(),
         "up",
         "--site-port",
+        "0",
+        "--auth-port",
+        "0",
+        "--api-port",
         "0",
         "--state-dir",
         str(workdir / "state"),
@@ -289,9 +289,7 @@ class WrkClient:
             str(script),
             url + path,
         ]
-        proc = subprocess.run(
-            argv, capture_output=True, text=True, timeout=seconds + MEASURE_GRACE_S, check=False
-        )
+        proc = subprocess.run(argv, capture_output=True, text=True, timeout=seconds + MEASURE_GRACE_S, check=False)
         for line in proc.stdout.splitlines():
             if line.startswith("BENCH "):
                 s = json.loads(line[6:])
@@ -353,13 +351,9 @@ class AsyncioClient:
 
     def run(self, url: str, workload: Workload, seconds: int, concurrency: int) -> Sample:
         host, port = _host_port(url)
-        raw = [
-            _raw_request(workload.method, path, body, f"{host}:{port}") for path, body in workload.requests
-        ]
+        raw = [_raw_request(workload.method, path, body, f"{host}:{port}") for path, body in workload.requests]
         with asyncio.Runner(loop_factory=_loop_factory()) as runner:
-            return runner.run(
-                asyncio.wait_for(_load(host, port, raw, seconds, concurrency), seconds + MEASURE_GRACE_S)
-            )
+            return runner.run(asyncio.wait_for(_load(host, port, raw, seconds, concurrency), seconds + MEASURE_GRACE_S))
 
 
 def _loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
@@ -550,13 +544,8 @@ def summarize(results: Results, args: argparse.Namespace, client: LoadClient) ->
             "emu_startup_s": round(start["emulator"], 4),
         },
         "runs": {
-            **{
-                key: [asdict(s) | {"rps": round(s.rps, 1)} for s in samples]
-                for key, samples in results.load.items()
-            },
-            **{
-                f"{name}_startup_s": [round(v, 4) for v in values] for name, values in results.startup.items()
-            },
+            **{key: [asdict(s) | {"rps": round(s.rps, 1)} for s in samples] for key, samples in results.load.items()},
+            **{f"{name}_startup_s": [round(v, 4) for v in values] for name, values in results.startup.items()},
         },
     }
 
@@ -641,12 +630,8 @@ def _stop_on_sigterm(signum: int, frame: FrameType | None) -> None:
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--seconds", type=int, default=5, help="length of each measured run (default 5)")
-    p.add_argument(
-        "--warmup", type=int, default=1, help="warm-up before each run, in seconds (default 1; 0: none)"
-    )
-    p.add_argument(
-        "--concurrency", type=int, default=32, help="concurrent keep-alive connections (default 32)"
-    )
+    p.add_argument("--warmup", type=int, default=1, help="warm-up before each run, in seconds (default 1; 0: none)")
+    p.add_argument("--concurrency", type=int, default=32, help="concurrent keep-alive connections (default 32)")
     p.add_argument("--runs", type=int, default=3, help="runs of each measurement, interleaved (default 3)")
     p.add_argument(
         "--client",

@@ -40,12 +40,9 @@ def _add_locator(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--state-dir",
         type=Path,
-        help=f"state directory of the emulator to talk to (default {default_state_dir()}; "
-        "env EMULATOR_STATE_DIR)",
+        help=f"state directory of the emulator to talk to (default {default_state_dir()}; env EMULATOR_STATE_DIR)",
     )
-    p.add_argument(
-        "--url", help="site URL of the emulator to talk to (default: from endpoints.json; env EMULATOR_URL)"
-    )
+    p.add_argument("--url", help="site URL of the emulator to talk to (default: from endpoints.json; env EMULATOR_URL)")
 
 
 def parser() -> argparse.ArgumentParser:
@@ -67,6 +64,8 @@ def parser() -> argparse.ArgumentParser:
         type=int,
         help="port of the site origin (default 8700; 0 picks a free one; env EMULATOR_SITE_PORT)",
     )
+    up.add_argument("--auth-port", type=int, help="port of the identity provider (default 8701; 0 = free)")
+    up.add_argument("--api-port", type=int, help="port of the control plane (default 8702; 0 = free)")
     up.add_argument("--state-dir", type=Path, help=f"where state is kept (default {default_state_dir()})")
     up.add_argument("--config", type=Path, help="settings file (default <state-dir>/emulator.toml)")
     up.add_argument(
@@ -90,13 +89,10 @@ def parser() -> argparse.ArgumentParser:
         "--deprecate",
         dest="deprecations",
         metavar="V=DATE[,SUNSET]",
-        help="announce API version V as deprecated (Deprecation and Sunset headers), "
-        "e.g. 1=2026-12-01,2027-06-01",
+        help="announce API version V as deprecated (Deprecation and Sunset headers), e.g. 1=2026-12-01,2027-06-01",
     )
     up.add_argument("--log-level", choices=["critical", "error", "warning", "info", "debug"])
-    up.add_argument(
-        "-d", "--detach", action="store_true", help="run in the background and return once healthy"
-    )
+    up.add_argument("-d", "--detach", action="store_true", help="run in the background and return once healthy")
 
     for name, text in (
         ("down", "stop an emulator started in the background"),
@@ -112,10 +108,44 @@ def parser() -> argparse.ArgumentParser:
         "(expiries, replay windows) before the command returns.",
     )
     _add_locator(clock)
-    clock.add_argument(
-        "action", nargs="?", default="show", choices=["show", "advance", "set", "freeze", "resume"]
-    )
+    clock.add_argument("action", nargs="?", default="show", choices=["show", "advance", "set", "freeze", "resume"])
     clock.add_argument("value", nargs="?", help="advance: 90s, 15m, 48h, 2d; set/freeze: ISO 8601 instant")
+
+    approve = sub.add_parser(
+        "approve-claim",
+        help="play the person approving an agent's claim; prints the user code",
+        description="Sign in as EMAIL on a pending claim's verification page and approve it (or --deny). "
+        "Prints the 6-digit user code the agent needs for /agent/identity/claim/complete.",
+    )
+    _add_locator(approve)
+    approve.add_argument("claim", help="the claim's verification_uri, or the registration id (agent_reg_…)")
+    approve.add_argument("--email", required=True, help="the person's e-mail")
+    approve.add_argument("--deny", action="store_true", help="deny the claim instead")
+
+    claim = sub.add_parser(
+        "claim-trial",
+        help="play the person who opens a trial's claim_url",
+        description="Sign in as EMAIL and become the admin of a trial organization; it then never expires.",
+    )
+    _add_locator(claim)
+    claim.add_argument("org", help="the trial's organization slug (agent-…)")
+    claim.add_argument("--email", required=True, help="the person's e-mail")
+
+    switch = sub.add_parser(
+        "switch",
+        help="show or flip the platform switches",
+        description="Show the switches, or set one: anonymous_registration, service_auth_registration, "
+        "trials_enabled, cloud_reachable.",
+    )
+    _add_locator(switch)
+    switch.add_argument("name", nargs="?")
+    switch.add_argument("value", nargs="?", choices=["on", "off"])
+
+    for name, text in (
+        ("trials", "list trial organizations and their time left"),
+        ("registrations", "list agent registrations"),
+    ):
+        _add_locator(sub.add_parser(name, help=text, description=text[0].upper() + text[1:] + "."))
 
     events = sub.add_parser("events", help="print the event journal", description="Print the event journal.")
     _add_locator(events)
@@ -141,9 +171,7 @@ def _endpoints(args: argparse.Namespace) -> dict[str, Any]:
     try:
         return json.loads(path.read_text())
     except FileNotFoundError:
-        raise SystemExit(
-            f"emulator: not running ({path} does not exist); start it with `emulator up`"
-        ) from None
+        raise SystemExit(f"emulator: not running ({path} does not exist); start it with `emulator up`") from None
 
 
 def _call(url: str, body: dict[str, Any] | None = None, timeout: float = 10) -> Any:
@@ -167,7 +195,7 @@ def _call(url: str, body: dict[str, Any] | None = None, timeout: float = 10) -> 
 
 
 def _settings_from(args: argparse.Namespace) -> Settings:
-    flags = {k: v for k, v in vars(args).items() if k not in ("command", "detach")}
+    flags = {k: v for k, v in vars(args).items() if k not in ("command", "detach", "argv")}
     try:
         return load_settings(flags)
     except ConfigError as e:
@@ -176,7 +204,9 @@ def _settings_from(args: argparse.Namespace) -> Settings:
 
 def _print_ready(endpoints: dict[str, str], settings: Settings) -> None:
     print(f"Pixeltable Cloud emulator {__version__} is up", flush=True)
-    print(f"  site         {endpoints['site']}  (/ask, /mcp, /health, /_emulator)")
+    print(f"  site         {endpoints['site']}  (/ask, /mcp, /health, trials, discovery, /_emulator)")
+    print(f"  auth         {endpoints['auth']}  (identity provider: /agent/identity, /oauth2/token)")
+    print(f"  api          {endpoints['api']}  (control plane)")
     print(f"  state        {settings.state_dir}")
     print(f"  endpoints    {settings.endpoints_path}", flush=True)
 
@@ -209,29 +239,13 @@ def asyncio_runner(factory: Any) -> Any:
 
 
 def _detach(args: argparse.Namespace, settings: Settings) -> int:
-    argv = [sys.executable, "-m", "emulator", "up", "--state-dir", str(settings.state_dir)]
-    for flag, value in (
-        ("--host", args.host),
-        ("--site-port", args.site_port),
-        ("--docs", args.docs),
-        ("--config", args.config),
-        ("--ask-rate-limit", args.ask_rate_limit),
-        ("--ask-rate-window", args.ask_rate_window),
-        ("--seed", args.seed),
-        ("--freeze-clock", args.freeze_clock),
-        ("--deprecate", args.deprecations),
-        ("--log-level", args.log_level),
-    ):
-        if value is not None:
-            argv += [flag, str(value)]
-    if args.watch_docs is False:
-        argv.append("--no-watch")
+    # The same command line without -d, with the state dir pinned so both agree where it is.
+    own = [a for a in args.argv if a not in ("-d", "--detach")]
+    argv = [sys.executable, "-m", "emulator", *own, "--state-dir", str(settings.state_dir)]
     settings.state_dir.mkdir(parents=True, exist_ok=True)
     log_path = settings.state_dir / "emulator.log"
     with open(log_path, "ab") as logf:
-        proc = subprocess.Popen(
-            argv, stdout=logf, stderr=logf, stdin=subprocess.DEVNULL, start_new_session=True
-        )
+        proc = subprocess.Popen(argv, stdout=logf, stderr=logf, stdin=subprocess.DEVNULL, start_new_session=True)
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         if proc.poll() is not None:
@@ -284,14 +298,22 @@ def cmd_status(args: argparse.Namespace) -> int:
     print(f"  state        {status['state_dir']}")
     print(f"  docs         {status['docs']}")
     print(f"  events       {status['events']}")
+    off = [name for name, on in status.get("switches", {}).items() if not on]
+    print(f"  switched off {', '.join(off) if off else 'nothing'}")
     return 0
 
 
 def cmd_env(args: argparse.Namespace) -> int:
     endpoints = _endpoints(args)
+    if "api" not in endpoints:
+        endpoints = {**endpoints, **_call(endpoints["site"] + "/_emulator/status")["endpoints"]}
     exports = {
         "EMULATOR_URL": endpoints["site"],
+        "EMULATOR_AUTH_URL": endpoints["auth"],
+        # What the unmodified pixeltable client reads: `pxt new` asks the site for a trial, and every
+        # later command sends the trial's key to the control plane.
         "PIXELTABLE_SITE_URL": endpoints["site"],
+        "PIXELTABLE_API_URL": endpoints["api"],
     }
     for name, value in exports.items():
         print(f"export {name}={value}")
@@ -348,7 +370,57 @@ def cmd_events(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_approve_claim(args: argparse.Namespace) -> int:
+    site = _endpoints(args)["site"]
+    key = "registration" if args.claim.startswith("agent_reg_") else "claim"
+    path = "/_emulator/claims/deny" if args.deny else "/_emulator/claims/approve"
+    answer = _call(site + path, {key: args.claim, "email": args.email})
+    if args.deny:
+        print(f"denied: {answer['registration']} stays unclaimed")
+    else:
+        print(answer["user_code"])
+    return 0
+
+
+def cmd_claim_trial(args: argparse.Namespace) -> int:
+    answer = _call(_endpoints(args)["site"] + "/_emulator/trials/claim", {"org": args.org, "email": args.email})
+    print(f"{answer['org']} is claimed by {answer['email']}; it no longer expires")
+    return 0
+
+
+def cmd_switch(args: argparse.Namespace) -> int:
+    site = _endpoints(args)["site"]
+    if args.name and not args.value:
+        raise SystemExit("emulator: switch NAME needs on or off")
+    body = {args.name: args.value == "on"} if args.name else None
+    for name, value in _call(site + "/_emulator/switches", body).items():
+        print(f"{name:<28} {'on' if value else 'off'}")
+    return 0
+
+
+def cmd_trials(args: argparse.Namespace) -> int:
+    for t in _call(_endpoints(args)["site"] + "/_emulator/trials")["trials"]:
+        left = f"{t['seconds_left'] // 3600}h{t['seconds_left'] % 3600 // 60:02d}m left" if t["expires_at"] else ""
+        print(f"{t['org']:<14} {t['state']:<10} {left:<12} keys: {', '.join(t['api_keys'])}")
+    return 0
+
+
+def cmd_registrations(args: argparse.Namespace) -> int:
+    for r in _call(_endpoints(args)["site"] + "/_emulator/registrations")["registrations"]:
+        who = r["claimed_email"] or r["login_hint"] or ""
+        print(
+            f"{r['id']}  {r['type']:<12} {r['status']:<10} tokens {r['tokens_issued']:<3} "
+            f"trial {r['trial'] or '-':<14} {who}"
+        )
+    return 0
+
+
 COMMANDS = {
+    "approve-claim": cmd_approve_claim,
+    "claim-trial": cmd_claim_trial,
+    "switch": cmd_switch,
+    "trials": cmd_trials,
+    "registrations": cmd_registrations,
     "up": cmd_up,
     "down": cmd_down,
     "status": cmd_status,
@@ -360,7 +432,9 @@ COMMANDS = {
 
 def main(argv: list[str] | None = None) -> int:
     p = parser()
+    argv = sys.argv[1:] if argv is None else argv
     args = p.parse_args(argv)
+    args.argv = argv
     if not args.command:
         p.print_help()
         return 2

@@ -40,6 +40,8 @@ class Deprecation(msgspec.Struct, frozen=True):
 class Settings(msgspec.Struct, kw_only=True):
     host: str = "127.0.0.1"
     site_port: int = 8700
+    auth_port: int = 8701
+    api_port: int = 8702
     state_dir: Path = msgspec.field(default_factory=default_state_dir)
     docs: Path = DEFAULT_DOCS
     integrations: Path = DEFAULT_INTEGRATIONS
@@ -58,6 +60,22 @@ class Settings(msgspec.Struct, kw_only=True):
     watch_docs: bool = True
     log_level: str = "warning"
     deprecations: dict[str, Deprecation] = msgspec.field(default_factory=dict)
+    # Identity provider (lifetimes in seconds of emulator time).
+    access_token_ttl: int = 300
+    assertion_ttl: int = 3600
+    claim_ttl: int = 86_400
+    attempt_ttl: int = 600
+    refresh_token_ttl: int = 2_592_000
+    registration_rate_limit: int = 60  # registrations per minute per client IP
+    anonymous_registration: bool = True
+    service_auth_registration: bool = True
+    # Trials.
+    trials_enabled: bool = True
+    cloud_reachable: bool = True
+    trial_capacity: int = 1000  # unclaimed trials the platform holds at once
+    trial_network_limit: int = 10  # unclaimed trials one network may hold
+    trial_network_bits: int = 24  # an IPv4 network is a /24 (an IPv6 one a /64)
+    trial_lifetime: int = 172_800
 
     @property
     def db_path(self) -> Path:
@@ -68,9 +86,35 @@ class Settings(msgspec.Struct, kw_only=True):
         return self.state_dir / "endpoints.json"
 
 
-_INT = {"site_port", "ask_rate_limit", "ask_rate_window", "idempotency_ttl", "journal_cap", "seed"}
+_INT = {
+    "site_port",
+    "auth_port",
+    "api_port",
+    "ask_rate_limit",
+    "ask_rate_window",
+    "idempotency_ttl",
+    "journal_cap",
+    "seed",
+    "access_token_ttl",
+    "assertion_ttl",
+    "claim_ttl",
+    "attempt_ttl",
+    "refresh_token_ttl",
+    "registration_rate_limit",
+    "trial_capacity",
+    "trial_network_limit",
+    "trial_network_bits",
+    "trial_lifetime",
+}
 _PATH = {"state_dir", "docs", "integrations"}
-_BOOL = {"trust_forwarded", "watch_docs"}
+_BOOL = {
+    "trust_forwarded",
+    "watch_docs",
+    "anonymous_registration",
+    "service_auth_registration",
+    "trials_enabled",
+    "cloud_reachable",
+}
 FIELDS = tuple(f for f in Settings.__struct_fields__)
 
 
@@ -138,10 +182,7 @@ def _coerce(name: str, value: Any) -> Any:
         if isinstance(value, str):
             return parse_deprecations(value)
         if isinstance(value, dict):
-            return {
-                str(v): _deprecation(str(v), d.get("deprecated_at"), d.get("sunset_at"))
-                for v, d in value.items()
-            }
+            return {str(v): _deprecation(str(v), d.get("deprecated_at"), d.get("sunset_at")) for v, d in value.items()}
         raise ConfigError("deprecations: expected a table of versions")
     return str(value)
 
@@ -151,9 +192,7 @@ def load_settings(flags: dict[str, Any] | None = None, env: dict[str, str] | Non
     flags = {k: v for k, v in (flags or {}).items() if v is not None}
     env = dict(os.environ if env is None else env)
     from_env = {name: env[f"EMULATOR_{name.upper()}"] for name in FIELDS if f"EMULATOR_{name.upper()}" in env}
-    state_dir = _coerce(
-        "state_dir", flags.get("state_dir") or from_env.get("state_dir") or default_state_dir()
-    )
+    state_dir = _coerce("state_dir", flags.get("state_dir") or from_env.get("state_dir") or default_state_dir())
     config_path = flags.pop("config", None) or env.get("EMULATOR_CONFIG")
     file_path = Path(config_path).expanduser() if config_path else state_dir / "emulator.toml"
     from_file: dict[str, Any] = {}
@@ -179,8 +218,26 @@ def load_settings(flags: dict[str, Any] | None = None, env: dict[str, str] | Non
 
 
 def _validate(s: Settings) -> None:
-    if not 0 <= s.site_port <= 65535:
-        raise ConfigError(f"site_port: {s.site_port} is not a TCP port (0 picks a free one)")
+    for name in ("site_port", "auth_port", "api_port"):
+        port = getattr(s, name)
+        if not 0 <= port <= 65535:
+            raise ConfigError(f"{name}: {port} is not a TCP port (0 picks a free one)")
+    for name in (
+        "access_token_ttl",
+        "assertion_ttl",
+        "claim_ttl",
+        "attempt_ttl",
+        "refresh_token_ttl",
+        "trial_lifetime",
+        "registration_rate_limit",
+        "trial_network_limit",
+    ):
+        if getattr(s, name) < 1:
+            raise ConfigError(f"{name} must be at least 1")
+    if s.trial_capacity < 0:
+        raise ConfigError("trial_capacity must not be negative")
+    if not 8 <= s.trial_network_bits <= 32:
+        raise ConfigError("trial_network_bits must be from 8 to 32")
     if s.ask_rate_limit < 1 or s.ask_rate_window < 1:
         raise ConfigError("ask_rate_limit and ask_rate_window must be at least 1")
     if s.idempotency_ttl < 1:

@@ -23,9 +23,14 @@ import msgspec
 import uvicorn
 
 from emulator import __version__
+from emulator.cloud import orgs
+from emulator.cloud.app import Cloud, build_cloud_app
 from emulator.config import Settings
 from emulator.core.clock import iso
 from emulator.core.context import Core
+from emulator.idp.identity import Identity, Urls
+from emulator.idp.keys import Signer
+from emulator.idp.routes import Idp, build_idp_app
 from emulator.site.app import build_site_app
 from emulator.site.idempotency import Idempotency
 from emulator.site.ratelimit import RateLimiter
@@ -56,8 +61,7 @@ def bind(host: str, port: int, origin: str) -> socket.socket:
     except OSError as e:
         sock.close()
         raise PortInUse(
-            f"{origin}: cannot listen on {host}:{port} ({e.strerror}); "
-            f"choose another port (0 picks a free one)"
+            f"{origin}: cannot listen on {host}:{port} ({e.strerror}); choose another port (0 picks a free one)"
         ) from None
     sock.set_inheritable(False)
     return sock
@@ -116,10 +120,15 @@ def remove_endpoints(settings: Settings) -> None:
 
 
 async def serve(settings: Settings, on_ready: Any = None) -> None:
-    """Serve until SIGINT/SIGTERM (or until `stop` is set on the returned servers)."""
+    """Serve every origin until SIGINT/SIGTERM."""
     t0 = time.perf_counter()
     settings.state_dir.mkdir(parents=True, exist_ok=True)
-    site_sock = bind(settings.host, settings.site_port, "site")
+    socks = {
+        "site": bind(settings.host, settings.site_port, "site"),
+        "auth": bind(settings.host, settings.auth_port, "identity provider"),
+        "api": bind(settings.host, settings.api_port, "control plane"),
+    }
+    urls = Urls(site=url_of(socks["site"]), auth=url_of(socks["auth"]), api=url_of(socks["api"]))
     core = await Core.open(settings)
     docs = DocsIndex(core, settings.docs)
     try:
@@ -129,21 +138,30 @@ async def serve(settings: Settings, on_ready: Any = None) -> None:
         idem = Idempotency(core, settings.idempotency_ttl)
         await idem.recover()
         limiter = RateLimiter(core.clock, settings.ask_rate_limit, settings.ask_rate_window, "ask")
+        identity = Identity(core, Signer.load_or_create(settings.state_dir), urls)
         core.clock.on_due(limiter.sweep)
         core.clock.on_due(idem.sweep)
-        base_url = url_of(site_sock)
-        endpoints = {"site": base_url, "base_url": base_url}
+        core.clock.on_due(lambda now: orgs.expire_trials(core, now))
+        endpoints = {"site": urls.site, "base_url": urls.site, "auth": urls.auth, "api": urls.api}
         site = Site(
             core=core,
             docs=docs,
-            base_url=base_url,
+            base_url=urls.site,
             ask_limiter=limiter,
             idempotency=idem,
+            identity=identity,
             integrations=load_integrations(settings.integrations),
             started_at=time.time(),
             endpoints=endpoints,
         )
-        servers = [(_Server(_uvicorn_config(build_site_app(site), settings)), site_sock)]
+        register_limiter = RateLimiter(core.clock, settings.registration_rate_limit, 60, "register")
+        core.clock.on_due(register_limiter.sweep)
+        apps = {
+            "site": build_site_app(site),
+            "auth": build_idp_app(Idp(core, identity, register_limiter)),
+            "api": build_cloud_app(Cloud(core)),
+        }
+        servers = [(_Server(_uvicorn_config(apps[name], settings)), socks[name]) for name in socks]
 
         loop = asyncio.get_running_loop()
 
@@ -161,6 +179,7 @@ async def serve(settings: Settings, on_ready: Any = None) -> None:
                 break
             await asyncio.sleep(0.005)
         write_endpoints(settings, endpoints)
+        await core.run_due()  # what fell due while the emulator was down
         core.start_ticker()
         core.bus.publish(
             "emulator.started",
@@ -173,6 +192,8 @@ async def serve(settings: Settings, on_ready: Any = None) -> None:
             on_ready(endpoints)
         await asyncio.gather(*tasks)
     finally:
+        for sock in socks.values():
+            sock.close()
         remove_endpoints(settings)
         await docs.close()
         await core.close()

@@ -26,8 +26,9 @@ _ips = itertools.count(2)
 
 
 def next_ip() -> str:
+    """A fresh loopback address, each in its own /24, so per-IP and per-network limits never collide."""
     n = next(_ips)
-    return f"127.0.{n // 250 + 1}.{n % 250 + 2}"
+    return f"127.{1 + n // 256}.{n % 256}.2"
 
 
 class Emulator:
@@ -44,10 +45,19 @@ class Emulator:
     def url(self) -> str:
         return self.endpoints["site"]
 
+    @property
+    def auth(self) -> str:
+        return self.endpoints["auth"]
+
+    @property
+    def api(self) -> str:
+        return self.endpoints["api"]
+
     def start(self) -> Emulator:
         self.state_dir.mkdir(parents=True, exist_ok=True)
         log = open(self.state_dir / "test-emulator.log", "ab")
-        cmd = [sys.executable, "-m", "emulator", "up", "--site-port", "0", "--state-dir", str(self.state_dir)]
+        cmd = [sys.executable, "-m", "emulator", "up", "--site-port", "0", "--auth-port", "0", "--api-port", "0"]
+        cmd += ["--state-dir", str(self.state_dir)]
         self.proc = subprocess.Popen(
             [*cmd, *self.args],
             stdout=log,

@@ -69,9 +69,7 @@ async def test_result_urls_are_pages_the_site_serves(client: httpx.AsyncClient) 
         ("pxt secret set and db restart", "/docs/cli/"),
     ],
 )
-async def test_search_ranks_the_page_about_the_question_first(
-    emu: Emulator, question: str, expected_path: str
-) -> None:
+async def test_search_ranks_the_page_about_the_question_first(emu: Emulator, question: str, expected_path: str) -> None:
     async with emu.client() as c:
         results = (await c.get("/ask", params={"q": question})).json()["results"]
     assert results, question
@@ -274,9 +272,7 @@ async def test_docs_are_reindexed_when_a_file_changes(tmp_path: Path, start_emul
     (docs / "a.md").write_text("---\ntitle: Alpha\ndescription: a\n---\n# Alpha\n\n## One\nAlpha is first.\n")
     e = start_emulator("--docs", str(docs))
     since = e.journal()[-1]["seq"]
-    (docs / "b.md").write_text(
-        "---\ntitle: Bravo\ndescription: b\n---\n# Bravo\n\n## Two\nBravo quokkas are second.\n"
-    )
+    (docs / "b.md").write_text("---\ntitle: Bravo\ndescription: b\n---\n# Bravo\n\n## Two\nBravo quokkas are second.\n")
     async with e.client() as c:
         # Wait for the reindex event on the live stream (bounded by the read timeout), not for wall time.
         params = {"since": since, "kinds": "docs."}

@@ -15,6 +15,9 @@ import httpx
 from tests.conftest import Emulator
 
 
+FREE_PORTS = ("--site-port", "0", "--auth-port", "0", "--api-port", "0")
+
+
 def run(*args: str, state: Path | None = None, timeout: float = 60) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, **({"EMULATOR_STATE_DIR": str(state)} if state else {})}
     return subprocess.run(
@@ -39,8 +42,7 @@ def test_up_prints_its_urls_writes_endpoints_and_is_healthy_at_once(tmp_path: Pa
             "-m",
             "emulator",
             "up",
-            "--site-port",
-            "0",
+            *FREE_PORTS,
             "--state-dir",
             str(tmp_path),
             "--no-watch",
@@ -70,7 +72,7 @@ def test_a_busy_port_is_a_clear_error(tmp_path: Path) -> None:
         busy.bind(("127.0.0.1", 0))
         busy.listen()
         port = busy.getsockname()[1]
-        r = run("up", "--site-port", str(port), "--state-dir", str(tmp_path))
+        r = run("up", *FREE_PORTS, "--site-port", str(port), "--state-dir", str(tmp_path))
     assert r.returncode == 1
     assert f"cannot listen on 127.0.0.1:{port}" in r.stderr and "0 picks a free one" in r.stderr
 
@@ -82,9 +84,7 @@ def test_bad_flag_values_are_refused_before_starting(tmp_path: Path) -> None:
 
 def test_detached_lifecycle(tmp_path: Path) -> None:
     state = tmp_path / "detached"
-    up = run(
-        "up", "-d", "--site-port", "0", "--no-watch", "--freeze-clock", "2026-03-01T00:00:00Z", state=state
-    )
+    up = run("up", "-d", *FREE_PORTS, "--no-watch", "--freeze-clock", "2026-03-01T00:00:00Z", state=state)
     assert up.returncode == 0, up.stderr
     assert "is up" in up.stdout and "emulator down" in up.stdout
     try:

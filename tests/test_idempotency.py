@@ -163,8 +163,6 @@ async def test_replay_survives_a_restart(start_emulator, tmp_path) -> None:
         first = await c.post("/ask", json={"query": "views"}, headers={"Idempotency-Key": k})
     assert e.stop() == 0
     e2 = start_emulator("--no-watch", state_dir=state)
-    async with httpx.AsyncClient(
-        base_url=e2.url, transport=httpx.AsyncHTTPTransport(local_address="127.0.9.9")
-    ) as c:
+    async with httpx.AsyncClient(base_url=e2.url, transport=httpx.AsyncHTTPTransport(local_address="127.0.9.9")) as c:
         again = await c.post("/ask", json={"query": "views"}, headers={"Idempotency-Key": k})
     assert again.content == first.content and again.headers["Idempotent-Replayed"] == "true"

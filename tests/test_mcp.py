@@ -102,9 +102,7 @@ async def test_ids_are_echoed_with_their_type(client: httpx.AsyncClient) -> None
         ({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {}}, -32602, "protocolVersion"),
     ],
 )
-async def test_jsonrpc_errors_use_the_standard_codes(
-    emu: Emulator, body: object, code: int, fragment: str
-) -> None:
+async def test_jsonrpc_errors_use_the_standard_codes(emu: Emulator, body: object, code: int, fragment: str) -> None:
     async with emu.client() as c:
         r = await rpc(c, body)
     assert r.status_code == 200  # the spec: JSON-RPC failures are HTTP 200 with an error object

@@ -27,9 +27,7 @@ async def test_ten_requests_then_429(emu: Emulator) -> None:
     async with emu.client() as c:
         remaining = []
         for i in range(10):
-            r = await (
-                c.get("/ask", params={"q": f"tables {i}"}) if i % 2 else c.post("/ask", json={"q": "x y"})
-            )
+            r = await (c.get("/ask", params={"q": f"tables {i}"}) if i % 2 else c.post("/ask", json={"q": "x y"}))
             assert r.status_code == 200
             remaining.append(quota(r)[0])
         assert remaining == list(range(9, -1, -1))

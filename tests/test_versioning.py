@@ -38,9 +38,7 @@ async def test_api_version_1_is_served(client: httpx.AsyncClient) -> None:
 
 
 @pytest.mark.parametrize("value", ["2", "0", "v1", "1.0", ""])
-async def test_other_api_versions_are_400_naming_the_served_ones(
-    client: httpx.AsyncClient, value: str
-) -> None:
+async def test_other_api_versions_are_400_naming_the_served_ones(client: httpx.AsyncClient, value: str) -> None:
     for path in ("/health", "/ask?q=x", "/mcp"):
         r = await client.get(path, headers={"API-Version": value})
         assert r.status_code == 400

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from typing import Any
+from urllib.parse import parse_qs, urlsplit
 
 import msgspec
 from litestar import Request, Response, get, post
@@ -15,7 +16,9 @@ from emulator.core import jsonbody
 from emulator.core.clock import MAX_TIME, ClockState, iso, parse_duration
 from emulator.core.errors import ApiError
 from emulator.core.events import Event
+from emulator.idp.identity import POST_CLAIM_SCOPES, PRE_CLAIM_SCOPES
 from emulator.site.state import site_of
+from emulator.site.trials import claim_trial
 
 _encode = msgspec.json.Encoder().encode
 
@@ -68,6 +71,7 @@ async def status(request: Request[Any, Any, Any]) -> Response[bytes]:
             "state_dir": str(s.state_dir),
             "docs": str(s.docs),
             "events": site.core.bus.last_seq,
+            "switches": site.core.switches.snapshot(),
             "limits": {
                 "ask_rate_limit": s.ask_rate_limit,
                 "ask_rate_window": s.ask_rate_window,
@@ -188,4 +192,148 @@ def _decode(body: bytes, type_: Any) -> Any:
         raise ApiError(400, "bad_request", str(e)) from None
 
 
-HANDLERS = [status, clock_get, clock_move, journal, events, faults_get, faults_add, faults_release]
+# --- the human and operator side (what a person does in a browser, and platform switches) ---------
+
+
+class ClaimDecision(msgspec.Struct, forbid_unknown_fields=True):
+    """Play the person on a pending agent claim: by its verification_uri (or attempt token) or registration."""
+
+    email: str
+    claim: str | None = None
+    registration: str | None = None
+
+
+def _attempt_token(claim: str | None) -> str | None:
+    if claim and "token=" in claim:
+        return parse_qs(urlsplit(claim).query).get("token", [""])[0] or None
+    return claim
+
+
+async def _decide(request: Request[Any, Any, Any], approve: bool) -> Response[bytes]:
+    identity = site_of(request).identity
+    body = _decode(await request.body(), ClaimDecision)
+    attempt = await identity.attempt_for(token=_attempt_token(body.claim), registration=body.registration)
+    code = await identity.decide(attempt, body.email, approve)
+    answer = {"registration": attempt["registration_id"], "email": body.email.strip(), "approved": approve}
+    return _json({**answer, "user_code": code} if code else answer)
+
+
+@post("/_emulator/claims/approve", status_code=200)
+async def claims_approve(request: Request[Any, Any, Any]) -> Response[bytes]:
+    """The person signs in and approves: the answer shows the 6-digit user code, once."""
+    return await _decide(request, True)
+
+
+@post("/_emulator/claims/deny", status_code=200)
+async def claims_deny(request: Request[Any, Any, Any]) -> Response[bytes]:
+    return await _decide(request, False)
+
+
+class TrialClaim(msgspec.Struct, forbid_unknown_fields=True):
+    """Claim a trial as a person: `org` is its slug (or org id)."""
+
+    org: str
+    email: str
+
+
+@post("/_emulator/trials/claim", status_code=200)
+async def trials_claim(request: Request[Any, Any, Any]) -> Response[bytes]:
+    site = site_of(request)
+    body = _decode(await request.body(), TrialClaim)
+    row = await site.core.store.fetchone("SELECT id FROM orgs WHERE slug = ? OR id = ?", (body.org, body.org))
+    if row is None:
+        raise ApiError(404, "not_found", f"no organization {body.org!r} (an unclaimed trial is deleted after 48 h)")
+    slug = await claim_trial(site, org_id=row["id"], email=body.email)
+    return _json({"org": slug, "email": body.email.strip(), "state": "claimed"})
+
+
+@get("/_emulator/trials")
+async def trials_list(request: Request[Any, Any, Any]) -> Response[bytes]:
+    core = site_of(request).core
+    now = core.clock.now()
+    rows = await core.store.fetchall(
+        "SELECT o.*, (SELECT json_group_array(name) FROM api_keys k WHERE k.org_id = o.id) AS keys "
+        "FROM orgs o WHERE o.trial = 1 ORDER BY o.created_at"
+    )
+    return _json(
+        {
+            "trials": [
+                {
+                    "org": r["slug"],
+                    "org_id": r["id"],
+                    "state": r["state"],
+                    "registration": r["registration_id"],
+                    "network": r["network"],
+                    "created_at": iso(r["created_at"]),
+                    "expires_at": iso(r["expires_at"]) if r["expires_at"] else None,
+                    "seconds_left": max(0, int(r["expires_at"] - now)) if r["expires_at"] else None,
+                    "api_keys": msgspec.json.decode(r["keys"]),
+                }
+                for r in rows
+            ]
+        }
+    )
+
+
+@get("/_emulator/registrations")
+async def registrations_list(request: Request[Any, Any, Any]) -> Response[bytes]:
+    core = site_of(request).core
+    rows = await core.store.fetchall(
+        "SELECT r.*, (SELECT slug FROM orgs o WHERE o.id = r.trial_org_id) AS trial, "
+        "(SELECT COUNT(*) FROM access_tokens t WHERE t.registration_id = r.id) AS tokens, "
+        "(SELECT MAX(issued_at) FROM access_tokens t WHERE t.registration_id = r.id) AS last_token_at "
+        "FROM registrations r ORDER BY r.created_at"
+    )
+    return _json(
+        {
+            "registrations": [
+                {
+                    "id": r["id"],
+                    "type": r["type"],
+                    "status": r["status"],
+                    "login_hint": r["login_hint"],
+                    "claimed_email": r["claimed_email"],
+                    "scopes": POST_CLAIM_SCOPES if r["status"] == "claimed" else PRE_CLAIM_SCOPES,
+                    "trial": r["trial"],
+                    "trial_org_id": r["trial_org_id"],
+                    "tokens_issued": r["tokens"],
+                    "last_token_at": iso(r["last_token_at"]) if r["last_token_at"] else None,
+                    "created_at": iso(r["created_at"]),
+                }
+                for r in rows
+            ]
+        }
+    )
+
+
+@get("/_emulator/switches")
+async def switches_get(request: Request[Any, Any, Any]) -> Response[bytes]:
+    return _json(site_of(request).core.switches.snapshot())
+
+
+@post("/_emulator/switches", status_code=200)
+async def switches_set(request: Request[Any, Any, Any]) -> Response[bytes]:
+    switches = site_of(request).core.switches
+    body = _decode(await request.body(), dict[str, bool])
+    for name, value in body.items():
+        switches.set(name, value)
+    return _json(switches.snapshot())
+
+
+HANDLERS = [
+    status,
+    clock_get,
+    clock_move,
+    journal,
+    events,
+    faults_get,
+    faults_add,
+    faults_release,
+    claims_approve,
+    claims_deny,
+    trials_claim,
+    trials_list,
+    registrations_list,
+    switches_get,
+    switches_set,
+]

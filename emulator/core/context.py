@@ -13,6 +13,7 @@ from emulator.core.events import EventBus
 from emulator.core.faults import Faults
 from emulator.core.ids import Ids
 from emulator.core.store import Store
+from emulator.core.switches import Switches
 from emulator.core.tasks import cancel
 
 log = logging.getLogger(__name__)
@@ -31,6 +32,7 @@ class Core:
         self.bus = bus
         self.ids = Ids(settings.seed)
         self.faults = Faults(bus)
+        self.switches = Switches(settings, bus)
         self._ticker: asyncio.Task[None] | None = None
         self._due_lock = asyncio.Lock()
 
@@ -72,9 +74,7 @@ class Core:
             self.clock.resume()
         await self._save_clock()
         state = self.clock.state()
-        self.bus.publish(
-            "clock.moved", None, before=before, now=state.now, frozen=state.frozen, iso=state.iso
-        )
+        self.bus.publish("clock.moved", None, before=before, now=state.now, frozen=state.frozen, iso=state.iso)
         await self.run_due()
         return state
 

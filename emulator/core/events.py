@@ -145,16 +145,12 @@ class EventBus:
         where, params = "seq > ?", [since]
         if prefixes:
             where += " AND (" + " OR ".join("kind LIKE ? ESCAPE '\\'" for _ in prefixes) + ")"
-            params += [
-                p.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%" for p in prefixes
-            ]
+            params += [p.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%" for p in prefixes]
         rows = await self._store.fetchall(
             f"SELECT seq, ts, kind, subject, data FROM events WHERE {where} ORDER BY seq LIMIT ?",
             (*params, limit),
         )
-        return [
-            Event(r["seq"], r["ts"], r["kind"], r["subject"], msgspec.json.decode(r["data"])) for r in rows
-        ]
+        return [Event(r["seq"], r["ts"], r["kind"], r["subject"], msgspec.json.decode(r["data"])) for r in rows]
 
     async def follow(self, since: int | None, prefixes: tuple[str, ...] = ()) -> AsyncIterator[Event]:
         """History after `since` (None = only new events), then live events, in order, no repeats."""

@@ -8,6 +8,8 @@ import random
 import secrets
 import uuid
 
+_CROCKFORD = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
+
 
 class Ids:
     def __init__(self, seed: int | None = None) -> None:
@@ -27,6 +29,15 @@ class Ids:
         """An opaque secret such as `pxtk_…`: URL-safe, prefixed so a reader knows what it is."""
         raw = self._bits(nbytes * 8).to_bytes(nbytes, "big")
         return prefix + raw.hex()
+
+    def ident(self, prefix: str) -> str:
+        """A sortable-looking public identifier such as `agent_reg_01K…` (26 Crockford base32 chars)."""
+        n = self._fast.getrandbits(130)
+        return prefix + "".join(_CROCKFORD[(n >> (5 * i)) & 31] for i in range(25, -1, -1))
+
+    def digits(self, n: int) -> str:
+        """A numeric secret such as a 6-digit user code."""
+        return str(self._bits(64) % 10**n).zfill(n)
 
     def short(self, n: int = 6) -> str:
         """A short lowercase hex suffix for readable names."""

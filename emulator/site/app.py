@@ -9,7 +9,7 @@ from litestar import Litestar, Response, get
 from litestar.datastructures import State
 
 from emulator.admin import routes as admin
-from emulator.site import ask, mcp, pages
+from emulator.site import ask, discovery, mcp, pages, trials
 from emulator.site.errors import EXCEPTION_HANDLERS
 from emulator.site.gate import SiteGate
 from emulator.site.state import Site
@@ -25,7 +25,15 @@ async def health() -> Response[bytes]:
 
 def build_site_app(site: Site) -> Any:
     app = Litestar(
-        route_handlers=[health, *ask.HANDLERS, *mcp.HANDLERS, *admin.HANDLERS, *pages.HANDLERS],
+        route_handlers=[
+            health,
+            *ask.HANDLERS,
+            *mcp.HANDLERS,
+            *discovery.HANDLERS,
+            *trials.HANDLERS,
+            *admin.HANDLERS,
+            *pages.HANDLERS,
+        ],
         exception_handlers=EXCEPTION_HANDLERS,
         state=State({"site": site}),
         openapi_config=None,

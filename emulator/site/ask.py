@@ -196,9 +196,7 @@ def _sse(payload: dict[str, Any]) -> bytes:
 async def _stream(site: Site, ask: AskInput) -> AsyncIterator[bytes]:
     results, answer = _results(site, ask.query)
     meta = msgspec.to_builtins(_meta(site, True))
-    yield _sse(
-        {"message_type": "begin-nlweb-response", "query_id": ask.query_id, "query": ask.query, "_meta": meta}
-    )
+    yield _sse({"message_type": "begin-nlweb-response", "query_id": ask.query_id, "query": ask.query, "_meta": meta})
     yield _sse({"message_type": "result", "content": msgspec.to_builtins(results)})
     yield _sse({"message_type": "summary", "message": answer})
     yield _sse({"message_type": "end-nlweb-response", "query_id": ask.query_id})
@@ -219,9 +217,7 @@ async def _ask(request: Request[Any, Any, Any]) -> Response[bytes] | Stream:
         quota = site.ask_limiter.hit(ip)
         if not quota.allowed:
             msg = f"{quota.limit} requests per minute per IP on /ask; retry in {quota.reset} s"
-            exc = ApiError(
-                429, "rate_limited", msg, retryable=True, headers={"Retry-After": str(quota.reset)}
-            )
+            exc = ApiError(429, "rate_limited", msg, retryable=True, headers={"Retry-After": str(quota.reset)})
             return Answer(429, {"Content-Type": "application/json"}, error_bytes(exc))
         try:
             ask = parse(request, body, site, sent)

@@ -37,9 +37,7 @@ class Page(msgspec.Struct):
 def corpus_files(root: Path) -> list[Path]:
     if root.is_file():
         return [root]
-    return sorted(
-        p for p in root.rglob("*") if p.suffix.lower() in SUFFIXES and p.is_file() and not _hidden(p, root)
-    )
+    return sorted(p for p in root.rglob("*") if p.suffix.lower() in SUFFIXES and p.is_file() and not _hidden(p, root))
 
 
 def _hidden(p: Path, root: Path) -> bool:
@@ -139,9 +137,7 @@ def _first_prose(passages: list[Passage]) -> str:
 
 class _HtmlText(HTMLParser):
     SKIP = frozenset({"script", "style", "nav", "header", "footer", "noscript", "svg"})
-    BLOCK = frozenset(
-        {"p", "div", "li", "pre", "tr", "br", "section", "article", "table", "ul", "ol", "h3", "h4"}
-    )
+    BLOCK = frozenset({"p", "div", "li", "pre", "tr", "br", "section", "article", "table", "ul", "ol", "h3", "h4"})
 
     def __init__(self) -> None:
         super().__init__(convert_charrefs=True)

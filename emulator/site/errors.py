@@ -48,9 +48,7 @@ def error_bytes(exc: ApiError) -> bytes:
 
 
 def error_response(exc: ApiError) -> Response[bytes]:
-    return Response(
-        error_bytes(exc), status_code=exc.status, media_type="application/json", headers=exc.headers
-    )
+    return Response(error_bytes(exc), status_code=exc.status, media_type="application/json", headers=exc.headers)
 
 
 def bad_request(message: str) -> ApiError:
@@ -69,12 +67,8 @@ def on_http_error(request: Request[Any, Any, Any], exc: HTTPException) -> Respon
         return error_response(ApiError(404, "not_found", msg))
     if status == 405:
         allowed = (exc.headers or {}).get("allow", "")
-        msg = f"{request.method} is not allowed on {request.url.path}" + (
-            f"; use {allowed}" if allowed else ""
-        )
-        return error_response(
-            ApiError(405, "bad_request", msg, headers={"Allow": allowed} if allowed else None)
-        )
+        msg = f"{request.method} is not allowed on {request.url.path}" + (f"; use {allowed}" if allowed else "")
+        return error_response(ApiError(405, "bad_request", msg, headers={"Allow": allowed} if allowed else None))
     if status >= 500:
         return on_internal_error(request, exc)
     return error_response(ApiError(status, "bad_request", str(exc.detail)))
@@ -82,9 +76,7 @@ def on_http_error(request: Request[Any, Any, Any], exc: HTTPException) -> Respon
 
 def on_internal_error(request: Request[Any, Any, Any], exc: Exception) -> Response[bytes]:
     log.error("unhandled error on %s %s", request.method, request.url.path, exc_info=exc)
-    body = _encode(
-        ErrorBody(ErrorDetail("bad_request", "the emulator failed to answer; see its log", 500, True))
-    )
+    body = _encode(ErrorBody(ErrorDetail("bad_request", "the emulator failed to answer; see its log", 500, True)))
     return Response(body, status_code=500, media_type="application/json")
 
 

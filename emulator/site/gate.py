@@ -71,9 +71,7 @@ class SiteGate:
             )
             await _send(send, 400, error_bytes(exc), extra)
             return
-        if scope["method"] == "OPTIONS" and any(
-            n == b"access-control-request-method" for n, _ in scope["headers"]
-        ):
+        if scope["method"] == "OPTIONS" and any(n == b"access-control-request-method" for n, _ in scope["headers"]):
             await _send(
                 send,
                 204,

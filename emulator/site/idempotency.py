@@ -115,9 +115,7 @@ class Idempotency:
 
     async def sweep(self, now: float) -> None:
         """Evict records whose replay window has passed."""
-        await self.core.store.execute(
-            "DELETE FROM idempotency WHERE state = 'done' AND expires_at <= ?", (now,)
-        )
+        await self.core.store.execute("DELETE FROM idempotency WHERE state = 'done' AND expires_at <= ?", (now,))
 
 
 class Answer(msgspec.Struct):

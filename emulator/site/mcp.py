@@ -191,9 +191,7 @@ def _check_args(tool: dict[str, Any], args: dict[str, Any]) -> str | None:
             if len(value.strip()) < rule.get("minLength", 0):
                 return f"{tool['name']}: `{name}` must not be empty"
             if len(value) > rule.get("maxLength", 1 << 30):
-                return (
-                    f"{tool['name']}: `{name}` is {len(value)} characters; the limit is {rule['maxLength']}"
-                )
+                return f"{tool['name']}: `{name}` is {len(value)} characters; the limit is {rule['maxLength']}"
         elif rule["type"] == "integer":
             if not isinstance(value, int) or isinstance(value, bool):
                 return f"{tool['name']}: `{name}` must be a whole number"
@@ -217,14 +215,10 @@ def _search_docs(site: Site, args: dict[str, Any]) -> dict[str, Any]:
 
 def _list_integrations(site: Site, args: dict[str, Any]) -> dict[str, Any]:
     category = args.get("category")
-    items = [
-        i for i in site.integrations if category is None or i.get("category") == category.strip().lower()
-    ]
+    items = [i for i in site.integrations if category is None or i.get("category") == category.strip().lower()]
     if category is not None and not items:
         known = ", ".join(sorted({i.get("category", "") for i in site.integrations}))
-        return _tool_error(
-            f"list_integrations: no integrations in category {category!r}; categories: {known}"
-        )
+        return _tool_error(f"list_integrations: no integrations in category {category!r}; categories: {known}")
     text = "\n".join(f"- {i['name']} ({i.get('category')}): {i.get('description', '')}" for i in items)
     return {
         "content": [{"type": "text", "text": text}],
@@ -289,9 +283,7 @@ def dispatch(site: Site, message: Any) -> tuple[JsonRpcResponse | None, str | No
         elif method == "tools/call":
             result = _call_tool(site, params)
         else:
-            raise _Failure(
-                METHOD_NOT_FOUND, f"Method not found: {method}; this server answers {', '.join(METHODS)}"
-            )
+            raise _Failure(METHOD_NOT_FOUND, f"Method not found: {method}; this server answers {', '.join(METHODS)}")
     except _Failure as f:
         return _failure(msg_id, f.code, f.message, f.data), method
     return JsonRpcResponse("2.0", msg_id, result=result), method

@@ -238,9 +238,7 @@ class DocsIndex:
         return f"{text} (From {sources}.)"
 
     def page(self, path: str) -> sqlite3.Row | None:
-        return self.db.execute(
-            "SELECT url, title, description, body FROM docs_pages WHERE url = ?", (path,)
-        ).fetchone()
+        return self.db.execute("SELECT url, title, description, body FROM docs_pages WHERE url = ?", (path,)).fetchone()
 
     def pages(self) -> list[sqlite3.Row]:
         return self.db.execute("SELECT url, title, description FROM docs_pages ORDER BY url").fetchall()

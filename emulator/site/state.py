@@ -8,6 +8,7 @@ from typing import Any
 from litestar import Request
 
 from emulator.core.context import Core
+from emulator.idp.identity import Identity
 from emulator.site.idempotency import Idempotency
 from emulator.site.ratelimit import RateLimiter
 from emulator.site.search import DocsIndex
@@ -20,6 +21,7 @@ class Site:
     base_url: str
     ask_limiter: RateLimiter
     idempotency: Idempotency
+    identity: Identity
     integrations: list[dict[str, Any]] = field(default_factory=list)
     started_at: float = 0.0
     endpoints: dict[str, str] = field(default_factory=dict)

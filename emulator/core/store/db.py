@@ -62,9 +62,7 @@ class Store:
             if number <= current:
                 continue
             try:
-                await self._conn.executescript(
-                    f"BEGIN IMMEDIATE;\n{sql}\nPRAGMA user_version = {number};\nCOMMIT;"
-                )
+                await self._conn.executescript(f"BEGIN IMMEDIATE;\n{sql}\nPRAGMA user_version = {number};\nCOMMIT;")
             except sqlite3.Error as e:
                 if self._conn.in_transaction:
                     await self._conn.execute("ROLLBACK")
@@ -106,8 +104,7 @@ class Store:
 
     async def set_meta(self, key: str, value: str) -> None:
         await self.execute(
-            "INSERT INTO meta (key, value) VALUES (?, ?) "
-            "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+            "INSERT INTO meta (key, value) VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value",
             (key, value),
         )
 

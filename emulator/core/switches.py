@@ -1,0 +1,32 @@
+"""Runtime switches: the product's refusals that depend on the platform's state, not the request.
+
+Each starts from its setting and can be flipped while the emulator runs (`/_emulator/switches`,
+`emulator switch`), so an agent can be shown "registration disabled" or "cloud unreachable".
+"""
+
+from __future__ import annotations
+
+from emulator.config import Settings
+from emulator.core.errors import ApiError
+from emulator.core.events import EventBus
+
+SWITCHES = ("anonymous_registration", "service_auth_registration", "trials_enabled", "cloud_reachable")
+
+
+class Switches:
+    def __init__(self, settings: Settings, bus: EventBus) -> None:
+        self._bus = bus
+        self._values = {name: bool(getattr(settings, name)) for name in SWITCHES}
+
+    def __getitem__(self, name: str) -> bool:
+        return self._values[name]
+
+    def set(self, name: str, value: bool) -> None:
+        if name not in self._values:
+            raise ApiError(400, "bad_request", f"no switch {name!r}; switches: {', '.join(SWITCHES)}")
+        if self._values[name] != value:
+            self._values[name] = value
+            self._bus.publish("switch.changed", name, value=value)
+
+    def snapshot(self) -> dict[str, bool]:
+        return dict(self._values)

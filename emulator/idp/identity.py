@@ -1,0 +1,483 @@
+"""The identity provider's rules: agent registration, the claim ceremony, assertions, access tokens.
+
+The shapes follow WorkOS AuthKit agent registration (current, nested form): `/agent/identity`
+answers `{id, type, identity{assertion, expires_at}, scopes{pre_claim, post_claim}, claim{token,
+expires_at, url, attempt?}}`; the person reads a 6-digit user code off the verification page and the
+agent submits it to `/agent/identity/claim/complete`. Secrets (claim tokens, attempt tokens, user
+codes, refresh tokens) are stored as hashes only. Every time is the emulator's clock.
+"""
+
+from __future__ import annotations
+
+import re
+import sqlite3
+from dataclasses import dataclass
+from typing import Any
+
+from emulator.core.clock import iso
+from emulator.core.context import Core
+from emulator.core.errors import ApiError
+from emulator.core.ids import secret_hash
+from emulator.idp.keys import ACCESS_TOKEN_TYP, ASSERTION_TYP, InvalidToken, Signer
+
+JWT_BEARER = "urn:ietf:params:oauth:grant-type:jwt-bearer"
+# Anonymous registrations get two read-only scopes: one public, one free tier.
+PRE_CLAIM_SCOPES = ["public:read", "free_tier:read"]
+POST_CLAIM_SCOPES = ["public:read", "free_tier:read", "account:read", "account:write"]
+IDENTITY_TYPES = ["anonymous", "service_auth"]
+
+_EMAIL = re.compile(r"^[^@\s]+@[^@\s]+\.[^@\s]+$")
+_USER_CODE = re.compile(r"^\d{6}$")
+
+
+@dataclass(frozen=True)
+class Urls:
+    site: str  # {base_url}: the protected resource
+    auth: str  # {auth_url}: the issuer
+    api: str  # the control plane
+
+
+@dataclass(frozen=True)
+class AccessGrant:
+    """A verified access token."""
+
+    jti: str
+    registration_id: str
+    registration_type: str
+    scopes: list[str]
+    expires_at: float
+
+
+def reg_error(status: int, code: str, message: str, **headers: str) -> ApiError:
+    return ApiError(status, code, message, headers=headers or None)
+
+
+def valid_email(value: Any) -> bool:
+    return isinstance(value, str) and len(value) <= 254 and bool(_EMAIL.match(value.strip()))
+
+
+class Identity:
+    def __init__(self, core: Core, signer: Signer, urls: Urls) -> None:
+        self.core = core
+        self.signer = signer
+        self.urls = urls
+
+    @property
+    def _s(self) -> Any:
+        return self.core.settings
+
+    # --- tokens -----------------------------------------------------------------------------------
+
+    def assertion(self, reg: sqlite3.Row | dict[str, Any]) -> tuple[str, float]:
+        now = self.core.clock.now()
+        exp = now + self._s.assertion_ttl
+        claims: dict[str, Any] = {
+            "iss": self.urls.auth,
+            "aud": self.urls.auth,
+            "sub": reg["id"],
+            "client_id": reg["id"],
+            "jti": self.core.ids.ident("asr_"),
+            "iat": int(now),
+            "exp": int(exp),
+            "registration_type": reg["type"],
+        }
+        if reg["status"] == "claimed":
+            claims |= {"email": reg["claimed_email"], "email_verified": True}
+        return self.signer.sign(ASSERTION_TYP, claims), exp
+
+    async def exchange(self, assertion: str, scope: str | None) -> dict[str, Any]:
+        """The jwt-bearer grant (RFC 7523): a valid assertion → an access token of ~5 minutes."""
+        try:
+            typ, claims = self.signer.verify(assertion)
+        except InvalidToken as e:
+            raise ApiError(400, "invalid_grant", f"the assertion is not valid: {e}") from None
+        if typ == ACCESS_TOKEN_TYP:
+            raise ApiError(400, "invalid_grant", "this is an access token; send the identity assertion")
+        if typ != ASSERTION_TYP or claims.get("iss") != self.urls.auth or claims.get("aud") != self.urls.auth:
+            raise ApiError(400, "invalid_grant", "the assertion was not issued by this identity provider")
+        now = self.core.clock.now()
+        if float(claims.get("exp", 0)) <= now:
+            raise ApiError(
+                400, "invalid_grant", "the assertion has expired; refresh the registration or register again"
+            )
+        reg = await self.core.store.fetchone("SELECT * FROM registrations WHERE id = ?", (claims.get("sub"),))
+        if reg is None:
+            raise ApiError(400, "invalid_grant", "the registration no longer exists; register again")
+        if reg["status"] == "claimed" and "email" not in claims:
+            raise ApiError(400, "invalid_grant", "this registration was claimed; use the assertion the claim returned")
+        granted = POST_CLAIM_SCOPES if reg["status"] == "claimed" else PRE_CLAIM_SCOPES
+        scopes = granted
+        if scope:
+            scopes = scope.split()
+            extra = sorted(set(scopes) - set(granted))
+            if extra:
+                raise ApiError(
+                    400,
+                    "invalid_scope",
+                    f"not granted to this registration: {' '.join(extra)}; granted: {' '.join(granted)}",
+                )
+        jti = self.core.ids.ident("at_")
+        exp = now + self._s.access_token_ttl
+        token = self.signer.sign(
+            ACCESS_TOKEN_TYP,
+            {
+                "iss": self.urls.auth,
+                "aud": self.urls.site,
+                "sub": reg["id"],
+                "client_id": reg["id"],
+                "scope": " ".join(scopes),
+                "jti": jti,
+                "iat": int(now),
+                "exp": int(exp),
+                "registration_type": reg["type"],
+            },
+        )
+        await self.core.store.execute(
+            "INSERT INTO access_tokens (jti, registration_id, scope, issued_at, expires_at) VALUES (?, ?, ?, ?, ?)",
+            (jti, reg["id"], " ".join(scopes), now, exp),
+        )
+        self.core.bus.publish("idp.token_issued", reg["id"], scope=" ".join(scopes), expires_at=iso(exp))
+        return {
+            "access_token": token,
+            "token_type": "Bearer",
+            "expires_in": self._s.access_token_ttl,
+            "scope": " ".join(scopes),
+        }
+
+    async def verify_access(self, token: str) -> AccessGrant:
+        """A bearer token presented to the site; refusals are 401s that say what to do."""
+        try:
+            typ, claims = self.signer.verify(token)
+        except InvalidToken:
+            raise ApiError(401, "invalid_token", "the access token is not valid") from None
+        if typ == ASSERTION_TYP:
+            raise ApiError(
+                401,
+                "invalid_token",
+                f"this is an identity assertion; exchange it at {self.urls.auth}/oauth2/token first",
+            )
+        if typ != ACCESS_TOKEN_TYP or claims.get("aud") != self.urls.site or claims.get("iss") != self.urls.auth:
+            raise ApiError(401, "invalid_token", "the access token was not issued for this site")
+        if float(claims.get("exp", 0)) <= self.core.clock.now():
+            raise ApiError(401, "invalid_token", "the access token has expired; exchange the assertion again")
+        row = await self.core.store.fetchone(
+            "SELECT t.revoked_at, r.type FROM access_tokens t JOIN registrations r ON r.id = t.registration_id "
+            "WHERE t.jti = ?",
+            (claims.get("jti"),),
+        )
+        if row is None or row["revoked_at"] is not None:
+            raise ApiError(401, "invalid_token", "the access token was revoked; exchange the assertion again")
+        return AccessGrant(
+            str(claims["jti"]),
+            str(claims["sub"]),
+            row["type"],
+            str(claims.get("scope", "")).split(),
+            float(claims["exp"]),
+        )
+
+    async def revoke(self, token: str) -> None:
+        """RFC 7009: revoke an access token or a refresh token; unknown tokens are quietly ignored."""
+        now = self.core.clock.now()
+        try:
+            typ, claims = self.signer.verify(token)
+        except InvalidToken:
+            changed = await self.core.store.execute(
+                "UPDATE refresh_tokens SET spent_at = ? WHERE hash = ? AND spent_at IS NULL",
+                (now, secret_hash(token)),
+            )
+            if changed:
+                self.core.bus.publish("idp.token_revoked", None, kind="refresh_token")
+            return
+        if typ == ACCESS_TOKEN_TYP:
+            changed = await self.core.store.execute(
+                "UPDATE access_tokens SET revoked_at = ? WHERE jti = ? AND revoked_at IS NULL",
+                (now, claims.get("jti")),
+            )
+            if changed:
+                self.core.bus.publish("idp.token_revoked", str(claims.get("sub")), kind="access_token")
+
+    # --- registration -----------------------------------------------------------------------------
+
+    async def register(self, body: dict[str, Any], ip: str) -> dict[str, Any]:
+        kind = body.get("type")
+        if kind == "refresh":
+            return await self._refresh(body)
+        if "requested_credential_type" in body:
+            raise reg_error(
+                400,
+                "invalid_request",
+                "requested_credential_type is from an old protocol: register with {type: anonymous} or "
+                "{type: service_auth, login_hint}, then exchange the assertion at /oauth2/token",
+            )
+        if kind == "identity_assertion":
+            raise reg_error(
+                400,
+                "issuer_not_enabled",
+                "identity_assertion (ID-JAG) registration is not enabled here; use anonymous or service_auth",
+            )
+        if kind not in IDENTITY_TYPES:
+            raise reg_error(
+                400,
+                "invalid_request",
+                "type must be one of anonymous, service_auth, refresh"
+                + (f" (got {kind!r})" if kind is not None else ""),
+            )
+        if kind == "anonymous" and not self.core.switches["anonymous_registration"]:
+            raise reg_error(403, "anonymous_registration_disabled", "anonymous registration is disabled here")
+        if kind == "service_auth" and not self.core.switches["service_auth_registration"]:
+            raise reg_error(403, "service_auth_registration_disabled", "service_auth registration is disabled here")
+        login_hint = None
+        if kind == "service_auth":
+            login_hint = body.get("login_hint")
+            if login_hint is None:
+                raise reg_error(400, "invalid_request", "service_auth needs login_hint: the user's e-mail")
+            if not valid_email(login_hint):
+                raise reg_error(400, "invalid_login_hint", "login_hint must be an e-mail address")
+            login_hint = login_hint.strip()
+        now = self.core.clock.now()
+        reg = {
+            "id": self.core.ids.ident("agent_reg_"),
+            "type": kind,
+            "login_hint": login_hint,
+            "status": "registered",
+            "claimed_email": None,
+        }
+        claim_token = self.core.ids.token("clm_", 20)
+        claim_exp = now + self._s.claim_ttl
+        attempt: dict[str, Any] | None = None
+        async with self.core.store.transaction() as conn:
+            await conn.execute(
+                "INSERT INTO registrations (id, type, login_hint, status, claim_token_hash, claim_expires_at, "
+                "client_ip, created_at) VALUES (?, ?, ?, 'registered', ?, ?, ?, ?)",
+                (reg["id"], kind, login_hint, secret_hash(claim_token), claim_exp, ip, now),
+            )
+            if kind == "service_auth":
+                attempt = await self._new_attempt(conn, reg["id"], login_hint, now)
+        self.core.bus.publish("idp.registered", reg["id"], type=kind, login_hint=login_hint, ip=ip)
+        claim: dict[str, Any] = {
+            "token": claim_token,
+            "expires_at": iso(claim_exp),
+            "url": f"{self.urls.auth}/agent/identity/claim",
+        }
+        answer: dict[str, Any] = {"id": reg["id"], "type": kind}
+        if kind == "anonymous":
+            assertion, exp = self.assertion(reg)
+            answer["identity"] = {"assertion": assertion, "expires_at": iso(exp)}
+            answer["scopes"] = {"pre_claim": PRE_CLAIM_SCOPES, "post_claim": POST_CLAIM_SCOPES}
+        else:
+            answer["scopes"] = {"post_claim": POST_CLAIM_SCOPES}
+            claim["attempt"] = attempt
+        answer["claim"] = claim
+        return answer
+
+    async def _new_attempt(self, conn: Any, reg_id: str, login_hint: str | None, now: float) -> dict[str, Any]:
+        """Mint a claim attempt; it supersedes the previous one (its link and code stop working)."""
+        await conn.execute(
+            "UPDATE claim_attempts SET state = 'superseded' WHERE registration_id = ? "
+            "AND state IN ('pending', 'confirmed', 'denied')",
+            (reg_id,),
+        )
+        token = self.core.ids.token("att_", 20)
+        exp = now + self._s.attempt_ttl
+        await conn.execute(
+            "INSERT INTO claim_attempts (id, registration_id, token_hash, login_hint, state, expires_at, created_at) "
+            "VALUES (?, ?, ?, ?, 'pending', ?, ?)",
+            (self.core.ids.ident("cla_"), reg_id, secret_hash(token), login_hint, exp, now),
+        )
+        return {"verification_uri": f"{self.urls.auth}/claim?token={token}", "expires_at": iso(exp)}
+
+    async def _refresh(self, body: dict[str, Any]) -> dict[str, Any]:
+        value = body.get("refresh_token")
+        if not isinstance(value, str) or not value:
+            raise reg_error(400, "invalid_request", "type refresh needs refresh_token")
+        now = self.core.clock.now()
+        async with self.core.store.transaction() as conn:
+            async with conn.execute(
+                "SELECT t.*, r.status FROM refresh_tokens t JOIN registrations r ON r.id = t.registration_id "
+                "WHERE t.hash = ?",
+                (secret_hash(value),),
+            ) as cur:
+                row = await cur.fetchone()
+            if row is None or row["spent_at"] is not None or row["expires_at"] <= now:
+                raise reg_error(
+                    400,
+                    "invalid_refresh_token",
+                    "the refresh token is unknown, expired or already used (refresh tokens rotate: "
+                    "use the one the last refresh returned)",
+                )
+            await conn.execute("UPDATE refresh_tokens SET spent_at = ? WHERE hash = ?", (now, row["hash"]))
+            new_value, new_exp = await self._new_refresh_token(conn, row["registration_id"], now)
+            async with conn.execute("SELECT * FROM registrations WHERE id = ?", (row["registration_id"],)) as c:
+                reg = await c.fetchone()
+        assertion, exp = self.assertion(reg)
+        self.core.bus.publish("idp.refreshed", reg["id"])
+        return {
+            "id": reg["id"],
+            "type": "refresh",
+            "identity": {
+                "assertion": assertion,
+                "expires_at": iso(exp),
+                "refresh_token": {"value": new_value, "expires_at": iso(new_exp)},
+            },
+        }
+
+    async def _new_refresh_token(self, conn: Any, reg_id: str, now: float) -> tuple[str, float]:
+        value = self.core.ids.token("art_", 24)
+        exp = now + self._s.refresh_token_ttl
+        await conn.execute(
+            "INSERT INTO refresh_tokens (hash, registration_id, expires_at) VALUES (?, ?, ?)",
+            (secret_hash(value), reg_id, exp),
+        )
+        return value, exp
+
+    # --- claim ceremony ---------------------------------------------------------------------------
+
+    async def _registration_by_claim_token(self, conn: Any, token: Any) -> sqlite3.Row:
+        if not isinstance(token, str) or not token:
+            raise reg_error(400, "invalid_request", "claim_token is required")
+        async with conn.execute("SELECT * FROM registrations WHERE claim_token_hash = ?", (secret_hash(token),)) as cur:
+            reg = await cur.fetchone()
+        if reg is None:
+            raise reg_error(401, "invalid_claim_token", "the claim token is not one this provider issued")
+        if reg["status"] == "claimed":
+            raise reg_error(409, "already_claimed", "this registration is already claimed")
+        if reg["claim_expires_at"] <= self.core.clock.now():
+            raise reg_error(410, "claim_expired", "the claim window of this registration has closed")
+        return reg
+
+    async def start_claim(self, body: dict[str, Any]) -> dict[str, Any]:
+        if body.get("type") != "service_auth":
+            raise reg_error(
+                400,
+                "invalid_request",
+                'the claim method is type: "service_auth" (for anonymous registrations too)',
+            )
+        login_hint = body.get("login_hint")
+        if login_hint is not None and not valid_email(login_hint):
+            raise reg_error(400, "invalid_login_hint", "login_hint must be an e-mail address")
+        now = self.core.clock.now()
+        async with self.core.store.transaction() as conn:
+            reg = await self._registration_by_claim_token(conn, body.get("claim_token"))
+            hint = (login_hint or reg["login_hint"] or "").strip() or None
+            attempt = await self._new_attempt(conn, reg["id"], hint, now)
+        self.core.bus.publish("idp.claim_started", reg["id"], login_hint=hint)
+        return {"id": reg["id"], "type": "service_auth", "attempt": attempt}
+
+    async def complete_claim(self, body: dict[str, Any]) -> dict[str, Any]:
+        if "otp" in body and "user_code" not in body:
+            raise reg_error(400, "invalid_request", "send the code as user_code")
+        code = body.get("user_code")
+        if not isinstance(code, str) or not _USER_CODE.match(code):
+            raise reg_error(400, "invalid_request", "user_code must be the 6 digits shown on the claim page")
+        now = self.core.clock.now()
+        async with self.core.store.transaction() as conn:
+            reg = await self._registration_by_claim_token(conn, body.get("claim_token"))
+            async with conn.execute(
+                "SELECT * FROM claim_attempts WHERE registration_id = ? AND state != 'superseded' "
+                "ORDER BY created_at DESC LIMIT 1",
+                (reg["id"],),
+            ) as cur:
+                attempt = await cur.fetchone()
+            if attempt is None:
+                raise reg_error(409, "claim_not_confirmed", "no claim was started; POST /agent/identity/claim")
+            if attempt["state"] == "denied":
+                raise reg_error(403, "claim_denied", "the person denied this claim")
+            if attempt["state"] == "pending":
+                if attempt["expires_at"] <= now:
+                    raise reg_error(410, "claim_expired", "the claim link expired; start a new claim")
+                raise reg_error(
+                    409,
+                    "claim_not_confirmed",
+                    "the person has not confirmed yet: they sign in at the verification_uri and read you the code",
+                )
+            if attempt["code_expires_at"] <= now:
+                raise reg_error(410, "user_code_expired", "the user code expired; start a new claim")
+            if secret_hash(code) != attempt["user_code_hash"]:
+                raise reg_error(401, "invalid_user_code", "that is not the code shown on the claim page")
+            email = attempt["email"]
+            await conn.execute("UPDATE claim_attempts SET state = 'completed' WHERE id = ?", (attempt["id"],))
+            await conn.execute(
+                "UPDATE registrations SET status = 'claimed', claimed_email = ?, claimed_at = ? WHERE id = ?",
+                (email, now, reg["id"]),
+            )
+            # The pre-claim tokens of an anonymous registration stop working; the new assertion replaces them.
+            await conn.execute(
+                "UPDATE access_tokens SET revoked_at = ? WHERE registration_id = ? AND revoked_at IS NULL",
+                (now, reg["id"]),
+            )
+            refresh, refresh_exp = await self._new_refresh_token(conn, reg["id"], now)
+            await self.ensure_user(conn, email, now)
+        claimed = {**dict(reg), "status": "claimed", "claimed_email": email}
+        assertion, exp = self.assertion(claimed)
+        self.core.bus.publish("idp.claimed", reg["id"], email=email)
+        return {
+            "id": reg["id"],
+            "status": "claimed",
+            "identity": {
+                "assertion": assertion,
+                "expires_at": iso(exp),
+                "refresh_token": {"value": refresh, "expires_at": iso(refresh_exp)},
+            },
+        }
+
+    async def ensure_user(self, conn: Any, email: str, now: float) -> str:
+        async with conn.execute("SELECT id FROM users WHERE email = ?", (email,)) as cur:
+            row = await cur.fetchone()
+        if row:
+            return str(row["id"])
+        user_id = self.core.ids.ident("user_")
+        await conn.execute("INSERT INTO users (id, email, created_at) VALUES (?, ?, ?)", (user_id, email, now))
+        self.core.bus.publish("idp.user_created", user_id, email=email)
+        return user_id
+
+    # --- the person's side ------------------------------------------------------------------------
+
+    async def attempt_for(self, *, token: str | None = None, registration: str | None = None) -> sqlite3.Row:
+        """The current attempt, by the token of its verification URI or by registration id."""
+        if token:
+            where, arg = "a.token_hash = ?", secret_hash(token)
+        elif registration:
+            where, arg = "a.registration_id = ? AND a.state != 'superseded'", registration
+        else:
+            raise ApiError(400, "bad_request", "name the claim: its verification_uri or its registration id")
+        row = await self.core.store.fetchone(
+            "SELECT a.*, r.type AS registration_type, r.status AS registration_status FROM claim_attempts a "
+            f"JOIN registrations r ON r.id = a.registration_id WHERE {where} ORDER BY a.created_at DESC LIMIT 1",
+            (arg,),
+        )
+        if row is None:
+            raise ApiError(404, "not_found", "no pending claim matches")
+        return row
+
+    async def decide(self, attempt: sqlite3.Row, email: str, approve: bool) -> str | None:
+        """The person signed in as `email` approves (→ the user code, shown once) or denies the claim."""
+        if not valid_email(email):
+            raise ApiError(400, "bad_request", "sign in with an e-mail address")
+        email = email.strip()
+        now = self.core.clock.now()
+        if attempt["state"] == "superseded":
+            raise ApiError(410, "not_found", "this claim link was replaced by a newer one; use the newest link")
+        if attempt["state"] in ("completed",) or attempt["registration_status"] == "claimed":
+            raise ApiError(409, "bad_request", "this registration is already claimed")
+        if attempt["expires_at"] <= now:
+            raise ApiError(410, "not_found", "this claim link has expired; the agent can start a new claim")
+        hint = attempt["login_hint"]
+        if hint and hint.lower() != email.lower():
+            raise ApiError(403, "bad_request", f"this claim is for {hint}; sign in with that account")
+        code = self.core.ids.digits(6) if approve else None
+        async with self.core.store.transaction() as conn:
+            await self.ensure_user(conn, email, now)
+            await conn.execute(
+                "UPDATE claim_attempts SET state = ?, email = ?, user_code_hash = ?, code_expires_at = ? WHERE id = ?",
+                (
+                    "confirmed" if approve else "denied",
+                    email,
+                    secret_hash(code) if code else None,
+                    now + self._s.attempt_ttl if code else None,
+                    attempt["id"],
+                ),
+            )
+        self.core.bus.publish(
+            "idp.claim_confirmed" if approve else "idp.claim_denied", attempt["registration_id"], email=email
+        )
+        return code

@@ -1,0 +1,59 @@
+"""The identity provider's signing key: ES256 (P-256), generated once, kept in the state directory.
+
+Identity assertions and access tokens are real JWTs signed with it; `/.well-known/jwks.json` publishes
+the public half, so any JOSE library can verify them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from joserfc import jwt
+from joserfc.errors import JoseError
+from joserfc.jwk import ECKey
+
+ASSERTION_TYP = "oauth-id-jag+jwt"
+ACCESS_TOKEN_TYP = "at+jwt"  # RFC 9068
+
+
+class InvalidToken(ValueError):
+    """Not a token this issuer signed (malformed, wrong signature, wrong type)."""
+
+
+class Signer:
+    def __init__(self, key: ECKey) -> None:
+        self._key = key
+        self.kid: str = key.kid or ""
+
+    @classmethod
+    def load_or_create(cls, state_dir: Path) -> Signer:
+        path = state_dir / "keys" / "idp-es256.jwk.json"
+        if path.is_file():
+            return cls(ECKey.import_key(json.loads(path.read_text())))
+        key = ECKey.generate_key("P-256", parameters={"use": "sig", "alg": "ES256"}, private=True)
+        key.ensure_kid()
+        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        fd = os.open(path.with_suffix(".tmp"), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as f:
+            json.dump(key.as_dict(private=True), f)
+        path.with_suffix(".tmp").replace(path)
+        return cls(key)
+
+    def sign(self, typ: str, claims: dict[str, Any]) -> str:
+        header = {"alg": "ES256", "typ": typ, "kid": self.kid}
+        return jwt.encode(header, claims, self._key, algorithms=["ES256"])
+
+    def verify(self, token: str) -> tuple[str, dict[str, Any]]:
+        """(typ, claims) of a token signed by this key. Expiry is the caller's business (emulator clock)."""
+        try:
+            decoded = jwt.decode(token, self._key, algorithms=["ES256"])
+        except (JoseError, ValueError, TypeError) as e:
+            raise InvalidToken(str(e) or type(e).__name__) from None
+        return str(decoded.header.get("typ", "")), dict(decoded.claims)
+
+    def jwks(self) -> dict[str, Any]:
+        public = self._key.as_dict(private=False)
+        return {"keys": [{**public, "use": "sig", "alg": "ES256", "kid": self.kid}]}

@@ -1,0 +1,291 @@
+"""The identity provider origin `{auth_url}`: agent registration, claims, OAuth token and revocation
+endpoints, JWKS and discovery, and the verification page a person uses to claim an agent.
+
+Error formats follow each endpoint's clients: registration endpoints answer `{code, message, error}`
+(plus `retry_after` on 429), as WorkOS and the pixeltable client read them; `/oauth2/*` answers RFC 6749
+`{error, error_description}` with `Cache-Control: no-store`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from html import escape
+from typing import Any
+from urllib.parse import parse_qs
+
+import msgspec
+from litestar import Litestar, Request, Response, get, post, route
+from litestar.datastructures import State
+from litestar.exceptions import HTTPException
+
+from emulator.core import html, jsonbody
+from emulator.core.context import Core
+from emulator.core.errors import ApiError
+from emulator.idp import discovery
+from emulator.idp.identity import JWT_BEARER, Identity
+from emulator.site.ratelimit import RateLimiter
+
+_encode = msgspec.json.Encoder().encode
+_NO_STORE = {"Cache-Control": "no-store", "Pragma": "no-cache"}
+
+
+@dataclass
+class Idp:
+    core: Core
+    identity: Identity
+    limiter: RateLimiter
+
+    def client_ip(self, request: Request[Any, Any, Any]) -> str:
+        return request.client.host if request.client else "unknown"
+
+
+def idp_of(request: Request[Any, Any, Any]) -> Idp:
+    return request.app.state["idp"]
+
+
+def _json(value: Any, status: int = 200, headers: dict[str, str] | None = None) -> Response[bytes]:
+    return Response(_encode(value), status_code=status, media_type="application/json", headers=headers)
+
+
+# --- error renderers ------------------------------------------------------------------------------
+
+
+def registration_error(_: Request[Any, Any, Any], exc: ApiError) -> Response[bytes]:
+    body: dict[str, Any] = {"code": exc.code, "message": exc.message, "error": exc.code}
+    if "Retry-After" in exc.headers:
+        body["retry_after"] = int(exc.headers["Retry-After"])
+    return _json(body, exc.status, exc.headers)
+
+
+def oauth_error(_: Request[Any, Any, Any], exc: ApiError) -> Response[bytes]:
+    return _json({"error": exc.code, "error_description": exc.message}, exc.status, {**_NO_STORE, **exc.headers})
+
+
+def page_error(_: Request[Any, Any, Any], exc: ApiError) -> Response[str]:
+    return html.page("This claim cannot go on", f'<p class="error">{escape(exc.message)}</p>', exc.status)
+
+
+def http_error(request: Request[Any, Any, Any], exc: HTTPException) -> Response[bytes]:
+    if exc.status_code == 404:
+        return registration_error(request, ApiError(404, "not_found", f"nothing is served at {request.url.path}"))
+    return registration_error(request, ApiError(exc.status_code, "invalid_request", str(exc.detail)))
+
+
+# --- registration ---------------------------------------------------------------------------------
+
+
+async def _json_object(request: Request[Any, Any, Any]) -> dict[str, Any]:
+    try:
+        body = jsonbody.decode(await request.body() or b"null")
+    except jsonbody.NotJson as e:
+        raise ApiError(400, "invalid_request", f"the body is not valid JSON: {e}") from None
+    if not isinstance(body, dict):
+        raise ApiError(400, "invalid_request", "the body must be a JSON object")
+    return body
+
+
+@post("/agent/identity", status_code=200, exception_handlers={ApiError: registration_error})
+async def register(request: Request[Any, Any, Any]) -> Response[bytes]:
+    idp = idp_of(request)
+    body = await _json_object(request)
+    if body.get("type") != "refresh":
+        quota = idp.limiter.hit(idp.client_ip(request))
+        if not quota.allowed:
+            raise ApiError(
+                429,
+                "rate_limit_exceeded",
+                f"too many registrations from this address; try again in {quota.reset} seconds",
+                headers={"Retry-After": str(quota.reset)},
+            )
+    return _json(await idp.identity.register(body, idp.client_ip(request)))
+
+
+@post("/agent/identity/claim", status_code=200, exception_handlers={ApiError: registration_error})
+async def start_claim(request: Request[Any, Any, Any]) -> Response[bytes]:
+    return _json(await idp_of(request).identity.start_claim(await _json_object(request)))
+
+
+@post("/agent/identity/claim/complete", status_code=200, exception_handlers={ApiError: registration_error})
+async def complete_claim(request: Request[Any, Any, Any]) -> Response[bytes]:
+    return _json(await idp_of(request).identity.complete_claim(await _json_object(request)))
+
+
+@route(
+    ["/agent/auth", "/agent/register"],
+    http_method=["GET", "POST"],
+    exception_handlers={ApiError: registration_error},
+)
+async def old_paths(request: Request[Any, Any, Any]) -> None:
+    raise ApiError(
+        404,
+        "not_found",
+        f"{request.url.path} is an old agent-auth path; register with POST {idp_of(request).identity.urls.auth}"
+        "/agent/identity",
+    )
+
+
+# --- OAuth ----------------------------------------------------------------------------------------
+
+
+async def _form(request: Request[Any, Any, Any]) -> dict[str, list[str]]:
+    ctype = request.headers.get("content-type", "")
+    if not ctype.startswith("application/x-www-form-urlencoded"):
+        raise ApiError(
+            400,
+            "invalid_request",
+            "this endpoint takes application/x-www-form-urlencoded (not " + (ctype or "an empty content type") + ")",
+        )
+    try:
+        return parse_qs((await request.body()).decode("utf-8"), keep_blank_values=True, strict_parsing=False)
+    except UnicodeDecodeError:
+        raise ApiError(400, "invalid_request", "the form is not UTF-8") from None
+
+
+def _one(form: dict[str, list[str]], name: str) -> str | None:
+    values = form.get(name)
+    if not values:
+        return None
+    if len(values) > 1:
+        raise ApiError(400, "invalid_request", f"{name} was sent more than once")
+    return values[0]
+
+
+@post("/oauth2/token", status_code=200, exception_handlers={ApiError: oauth_error})
+async def token(request: Request[Any, Any, Any]) -> Response[bytes]:
+    idp = idp_of(request)
+    if request.headers.get("authorization", "").lower().startswith("bearer "):
+        raise ApiError(400, "invalid_request", "send the assertion in the form field `assertion`, not a header")
+    form = await _form(request)
+    grant = _one(form, "grant_type")
+    if grant != JWT_BEARER:
+        hint = ""
+        if grant and ("device_code" in grant or "claim" in grant):
+            hint = "; there is no polling grant: complete the claim at /agent/identity/claim/complete"
+        elif grant == "refresh_token":
+            hint = "; refresh tokens go to /agent/identity with type refresh"
+        raise ApiError(400, "unsupported_grant_type", f"grant_type must be {JWT_BEARER}{hint}")
+    assertion = _one(form, "assertion")
+    if not assertion:
+        raise ApiError(400, "invalid_request", "assertion is required (the registration's identity.assertion)")
+    if assertion.startswith("art_"):
+        raise ApiError(400, "invalid_grant", "refresh tokens go to /agent/identity with type refresh")
+    return _json(await idp.identity.exchange(assertion, _one(form, "scope")), headers=_NO_STORE)
+
+
+@post("/oauth2/revoke", status_code=200, exception_handlers={ApiError: oauth_error})
+async def revoke(request: Request[Any, Any, Any]) -> Response[bytes]:
+    form = await _form(request)
+    value = _one(form, "token")
+    if not value:
+        raise ApiError(400, "invalid_request", "token is required")
+    await idp_of(request).identity.revoke(value)
+    return Response(b"", status_code=200, headers=_NO_STORE)
+
+
+@get("/oauth2/authorize", exception_handlers={ApiError: oauth_error})
+async def authorize() -> None:
+    raise ApiError(
+        400,
+        "unsupported_response_type",
+        "this provider has no browser authorization flow; agents register at /agent/identity",
+    )
+
+
+# --- discovery ------------------------------------------------------------------------------------
+
+
+@get("/.well-known/jwks.json")
+async def jwks(request: Request[Any, Any, Any]) -> Response[bytes]:
+    return _json(idp_of(request).identity.signer.jwks(), headers={"Cache-Control": "public, max-age=300"})
+
+
+@get(["/.well-known/oauth-authorization-server", "/.well-known/oauth-authorization-server/"])
+async def as_metadata(request: Request[Any, Any, Any]) -> Response[bytes]:
+    return _json(
+        discovery.authorization_server(idp_of(request).identity.urls),
+        headers={"Cache-Control": "public, max-age=300"},
+    )
+
+
+@get("/.well-known/openid-configuration")
+async def oidc(request: Request[Any, Any, Any]) -> Response[bytes]:
+    return _json(
+        discovery.openid_configuration(idp_of(request).identity.urls),
+        headers={"Cache-Control": "public, max-age=300"},
+    )
+
+
+@get("/.well-known/oauth-protected-resource", exception_handlers={ApiError: registration_error})
+async def wrong_host_prm(request: Request[Any, Any, Any]) -> None:
+    site = idp_of(request).identity.urls.site
+    raise ApiError(
+        404,
+        "not_found",
+        f"this is the identity provider; the resource metadata is at {site}/.well-known/oauth-protected-resource",
+    )
+
+
+# --- the person's verification page ---------------------------------------------------------------
+
+
+@get("/claim", exception_handlers={ApiError: page_error})
+async def claim_page(request: Request[Any, Any, Any], token: str = "") -> Response[str]:
+    attempt = await idp_of(request).identity.attempt_for(token=token or None)
+    if attempt["state"] not in ("pending",):
+        raise ApiError(410, "not_found", "this claim link was already used or replaced; ask the agent for a new one")
+    hint = attempt["login_hint"] or ""
+    body = (
+        "<p>An AI agent asks to be linked to your Pixeltable account. Sign in to approve it; "
+        "you will then see a 6-digit code to read to the agent.</p>"
+        f'<form method="post" action="/claim">{html.hidden("token", token)}'
+        f"<p>{html.email_input(hint)}</p>"
+        '<p><button name="decision" value="approve">Approve and show the code</button> '
+        '<button name="decision" value="deny">Deny</button></p></form>'
+    )
+    return html.page("Claim an agent", body)
+
+
+@post("/claim", status_code=200, exception_handlers={ApiError: page_error})
+async def claim_decide(request: Request[Any, Any, Any]) -> Response[str]:
+    form = parse_qs((await request.body()).decode("utf-8", "replace"))
+    token = (form.get("token") or [""])[0]
+    email = (form.get("email") or [""])[0]
+    identity = idp_of(request).identity
+    attempt = await identity.attempt_for(token=token or None)
+    approve = (form.get("decision") or ["approve"])[0] != "deny"
+    code = await identity.decide(attempt, email, approve)
+    if code is None:
+        return html.page("Claim denied", "<p>The agent is not linked to your account.</p>")
+    return html.page(
+        "Read this code to the agent",
+        f'<p>Signed in as {escape(email)}. Give the agent this code:</p><code class="usercode">{code}</code>'
+        '<p class="note">It is shown once and works for 10 minutes.</p>',
+    )
+
+
+HANDLERS = [
+    register,
+    start_claim,
+    complete_claim,
+    old_paths,
+    token,
+    revoke,
+    authorize,
+    jwks,
+    as_metadata,
+    oidc,
+    wrong_host_prm,
+    claim_page,
+    claim_decide,
+]
+
+
+def build_idp_app(idp: Idp) -> Litestar:
+    return Litestar(
+        route_handlers=HANDLERS,
+        exception_handlers={HTTPException: http_error, ApiError: registration_error},
+        state=State({"idp": idp}),
+        openapi_config=None,
+        logging_config=None,
+        debug=False,
+    )
