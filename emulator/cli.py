@@ -18,8 +18,9 @@ from emulator import __version__
 from emulator.config import ConfigError, Settings, default_state_dir, load_settings
 
 DESCRIPTION = """\
-Local emulator of Pixeltable Cloud: the public agent API (/ask, /mcp, /health), and the
-emulator's control API (/_emulator). Everything listens on 127.0.0.1 unless told otherwise.
+Local emulator of Pixeltable Cloud: the public agent API (/ask, /mcp, /health, trials, discovery),
+the identity provider (agent registration, claims, tokens), the control plane, and the emulator's
+control API (/_emulator). Everything listens on 127.0.0.1 unless told otherwise.
 
 Every setting can also come from an EMULATOR_<NAME> environment variable or from
 <state-dir>/emulator.toml; flags win over the environment, which wins over the file.

@@ -11,6 +11,7 @@ import itertools
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -23,6 +24,17 @@ import pytest
 
 FROZEN_AT = "2026-11-01T00:00:00Z"
 _ips = itertools.count(2)
+
+
+def free_ports(n: int) -> list[str]:
+    """`--site-port A --auth-port B --api-port C` style values: ports free right now."""
+    socks = [socket.socket() for _ in range(n)]
+    for sock in socks:
+        sock.bind(("127.0.0.1", 0))
+    ports = [str(sock.getsockname()[1]) for sock in socks]
+    for sock in socks:
+        sock.close()
+    return ports
 
 
 def next_ip() -> str:

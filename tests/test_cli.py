@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -13,7 +14,6 @@ from pathlib import Path
 import httpx
 
 from tests.conftest import Emulator
-
 
 FREE_PORTS = ("--site-port", "0", "--auth-port", "0", "--api-port", "0")
 
@@ -116,3 +116,44 @@ def test_commands_can_address_an_emulator_by_url(emu: Emulator) -> None:
         timeout=30,
     )
     assert r.returncode == 0 and emu.url in r.stdout
+
+
+def test_human_and_operator_commands(emu: Emulator) -> None:
+    state = emu.state_dir
+    with httpx.Client(transport=httpx.HTTPTransport(local_address="127.99.1.2")) as c:
+        reg = c.post(emu.auth + "/agent/identity", json={"type": "service_auth", "login_hint": "cli@example.org"})
+        reg = reg.json()
+        code = run(
+            "approve-claim", reg["claim"]["attempt"]["verification_uri"], "--email", "cli@example.org", state=state
+        )
+        assert code.returncode == 0 and re.fullmatch(r"\d{6}\n", code.stdout)
+        done = c.post(
+            emu.auth + "/agent/identity/claim/complete",
+            json={"claim_token": reg["claim"]["token"], "user_code": code.stdout.strip()},
+        )
+        assert done.json()["status"] == "claimed"
+
+        anon = c.post(emu.auth + "/agent/identity", json={"type": "anonymous"}).json()
+        token = c.post(
+            emu.auth + "/oauth2/token",
+            data={
+                "grant_type": "urn:ietf:params:oauth:grant-type:jwt-bearer",
+                "assertion": anon["identity"]["assertion"],
+            },
+        )
+        trial = c.post(
+            emu.url + "/api/v1/trial-orgs", headers={"Authorization": "Bearer " + token.json()["access_token"]}
+        ).json()
+    listed = run("trials", state=state).stdout
+    assert re.search(rf"^{trial['org']}\s+unclaimed\s+48h00m left\s+keys: trial$", listed, re.M), listed
+    claimed = run("claim-trial", trial["org"], "--email", "cli@example.org", state=state)
+    assert claimed.stdout.strip() == f"{trial['org']} is claimed by cli@example.org; it no longer expires"
+    regs = run("registrations", state=state).stdout
+    assert re.search(rf"^{reg['id']}\s+service_auth\s+claimed .* cli@example.org$", regs, re.M), regs
+
+    off = run("switch", "cloud_reachable", "off", state=state)
+    assert re.search(r"^cloud_reachable\s+off$", off.stdout, re.M)
+    assert "switched off cloud_reachable" in run("status", state=state).stdout
+    assert re.search(r"^cloud_reachable\s+on$", run("switch", "cloud_reachable", "on", state=state).stdout, re.M)
+    bad = run("approve-claim", "agent_reg_NOPE", "--email", "x@example.org", state=state)
+    assert bad.returncode != 0 and "no pending claim" in bad.stderr

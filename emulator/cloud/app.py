@@ -21,6 +21,7 @@ from emulator.cloud import orgs
 from emulator.core import jsonbody
 from emulator.core.context import Core
 from emulator.core.errors import ApiError
+from emulator.site.errors import log_internal
 
 _encode = msgspec.json.Encoder().encode
 
@@ -63,6 +64,11 @@ def http_error(request: Request[Any, Any, Any], exc: HTTPException) -> Response[
     status = exc.status_code if exc.status_code < 500 else 500
     detail = "the management API is one POST to this URL" if status in (404, 405) else str(exc.detail)
     return plain_error(request, ApiError(status, "bad_request", detail))
+
+
+def internal_error(request: Request[Any, Any, Any], exc: Exception) -> Response[str]:
+    log_internal(request, exc)
+    return plain_error(request, ApiError(500, "internal", "the control plane failed; see the emulator's log"))
 
 
 async def authenticate(cloud: Cloud, request: Request[Any, Any, Any]) -> Caller:
@@ -124,7 +130,7 @@ async def management(request: Request[Any, Any, Any]) -> Response[bytes]:
 def build_cloud_app(cloud: Cloud) -> Litestar:
     return Litestar(
         route_handlers=[management],
-        exception_handlers={HTTPException: http_error, ApiError: plain_error},
+        exception_handlers={HTTPException: http_error, ApiError: plain_error, Exception: internal_error},
         state=State({"cloud": cloud}),
         openapi_config=None,
         logging_config=None,

@@ -94,7 +94,7 @@ class EventBus:
     def last_seq(self) -> int:
         return self._seq
 
-    def publish(self, kind: str, subject: str | None = None, **data: Any) -> Event:
+    def publish(self, kind: str, subject: str | None = None, /, **data: Any) -> Event:
         self._seq += 1
         event = Event(self._seq, self._clock.now(), kind, subject, data)
         self._pending.append(event)

@@ -186,7 +186,7 @@ class Identity:
                 (now, secret_hash(token)),
             )
             if changed:
-                self.core.bus.publish("idp.token_revoked", None, kind="refresh_token")
+                self.core.bus.publish("idp.token_revoked", None, token_type="refresh_token")
             return
         if typ == ACCESS_TOKEN_TYP:
             changed = await self.core.store.execute(
@@ -194,7 +194,7 @@ class Identity:
                 (now, claims.get("jti")),
             )
             if changed:
-                self.core.bus.publish("idp.token_revoked", str(claims.get("sub")), kind="access_token")
+                self.core.bus.publish("idp.token_revoked", str(claims.get("sub")), token_type="access_token")
 
     # --- registration -----------------------------------------------------------------------------
 

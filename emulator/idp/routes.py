@@ -23,6 +23,7 @@ from emulator.core.context import Core
 from emulator.core.errors import ApiError
 from emulator.idp import discovery
 from emulator.idp.identity import JWT_BEARER, Identity
+from emulator.site.errors import log_internal
 from emulator.site.ratelimit import RateLimiter
 
 _encode = msgspec.json.Encoder().encode
@@ -63,6 +64,11 @@ def oauth_error(_: Request[Any, Any, Any], exc: ApiError) -> Response[bytes]:
 
 def page_error(_: Request[Any, Any, Any], exc: ApiError) -> Response[str]:
     return html.page("This claim cannot go on", f'<p class="error">{escape(exc.message)}</p>', exc.status)
+
+
+def internal_error(request: Request[Any, Any, Any], exc: Exception) -> Response[bytes]:
+    log_internal(request, exc)
+    return registration_error(request, ApiError(500, "server_error", "the identity provider failed; see its log"))
 
 
 def http_error(request: Request[Any, Any, Any], exc: HTTPException) -> Response[bytes]:
@@ -283,7 +289,7 @@ HANDLERS = [
 def build_idp_app(idp: Idp) -> Litestar:
     return Litestar(
         route_handlers=HANDLERS,
-        exception_handlers={HTTPException: http_error, ApiError: registration_error},
+        exception_handlers={HTTPException: http_error, ApiError: registration_error, Exception: internal_error},
         state=State({"idp": idp}),
         openapi_config=None,
         logging_config=None,

@@ -74,8 +74,13 @@ def on_http_error(request: Request[Any, Any, Any], exc: HTTPException) -> Respon
     return error_response(ApiError(status, "bad_request", str(exc.detail)))
 
 
-def on_internal_error(request: Request[Any, Any, Any], exc: Exception) -> Response[bytes]:
+def log_internal(request: Request[Any, Any, Any], exc: Exception) -> None:
+    """Every origin's last resort: the traceback goes to the log, never into a response."""
     log.error("unhandled error on %s %s", request.method, request.url.path, exc_info=exc)
+
+
+def on_internal_error(request: Request[Any, Any, Any], exc: Exception) -> Response[bytes]:
+    log_internal(request, exc)
     body = _encode(ErrorBody(ErrorDetail("bad_request", "the emulator failed to answer; see its log", 500, True)))
     return Response(body, status_code=500, media_type="application/json")
 

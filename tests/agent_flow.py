@@ -1,0 +1,57 @@
+"""The agent side of the identity flow, as plain HTTP calls (what any agent would send)."""
+
+from __future__ import annotations
+
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+import httpx
+
+from tests.conftest import Emulator
+
+JWT_BEARER = "urn:ietf:params:oauth:grant-type:jwt-bearer"
+
+
+async def register(c: httpx.AsyncClient, emu: Emulator, **body: Any) -> dict[str, Any]:
+    r = await c.post(emu.auth + "/agent/identity", json={"type": "anonymous", **body})
+    assert r.status_code == 200, r.text
+    return r.json()
+
+
+async def exchange(c: httpx.AsyncClient, emu: Emulator, assertion: str, **form: str) -> httpx.Response:
+    return await c.post(emu.auth + "/oauth2/token", data={"grant_type": JWT_BEARER, "assertion": assertion, **form})
+
+
+async def access_token(c: httpx.AsyncClient, emu: Emulator) -> tuple[dict[str, Any], str]:
+    """A fresh anonymous registration and an access token for it."""
+    reg = await register(c, emu)
+    r = await exchange(c, emu, reg["identity"]["assertion"])
+    assert r.status_code == 200, r.text
+    return reg, r.json()["access_token"]
+
+
+async def create_trial(c: httpx.AsyncClient, emu: Emulator, token: str | None) -> httpx.Response:
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    return await c.post(emu.url + "/api/v1/trial-orgs", headers=headers)
+
+
+async def new_trial(c: httpx.AsyncClient, emu: Emulator) -> tuple[dict[str, Any], str, dict[str, Any]]:
+    reg, token = await access_token(c, emu)
+    r = await create_trial(c, emu, token)
+    assert r.status_code == 201, r.text
+    return reg, token, r.json()
+
+
+async def list_orgs(c: httpx.AsyncClient, emu: Emulator, api_key: str) -> httpx.Response:
+    return await c.post(emu.api, json={"operation_type": "list_orgs", "org": None}, headers={"X-api-key": api_key})
+
+
+def attempt_token(verification_uri: str) -> str:
+    return parse_qs(urlsplit(verification_uri).query)["token"][0]
+
+
+async def approve(c: httpx.AsyncClient, emu: Emulator, email: str, **claim: str) -> str:
+    """Play the person: sign in as `email` on the claim and approve it; returns the user code."""
+    r = await c.post(emu.url + "/_emulator/claims/approve", json={"email": email, **claim})
+    assert r.status_code == 200, r.text
+    return r.json()["user_code"]

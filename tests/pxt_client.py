@@ -1,0 +1,64 @@
+"""The real client: `pixeltable==0.7.21` and its `pxt` CLI from PyPI, in a virtualenv of its own.
+
+The virtualenv is built once and cached (`PXT_CLIENT_VENV`, default ~/.cache/pxt-emulator/client-0.7.21);
+a marker file says it is complete, so an interrupted install is redone rather than trusted.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import shutil
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+VERSION = "0.7.21"
+
+
+def venv_dir() -> Path:
+    default = Path.home() / ".cache" / "pxt-emulator" / f"client-{VERSION}"
+    return Path(os.environ.get("PXT_CLIENT_VENV", default))
+
+
+def ensure_client() -> Path:
+    """Path of the `pxt` executable, installing the client first if needed (bounded: 30 minutes)."""
+    venv = venv_dir()
+    marker = venv / ".complete"
+    venv.parent.mkdir(parents=True, exist_ok=True)
+    with open(venv.parent / f".{venv.name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not marker.is_file():
+            shutil.rmtree(venv, ignore_errors=True)
+            subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=300)
+            subprocess.run(
+                [str(venv / "bin" / "pip"), "install", "--quiet", f"pixeltable=={VERSION}"],
+                check=True,
+                timeout=1800,
+            )
+            marker.write_text(VERSION + "\n")
+    return venv / "bin" / "pxt"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class Pxt:
+    """Runs `pxt` with its own home and daemon port, and the environment `emulator env` printed."""
+
+    def __init__(self, exe: Path, home: Path, env: dict[str, str]) -> None:
+        self.exe = exe
+        home.mkdir(parents=True, exist_ok=True)
+        self.env = {**os.environ, **env, "PIXELTABLE_HOME": str(home), "PXT_PORT": str(free_port())}
+        for name in ("PIXELTABLE_API_KEY", "HTTPS_PROXY", "https_proxy"):
+            self.env.pop(name, None)
+
+    def __call__(self, *args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([str(self.exe), *args], capture_output=True, text=True, timeout=timeout, env=self.env)
+
+    def stop_daemon(self) -> None:
+        self("daemon", "stop", timeout=60)

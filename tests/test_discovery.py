@@ -1,0 +1,91 @@
+"""Discovery documents: RFC 9728, RFC 8414 with agent_auth, OpenID configuration, JWKS, RFC 9727."""
+
+from __future__ import annotations
+
+import httpx
+import pytest
+
+from tests.conftest import Emulator
+
+
+async def test_protected_resource_metadata_names_the_issuer(client: httpx.AsyncClient, emu: Emulator) -> None:
+    r = await client.get("/.well-known/oauth-protected-resource")
+    assert r.status_code == 200
+    prm = r.json()
+    assert prm["resource"] == emu.url  # the base URL, no trailing slash
+    assert prm["authorization_servers"] == [emu.auth]
+    assert prm["bearer_methods_supported"] == ["header"]
+    assert "Authorization" not in r.request.headers
+
+
+@pytest.mark.parametrize("where", ["auth", "site"])
+async def test_authorization_server_metadata(client: httpx.AsyncClient, emu: Emulator, where: str) -> None:
+    base = emu.auth if where == "auth" else emu.url
+    meta = (await client.get(base + "/.well-known/oauth-authorization-server")).json()
+    assert meta["issuer"] == emu.auth  # byte for byte, on both origins
+    assert meta["token_endpoint"] == emu.auth + "/oauth2/token"
+    assert meta["grant_types_supported"] == ["urn:ietf:params:oauth:grant-type:jwt-bearer"]
+    assert "registration_endpoint" not in meta  # that name means RFC 7591 dynamic client registration
+    agent = meta["agent_auth"]
+    assert agent["register_uri"] == agent["identity_endpoint"] == emu.auth + "/agent/identity"
+    assert agent["claim_uri"] == agent["claim_endpoint"] == emu.auth + "/agent/identity/claim"
+    assert agent["identity_types_supported"] == ["anonymous", "service_auth"]
+
+
+@pytest.mark.parametrize("where", ["auth", "site"])
+async def test_openid_configuration(client: httpx.AsyncClient, emu: Emulator, where: str) -> None:
+    base = emu.auth if where == "auth" else emu.url
+    oidc = (await client.get(base + "/.well-known/openid-configuration")).json()
+    for field in (
+        "issuer",
+        "authorization_endpoint",
+        "jwks_uri",
+        "response_types_supported",
+        "subject_types_supported",
+        "id_token_signing_alg_values_supported",
+        "token_endpoint",
+    ):
+        assert field in oidc
+    assert oidc["issuer"] == emu.auth and oidc["jwks_uri"] == emu.auth + "/.well-known/jwks.json"
+    r = await client.get(oidc["authorization_endpoint"])
+    assert r.status_code == 400 and r.json()["error"] == "unsupported_response_type"
+
+
+async def test_jwks_publishes_one_es256_public_key(client: httpx.AsyncClient, emu: Emulator) -> None:
+    keys = (await client.get(emu.auth + "/.well-known/jwks.json")).json()["keys"]
+    assert len(keys) == 1
+    key = keys[0]
+    assert (key["kty"], key["crv"], key["alg"], key["use"]) == ("EC", "P-256", "ES256", "sig")
+    assert key["kid"] and "d" not in key  # never the private part
+
+
+async def test_api_catalog_is_a_linkset_and_head_has_the_link(client: httpx.AsyncClient, emu: Emulator) -> None:
+    r = await client.get("/.well-known/api-catalog")
+    assert r.headers["content-type"] == 'application/linkset+json; profile="https://www.rfc-editor.org/info/rfc9727"'
+    linkset = r.json()["linkset"]
+    assert linkset[0]["anchor"] == emu.url + "/.well-known/api-catalog"
+    items = [i["href"] for i in linkset[0]["item"]]
+    assert emu.url + "/ask" in items and emu.url + "/api/v1/trial-orgs" in items
+    for context in linkset:
+        for rel, targets in context.items():
+            if rel != "anchor":
+                assert isinstance(targets, list) and all("href" in t for t in targets)
+    head = await client.head("/.well-known/api-catalog")
+    assert head.status_code == 200 and head.content == b""
+    assert head.headers["link"] == '</.well-known/api-catalog>; rel="api-catalog"'
+
+
+async def test_resource_metadata_asked_of_the_issuer_points_to_the_site(
+    client: httpx.AsyncClient, emu: Emulator
+) -> None:
+    r = await client.get(emu.auth + "/.well-known/oauth-protected-resource")
+    assert r.status_code == 404 and emu.url + "/.well-known/oauth-protected-resource" in r.json()["message"]
+
+
+async def test_the_site_has_no_agent_identity_endpoint(client: httpx.AsyncClient) -> None:
+    assert (await client.post("/agent/identity", json={"type": "anonymous"})).status_code == 404
+
+
+async def test_old_agent_auth_paths_point_to_the_current_one(client: httpx.AsyncClient, emu: Emulator) -> None:
+    r = await client.post(emu.auth + "/agent/register", json={})
+    assert r.status_code == 404 and "/agent/identity" in r.json()["message"]
