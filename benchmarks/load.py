@@ -185,6 +185,8 @@ def emulator_server(workdir: Path) -> Server:
         "0",
         "--api-port",
         "0",
+        "--tunnel-port",
+        "0",
         "--state-dir",
         str(workdir / "state"),
         "--ask-rate-limit",

@@ -67,6 +67,9 @@ def parser() -> argparse.ArgumentParser:
     )
     up.add_argument("--auth-port", type=int, help="port of the identity provider (default 8701; 0 = free)")
     up.add_argument("--api-port", type=int, help="port of the control plane (default 8702; 0 = free)")
+    up.add_argument(
+        "--tunnel-port", type=int, help="port of the database tunnel and its CONNECT proxy (default 8704; 0 = free)"
+    )
     up.add_argument("--state-dir", type=Path, help=f"where state is kept (default {default_state_dir()})")
     up.add_argument("--config", type=Path, help="settings file (default <state-dir>/emulator.toml)")
     up.add_argument(
@@ -208,6 +211,7 @@ def _print_ready(endpoints: dict[str, str], settings: Settings) -> None:
     print(f"  site         {endpoints['site']}  (/ask, /mcp, /health, trials, discovery, /_emulator)")
     print(f"  auth         {endpoints['auth']}  (identity provider: /agent/identity, /oauth2/token)")
     print(f"  api          {endpoints['api']}  (control plane)")
+    print(f"  tunnel       {endpoints['tunnel']}  (hosted databases; CONNECT proxy {endpoints['proxy']})")
     print(f"  state        {settings.state_dir}")
     print(f"  endpoints    {settings.endpoints_path}", flush=True)
 
@@ -315,6 +319,13 @@ def cmd_env(args: argparse.Namespace) -> int:
         # later command sends the trial's key to the control plane.
         "PIXELTABLE_SITE_URL": endpoints["site"],
         "PIXELTABLE_API_URL": endpoints["api"],
+        # Hosted databases: <org>-<db>.<domain> through the emulator's CONNECT proxy (no /etc/hosts edit),
+        # over TLS that the emulator's local CA signs (the bundle also holds the system's CAs).
+        "PIXELTABLE_CLOUD_HOST": endpoints["tunnel"],
+        "HTTPS_PROXY": endpoints["proxy"],
+        "NO_PROXY": "127.0.0.1,localhost,::1",
+        "SSL_CERT_FILE": endpoints["ca_bundle"],
+        "REQUESTS_CA_BUNDLE": endpoints["ca_bundle"],
     }
     for name, value in exports.items():
         print(f"export {name}={value}")

@@ -42,6 +42,9 @@ class Settings(msgspec.Struct, kw_only=True):
     site_port: int = 8700
     auth_port: int = 8701
     api_port: int = 8702
+    tunnel_port: int = 8704
+    # Hosted databases are reached as <org>-<db>.<cloud_domain> (a reserved .test name: never real DNS).
+    cloud_domain: str = "pxt.test"
     state_dir: Path = msgspec.field(default_factory=default_state_dir)
     docs: Path = DEFAULT_DOCS
     integrations: Path = DEFAULT_INTEGRATIONS
@@ -90,6 +93,7 @@ _INT = {
     "site_port",
     "auth_port",
     "api_port",
+    "tunnel_port",
     "ask_rate_limit",
     "ask_rate_window",
     "idempotency_ttl",
@@ -218,7 +222,7 @@ def load_settings(flags: dict[str, Any] | None = None, env: dict[str, str] | Non
 
 
 def _validate(s: Settings) -> None:
-    for name in ("site_port", "auth_port", "api_port"):
+    for name in ("site_port", "auth_port", "api_port", "tunnel_port"):
         port = getattr(s, name)
         if not 0 <= port <= 65535:
             raise ConfigError(f"{name}: {port} is not a TCP port (0 picks a free one)")

@@ -23,19 +23,25 @@ import msgspec
 import uvicorn
 
 from emulator import __version__
-from emulator.cloud import orgs
-from emulator.cloud.app import Cloud, build_cloud_app
+from emulator.cloud import orgs, services
+from emulator.cloud.app import build_cloud_app
+from emulator.cloud.blobs import Blobs
+from emulator.cloud.context import Cloud
+from emulator.cloud.secrets import SecretBox
+from emulator.cloud.tunnel_auth import make_authorizer
 from emulator.config import Settings
 from emulator.core.clock import iso
 from emulator.core.context import Core
 from emulator.idp.identity import Identity, Urls
 from emulator.idp.keys import Signer
 from emulator.idp.routes import Idp, build_idp_app
+from emulator.runtime.process import ProcessRuntime
 from emulator.site.app import build_site_app
 from emulator.site.idempotency import Idempotency
 from emulator.site.ratelimit import RateLimiter
 from emulator.site.search import DocsIndex
 from emulator.site.state import Site
+from emulator.tunnel import LocalCA, TunnelServer
 
 log = logging.getLogger("emulator")
 
@@ -128,9 +134,13 @@ async def serve(settings: Settings, on_ready: Any = None) -> None:
         "auth": bind(settings.host, settings.auth_port, "identity provider"),
         "api": bind(settings.host, settings.api_port, "control plane"),
     }
+    tunnel_sock = bind(settings.host, settings.tunnel_port, "database tunnel")
+    tunnel_port = tunnel_sock.getsockname()[1]
     urls = Urls(site=url_of(socks["site"]), auth=url_of(socks["auth"]), api=url_of(socks["api"]))
     core = await Core.open(settings)
     docs = DocsIndex(core, settings.docs)
+    cloud: Cloud | None = None
+    tunnel: TunnelServer | None = None
     try:
         await docs.build()
         if settings.watch_docs and settings.docs.is_dir():
@@ -138,11 +148,25 @@ async def serve(settings: Settings, on_ready: Any = None) -> None:
         idem = Idempotency(core, settings.idempotency_ttl)
         await idem.recover()
         limiter = RateLimiter(core.clock, settings.ask_rate_limit, settings.ask_rate_window, "ask")
-        identity = Identity(core, Signer.load_or_create(settings.state_dir), urls)
+        signer = Signer.load_or_create(settings.state_dir)
+        identity = Identity(core, signer, urls)
+        cloud = Cloud(core, signer, urls, secret_box=SecretBox.load_or_create(settings.state_dir))
+        cloud.extra["blobs"] = Blobs(core, settings.state_dir / "blobs", urls.api)
+        cloud.extra["services"] = services
+        cloud.runtime = ProcessRuntime(cloud, settings.state_dir / "runtime")
         core.clock.on_due(limiter.sweep)
         core.clock.on_due(idem.sweep)
         core.clock.on_due(lambda now: orgs.expire_trials(core, now))
-        endpoints = {"site": urls.site, "base_url": urls.site, "auth": urls.auth, "api": urls.api}
+        ca = LocalCA.load_or_create(settings.state_dir / "tls", settings.cloud_domain)
+        endpoints = {
+            "site": urls.site,
+            "base_url": urls.site,
+            "auth": urls.auth,
+            "api": urls.api,
+            "tunnel": f"{settings.cloud_domain}:{tunnel_port}",
+            "proxy": f"http://{settings.host}:{tunnel_port}",
+            "ca_bundle": str(ca.bundle_path),
+        }
         site = Site(
             core=core,
             docs=docs,
@@ -159,7 +183,7 @@ async def serve(settings: Settings, on_ready: Any = None) -> None:
         apps = {
             "site": build_site_app(site),
             "auth": build_idp_app(Idp(core, identity, register_limiter)),
-            "api": build_cloud_app(Cloud(core)),
+            "api": build_cloud_app(cloud),
         }
         servers = [(_Server(_uvicorn_config(apps[name], settings)), socks[name]) for name in socks]
 
@@ -173,6 +197,14 @@ async def serve(settings: Settings, on_ready: Any = None) -> None:
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, stop)
 
+        tunnel = TunnelServer(
+            ca,
+            settings.cloud_domain,
+            tunnel_port,
+            make_authorizer(cloud),
+            on_event=lambda kind, data: core.bus.publish(kind, f"{data.get('org')}:{data.get('db')}", **data),
+        )
+        await tunnel.start(tunnel_sock)
         tasks = [asyncio.create_task(server.serve(sockets=[sock])) for server, sock in servers]
         while not all(server.started for server, _ in servers):
             if any(t.done() for t in tasks):
@@ -192,6 +224,11 @@ async def serve(settings: Settings, on_ready: Any = None) -> None:
             on_ready(endpoints)
         await asyncio.gather(*tasks)
     finally:
+        if tunnel is not None:
+            await tunnel.close()
+        tunnel_sock.close()
+        if cloud is not None:
+            await cloud.runtime.close()
         for sock in socks.values():
             sock.close()
         remove_endpoints(settings)

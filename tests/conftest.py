@@ -69,6 +69,7 @@ class Emulator:
         self.state_dir.mkdir(parents=True, exist_ok=True)
         log = open(self.state_dir / "test-emulator.log", "ab")
         cmd = [sys.executable, "-m", "emulator", "up", "--site-port", "0", "--auth-port", "0", "--api-port", "0"]
+        cmd += ["--tunnel-port", "0"]
         cmd += ["--state-dir", str(self.state_dir)]
         self.proc = subprocess.Popen(
             [*cmd, *self.args],

@@ -15,7 +15,7 @@ import httpx
 
 from tests.conftest import Emulator
 
-FREE_PORTS = ("--site-port", "0", "--auth-port", "0", "--api-port", "0")
+FREE_PORTS = ("--site-port", "0", "--auth-port", "0", "--api-port", "0", "--tunnel-port", "0")
 
 
 def run(*args: str, state: Path | None = None, timeout: float = 60) -> subprocess.CompletedProcess[str]:

@@ -126,7 +126,7 @@ async def create_trial(request: Request[Any, Any, Any]) -> Response[bytes]:
         slug = f"agent-{core.ids.short(6)}"
         while await orgs.slug_taken(conn, slug):
             slug = f"agent-{core.ids.short(6)}"
-        org_id = await orgs.create_org(
+        org_id = await orgs.new_org(
             core,
             conn,
             slug,

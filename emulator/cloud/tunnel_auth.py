@@ -1,0 +1,43 @@
+"""Who may open the database tunnel: the same credentials as the control plane, all sent as Bearer.
+
+The credential's shape picks the check (as production's sidecar does): an API key (`pxtk_…`, trial keys
+included, and the hosted processes' runtime keys) acts in its organization; anything else must be a
+`pxt login` session token. Then the database must exist and not be stopped, and its server is started
+on first use.
+"""
+
+from __future__ import annotations
+
+from emulator.cloud.auth import caller_for_key, caller_for_session, resolve_org
+from emulator.cloud.context import Cloud
+from emulator.core.errors import ApiError
+from emulator.tunnel import Authorize, Refusal, Route
+
+
+def make_authorizer(cloud: Cloud) -> Authorize:
+    async def authorize(org: str, db: str, credential: str) -> Route | Refusal:
+        try:
+            runtime = cloud.runtime.runtime_keys.get(credential)
+            if runtime is not None:
+                org_id, slug = runtime
+                if slug != org:
+                    return Refusal(403, f"this key belongs to {slug}, not {org}")
+                subject = "runtime"
+            else:
+                if credential.startswith("pxtk_"):
+                    caller = await caller_for_key(cloud.core, credential)
+                else:
+                    caller = await caller_for_session(cloud.core, cloud.signer, cloud.urls.api, credential)
+                org_id, slug = await resolve_org(cloud.core, caller, org)
+                subject = caller.label
+            row = await cloud.core.store.fetchone(
+                "SELECT state FROM databases WHERE org_id = ? AND name = ?", (org_id, db)
+            )
+            if row is None:
+                return Refusal(404, f"database {db} does not exist in {slug}")
+            host, port = await cloud.runtime.route(org_id, slug, db)
+        except ApiError as e:
+            return Refusal(e.status if 400 <= e.status <= 599 else 503, e.message)
+        return Route(host, port, subject)
+
+    return authorize

@@ -1,0 +1,147 @@
+"""Environments (the hosted "image"): one virtualenv per environment digest, built with uv, reused when
+the digest is unchanged.
+
+An environment holds `pixeltable[serve]` at the client's version plus the project's dependencies from
+`requirements.txt` or `pyproject.toml` (a `uv.lock` project is installed from its `pyproject.toml`). uv's
+cache makes a rebuild of known packages a matter of links, so builds work offline once cached.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import sys
+import tarfile
+import tempfile
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+from emulator.core.errors import ApiError
+
+DEFAULT_PIXELTABLE = "0.7.21"
+Log = Callable[[str], Awaitable[None]]
+
+
+class BuildFailed(RuntimeError):
+    pass
+
+
+def uv_executable() -> str:
+    try:
+        from uv import find_uv_bin  # the uv wheel ships its binary
+
+        return str(find_uv_bin())
+    except (ImportError, FileNotFoundError):
+        found = shutil.which("uv")
+        if found:
+            return found
+        raise ApiError(
+            500, "internal", "uv is not installed; the emulator depends on it to build environments"
+        ) from None
+
+
+def python_for(version: str | None) -> str:
+    """An interpreter for the requested `X.Y`; the emulator's own when that one is not on this machine."""
+    if version:
+        short = ".".join(version.split(".")[:2])
+        if f"{sys.version_info.major}.{sys.version_info.minor}" == short:
+            return sys.executable
+        found = shutil.which(f"python{short}")
+        if found:
+            return found
+    return sys.executable
+
+
+class Environments:
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        root.mkdir(parents=True, exist_ok=True)
+        self._locks: dict[str, asyncio.Lock] = {}
+
+    def python(self, digest: str) -> Path:
+        return self.root / digest / "bin" / "python"
+
+    def ready(self, digest: str) -> bool:
+        return (self.root / digest / ".complete").is_file()
+
+    async def ensure(
+        self,
+        digest: str,
+        *,
+        pixeltable_version: str | None,
+        python_version: str | None,
+        archive: Path | None,
+        log: Log,
+    ) -> bool:
+        """Make the environment exist; True if it was built now, False if it was reused."""
+        lock = self._locks.setdefault(digest, asyncio.Lock())
+        async with lock:
+            if self.ready(digest):
+                return False
+            await self._build(digest, pixeltable_version or DEFAULT_PIXELTABLE, python_version, archive, log)
+            return True
+
+    async def _build(
+        self, digest: str, pixeltable: str, python_version: str | None, archive: Path | None, log: Log
+    ) -> None:
+        target = self.root / digest
+        shutil.rmtree(target, ignore_errors=True)
+        uv = uv_executable()
+        interpreter = python_for(python_version)
+        await log(f"building environment {digest[:12]}: pixeltable[serve]=={pixeltable}, python {interpreter}")
+        await self._run([uv, "venv", "--quiet", "--python", interpreter, str(target)], log)
+        with tempfile.TemporaryDirectory() as tmp:
+            manifests = _manifests(archive, Path(tmp)) if archive else []
+            args = [
+                uv,
+                "pip",
+                "install",
+                "--quiet",
+                "--python",
+                str(target / "bin" / "python"),
+                f"pixeltable[serve]=={pixeltable}",
+            ]
+            for manifest in manifests:
+                args += ["-r", str(manifest)]
+                await log(f"installing the project's dependencies from {manifest.name}")
+            await self._run(args, log)
+        (target / ".complete").write_text(digest + "\n")
+        await log(f"environment {digest[:12]} is ready")
+
+    async def _run(self, args: list[str], log: Log) -> None:
+        env = {**os.environ, "UV_NO_PROGRESS": "1"}
+        proc = await asyncio.create_subprocess_exec(
+            *args, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT, env=env
+        )
+        assert proc.stdout is not None
+        tail: list[str] = []
+        async for raw in proc.stdout:
+            line = raw.decode(errors="replace").rstrip()
+            if line:
+                tail = [*tail[-20:], line]
+                await log(line)
+        if await proc.wait() != 0:
+            raise BuildFailed(f"{Path(args[0]).name} {args[1]} failed: " + (tail[-1] if tail else "no output"))
+
+
+def _manifests(archive: Path, into: Path) -> list[Path]:
+    """The dependency manifests inside a project archive (`project/requirements.txt`, `project/pyproject.toml`)."""
+    found = []
+    with tarfile.open(archive, "r:bz2") as tar:
+        for name in ("project/requirements.txt", "project/pyproject.toml"):
+            try:
+                member = tar.getmember(name)
+            except KeyError:
+                continue
+            data = tar.extractfile(member)
+            if data is None:
+                continue
+            path = into / Path(name).name
+            path.write_bytes(data.read())
+            if name.endswith("pyproject.toml") and "dependencies" not in path.read_text(errors="replace"):
+                continue
+            found.append(path)
+            if name.endswith("requirements.txt"):
+                break  # requirements.txt decides; pyproject.toml is used when there is none
+    return found
