@@ -126,6 +126,17 @@ def parser() -> argparse.ArgumentParser:
     approve.add_argument("--email", required=True, help="the person's e-mail")
     approve.add_argument("--deny", action="store_true", help="deny the claim instead")
 
+    login = sub.add_parser(
+        "approve-login",
+        help="play the person approving a `pxt login` sign-in",
+        description="Approve (or --deny) the pxt login sign-in that shows CODE, signed in as EMAIL. "
+        "Without CODE, the only pending sign-in is approved.",
+    )
+    _add_locator(login)
+    login.add_argument("code", nargs="?", help="the code pxt login prints (XXXX-XXXX)")
+    login.add_argument("--email", required=True, help="the person's e-mail")
+    login.add_argument("--deny", action="store_true", help="deny the sign-in instead")
+
     claim = sub.add_parser(
         "claim-trial",
         help="play the person who opens a trial's claim_url",
@@ -394,6 +405,19 @@ def cmd_approve_claim(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_approve_login(args: argparse.Namespace) -> int:
+    site = _endpoints(args)["site"]
+    code = args.code
+    if code is None:
+        pending = _call(site + "/_emulator/logins")["pending"]
+        if len(pending) != 1:
+            raise SystemExit(f"emulator: {len(pending)} sign-ins are pending; name the code")
+        code = pending[0]["user_code"]
+    answer = _call(site + "/_emulator/logins/approve", {"user_code": code, "email": args.email, "deny": args.deny})
+    print(f"{answer['user_code']}: {'approved' if answer['approved'] else 'denied'} as {answer['email']}")
+    return 0
+
+
 def cmd_claim_trial(args: argparse.Namespace) -> int:
     answer = _call(_endpoints(args)["site"] + "/_emulator/trials/claim", {"org": args.org, "email": args.email})
     print(f"{answer['org']} is claimed by {answer['email']}; it no longer expires")
@@ -429,6 +453,7 @@ def cmd_registrations(args: argparse.Namespace) -> int:
 
 COMMANDS = {
     "approve-claim": cmd_approve_claim,
+    "approve-login": cmd_approve_login,
     "claim-trial": cmd_claim_trial,
     "switch": cmd_switch,
     "trials": cmd_trials,

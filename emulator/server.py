@@ -34,6 +34,7 @@ from emulator.core.clock import iso
 from emulator.core.context import Core
 from emulator.idp.identity import Identity, Urls
 from emulator.idp.keys import Signer
+from emulator.idp.login import Logins
 from emulator.idp.routes import Idp, build_idp_app
 from emulator.runtime.process import ProcessRuntime
 from emulator.site.app import build_site_app
@@ -150,6 +151,7 @@ async def serve(settings: Settings, on_ready: Any = None) -> None:
         limiter = RateLimiter(core.clock, settings.ask_rate_limit, settings.ask_rate_window, "ask")
         signer = Signer.load_or_create(settings.state_dir)
         identity = Identity(core, signer, urls)
+        logins = Logins(identity)
         cloud = Cloud(core, signer, urls, secret_box=SecretBox.load_or_create(settings.state_dir))
         cloud.extra["blobs"] = Blobs(core, settings.state_dir / "blobs", urls.api)
         cloud.extra["services"] = services
@@ -174,6 +176,7 @@ async def serve(settings: Settings, on_ready: Any = None) -> None:
             ask_limiter=limiter,
             idempotency=idem,
             identity=identity,
+            logins=logins,
             integrations=load_integrations(settings.integrations),
             started_at=time.time(),
             endpoints=endpoints,
@@ -182,7 +185,7 @@ async def serve(settings: Settings, on_ready: Any = None) -> None:
         core.clock.on_due(register_limiter.sweep)
         apps = {
             "site": build_site_app(site),
-            "auth": build_idp_app(Idp(core, identity, register_limiter)),
+            "auth": build_idp_app(Idp(core, identity, register_limiter, logins)),
             "api": build_cloud_app(cloud),
         }
         servers = [(_Server(_uvicorn_config(apps[name], settings)), socks[name]) for name in socks]

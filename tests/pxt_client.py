@@ -53,9 +53,13 @@ class Pxt:
     def __init__(self, exe: Path, home: Path, env: dict[str, str]) -> None:
         self.exe = exe
         home.mkdir(parents=True, exist_ok=True)
-        self.env = {**os.environ, **env, "PIXELTABLE_HOME": str(home), "PXT_PORT": str(free_port())}
-        for name in ("PIXELTABLE_API_KEY", "HTTPS_PROXY", "https_proxy"):
-            self.env.pop(name, None)
+        # The caller's own proxy and key settings must not leak in; then exactly what `emulator env` printed.
+        inherited = {
+            k: v
+            for k, v in os.environ.items()
+            if k not in ("PIXELTABLE_API_KEY", "HTTPS_PROXY", "https_proxy", "NO_PROXY", "no_proxy")
+        }
+        self.env = {**inherited, **env, "PIXELTABLE_HOME": str(home), "PXT_PORT": str(free_port())}
 
     def __call__(self, *args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
         return subprocess.run([str(self.exe), *args], capture_output=True, text=True, timeout=timeout, env=self.env)

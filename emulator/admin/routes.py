@@ -306,6 +306,32 @@ async def registrations_list(request: Request[Any, Any, Any]) -> Response[bytes]
     )
 
 
+class LoginDecision(msgspec.Struct, forbid_unknown_fields=True):
+    """Play the person on the `pxt login` page: approve (or deny) the sign-in showing `user_code`."""
+
+    user_code: str
+    email: str
+    deny: bool = False
+
+
+@post("/_emulator/logins/approve", status_code=200)
+async def logins_approve(request: Request[Any, Any, Any]) -> Response[bytes]:
+    body = _decode(await request.body(), LoginDecision)
+    await site_of(request).logins.decide(body.user_code, body.email, not body.deny)
+    return _json({"user_code": body.user_code.upper(), "email": body.email.strip(), "approved": not body.deny})
+
+
+@get("/_emulator/logins")
+async def logins_pending(request: Request[Any, Any, Any]) -> Response[bytes]:
+    core = site_of(request).core
+    rows = await core.store.fetchall(
+        "SELECT user_code, state, email, expires_at FROM device_logins WHERE state = 'pending' AND expires_at > ? "
+        "ORDER BY created_at",
+        (core.clock.now(),),
+    )
+    return _json({"pending": [{"user_code": r["user_code"], "expires_at": iso(r["expires_at"])} for r in rows]})
+
+
 @get("/_emulator/switches")
 async def switches_get(request: Request[Any, Any, Any]) -> Response[bytes]:
     return _json(site_of(request).core.switches.snapshot())
@@ -336,4 +362,6 @@ HANDLERS = [
     registrations_list,
     switches_get,
     switches_set,
+    logins_approve,
+    logins_pending,
 ]

@@ -21,8 +21,9 @@ from litestar.exceptions import HTTPException
 from emulator.core import html, jsonbody
 from emulator.core.context import Core
 from emulator.core.errors import ApiError
-from emulator.idp import discovery
+from emulator.idp import discovery, login
 from emulator.idp.identity import JWT_BEARER, Identity
+from emulator.idp.login import Logins
 from emulator.site.errors import log_internal
 from emulator.site.ratelimit import RateLimiter
 
@@ -35,6 +36,7 @@ class Idp:
     core: Core
     identity: Identity
     limiter: RateLimiter
+    logins: Logins
 
     def client_ip(self, request: Request[Any, Any, Any]) -> str:
         return request.client.host if request.client else "unknown"
@@ -288,7 +290,7 @@ HANDLERS = [
 
 def build_idp_app(idp: Idp) -> Litestar:
     return Litestar(
-        route_handlers=HANDLERS,
+        route_handlers=[*HANDLERS, *login.HANDLERS],
         exception_handlers={HTTPException: http_error, ApiError: registration_error, Exception: internal_error},
         state=State({"idp": idp}),
         openapi_config=None,

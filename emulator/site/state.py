@@ -22,6 +22,7 @@ class Site:
     ask_limiter: RateLimiter
     idempotency: Idempotency
     identity: Identity
+    logins: Any = None  # the `pxt login` sign-ins (emulator.idp.login.Logins)
     integrations: list[dict[str, Any]] = field(default_factory=list)
     started_at: float = 0.0
     endpoints: dict[str, str] = field(default_factory=dict)

@@ -1,0 +1,227 @@
+"""`pxt login`: a device-authorization sign-in (RFC 8628 style, the WorkOS user-management shape).
+
+The control plane's `/.well-known/pixeltable-auth` names this origin as `workos_api`. The client
+starts with `POST /user_management/authorize/device`, shows the person the user code and the
+verification page, and polls `POST /user_management/authenticate` until the person approves (page, or
+`emulator approve-login`). The session it gets is an ES256 access token (audience: the control plane;
+claims `sub`, `email`, `org_id`, `sid`, `exp` on the emulator's clock) and a rotating refresh token;
+a refresh with `organization_id` rescopes the session to another organization of the person.
+"""
+
+from __future__ import annotations
+
+from html import escape
+from typing import Any
+from urllib.parse import parse_qs
+
+from litestar import Request, Response, get, post
+
+from emulator.core import html
+from emulator.core.errors import ApiError
+from emulator.core.ids import secret_hash
+from emulator.idp.identity import Identity, valid_email
+from emulator.idp.keys import ACCESS_TOKEN_TYP
+
+CLIENT_ID = "client_pxt_emulator"
+DEVICE_CODE_TTL = 600
+POLL_INTERVAL = 2
+SESSION_TOKEN_TTL = 3600
+SESSION_REFRESH_TTL = 30 * 86400
+_CODE_ALPHABET = "BCDFGHJKLMNPQRSTVWXZ"  # no vowels: no words
+
+
+class Logins:
+    def __init__(self, identity: Identity) -> None:
+        self.identity = identity
+        self.core = identity.core
+
+    def _user_code(self) -> str:
+        n = int(self.core.ids.digits(12))
+        chars = [_CODE_ALPHABET[(n // 20**i) % 20] for i in range(8)]
+        return "".join(chars[:4]) + "-" + "".join(chars[4:])
+
+    async def start(self, client_id: str) -> dict[str, Any]:
+        now = self.core.clock.now()
+        device_code = self.core.ids.token("dev_", 24)
+        user_code = self._user_code()
+        await self.core.store.execute(
+            "INSERT INTO device_logins (device_code_hash, user_code, client_id, state, expires_at, created_at) "
+            "VALUES (?, ?, ?, 'pending', ?, ?)",
+            (secret_hash(device_code), user_code, client_id, now + DEVICE_CODE_TTL, now),
+        )
+        uri = f"{self.identity.urls.auth}/device"
+        self.core.bus.publish("idp.login_started", user_code)
+        return {
+            "device_code": device_code,
+            "user_code": user_code,
+            "verification_uri": uri,
+            "verification_uri_complete": f"{uri}?user_code={user_code}",
+            "interval": POLL_INTERVAL,
+            "expires_in": DEVICE_CODE_TTL,
+        }
+
+    async def decide(self, user_code: str, email: str, approve: bool) -> None:
+        """The person, signed in as `email`, approves or denies the sign-in shown with `user_code`."""
+        if not valid_email(email):
+            raise ApiError(400, "bad_request", "sign in with an e-mail address")
+        row = await self.core.store.fetchone("SELECT * FROM device_logins WHERE user_code = ?", (user_code.upper(),))
+        if row is None or row["state"] != "pending":
+            raise ApiError(404, "not_found", f"no sign-in is waiting for the code {user_code}")
+        if row["expires_at"] <= self.core.clock.now():
+            raise ApiError(410, "not_found", "this sign-in code has expired; run pxt login again")
+        async with self.core.store.transaction() as conn:
+            await self.identity.ensure_user(conn, email.strip(), self.core.clock.now())
+            await conn.execute(
+                "UPDATE device_logins SET state = ?, email = ? WHERE user_code = ?",
+                ("approved" if approve else "denied", email.strip(), row["user_code"]),
+            )
+        self.core.bus.publish("idp.login_approved" if approve else "idp.login_denied", row["user_code"], email=email)
+
+    async def poll(self, device_code: str, client_id: str) -> dict[str, Any]:
+        row = await self.core.store.fetchone(
+            "SELECT * FROM device_logins WHERE device_code_hash = ?", (secret_hash(device_code),)
+        )
+        if row is None or row["client_id"] != client_id:
+            raise ApiError(400, "invalid_grant", "unknown device code")
+        if row["state"] == "redeemed":
+            raise ApiError(400, "invalid_grant", "this device code was already used")
+        if row["expires_at"] <= self.core.clock.now():
+            raise ApiError(400, "expired_token", "the sign-in code expired; run pxt login again")
+        if row["state"] == "denied":
+            raise ApiError(400, "access_denied", "the person denied the sign-in")
+        if row["state"] == "pending":
+            raise ApiError(400, "authorization_pending", "waiting for the person to approve the sign-in")
+        await self.core.store.execute(
+            "UPDATE device_logins SET state = 'redeemed' WHERE device_code_hash = ?", (row["device_code_hash"],)
+        )
+        user = await self.core.store.fetchone("SELECT * FROM users WHERE email = ?", (row["email"],))
+        orgs = await self.core.store.fetchall("SELECT org_id FROM org_members WHERE user_id = ?", (user["id"],))
+        org_id = orgs[0]["org_id"] if len(orgs) == 1 else None
+        return await self._session(user, org_id, None)
+
+    async def refresh(self, refresh_token: str, client_id: str, organization_id: str | None) -> dict[str, Any]:
+        now = self.core.clock.now()
+        row = await self.core.store.fetchone(
+            "SELECT s.*, u.email FROM sessions s JOIN users u ON u.id = s.user_id WHERE s.refresh_token_hash = ?",
+            (secret_hash(refresh_token),),
+        )
+        if row is None or row["revoked_at"] is not None or row["refresh_expires_at"] <= now:
+            raise ApiError(400, "invalid_grant", "the session is not valid; run pxt login again")
+        org_id = row["org_id"]
+        if organization_id:
+            member = await self.core.store.fetchone(
+                "SELECT 1 FROM org_members WHERE user_id = ? AND org_id = ?", (row["user_id"], organization_id)
+            )
+            if member is None:
+                raise ApiError(400, "invalid_grant", f"{row['email']} is not a member of {organization_id}")
+            org_id = organization_id
+        user = await self.core.store.fetchone("SELECT * FROM users WHERE id = ?", (row["user_id"],))
+        return await self._session(user, org_id, row["id"])
+
+    async def _session(self, user: Any, org_id: str | None, sid: str | None) -> dict[str, Any]:
+        """Issue an access token and a fresh refresh token (the old one, if any, is spent)."""
+        now = self.core.clock.now()
+        refresh = self.core.ids.token("rt_", 24)
+        async with self.core.store.transaction() as conn:
+            if sid is None:
+                sid = self.core.ids.ident("session_")
+                await conn.execute(
+                    "INSERT INTO sessions (id, user_id, org_id, refresh_token_hash, refresh_expires_at, created_at) "
+                    "VALUES (?, ?, ?, ?, ?, ?)",
+                    (sid, user["id"], org_id, secret_hash(refresh), now + SESSION_REFRESH_TTL, now),
+                )
+            else:
+                await conn.execute(
+                    "UPDATE sessions SET org_id = ?, refresh_token_hash = ?, refresh_expires_at = ? WHERE id = ?",
+                    (org_id, secret_hash(refresh), now + SESSION_REFRESH_TTL, sid),
+                )
+        token = self.identity.signer.sign(
+            ACCESS_TOKEN_TYP,
+            {
+                "iss": self.identity.urls.auth,
+                "aud": self.identity.urls.api,
+                "sub": user["id"],
+                "email": user["email"],
+                "org_id": org_id,
+                "sid": sid,
+                "iat": int(now),
+                "exp": int(now + SESSION_TOKEN_TTL),
+            },
+        )
+        self.core.bus.publish("idp.session", sid, email=user["email"], org_id=org_id)
+        return {
+            "access_token": token,
+            "refresh_token": refresh,
+            "user": {"id": user["id"], "email": user["email"]},
+            "organization_id": org_id,
+        }
+
+
+def _logins(request: Request[Any, Any, Any]) -> Logins:
+    return request.app.state["idp"].logins
+
+
+def _oauth_error(_: Request[Any, Any, Any], exc: ApiError) -> Response[dict[str, str]]:
+    return Response(
+        {"error": exc.code, "error_description": exc.message},
+        status_code=exc.status,
+        headers={"Cache-Control": "no-store"},
+    )
+
+
+def _form_of(body: bytes) -> dict[str, str]:
+    return {k: v[0] for k, v in parse_qs(body.decode("utf-8", "replace")).items()}
+
+
+@post("/user_management/authorize/device", status_code=200, exception_handlers={ApiError: _oauth_error})
+async def authorize_device(request: Request[Any, Any, Any]) -> dict[str, Any]:
+    form = _form_of(await request.body())
+    if form.get("client_id") != CLIENT_ID:
+        raise ApiError(400, "invalid_client", f"unknown client_id; this sign-in service serves {CLIENT_ID}")
+    return await _logins(request).start(form["client_id"])
+
+
+@post("/user_management/authenticate", status_code=200, exception_handlers={ApiError: _oauth_error})
+async def authenticate(request: Request[Any, Any, Any]) -> Response[dict[str, Any]]:
+    form = _form_of(await request.body())
+    grant = form.get("grant_type", "")
+    logins = _logins(request)
+    if grant == "urn:ietf:params:oauth:grant-type:device_code":
+        answer = await logins.poll(form.get("device_code", ""), form.get("client_id", ""))
+    elif grant == "refresh_token":
+        answer = await logins.refresh(
+            form.get("refresh_token", ""), form.get("client_id", ""), form.get("organization_id") or None
+        )
+    else:
+        raise ApiError(400, "unsupported_grant_type", "grant_type must be device_code or refresh_token")
+    return Response(answer, headers={"Cache-Control": "no-store"})
+
+
+def _page_error(_: Request[Any, Any, Any], exc: ApiError) -> Response[str]:
+    return html.page("This sign-in cannot go on", f'<p class="error">{escape(exc.message)}</p>', exc.status)
+
+
+@get("/device", exception_handlers={ApiError: _page_error})
+async def device_page(user_code: str = "") -> Response[str]:
+    body = (
+        "<p>Confirm that this code matches the one <code>pxt login</code> shows, then sign in.</p>"
+        '<form method="post" action="/device">'
+        f'<p><label>Code <input name="user_code" required value="{escape(user_code)}"></label></p>'
+        f"<p>{html.email_input()}</p>"
+        '<p><button name="decision" value="approve">Sign in</button> '
+        '<button name="decision" value="deny">Deny</button></p></form>'
+    )
+    return html.page("Sign in to Pixeltable Cloud", body)
+
+
+@post("/device", status_code=200, exception_handlers={ApiError: _page_error})
+async def device_decide(request: Request[Any, Any, Any]) -> Response[str]:
+    form = _form_of(await request.body())
+    approve = form.get("decision", "approve") != "deny"
+    await _logins(request).decide(form.get("user_code", ""), form.get("email", ""), approve)
+    if not approve:
+        return html.page("Sign-in denied", "<p>pxt login will stop.</p>")
+    return html.page("You are signed in", f"<p>Signed in as {escape(form['email'])}. Return to your terminal.</p>")
+
+
+HANDLERS = [authorize_device, authenticate, device_page, device_decide]

@@ -1,0 +1,273 @@
+"""The compatibility suite: the unmodified `pxt` CLI and `pixeltable` library of 0.7.21 drive the hosted
+workflow against a live emulator, configured only through what `emulator env` prints.
+
+One emulator and one trial serve the ordered steps of a module (as a person's session would); each step
+asserts on what the commands print and on the emulator's state.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import textwrap
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.conftest import Emulator
+from tests.pxt_client import Pxt, ensure_client
+from tests.test_pxt_client import emulator_env
+
+SECRET_UDF = textwrap.dedent(
+    """
+
+    @pxt.udf
+    def provider_key(text: str) -> str:
+        import os
+        return os.environ.get('DEMO_PROVIDER_KEY', 'unset')
+
+
+    class Probe(TableModel, name='probe'):
+        text: pxt.String
+        key_seen = provider_key(text)
+    """
+)
+
+
+class Session:
+    def __init__(self, e: Emulator, pxt: Pxt, project: Path) -> None:
+        self.e, self.pxt, self.project = e, pxt, project
+        self.org = ""
+
+    def run(self, *args: str, ok: bool = True, timeout: float = 900) -> str:
+        r = subprocess.run(
+            [str(self.pxt.exe), *args],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            env=self.pxt.env,
+            cwd=self.project,
+        )
+        out = r.stdout + r.stderr
+        if ok:
+            assert r.returncode == 0, f"pxt {' '.join(args)} failed ({r.returncode}):\n{out}"
+        else:
+            assert r.returncode != 0, f"pxt {' '.join(args)} should have failed:\n{out}"
+        return out
+
+    def python(self, code: str, timeout: float = 600) -> str:
+        python = self.pxt.exe.parent / "python"
+        r = subprocess.run(
+            [str(python), "-c", code],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            env=self.pxt.env,
+            cwd=self.project,
+        )
+        assert r.returncode == 0, r.stdout + r.stderr
+        return r.stdout
+
+    @property
+    def db(self) -> str:
+        return f"pxt://{self.org}:main"
+
+    def admin(self, path: str) -> dict:
+        return httpx.get(self.e.url + path, timeout=30).json()
+
+
+@pytest.fixture(scope="module")
+def session(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Session]:
+    exe = ensure_client()
+    root = tmp_path_factory.mktemp("cloud")
+    e = Emulator(root / "state", ["--no-watch"]).start()
+    project = root / "project"
+    project.mkdir()
+    s = Session(e, Pxt(exe, root / "pxt-home", emulator_env(e)), project)
+    yield s
+    s.pxt.stop_daemon()
+    e.stop()
+
+
+def test_1_trial_identity_keys_and_secrets(session: Session) -> None:
+    out = session.run("new")
+    session.org = re.search(r"organization (agent-[0-9a-f]{6})", out).group(1)
+    assert f"Trial {session.db} on {session.e.api}" in session.run("whoami")
+    assert re.search(rf"^{session.org}\s+id=org_\w+\s+default_db=main$", session.run("org", "list"), re.M)
+
+    created = session.run("key", "create", "ci-key")
+    secret = re.search(r"^(pxtk_[0-9a-f]{48})$", created, re.M).group(1)
+    listed = session.run("key", "list")
+    assert "ci-key" in listed and secret not in listed
+    # The new key works on its own; the secret is stored only as a hash.
+    orgs = httpx.post(session.e.api, json={"operation_type": "list_orgs"}, headers={"X-api-key": secret}).json()
+    assert orgs["orgs"][0]["org"] == session.org
+    dump = "\n".join(__import__("sqlite3").connect(session.e.state_dir / "emulator.sqlite3").iterdump())
+    assert secret not in dump
+
+    session.run("secret", "set", session.db, "DEMO_PROVIDER_KEY=first-value")
+    assert re.search(rf"^DEMO_PROVIDER_KEY\s+{re.escape(session.db)}", session.run("secret", "list"), re.M)
+    assert "first-value" not in dump and "first-value" not in "\n".join(
+        __import__("sqlite3").connect(session.e.state_dir / "emulator.sqlite3").iterdump()
+    )
+
+
+def test_2_db_update_builds_and_starts_the_hosted_database(session: Session) -> None:
+    session.run("init")
+    session.run("service", "example", "--out", "app.py")
+    (session.project / "app.py").write_text((session.project / "app.py").read_text() + SECRET_UDF)
+    out = session.run("db", "update", session.db, "-f", "--add-config-entry")
+    assert "applied  AVAILABLE" in out and "main generation 1  done" in out
+    assert f"name = '{session.db}'" in (session.project / "pixeltable.toml").read_text()
+    assert "up to date  AVAILABLE" in session.run("db", "diff", session.db)
+    status = session.run("db", "status", session.db)
+    assert re.search(r"^main\s+AVAILABLE$", status, re.M) and re.search(r"main-0\s+Running\s+1/1", status)
+    logs = session.run("db", "logs", session.db)
+    assert "the Pixeltable server is ready" in logs
+    # The hosted database is the real Pixeltable server, a process of its own.
+    assert session.admin("/_emulator/journal?kinds=db.state")["events"][-1]["data"]["state"] == "AVAILABLE"
+
+
+def test_3_unchanged_environment_is_not_rebuilt_and_a_new_requirement_is(session: Session) -> None:
+    app = session.project / "app.py"
+    app.write_text(app.read_text() + "\n# a change to the project files only\n")
+    out = session.run("db", "update", session.db, "-f")
+    assert "main generation 2  done" in out
+    assert "unchanged: not rebuilt" in session.run("db", "logs", session.db)
+
+    (session.project / "requirements.txt").write_text("tomli-w==1.2.0\n")
+    out = session.run("db", "update", session.db, "-f")
+    assert "the image will be rebuilt" in out and "main generation 3  done" in out
+    logs = session.run("db", "logs", session.db, "--tail", "400")
+    assert "installing the project's dependencies from requirements.txt" in logs
+    states = [e["data"] for e in session.admin("/_emulator/journal?kinds=db.state")["events"]]
+    assert [s.get("rebuilt") for s in states if "rebuilt" in s][-2:] == [False, True]
+
+
+def test_4_schema_update_and_an_insert_through_the_tunnel(session: Session) -> None:
+    out = session.run("schema", "update", "app.py", session.db)
+    assert f"created   {session.db}/docs" in out
+    printed = session.python(
+        textwrap.dedent(f"""
+        import pixeltable as pxt
+        t = pxt.get_table('{session.db}/docs')
+        status = t.insert([{{'title': 'hello hosted world', 'body': 'from a script'}}])
+        rows = t.select(t.title, t.title_upper, t.summary).collect()
+        print('ROWS', [dict(r) for r in rows])
+    """)
+    )
+    rows = eval(printed.split("ROWS", 1)[1])
+    assert rows == [{"title": "hello hosted world", "title_upper": "HELLO HOSTED WORLD", "summary": "hello hosted..."}]
+    tunnel = session.admin("/_emulator/journal?kinds=tunnel.connected")["events"]
+    assert tunnel and tunnel[-1]["data"]["org"] == session.org and tunnel[-1]["data"]["via"] == "proxy"
+
+
+def _probe(session: Session, text: str) -> str:
+    printed = session.python(
+        textwrap.dedent(f"""
+        import pixeltable as pxt
+        t = pxt.get_table('{session.db}/probe')
+        t.insert([{{'text': '{text}'}}])
+        print('SEEN', t.where(t.text == '{text}').select(t.key_seen).collect()[0]['key_seen'])
+    """)
+    )
+    return printed.split("SEEN", 1)[1].strip()
+
+
+def test_5_a_secret_reaches_the_database_only_after_a_restart(session: Session) -> None:
+    assert _probe(session, "one") == "first-value"
+    session.run("secret", "set", session.db, "DEMO_PROVIDER_KEY=second-value")
+    assert _probe(session, "two") == "first-value"  # read once, at start
+    out = session.run("db", "restart", session.db)
+    assert "generation" in out
+    assert _probe(session, "three") == "second-value"
+
+
+def test_6_stop_keeps_the_data_and_refuses_updates_until_started(session: Session) -> None:
+    session.run("db", "stop", session.db)
+    assert re.search(r"^main\s+STOPPED$", session.run("db", "status", session.db), re.M)
+    assert session.admin("/_emulator/journal?kinds=db.state")["events"][-1]["data"]["state"] == "STOPPED"
+    app = session.project / "app.py"
+    app.write_text(app.read_text() + "\n# another change\n")
+    refused = session.run("db", "update", session.db, "-f", ok=False)
+    assert "STOPPED" in refused
+    session.run("db", "start", session.db)
+    count = session.python(f"import pixeltable as pxt; print('N', pxt.get_table('{session.db}/docs').count())")
+    assert count.split("N", 1)[1].strip() == "1"
+    refused = session.run("db", "delete", session.db, "-f", ok=False)
+    assert "main cannot be deleted" in refused
+
+
+def test_7_another_organizations_key_is_refused_everywhere(session: Session) -> None:
+    # A second trial in the same emulator; its key must not reach the first trial's database.
+    other = httpx.post(session.e.auth + "/agent/identity", json={"type": "anonymous"}).json()
+    token = httpx.post(
+        session.e.auth + "/oauth2/token",
+        data={
+            "grant_type": "urn:ietf:params:oauth:grant-type:jwt-bearer",
+            "assertion": other["identity"]["assertion"],
+        },
+    ).json()["access_token"]
+    trial = httpx.post(session.e.url + "/api/v1/trial-orgs", headers={"Authorization": f"Bearer {token}"}).json()
+    r = httpx.post(
+        session.e.api,
+        json={"operation_type": "get_db", "org": session.org, "db": "main"},
+        headers={"X-api-key": trial["api_key"]},
+    )
+    assert r.status_code == 403 and r.text.startswith("Forbidden : ")
+    env = {**session.pxt.env, "PIXELTABLE_API_KEY": trial["api_key"]}
+    r = subprocess.run(
+        [str(session.pxt.exe.parent / "python"), "-c", f"import pixeltable as pxt; pxt.get_table('{session.db}/docs')"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+        cwd=session.project,
+    )
+    out = r.stdout + r.stderr
+    assert r.returncode != 0 and ("not permitted" in out or "403" in out), out
+    refused = session.admin("/_emulator/journal?kinds=tunnel.refused")["events"]
+    assert refused and refused[-1]["data"]["status"] == 403
+
+
+def test_8_login_and_org_create(session: Session, tmp_path: Path) -> None:
+    pxt = Pxt(session.pxt.exe, tmp_path / "login-home", emulator_env(session.e))
+    try:
+        proc = subprocess.Popen(
+            [str(pxt.exe), "login"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=pxt.env
+        )
+        code = None
+        for line in proc.stdout:  # bounded by the process (it gives up after its own deadline)
+            m = re.search(r"Your code is ([A-Z]{4}-[A-Z]{4})", line)
+            if m:
+                code = m.group(1)
+                break
+        assert code, "pxt login printed no code"
+        page = httpx.get(f"{session.e.auth}/device?user_code={code}")
+        assert page.status_code == 200 and code in page.text
+        approved = httpx.post(session.e.auth + "/device", data={"user_code": code, "email": "dev@example.org"})
+        assert approved.status_code == 200 and "You are signed in" in approved.text
+        rest = proc.communicate(timeout=120)[0]
+        assert proc.returncode == 0 and "Signed in as dev@example.org." in rest
+        out = subprocess.run(
+            [str(pxt.exe), "org", "create", "acme-dev"], capture_output=True, text=True, timeout=120, env=pxt.env
+        ).stdout
+        assert "acme-dev  (database main)" in out
+        bad = subprocess.run(
+            [str(pxt.exe), "org", "create", "x" * 30], capture_output=True, text=True, timeout=120, env=pxt.env
+        )
+        assert bad.returncode != 0
+        who = subprocess.run([str(pxt.exe), "whoami"], capture_output=True, text=True, timeout=120, env=pxt.env)
+        assert "dev@example.org" in who.stdout
+        orgs = json.loads(
+            subprocess.run(
+                [str(pxt.exe), "org", "list", "--json"], capture_output=True, text=True, timeout=120, env=pxt.env
+            ).stdout
+            or "[]"
+        )
+        assert any(o.get("org") == "acme-dev" for o in (orgs if isinstance(orgs, list) else orgs.get("orgs", [])))
+    finally:
+        pxt.stop_daemon()
