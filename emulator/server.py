@@ -177,6 +177,7 @@ async def serve(settings: Settings, on_ready: Any = None) -> None:
             idempotency=idem,
             identity=identity,
             logins=logins,
+            cloud=cloud,
             integrations=load_integrations(settings.integrations),
             started_at=time.time(),
             endpoints=endpoints,

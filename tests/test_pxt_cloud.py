@@ -146,6 +146,12 @@ def test_3_unchanged_environment_is_not_rebuilt_and_a_new_requirement_is(session
     states = [e["data"] for e in session.admin("/_emulator/journal?kinds=db.state")["events"]]
     assert [s.get("rebuilt") for s in states if "rebuilt" in s][-2:] == [False, True]
 
+    out = session.run("db", "build-image", session.db, "-f")
+    assert "main generation 4  done" in out
+    assert "as pxt db build-image asks" in session.run("db", "logs", session.db, "--tail", "400")
+    states = [e["data"] for e in session.admin("/_emulator/journal?kinds=db.state")["events"]]
+    assert [s for s in states if "rebuilt" in s][-1]["rebuilt"] is True
+
 
 def test_4_schema_update_and_an_insert_through_the_tunnel(session: Session) -> None:
     out = session.run("schema", "update", "app.py", session.db)

@@ -332,6 +332,56 @@ async def logins_pending(request: Request[Any, Any, Any]) -> Response[bytes]:
     return _json({"pending": [{"user_code": r["user_code"], "expires_at": iso(r["expires_at"])} for r in rows]})
 
 
+@get("/_emulator/databases")
+async def databases_list(request: Request[Any, Any, Any]) -> Response[bytes]:
+    """Every hosted database: its state, generation, environment and whether its server runs."""
+    site = site_of(request)
+    rows = await site.core.store.fetchall(
+        "SELECT d.*, o.slug FROM databases d JOIN orgs o ON o.id = d.org_id ORDER BY o.slug, d.name"
+    )
+    runtime = site.cloud.runtime if site.cloud else None
+    return _json(
+        {
+            "runtime": runtime.kind if runtime else None,
+            "unenforced_limits": list(runtime.unenforced) if runtime else [],
+            "databases": [
+                {
+                    "org": r["slug"],
+                    "db": r["name"],
+                    "state": r["state"],
+                    "generation": r["generation"],
+                    "environment": (r["env_digest"] or "")[:12] or None,
+                    "last_build_outcome": r["last_build_outcome"],
+                    "failure_reason": r["failure_reason"],
+                    "server": runtime.status(r["org_id"], r["name"]) if runtime else None,
+                    "receipt": msgspec.json.decode(r["receipt"]) if r["receipt"] else None,
+                }
+                for r in rows
+            ],
+        }
+    )
+
+
+@get("/_emulator/databases/{org:str}/{db:str}/logs")
+async def database_logs(request: Request[Any, Any, Any], org: str, db: str, since: int = 0) -> Response[bytes]:
+    """A database's log lines (its server's output and the emulator's notes), after line id `since`."""
+    core = site_of(request).core
+    row = await core.store.fetchone("SELECT id FROM orgs WHERE slug = ? OR id = ?", (org, org))
+    if row is None:
+        raise ApiError(404, "not_found", f"no organization {org!r}")
+    lines = await core.store.fetchall(
+        "SELECT id, ts_ms, service, line FROM log_lines WHERE org_id = ? AND db = ? AND id > ? ORDER BY id LIMIT 5000",
+        (row["id"], db, since),
+    )
+    return _json(
+        {
+            "lines": [
+                {"id": r["id"], "ts_ms": r["ts_ms"], "service": r["service"] or None, "line": r["line"]} for r in lines
+            ]
+        }
+    )
+
+
 @get("/_emulator/switches")
 async def switches_get(request: Request[Any, Any, Any]) -> Response[bytes]:
     return _json(site_of(request).core.switches.snapshot())
@@ -364,4 +414,6 @@ HANDLERS = [
     switches_set,
     logins_approve,
     logins_pending,
+    databases_list,
+    database_logs,
 ]

@@ -17,7 +17,7 @@ from litestar.datastructures import State
 from litestar.exceptions import HTTPException
 
 from emulator.cloud import blobs, databases, keys, orgs, secrets, services
-from emulator.cloud.auth import Caller, authenticate, caller_for_key
+from emulator.cloud.auth import Caller, authenticate
 from emulator.cloud.context import Cloud, Operation
 from emulator.core import jsonbody
 from emulator.core.errors import ApiError
@@ -57,15 +57,8 @@ def internal_error(request: Request[Any, Any, Any], exc: Exception) -> Response[
 
 
 async def _caller(cloud: Cloud, request: Request[Any, Any, Any]) -> Caller:
-    key = request.headers.get("x-api-key")
-    runtime = cloud.runtime.runtime_keys.get(key.strip()) if key and cloud.runtime else None
-    if runtime is not None:
-        # A hosted process's own key: it acts in its organization (get_archive, media).
-        org_id, slug = runtime
-        return Caller("api_key", None, None, org_id, slug, "runtime", False)
-    if key is not None:
-        return await caller_for_key(cloud.core, key.strip())
-    return await authenticate(cloud.core, cloud.signer, cloud.urls.api, request.headers)
+    keys = cloud.runtime.runtime_keys if cloud.runtime else {}
+    return await authenticate(cloud.core, cloud.signer, cloud.urls.api, request.headers, keys)
 
 
 @post("/", status_code=200, exception_handlers={ApiError: plain_error})

@@ -16,8 +16,6 @@ from emulator.core.context import Core
 from emulator.core.errors import ApiError
 from emulator.idp.keys import ACCESS_TOKEN_TYP, InvalidToken, Signer
 
-SESSION_AUDIENCE_SUFFIX = ""  # the audience of a session token is the control plane URL itself
-
 
 @dataclass(frozen=True)
 class Caller:
@@ -34,15 +32,38 @@ class Caller:
         return f"key {self.key_name}" if self.credential == "api_key" else f"session of {self.email}"
 
 
-async def authenticate(core: Core, signer: Signer, api_url: str, headers: Any) -> Caller:
+async def authenticate(
+    core: Core, signer: Signer, api_url: str, headers: Any, runtime_keys: dict[str, tuple[str, str]]
+) -> Caller:
+    """The caller of a management request: `X-api-key` first, then `Authorization: Bearer`."""
     key = headers.get("x-api-key")
     if key is not None:
-        return await caller_for_key(core, key.strip())
-    auth = headers.get("authorization", "")
-    scheme, _, token = auth.partition(" ")
+        return await caller_for_credential(core, signer, api_url, key.strip(), runtime_keys, bearer=False)
+    scheme, _, token = headers.get("authorization", "").partition(" ")
     if scheme.lower() == "bearer" and token.strip():
-        return await caller_for_session(core, signer, api_url, token.strip())
+        return await caller_for_credential(core, signer, api_url, token.strip(), runtime_keys, bearer=True)
     raise ApiError(401, "unauthorized", "an API key (X-api-key) or a bearer token is required")
+
+
+async def caller_for_credential(
+    core: Core,
+    signer: Signer,
+    api_url: str,
+    credential: str,
+    runtime_keys: dict[str, tuple[str, str]],
+    *,
+    bearer: bool,
+) -> Caller:
+    """Any credential by its shape: a hosted process's runtime key, an API key (`pxtk_…`), or a session token.
+
+    The tunnel sends every credential as a bearer token, so a key is recognised there by its shape too.
+    """
+    runtime = runtime_keys.get(credential)
+    if runtime is not None:
+        return Caller("api_key", None, None, runtime[0], runtime[1], "runtime", False)
+    if not bearer or credential.startswith("pxtk_"):
+        return await caller_for_key(core, credential)
+    return await caller_for_session(core, signer, api_url, credential)
 
 
 async def caller_for_key(core: Core, key: str) -> Caller:

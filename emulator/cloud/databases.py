@@ -161,8 +161,8 @@ async def get_archive(cloud: Cloud, caller: Caller, body: dict[str, Any]) -> dic
 async def get_logs(cloud: Cloud, caller: Caller, body: dict[str, Any]) -> dict[str, Any]:
     org_id, slug = await resolve_org(cloud.core, caller, body.get("org"))
     row = await _row(cloud, org_id, slug, _db_name(body))
-    since = body.get("since_seconds") or 3600
-    limit = body.get("limit") or 200
+    since = 3600 if body.get("since_seconds") is None else body["since_seconds"]
+    limit = 200 if body.get("limit") is None else body["limit"]
     if not isinstance(since, int) or since < 1 or not isinstance(limit, int) or not 1 <= limit <= 10_000:
         raise ApiError(400, "bad_request", "since_seconds must be at least 1 and limit from 1 to 10000")
     service = body.get("service_name") or ""

@@ -8,7 +8,7 @@ on first use.
 
 from __future__ import annotations
 
-from emulator.cloud.auth import caller_for_key, caller_for_session, resolve_org
+from emulator.cloud.auth import caller_for_credential, resolve_org
 from emulator.cloud.context import Cloud
 from emulator.core.errors import ApiError
 from emulator.tunnel import Authorize, Refusal, Route
@@ -17,19 +17,10 @@ from emulator.tunnel import Authorize, Refusal, Route
 def make_authorizer(cloud: Cloud) -> Authorize:
     async def authorize(org: str, db: str, credential: str) -> Route | Refusal:
         try:
-            runtime = cloud.runtime.runtime_keys.get(credential)
-            if runtime is not None:
-                org_id, slug = runtime
-                if slug != org:
-                    return Refusal(403, f"this key belongs to {slug}, not {org}")
-                subject = "runtime"
-            else:
-                if credential.startswith("pxtk_"):
-                    caller = await caller_for_key(cloud.core, credential)
-                else:
-                    caller = await caller_for_session(cloud.core, cloud.signer, cloud.urls.api, credential)
-                org_id, slug = await resolve_org(cloud.core, caller, org)
-                subject = caller.label
+            caller = await caller_for_credential(
+                cloud.core, cloud.signer, cloud.urls.api, credential, cloud.runtime.runtime_keys, bearer=True
+            )
+            org_id, slug = await resolve_org(cloud.core, caller, org)
             row = await cloud.core.store.fetchone(
                 "SELECT state FROM databases WHERE org_id = ? AND name = ?", (org_id, db)
             )
@@ -38,6 +29,6 @@ def make_authorizer(cloud: Cloud) -> Authorize:
             host, port = await cloud.runtime.route(org_id, slug, db)
         except ApiError as e:
             return Refusal(e.status if 400 <= e.status <= 599 else 503, e.message)
-        return Route(host, port, subject)
+        return Route(host, port, caller.label)
 
     return authorize

@@ -60,10 +60,12 @@ class Environments:
         self._locks: dict[str, asyncio.Lock] = {}
 
     def python(self, digest: str) -> Path:
-        return self.root / digest / "bin" / "python"
+        """The interpreter of the environment's current build, as a real path: a process started from it
+        keeps its build even when a rebuild later switches `current` to a new one."""
+        return (self.root / digest / "current").resolve() / "bin" / "python"
 
     def ready(self, digest: str) -> bool:
-        return (self.root / digest / ".complete").is_file()
+        return (self.root / digest / "current" / ".complete").is_file()
 
     async def ensure(
         self,
@@ -73,11 +75,15 @@ class Environments:
         python_version: str | None,
         archive: Path | None,
         log: Log,
+        force: bool = False,
     ) -> bool:
-        """Make the environment exist; True if it was built now, False if it was reused."""
+        """Make the environment exist; True if it was built now, False if it was reused.
+
+        `force` (`pxt db build-image`) rebuilds it even when one with this digest exists.
+        """
         lock = self._locks.setdefault(digest, asyncio.Lock())
         async with lock:
-            if self.ready(digest):
+            if self.ready(digest) and not force:
                 return False
             await self._build(digest, pixeltable_version or DEFAULT_PIXELTABLE, python_version, archive, log)
             return True
@@ -85,8 +91,10 @@ class Environments:
     async def _build(
         self, digest: str, pixeltable: str, python_version: str | None, archive: Path | None, log: Log
     ) -> None:
-        target = self.root / digest
-        shutil.rmtree(target, ignore_errors=True)
+        home = self.root / digest
+        home.mkdir(parents=True, exist_ok=True)
+        builds = sorted((p for p in home.glob("b*") if p.name[1:].isdigit()), key=lambda p: int(p.name[1:]))
+        target = home / f"b{int(builds[-1].name[1:]) + 1 if builds else 1}"
         uv = uv_executable()
         interpreter = python_for(python_version)
         await log(f"building environment {digest[:12]}: pixeltable[serve]=={pixeltable}, python {interpreter}")
@@ -107,6 +115,12 @@ class Environments:
                 await log(f"installing the project's dependencies from {manifest.name}")
             await self._run(args, log)
         (target / ".complete").write_text(digest + "\n")
+        link = home / "current.tmp"
+        link.unlink(missing_ok=True)
+        link.symlink_to(target.name)
+        link.replace(home / "current")  # atomic: a reader sees the old build or the new one
+        for old in builds[:-1]:  # keep the build before this one: a process may still run from it
+            shutil.rmtree(old, ignore_errors=True)
         await log(f"environment {digest[:12]} is ready")
 
     async def _run(self, args: list[str], log: Log) -> None:

@@ -208,7 +208,10 @@ class ProcessRuntime:
         fingerprint = target.get("fingerprint")
         digest = databases.environment_digest(fingerprint)
         warnings = []
-        built = await self._environment(org_id, db, digest, fingerprint, row["archive_sha256"])
+        forced = bool(target.get("force_build_nonce"))
+        if forced:
+            await self._log(org_id, db, f"rebuilding environment {digest[:12]}, as pxt db build-image asks")
+        built = await self._environment(org_id, db, digest, fingerprint, row["archive_sha256"], force=forced)
         if not built:
             warnings.append(f"environment {digest[:12]} unchanged: not rebuilt")
             await self._log(org_id, db, warnings[-1])
@@ -297,7 +300,9 @@ class ProcessRuntime:
     def _dir(self, org_id: str, db: str) -> Path:
         return self.root / "databases" / org_id / db
 
-    async def _environment(self, org_id: str, db: str, digest: str, fingerprint: Any, archive_sha: str | None) -> bool:
+    async def _environment(
+        self, org_id: str, db: str, digest: str, fingerprint: Any, archive_sha: str | None, *, force: bool = False
+    ) -> bool:
         archive = self.cloud.extra["blobs"].path(archive_sha) if archive_sha else None
 
         async def log_line(line: str) -> None:
@@ -309,6 +314,7 @@ class ProcessRuntime:
             python_version=(fingerprint or {}).get("python_version"),
             archive=archive,
             log=log_line,
+            force=force,
         )
 
     async def _launch(

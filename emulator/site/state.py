@@ -23,6 +23,7 @@ class Site:
     idempotency: Idempotency
     identity: Identity
     logins: Any = None  # the `pxt login` sign-ins (emulator.idp.login.Logins)
+    cloud: Any = None  # the control plane's shared state (emulator.cloud.context.Cloud)
     integrations: list[dict[str, Any]] = field(default_factory=list)
     started_at: float = 0.0
     endpoints: dict[str, str] = field(default_factory=dict)

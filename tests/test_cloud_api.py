@@ -1,0 +1,475 @@
+"""The control plane's refusals, in the client's format, without the real client (fast): credentials,
+organizations, keys, secrets, database states, generations, plan limits, blobs; and the tunnel's."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import socket
+import sqlite3
+import ssl
+
+import httpx
+import pytest
+
+from tests import agent_flow as flow
+from tests.conftest import Emulator
+
+
+async def trial(emu: Emulator) -> tuple[httpx.AsyncClient, dict]:
+    c = emu.client()
+    _, _, t = await flow.new_trial(c, emu)
+    return c, t
+
+
+async def op(c: httpx.AsyncClient, emu: Emulator, key: str | None, /, **body: object) -> httpx.Response:
+    headers = {"X-api-key": key} if key else {}
+    return await c.post(emu.api, json=body, headers=headers)
+
+
+def plain(r: httpx.Response, status: int, phrase: str, fragment: str) -> None:
+    assert r.status_code == status, r.text
+    assert r.headers["content-type"].startswith("text/plain")
+    assert r.text.startswith(f"{phrase} : ") and fragment in r.text, r.text
+
+
+# --- credentials and organizations ----------------------------------------------------------------
+
+
+async def test_credentials(emu: Emulator) -> None:
+    c, t = await trial(emu)
+    plain(await op(c, emu, None, operation_type="list_orgs"), 401, "Unauthorized", "X-api-key")
+    plain(await op(c, emu, "pxtk_" + "0" * 48, operation_type="list_orgs"), 401, "Unauthorized", "not valid")
+    # X-api-key is checked before a bearer token: a bad bearer beside a good key does not matter.
+    r = await c.post(
+        emu.api,
+        json={"operation_type": "list_orgs"},
+        headers={"X-api-key": t["api_key"], "Authorization": "Bearer nonsense"},
+    )
+    assert r.status_code == 200 and r.json()["orgs"][0]["org"] == t["org"]
+    plain(
+        await c.post(emu.api, json={"operation_type": "list_orgs"}, headers={"Authorization": "Bearer x.y.z"}),
+        401,
+        "Unauthorized",
+        "not valid",
+    )
+    await c.aclose()
+
+
+async def test_another_organizations_resources_are_403(emu: Emulator) -> None:
+    a, ta = await trial(emu)
+    b, tb = await trial(emu)
+    for body in (
+        {"operation_type": "get_db", "org": ta["org"], "db": "main"},
+        {"operation_type": "set_secret", "org": ta["org"], "key": "K", "value": "v"},
+        {"operation_type": "list_all_secrets", "org": ta["org"]},
+    ):
+        plain(await op(b, emu, tb["api_key"], **body), 403, "Forbidden", f"belongs to {tb['org']}")
+    await a.aclose()
+    await b.aclose()
+
+
+async def test_malformed_requests(emu: Emulator) -> None:
+    c, t = await trial(emu)
+    plain(await op(c, emu, t["api_key"], operation_type="transmogrify"), 400, "Bad Request", "unknown operation_type")
+    r = await c.post(emu.api, content=b"{", headers={"X-api-key": t["api_key"]})
+    plain(r, 400, "Bad Request", "not valid JSON")
+    plain(await c.get(emu.api + "/anything"), 404, "Not Found", "one POST to this URL")
+    plain(await op(c, emu, t["api_key"], operation_type="create_org", org="mine"), 403, "Forbidden", "pxt login")
+    await c.aclose()
+
+
+# --- keys ---------------------------------------------------------------------------------------
+
+
+async def test_keys(emu: Emulator) -> None:
+    c, t = await trial(emu)
+    key = t["api_key"]
+    made = (
+        await op(c, emu, key, operation_type="create_key", name="reader", grants=[f"access:pxt://{t['org']}:main"])
+    ).json()["key"]
+    assert made["key_type"] == "runtime" and made["api_key"].startswith("pxtk_")
+    listed = (await op(c, emu, key, operation_type="list_keys")).json()["keys"]
+    assert {k["name"]: k["api_key"] for k in listed} == {"trial": None, "reader": None}
+    plain(await op(c, emu, key, operation_type="create_key", name="reader"), 409, "Conflict", "already has")
+    plain(await op(c, emu, key, operation_type="create_key", name="no spaces"), 400, "Bad Request", "key name")
+    plain(
+        await op(c, emu, key, operation_type="create_key", name="x", grants=["access:pxt://other:main"]),
+        403,
+        "Forbidden",
+        "another organization",
+    )
+    plain(
+        await op(c, emu, key, operation_type="create_key", name="x", grants=[f"manage:pxt://{t['org']}:main"]),
+        400,
+        "Bad Request",
+        "services only",
+    )
+    updated = (
+        await op(
+            c, emu, key, operation_type="update_key", name="reader", allow=[], revoke=[f"access:pxt://{t['org']}:main"]
+        )
+    ).json()["key"]
+    assert updated["grants"] == [] and updated["key_type"] == "user"
+    assert (await op(c, emu, key, operation_type="delete_key", name="reader")).json() == {"name": "reader"}
+    plain(await op(c, emu, key, operation_type="delete_key", name="reader"), 404, "Not Found", "no key named")
+    plain(await op(c, emu, made["api_key"], operation_type="list_keys"), 401, "Unauthorized", "not valid")
+    await c.aclose()
+
+
+# --- secrets ------------------------------------------------------------------------------------
+
+
+async def test_secrets(emu: Emulator) -> None:
+    c, t = await trial(emu)
+    key, org = t["api_key"], t["org"]
+    first = await op(
+        c, emu, key, operation_type="set_secret", org=org, db="main", key="OPENAI_API_KEY", value="sk-very-secret-1"
+    )
+    assert first.json() == {"key": "OPENAI_API_KEY", "revision": 1}
+    again = await op(c, emu, key, operation_type="set_secret", org=org, db="main", key="OPENAI_API_KEY", value="x2")
+    assert again.json()["revision"] == 2
+    await op(c, emu, key, operation_type="set_secret", org=org, key="ORG_WIDE", value="o")
+    listed = (await op(c, emu, key, operation_type="list_all_secrets", org=org)).json()
+    assert listed == {"org": org, "secrets": [{"key": "ORG_WIDE", "db": None}, {"key": "OPENAI_API_KEY", "db": "main"}]}
+    plain(
+        await op(c, emu, key, operation_type="set_secret", org=org, key="PIXELTABLE_X", value="v"),
+        400,
+        "Bad Request",
+        "reserved",
+    )
+    plain(
+        await op(c, emu, key, operation_type="set_secret", org=org, key="has space", value="v"),
+        400,
+        "Bad Request",
+        "secret name",
+    )
+    plain(
+        await op(c, emu, key, operation_type="set_secret", org=org, db="nope", key="K", value="v"),
+        404,
+        "Not Found",
+        "database nope does not exist",
+    )
+    await op(c, emu, key, operation_type="delete_secret", org=org, key="ORG_WIDE")
+    plain(await op(c, emu, key, operation_type="delete_secret", org=org, key="ORG_WIDE"), 404, "Not Found", "ORG_WIDE")
+    dump = "\n".join(sqlite3.connect(emu.state_dir / "emulator.sqlite3").iterdump())
+    assert "sk-very-secret-1" not in dump and "x2'" not in dump
+    await c.aclose()
+
+
+# --- databases ----------------------------------------------------------------------------------
+
+
+async def test_database_reports_and_plan_limits(emu: Emulator) -> None:
+    c, t = await trial(emu)
+    key, org = t["api_key"], t["org"]
+    report = (await op(c, emu, key, operation_type="get_db", org=org, db="main")).json()["report"]
+    assert report["current"]["state"] == "AVAILABLE" and report["current"]["resources"]["fingerprint"] is None
+    assert {k: report["current"]["resources"][k] for k in ("cpu", "memory_mb", "workers", "disk_gb")} == {
+        "cpu": 1.0,
+        "memory_mb": 2048,
+        "workers": 1,
+        "disk_gb": 10,
+    }
+    plain(
+        await op(c, emu, key, operation_type="get_db", org=org, db="other"),
+        404,
+        "Not Found",
+        f"database other does not exist in {org}",
+    )
+    assert [r["db"] for r in (await op(c, emu, key, operation_type="list_dbs", org=None)).json()["reports"]] == ["main"]
+    plain(
+        await op(c, emu, key, operation_type="delete_db", org=org, db="main"),
+        400,
+        "Bad Request",
+        "main cannot be deleted",
+    )
+    r = await op(
+        c,
+        emu,
+        key,
+        operation_type="prepare_update",
+        org=org,
+        db="second",
+        database_target={"cpu": 1},
+        service_mutations=[],
+        blob=None,
+    )
+    plain(r, 402, "Payment Required", "one database")
+    assert r.headers["x-pixeltable-error-code"] == "PLAN_LIMIT"
+    r = await op(
+        c,
+        emu,
+        key,
+        operation_type="prepare_update",
+        org=org,
+        db="main",
+        database_target={"cpu": 4.0, "memory_mb": 2048},
+        service_mutations=[],
+        blob=None,
+    )
+    plain(r, 402, "Payment Required", "cpu 4.0 (at most 1.0)")
+    plain(await op(c, emu, key, operation_type="get_archive", org=org, db="main"), 404, "Not Found", "no project yet")
+    plain(await op(c, emu, key, operation_type="get_logs", org=org, db="main", limit=0), 400, "Bad Request", "limit")
+    usage = (await op(c, emu, key, operation_type="get_usage")).json()
+    assert (
+        usage["plan"] == "trial" and {"label": "Services", "used": 0, "limit": 2, "unit": "count"} in usage["resources"]
+    )
+    assert (await op(c, emu, key, operation_type="list_services", org=org, db="main")).json() == {"instances": []}
+    await c.aclose()
+
+
+async def test_blob_upload_contract(emu: Emulator) -> None:
+    c, t = await trial(emu)
+    key, org = t["api_key"], t["org"]
+    blob = b"not really a tar.bz2, but bytes with a hash " * 100
+    sha = hashlib.sha256(blob).hexdigest()
+    plan = (
+        await op(
+            c,
+            emu,
+            key,
+            operation_type="prepare_update",
+            org=org,
+            db="main",
+            database_target=None,
+            service_mutations=[],
+            blob={"sha256": sha, "size": len(blob)},
+        )
+    ).json()
+    assert plan["generations"] == {"database": 0, "services": []} and plan["plan"] is None
+    url = plan["upload"]["url"]
+    checksum = base64.b64encode(hashlib.sha256(blob).digest()).decode()
+    headers = {"Content-Type": "application/octet-stream", "x-amz-checksum-sha256": checksum, "If-None-Match": "*"}
+    assert (await c.put(url.replace("sig=", "sig=0"), content=blob, headers=headers)).status_code == 403
+    assert (await c.put(url, content=blob + b"x", headers=headers)).status_code == 400
+    assert (await c.put(url, content=blob, headers=headers)).status_code == 201
+    assert (await c.put(url, content=blob, headers=headers)).status_code == 412  # already stored: success
+    again = (
+        await op(
+            c,
+            emu,
+            key,
+            operation_type="prepare_update",
+            org=org,
+            db="main",
+            database_target=None,
+            service_mutations=[],
+            blob={"sha256": sha, "size": len(blob)},
+        )
+    ).json()
+    assert again["upload"] is None
+    plain(
+        await op(
+            c,
+            emu,
+            key,
+            operation_type="prepare_update",
+            org=org,
+            db="main",
+            database_target=None,
+            service_mutations=[],
+            blob={"sha256": "XYZ", "size": 1},
+        ),
+        400,
+        "Bad Request",
+        "64 lowercase hex",
+    )
+    await c.aclose()
+
+
+async def test_generations_states_and_receipts(emu: Emulator) -> None:
+    c, t = await trial(emu)
+    key, org = t["api_key"], t["org"]
+    base = {"operation_type": "submit_update", "org": org, "db": "main", "service_mutations": [], "blob": None}
+    target = {
+        "cpu": 1.0,
+        "memory_mb": 1024,
+        "workers": 1,
+        "disk_gb": 5,
+        "fingerprint": None,
+        "pxt_md_version": 56,
+        "force_build_nonce": None,
+    }
+    plain(
+        await op(c, emu, key, **base, database_target=target, expected_generations={"database": 7, "services": []}),
+        409,
+        "Conflict",
+        "at generation 0, not 7",
+    )
+    plain(
+        await op(
+            c,
+            emu,
+            key,
+            **{**base, "blob": {"sha256": "a" * 64, "size": 3}},
+            database_target=target,
+            expected_generations={"database": 0, "services": []},
+        ),
+        400,
+        "Bad Request",
+        "was not uploaded",
+    )
+    plain(
+        await op(c, emu, key, **base, database_target=None, expected_generations={"database": 0, "services": []}),
+        400,
+        "Bad Request",
+        "needs a database_target",
+    )
+    # Stop first (no server runs yet, so it settles at once); then an update is refused until started.
+    stopped = (await op(c, emu, key, operation_type="stop_db", org=org, db="main")).json()["receipt"]
+    assert stopped["generation"] == 1 and stopped["kind"] == "database"
+    for _ in range(200):  # the stop job settles the receipt (bounded)
+        got = (
+            await op(
+                c,
+                emu,
+                key,
+                operation_type="get_receipts",
+                org=org,
+                receipts=[{"kind": "database", "resource_id": stopped["resource_id"], "generation": 1}],
+            )
+        ).json()["receipts"]
+        if got[0]["outcome"] == "OBSERVED":
+            break
+        await __import__("asyncio").sleep(0.05)
+    assert got[0]["phase"] == "STOPPED"
+    report = (await op(c, emu, key, operation_type="get_db", org=org, db="main")).json()
+    assert report["report"]["current"]["state"] == "STOPPED" and report["worker_status"] == []
+    plain(
+        await op(c, emu, key, **base, database_target=target, expected_generations={"database": 1, "services": []}),
+        400,
+        "Bad Request",
+        "STOPPED; db update needs it AVAILABLE (run pxt db start)",
+    )
+    plain(await op(c, emu, key, operation_type="stop_db", org=org, db="main"), 400, "Bad Request", "pxt db start")
+    plain(
+        await op(
+            c,
+            emu,
+            key,
+            operation_type="get_receipts",
+            org=org,
+            receipts=[{"kind": "database", "resource_id": "db_nope", "generation": 1}],
+        ),
+        404,
+        "Not Found",
+        "no receipt",
+    )
+    plain(
+        await op(
+            c,
+            emu,
+            key,
+            operation_type="retry",
+            org=org,
+            db="main",
+            kind="database",
+            service_name=None,
+            base_path="",
+            generation=1,
+        ),
+        400,
+        "Bad Request",
+        "has not failed",
+    )
+    kinds = [e["kind"] for e in emu.journal("db.") if e["subject"] == f"{org}:main"]
+    assert "db.stop_accepted" in kinds
+    await c.aclose()
+
+
+async def test_blob_download_urls_expire(emu: Emulator) -> None:
+    c, t = await trial(emu)
+    blobs_dir = emu.state_dir / "blobs"
+    data = b"archive bytes"
+    sha = hashlib.sha256(data).hexdigest()
+    plan = (
+        await op(
+            c,
+            emu,
+            t["api_key"],
+            operation_type="prepare_update",
+            org=t["org"],
+            db="main",
+            database_target=None,
+            service_mutations=[],
+            blob={"sha256": sha, "size": len(data)},
+        )
+    ).json()
+    await c.put(plan["upload"]["url"], content=data)
+    assert (blobs_dir / sha[:2] / sha).read_bytes() == data
+    assert (await c.get(f"{emu.api}/blobs/{sha}?exp=99999999999&sig=forged")).status_code == 403
+    await c.aclose()
+
+
+# --- the tunnel ---------------------------------------------------------------------------------
+
+
+def _tunnel(emu: Emulator, host: str, credential: str | None) -> str:
+    """CONNECT through the emulator's proxy, TLS against its CA, one PXT/1.0 handshake; the status line."""
+    port = int(emu.endpoints["tunnel"].rsplit(":", 1)[1])
+    with socket.create_connection(("127.0.0.1", port), timeout=30) as raw:
+        raw.sendall(f"CONNECT {host}:{port} HTTP/1.1\r\nHost: {host}:{port}\r\n\r\n".encode())
+        reply = b""
+        while b"\r\n\r\n" not in reply:
+            chunk = raw.recv(4096)
+            if not chunk:
+                break
+            reply += chunk
+        status = reply.split(b"\r\n", 1)[0].decode()
+        if not status.startswith("HTTP/1.1 200"):
+            return status
+        ctx = ssl.create_default_context(cafile=emu.endpoints["ca_bundle"])
+        with ctx.wrap_socket(raw, server_hostname=host) as tls:
+            org, db = host.split(".", 1)[0].rsplit("-", 1)
+            auth = f"Authorization: Bearer {credential}\r\n" if credential else ""
+            tls.sendall(f"PXT/1.0 CONNECT {org}/{db}\r\n{auth}\r\n".encode())
+            answer = b""
+            while b"\r\n\r\n" not in answer:
+                chunk = tls.recv(4096)
+                if not chunk:
+                    break
+                answer += chunk
+            return answer.split(b"\r\n", 1)[0].decode()
+
+
+async def test_tunnel_refusals(emu: Emulator) -> None:
+    a, ta = await trial(emu)
+    b, tb = await trial(emu)
+    domain = emu.endpoints["tunnel"].rsplit(":", 1)[0]
+    host = f"{ta['org']}-main.{domain}"
+    assert _tunnel(emu, "example.com", None).startswith("HTTP/1.1 403")
+    assert _tunnel(emu, host, None).startswith("PXT/1.0 401")
+    assert _tunnel(emu, host, "pxtk_" + "1" * 48).startswith("PXT/1.0 401")
+    assert _tunnel(emu, host, tb["api_key"]).startswith("PXT/1.0 403")
+    assert _tunnel(emu, f"{ta['org']}-nope.{domain}", ta["api_key"]).startswith("PXT/1.0 404")
+    await op(a, emu, ta["api_key"], operation_type="stop_db", org=ta["org"], db="main")
+    for _ in range(200):
+        state = (await op(a, emu, ta["api_key"], operation_type="get_db", org=ta["org"], db="main")).json()
+        if state["report"]["current"]["state"] == "STOPPED":
+            break
+        await __import__("asyncio").sleep(0.05)
+    stopped = _tunnel(emu, host, ta["api_key"])
+    assert stopped.startswith("PXT/1.0 503") and "pxt db start" in stopped
+    refusals = [e["data"]["status"] for e in emu.journal("tunnel.refused")]
+    assert {401, 403, 404, 503} <= set(refusals)
+    await a.aclose()
+    await b.aclose()
+
+
+def test_emulator_views_of_databases(emu: Emulator) -> None:
+    with emu.admin() as c:
+        listing = c.get("/_emulator/databases").json()
+    assert listing["runtime"] == "process"
+    assert set(listing["unenforced_limits"]) == {"cpu", "memory_mb", "disk_gb", "workers", "egress"}
+    assert all(d["db"] == "main" and d["state"] in ("AVAILABLE", "STOPPED", "STOPPING") for d in listing["databases"])
+
+
+@pytest.mark.parametrize("body", [b"[]", json.dumps({"operation_type": 3}).encode()])
+async def test_not_an_operation(emu: Emulator, body: bytes) -> None:
+    c, t = await trial(emu)
+    plain(
+        await c.post(emu.api, content=body, headers={"X-api-key": t["api_key"]}), 400, "Bad Request", "operation_type"
+    )
+    await c.aclose()
