@@ -314,6 +314,10 @@ def cmd_status(args: argparse.Namespace) -> int:
     print(f"  state        {status['state_dir']}")
     print(f"  docs         {status['docs']}")
     print(f"  events       {status['events']}")
+    runtime = status.get("runtime") or {}
+    if runtime.get("kind"):
+        unenforced = ", ".join(runtime.get("unenforced_limits") or []) or "none"
+        print(f"  runtime      {runtime['kind']} (limits it cannot enforce: {unenforced})")
     off = [name for name, on in status.get("switches", {}).items() if not on]
     print(f"  switched off {', '.join(off) if off else 'nothing'}")
     return 0

@@ -90,6 +90,9 @@ def test_detached_lifecycle(tmp_path: Path) -> None:
     try:
         status = run("status", state=state)
         assert status.returncode == 0 and "running" in status.stdout
+        assert "runtime      process (limits it cannot enforce: cpu, memory_mb, disk_gb, workers, egress)" in (
+            status.stdout
+        )
         assert "2026-03-01T00:00:00Z (frozen)" in status.stdout
         env = run("env", state=state).stdout
         site = json.loads((state / "endpoints.json").read_text())["site"]

@@ -3,6 +3,7 @@ organizations, keys, secrets, database states, generations, plan limits, blobs; 
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import hashlib
 import json
@@ -28,7 +29,33 @@ async def op(c: httpx.AsyncClient, emu: Emulator, key: str | None, /, **body: ob
     return await c.post(emu.api, json=body, headers=headers)
 
 
-def plain(r: httpx.Response, status: int, phrase: str, fragment: str) -> None:
+async def prepare_blob(c: httpx.AsyncClient, emu: Emulator, t: dict, sha: str, size: int) -> dict:
+    """prepare_update carrying only a blob reference: what the client sends before uploading an archive."""
+    r = await op(
+        c,
+        emu,
+        t["api_key"],
+        operation_type="prepare_update",
+        org=t["org"],
+        db="main",
+        database_target=None,
+        service_mutations=[],
+        blob={"sha256": sha, "size": size},
+    )
+    return r.json()
+
+
+async def wait_for_state(c: httpx.AsyncClient, emu: Emulator, t: dict, state: str) -> dict:
+    """Poll get_db until the database reaches `state` (bounded: the jobs settle in well under 10 s)."""
+    for _ in range(200):
+        report = (await op(c, emu, t["api_key"], operation_type="get_db", org=t["org"], db="main")).json()
+        if report["report"]["current"]["state"] == state:
+            return report
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"the database never became {state}: {report}")
+
+
+def assert_plain(r: httpx.Response, status: int, phrase: str, fragment: str) -> None:
     assert r.status_code == status, r.text
     assert r.headers["content-type"].startswith("text/plain")
     assert r.text.startswith(f"{phrase} : ") and fragment in r.text, r.text
@@ -39,8 +66,8 @@ def plain(r: httpx.Response, status: int, phrase: str, fragment: str) -> None:
 
 async def test_credentials(emu: Emulator) -> None:
     c, t = await trial(emu)
-    plain(await op(c, emu, None, operation_type="list_orgs"), 401, "Unauthorized", "X-api-key")
-    plain(await op(c, emu, "pxtk_" + "0" * 48, operation_type="list_orgs"), 401, "Unauthorized", "not valid")
+    assert_plain(await op(c, emu, None, operation_type="list_orgs"), 401, "Unauthorized", "X-api-key")
+    assert_plain(await op(c, emu, "pxtk_" + "0" * 48, operation_type="list_orgs"), 401, "Unauthorized", "not valid")
     # X-api-key is checked before a bearer token: a bad bearer beside a good key does not matter.
     r = await c.post(
         emu.api,
@@ -48,7 +75,7 @@ async def test_credentials(emu: Emulator) -> None:
         headers={"X-api-key": t["api_key"], "Authorization": "Bearer nonsense"},
     )
     assert r.status_code == 200 and r.json()["orgs"][0]["org"] == t["org"]
-    plain(
+    assert_plain(
         await c.post(emu.api, json={"operation_type": "list_orgs"}, headers={"Authorization": "Bearer x.y.z"}),
         401,
         "Unauthorized",
@@ -65,18 +92,20 @@ async def test_another_organizations_resources_are_403(emu: Emulator) -> None:
         {"operation_type": "set_secret", "org": ta["org"], "key": "K", "value": "v"},
         {"operation_type": "list_all_secrets", "org": ta["org"]},
     ):
-        plain(await op(b, emu, tb["api_key"], **body), 403, "Forbidden", f"belongs to {tb['org']}")
+        assert_plain(await op(b, emu, tb["api_key"], **body), 403, "Forbidden", f"belongs to {tb['org']}")
     await a.aclose()
     await b.aclose()
 
 
 async def test_malformed_requests(emu: Emulator) -> None:
     c, t = await trial(emu)
-    plain(await op(c, emu, t["api_key"], operation_type="transmogrify"), 400, "Bad Request", "unknown operation_type")
+    assert_plain(
+        await op(c, emu, t["api_key"], operation_type="transmogrify"), 400, "Bad Request", "unknown operation_type"
+    )
     r = await c.post(emu.api, content=b"{", headers={"X-api-key": t["api_key"]})
-    plain(r, 400, "Bad Request", "not valid JSON")
-    plain(await c.get(emu.api + "/anything"), 404, "Not Found", "one POST to this URL")
-    plain(await op(c, emu, t["api_key"], operation_type="create_org", org="mine"), 403, "Forbidden", "pxt login")
+    assert_plain(r, 400, "Bad Request", "not valid JSON")
+    assert_plain(await c.get(emu.api + "/anything"), 404, "Not Found", "one POST to this URL")
+    assert_plain(await op(c, emu, t["api_key"], operation_type="create_org", org="mine"), 403, "Forbidden", "pxt login")
     await c.aclose()
 
 
@@ -92,15 +121,15 @@ async def test_keys(emu: Emulator) -> None:
     assert made["key_type"] == "runtime" and made["api_key"].startswith("pxtk_")
     listed = (await op(c, emu, key, operation_type="list_keys")).json()["keys"]
     assert {k["name"]: k["api_key"] for k in listed} == {"trial": None, "reader": None}
-    plain(await op(c, emu, key, operation_type="create_key", name="reader"), 409, "Conflict", "already has")
-    plain(await op(c, emu, key, operation_type="create_key", name="no spaces"), 400, "Bad Request", "key name")
-    plain(
+    assert_plain(await op(c, emu, key, operation_type="create_key", name="reader"), 409, "Conflict", "already has")
+    assert_plain(await op(c, emu, key, operation_type="create_key", name="no spaces"), 400, "Bad Request", "key name")
+    assert_plain(
         await op(c, emu, key, operation_type="create_key", name="x", grants=["access:pxt://other:main"]),
         403,
         "Forbidden",
         "another organization",
     )
-    plain(
+    assert_plain(
         await op(c, emu, key, operation_type="create_key", name="x", grants=[f"manage:pxt://{t['org']}:main"]),
         400,
         "Bad Request",
@@ -113,8 +142,8 @@ async def test_keys(emu: Emulator) -> None:
     ).json()["key"]
     assert updated["grants"] == [] and updated["key_type"] == "user"
     assert (await op(c, emu, key, operation_type="delete_key", name="reader")).json() == {"name": "reader"}
-    plain(await op(c, emu, key, operation_type="delete_key", name="reader"), 404, "Not Found", "no key named")
-    plain(await op(c, emu, made["api_key"], operation_type="list_keys"), 401, "Unauthorized", "not valid")
+    assert_plain(await op(c, emu, key, operation_type="delete_key", name="reader"), 404, "Not Found", "no key named")
+    assert_plain(await op(c, emu, made["api_key"], operation_type="list_keys"), 401, "Unauthorized", "not valid")
     await c.aclose()
 
 
@@ -133,26 +162,28 @@ async def test_secrets(emu: Emulator) -> None:
     await op(c, emu, key, operation_type="set_secret", org=org, key="ORG_WIDE", value="o")
     listed = (await op(c, emu, key, operation_type="list_all_secrets", org=org)).json()
     assert listed == {"org": org, "secrets": [{"key": "ORG_WIDE", "db": None}, {"key": "OPENAI_API_KEY", "db": "main"}]}
-    plain(
+    assert_plain(
         await op(c, emu, key, operation_type="set_secret", org=org, key="PIXELTABLE_X", value="v"),
         400,
         "Bad Request",
         "reserved",
     )
-    plain(
+    assert_plain(
         await op(c, emu, key, operation_type="set_secret", org=org, key="has space", value="v"),
         400,
         "Bad Request",
         "secret name",
     )
-    plain(
+    assert_plain(
         await op(c, emu, key, operation_type="set_secret", org=org, db="nope", key="K", value="v"),
         404,
         "Not Found",
         "database nope does not exist",
     )
     await op(c, emu, key, operation_type="delete_secret", org=org, key="ORG_WIDE")
-    plain(await op(c, emu, key, operation_type="delete_secret", org=org, key="ORG_WIDE"), 404, "Not Found", "ORG_WIDE")
+    assert_plain(
+        await op(c, emu, key, operation_type="delete_secret", org=org, key="ORG_WIDE"), 404, "Not Found", "ORG_WIDE"
+    )
     dump = "\n".join(sqlite3.connect(emu.state_dir / "emulator.sqlite3").iterdump())
     assert "sk-very-secret-1" not in dump and "x2'" not in dump
     await c.aclose()
@@ -172,14 +203,14 @@ async def test_database_reports_and_plan_limits(emu: Emulator) -> None:
         "workers": 1,
         "disk_gb": 10,
     }
-    plain(
+    assert_plain(
         await op(c, emu, key, operation_type="get_db", org=org, db="other"),
         404,
         "Not Found",
         f"database other does not exist in {org}",
     )
     assert [r["db"] for r in (await op(c, emu, key, operation_type="list_dbs", org=None)).json()["reports"]] == ["main"]
-    plain(
+    assert_plain(
         await op(c, emu, key, operation_type="delete_db", org=org, db="main"),
         400,
         "Bad Request",
@@ -196,7 +227,7 @@ async def test_database_reports_and_plan_limits(emu: Emulator) -> None:
         service_mutations=[],
         blob=None,
     )
-    plain(r, 402, "Payment Required", "one database")
+    assert_plain(r, 402, "Payment Required", "one database")
     assert r.headers["x-pixeltable-error-code"] == "PLAN_LIMIT"
     r = await op(
         c,
@@ -209,9 +240,13 @@ async def test_database_reports_and_plan_limits(emu: Emulator) -> None:
         service_mutations=[],
         blob=None,
     )
-    plain(r, 402, "Payment Required", "cpu 4.0 (at most 1.0)")
-    plain(await op(c, emu, key, operation_type="get_archive", org=org, db="main"), 404, "Not Found", "no project yet")
-    plain(await op(c, emu, key, operation_type="get_logs", org=org, db="main", limit=0), 400, "Bad Request", "limit")
+    assert_plain(r, 402, "Payment Required", "cpu 4.0 (at most 1.0)")
+    assert_plain(
+        await op(c, emu, key, operation_type="get_archive", org=org, db="main"), 404, "Not Found", "no project yet"
+    )
+    assert_plain(
+        await op(c, emu, key, operation_type="get_logs", org=org, db="main", limit=0), 400, "Bad Request", "limit"
+    )
     usage = (await op(c, emu, key, operation_type="get_usage")).json()
     assert (
         usage["plan"] == "trial" and {"label": "Services", "used": 0, "limit": 2, "unit": "count"} in usage["resources"]
@@ -225,19 +260,7 @@ async def test_blob_upload_contract(emu: Emulator) -> None:
     key, org = t["api_key"], t["org"]
     blob = b"not really a tar.bz2, but bytes with a hash " * 100
     sha = hashlib.sha256(blob).hexdigest()
-    plan = (
-        await op(
-            c,
-            emu,
-            key,
-            operation_type="prepare_update",
-            org=org,
-            db="main",
-            database_target=None,
-            service_mutations=[],
-            blob={"sha256": sha, "size": len(blob)},
-        )
-    ).json()
+    plan = await prepare_blob(c, emu, t, sha, len(blob))
     assert plan["generations"] == {"database": 0, "services": []} and plan["plan"] is None
     url = plan["upload"]["url"]
     checksum = base64.b64encode(hashlib.sha256(blob).digest()).decode()
@@ -246,21 +269,9 @@ async def test_blob_upload_contract(emu: Emulator) -> None:
     assert (await c.put(url, content=blob + b"x", headers=headers)).status_code == 400
     assert (await c.put(url, content=blob, headers=headers)).status_code == 201
     assert (await c.put(url, content=blob, headers=headers)).status_code == 412  # already stored: success
-    again = (
-        await op(
-            c,
-            emu,
-            key,
-            operation_type="prepare_update",
-            org=org,
-            db="main",
-            database_target=None,
-            service_mutations=[],
-            blob={"sha256": sha, "size": len(blob)},
-        )
-    ).json()
+    again = await prepare_blob(c, emu, t, sha, len(blob))
     assert again["upload"] is None
-    plain(
+    assert_plain(
         await op(
             c,
             emu,
@@ -292,13 +303,13 @@ async def test_generations_states_and_receipts(emu: Emulator) -> None:
         "pxt_md_version": 56,
         "force_build_nonce": None,
     }
-    plain(
+    assert_plain(
         await op(c, emu, key, **base, database_target=target, expected_generations={"database": 7, "services": []}),
         409,
         "Conflict",
         "at generation 0, not 7",
     )
-    plain(
+    assert_plain(
         await op(
             c,
             emu,
@@ -311,7 +322,7 @@ async def test_generations_states_and_receipts(emu: Emulator) -> None:
         "Bad Request",
         "was not uploaded",
     )
-    plain(
+    assert_plain(
         await op(c, emu, key, **base, database_target=None, expected_generations={"database": 0, "services": []}),
         400,
         "Bad Request",
@@ -333,18 +344,20 @@ async def test_generations_states_and_receipts(emu: Emulator) -> None:
         ).json()["receipts"]
         if got[0]["outcome"] == "OBSERVED":
             break
-        await __import__("asyncio").sleep(0.05)
+        await asyncio.sleep(0.05)
     assert got[0]["phase"] == "STOPPED"
     report = (await op(c, emu, key, operation_type="get_db", org=org, db="main")).json()
     assert report["report"]["current"]["state"] == "STOPPED" and report["worker_status"] == []
-    plain(
+    assert_plain(
         await op(c, emu, key, **base, database_target=target, expected_generations={"database": 1, "services": []}),
         400,
         "Bad Request",
         "STOPPED; db update needs it AVAILABLE (run pxt db start)",
     )
-    plain(await op(c, emu, key, operation_type="stop_db", org=org, db="main"), 400, "Bad Request", "pxt db start")
-    plain(
+    assert_plain(
+        await op(c, emu, key, operation_type="stop_db", org=org, db="main"), 400, "Bad Request", "pxt db start"
+    )
+    assert_plain(
         await op(
             c,
             emu,
@@ -357,7 +370,7 @@ async def test_generations_states_and_receipts(emu: Emulator) -> None:
         "Not Found",
         "no receipt",
     )
-    plain(
+    assert_plain(
         await op(
             c,
             emu,
@@ -379,24 +392,12 @@ async def test_generations_states_and_receipts(emu: Emulator) -> None:
     await c.aclose()
 
 
-async def test_blob_download_urls_expire(emu: Emulator) -> None:
+async def test_blobs_are_stored_by_hash_and_downloads_need_a_valid_signature(emu: Emulator) -> None:
     c, t = await trial(emu)
     blobs_dir = emu.state_dir / "blobs"
     data = b"archive bytes"
     sha = hashlib.sha256(data).hexdigest()
-    plan = (
-        await op(
-            c,
-            emu,
-            t["api_key"],
-            operation_type="prepare_update",
-            org=t["org"],
-            db="main",
-            database_target=None,
-            service_mutations=[],
-            blob={"sha256": sha, "size": len(data)},
-        )
-    ).json()
+    plan = await prepare_blob(c, emu, t, sha, len(data))
     await c.put(plan["upload"]["url"], content=data)
     assert (blobs_dir / sha[:2] / sha).read_bytes() == data
     assert (await c.get(f"{emu.api}/blobs/{sha}?exp=99999999999&sig=forged")).status_code == 403
@@ -445,11 +446,7 @@ async def test_tunnel_refusals(emu: Emulator) -> None:
     assert _tunnel(emu, host, tb["api_key"]).startswith("PXT/1.0 403")
     assert _tunnel(emu, f"{ta['org']}-nope.{domain}", ta["api_key"]).startswith("PXT/1.0 404")
     await op(a, emu, ta["api_key"], operation_type="stop_db", org=ta["org"], db="main")
-    for _ in range(200):
-        state = (await op(a, emu, ta["api_key"], operation_type="get_db", org=ta["org"], db="main")).json()
-        if state["report"]["current"]["state"] == "STOPPED":
-            break
-        await __import__("asyncio").sleep(0.05)
+    await wait_for_state(a, emu, ta, "STOPPED")
     stopped = _tunnel(emu, host, ta["api_key"])
     assert stopped.startswith("PXT/1.0 503") and "pxt db start" in stopped
     refusals = [e["data"]["status"] for e in emu.journal("tunnel.refused")]
@@ -469,7 +466,7 @@ def test_emulator_views_of_databases(emu: Emulator) -> None:
 @pytest.mark.parametrize("body", [b"[]", json.dumps({"operation_type": 3}).encode()])
 async def test_not_an_operation(emu: Emulator, body: bytes) -> None:
     c, t = await trial(emu)
-    plain(
+    assert_plain(
         await c.post(emu.api, content=body, headers={"X-api-key": t["api_key"]}), 400, "Bad Request", "operation_type"
     )
     await c.aclose()

@@ -72,6 +72,10 @@ async def status(request: Request[Any, Any, Any]) -> Response[bytes]:
             "docs": str(s.docs),
             "events": site.core.bus.last_seq,
             "switches": site.core.switches.snapshot(),
+            "runtime": {
+                "kind": site.cloud.runtime.kind if site.cloud else None,
+                "unenforced_limits": list(site.cloud.runtime.unenforced) if site.cloud else [],
+            },
             "limits": {
                 "ask_rate_limit": s.ask_rate_limit,
                 "ask_rate_window": s.ask_rate_window,
