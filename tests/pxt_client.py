@@ -9,10 +9,13 @@ from __future__ import annotations
 import fcntl
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
 from pathlib import Path
+
+from emulator.runtime.process import postmaster_of
 
 VERSION = "0.7.21"
 
@@ -65,4 +68,8 @@ class Pxt:
         return subprocess.run([str(self.exe), *args], capture_output=True, text=True, timeout=timeout, env=self.env)
 
     def stop_daemon(self) -> None:
+        """Stop the client's daemon and the embedded Postgres its home holds (which outlives it)."""
         self("daemon", "stop", timeout=60)
+        pid = postmaster_of(Path(self.env["PIXELTABLE_HOME"]) / "pgdata")
+        if pid is not None:
+            os.kill(pid, signal.SIGINT)

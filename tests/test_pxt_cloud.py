@@ -146,8 +146,8 @@ def test_3_unchanged_environment_is_not_rebuilt_and_a_new_requirement_is(session
     states = [e["data"] for e in session.admin("/_emulator/journal?kinds=db.state")["events"]]
     assert [s.get("rebuilt") for s in states if "rebuilt" in s][-2:] == [False, True]
 
-    out = session.run("db", "build-image", session.db, "-f")
-    assert "main generation 4  done" in out
+    out = session.run("db", "build-image", session.db)
+    assert f"{session.db}: reused the existing archive, rebuilt its image." in out
     assert "as pxt db build-image asks" in session.run("db", "logs", session.db, "--tail", "400")
     states = [e["data"] for e in session.admin("/_emulator/journal?kinds=db.state")["events"]]
     assert [s for s in states if "rebuilt" in s][-1]["rebuilt"] is True
@@ -169,6 +169,13 @@ def test_4_schema_update_and_an_insert_through_the_tunnel(session: Session) -> N
     assert rows == [{"title": "hello hosted world", "title_upper": "HELLO HOSTED WORLD", "summary": "hello hosted..."}]
     tunnel = session.admin("/_emulator/journal?kinds=tunnel.connected")["events"]
     assert tunnel and tunnel[-1]["data"]["org"] == session.org and tunnel[-1]["data"]["via"] == "proxy"
+
+
+def _cmdline(proc: Path) -> str:
+    try:
+        return (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""
 
 
 def _probe(session: Session, text: str) -> str:
@@ -195,6 +202,10 @@ def test_5_a_secret_reaches_the_database_only_after_a_restart(session: Session) 
 def test_6_stop_keeps_the_data_and_refuses_updates_until_started(session: Session) -> None:
     session.run("db", "stop", session.db)
     assert re.search(r"^main\s+STOPPED$", session.run("db", "status", session.db), re.M)
+    # Nothing of the database runs any more: neither its server nor its embedded Postgres.
+    databases = session.e.state_dir / "runtime" / "databases"
+    running = [p for p in Path("/proc").glob("[0-9]*") if str(databases) in _cmdline(p)]
+    assert running == [], [_cmdline(p) for p in running]
     assert session.admin("/_emulator/journal?kinds=db.state")["events"][-1]["data"]["state"] == "STOPPED"
     app = session.project / "app.py"
     app.write_text(app.read_text() + "\n# another change\n")

@@ -258,6 +258,8 @@ def _desired(target: dict[str, Any], row: Any, trial: bool) -> dict[str, Any]:
     desired["fingerprint"] = target.get("fingerprint")
     desired["pxt_md_version"] = target.get("pxt_md_version") or orgs.PXT_MD_VERSION
     desired["default_bucket"] = base.get("default_bucket")
+    # `pxt db build-image` sends a fresh nonce: the runtime rebuilds the environment for it.
+    desired["force_build_nonce"] = target.get("force_build_nonce")
     return desired
 
 

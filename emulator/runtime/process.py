@@ -273,6 +273,7 @@ class ProcessRuntime:
                     os.killpg(proc.pid, signal.SIGKILL)
                 await proc.wait()
         await cancel(running.reader)
+        await stop_postgres(self._dir(org_id, db) / "home" / "pgdata")
         for key, (o, d) in list(self.runtime_keys.items()):
             if (o, d) == (org_id, db):
                 del self.runtime_keys[key]
@@ -416,6 +417,39 @@ class ProcessRuntime:
                 return
             await asyncio.sleep(0.2)
         raise BuildFailed(f"the Pixeltable server did not answer /health within {HEALTH_TIMEOUT:.0f} s")
+
+
+def postmaster_of(pgdata: Path) -> int | None:
+    """The pid of the Postgres serving `pgdata`, if one runs (checked against its command line)."""
+    try:
+        pid = int((pgdata / "postmaster.pid").read_text().splitlines()[0])
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    except (OSError, ValueError, IndexError):
+        return None
+    return pid if str(pgdata) in cmdline else None  # else the pid was reused: not ours
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+async def stop_postgres(pgdata: Path) -> None:
+    """Stop the embedded Postgres a database's server started: it outlives the server by design (it is
+    shared by every process of that data directory), but a stopped database must leave nothing running."""
+    pid = await asyncio.to_thread(postmaster_of, pgdata)
+    if pid is None:
+        return
+    for sig, wait in ((signal.SIGINT, 30.0), (signal.SIGQUIT, 10.0)):  # fast shutdown, then immediate
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, sig)
+        for _ in range(int(wait * 10)):
+            if not _alive(pid):
+                return
+            await asyncio.sleep(0.1)
 
 
 async def _healthy(port: int) -> bool:
