@@ -23,7 +23,7 @@ import msgspec
 import uvicorn
 
 from emulator import __version__
-from emulator.cloud import orgs, services
+from emulator.cloud import orgs
 from emulator.cloud.app import build_cloud_app
 from emulator.cloud.blobs import Blobs
 from emulator.cloud.context import Cloud
@@ -153,8 +153,7 @@ async def serve(settings: Settings, on_ready: Any = None) -> None:
         identity = Identity(core, signer, urls)
         logins = Logins(identity)
         cloud = Cloud(core, signer, urls, secret_box=SecretBox.load_or_create(settings.state_dir))
-        cloud.extra["blobs"] = Blobs(core, settings.state_dir / "blobs", urls.api)
-        cloud.extra["services"] = services
+        cloud.blobs = Blobs(core, settings.state_dir / "blobs", urls.api)
         cloud.runtime = ProcessRuntime(cloud, settings.state_dir / "runtime")
         core.clock.on_due(limiter.sweep)
         core.clock.on_due(idem.sweep)

@@ -62,7 +62,7 @@ class Blobs:
 
 
 def _blobs(request: Request[Any, Any, Any]) -> Blobs:
-    return request.app.state["cloud"].extra["blobs"]
+    return request.app.state["cloud"].blobs
 
 
 def _is_sha(value: str) -> bool:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from emulator.cloud.auth import Caller
@@ -17,10 +17,10 @@ class Cloud:
     core: Core
     signer: Signer
     urls: Urls
+    secret_box: Any = None  # emulator.cloud.secrets.SecretBox
+    blobs: Any = None  # emulator.cloud.blobs.Blobs
     # set by the server once the runtime exists (the hosted databases' processes)
     runtime: Any = None
-    secret_box: Any = None
-    extra: dict[str, Any] = field(default_factory=dict)
 
 
 Operation = Callable[[Cloud, Caller, dict[str, Any]], Awaitable[dict[str, Any]]]

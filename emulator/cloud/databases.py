@@ -14,7 +14,7 @@ import json
 import logging
 from typing import Any
 
-from emulator.cloud import orgs, secrets
+from emulator.cloud import orgs, secrets, services
 from emulator.cloud.auth import Caller, resolve_org
 from emulator.cloud.context import Cloud
 from emulator.core.errors import ApiError
@@ -152,7 +152,7 @@ async def get_archive(cloud: Cloud, caller: Caller, body: dict[str, Any]) -> dic
         raise ApiError(404, "not_found", f"database {row['name']} has no project yet (run pxt db update)")
     fingerprint = release["fingerprint"]
     return {
-        "presigned_url": cloud.extra["blobs"].signed_url(row["archive_sha256"]),
+        "presigned_url": cloud.blobs.signed_url(row["archive_sha256"]),
         "digest": archive_digest(fingerprint),
         "fingerprint": fingerprint,
     }
@@ -290,14 +290,14 @@ async def prepare_update(cloud: Cloud, caller: Caller, body: dict[str, Any]) -> 
         _check_target(body["database_target"], bool(org["trial"]))
     blob = _check_blob(body)
     upload = None
-    if blob is not None and not await cloud.extra["blobs"].has(blob["sha256"]):
-        upload = {"url": cloud.extra["blobs"].upload_url(org_id, blob["sha256"]), "headers": {}}
-    services = await cloud.extra["services"].prepare(cloud, org_id, slug, db, body.get("service_mutations") or [])
+    if blob is not None and not await cloud.blobs.has(blob["sha256"]):
+        upload = {"url": cloud.blobs.upload_url(org_id, blob["sha256"]), "headers": {}}
+    planned = await services.prepare(cloud, org_id, slug, db, body.get("service_mutations") or [])
     return {
-        "generations": {"database": row["generation"] if row else 0, "services": services["generations"]},
+        "generations": {"database": row["generation"] if row else 0, "services": planned["generations"]},
         "report": report(row) if row else {"db": db, "target_resources": None, "current": None, "receipt": None},
         "plan": None,
-        "services": services["existing"],
+        "services": planned["existing"],
         "upload": upload,
     }
 
@@ -335,7 +335,7 @@ async def submit_update(cloud: Cloud, caller: Caller, body: dict[str, Any]) -> d
     if target is not None:
         receipts.append(await _submit_database(cloud, org_id, slug, db, body, target, expected, digest))
     if mutations:
-        receipts += await cloud.extra["services"].submit(cloud, caller, org_id, slug, db, mutations, expected, digest)
+        receipts += await services.submit(cloud, caller, org_id, slug, db, mutations, expected, digest)
     return {"receipts": receipts}
 
 
@@ -353,7 +353,7 @@ async def _submit_database(
     org = await _org_row(cloud, org_id)
     _check_target(target, bool(org["trial"]))
     blob = _check_blob(body)
-    if blob is not None and not await cloud.extra["blobs"].has(blob["sha256"]):
+    if blob is not None and not await cloud.blobs.has(blob["sha256"]):
         raise ApiError(
             400, "bad_request", "the project archive was not uploaded; PUT it to the URL prepare_update gave"
         )
@@ -462,7 +462,7 @@ async def delete_db(cloud: Cloud, caller: Caller, body: dict[str, Any]) -> dict[
 async def retry(cloud: Cloud, caller: Caller, body: dict[str, Any]) -> dict[str, Any]:
     core = cloud.core
     if body.get("kind") == "service":
-        return await cloud.extra["services"].retry(cloud, caller, body)
+        return await services.retry(cloud, caller, body)
     org_id, slug = await resolve_org(core, caller, body.get("org"))
     db = _db_name(body)
     row = await _row(cloud, org_id, slug, db)
@@ -478,12 +478,12 @@ async def retry(cloud: Cloud, caller: Caller, body: dict[str, Any]) -> dict[str,
         "waiting_for": "environment",
         "attempt_id": core.ids.ident("att_"),
     }
-    await _store_receipt(cloud, org_id, row, receipt, state="UPDATING")
+    await store_receipt(cloud, org_id, row, receipt, state="UPDATING")
     cloud.runtime.schedule(org_id, slug, db, receipt["generation"], "update")
     return {"receipt": receipt}
 
 
-async def _store_receipt(cloud: Cloud, org_id: str, row: Any, receipt: dict[str, Any], **fields: Any) -> None:
+async def store_receipt(cloud: Cloud, org_id: str, row: Any, receipt: dict[str, Any], **fields: Any) -> None:
     sets = ", ".join(f"{k} = ?" for k in fields)
     async with cloud.core.store.transaction() as conn:
         await conn.execute(
@@ -511,11 +511,6 @@ async def secret_environment(cloud: Cloud, org_id: str, db: str) -> dict[str, st
     return await secrets.environment(cloud, org_id, db)
 
 
-async def report_service_instance(cloud: Cloud, caller: Caller, body: dict[str, Any]) -> dict[str, Any]:
-    await resolve_org(cloud.core, caller, body.get("org"))
-    return {}
-
-
 OPERATIONS = {
     "get_db": get_db,
     "list_dbs": list_dbs,
@@ -530,5 +525,4 @@ OPERATIONS = {
     "restart_db": restart_db,
     "delete_db": delete_db,
     "retry": retry,
-    "report_service_instance": report_service_instance,
 }

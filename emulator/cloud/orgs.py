@@ -9,12 +9,16 @@ from __future__ import annotations
 import json
 import re
 import sqlite3
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from emulator.core.clock import iso
 from emulator.core.context import Core
 from emulator.core.errors import ApiError
 from emulator.core.ids import secret_hash
+
+if TYPE_CHECKING:
+    from emulator.cloud.auth import Caller
+    from emulator.cloud.context import Cloud
 
 ORG_NAME = re.compile(r"^[a-z0-9](?:[a-z0-9-]{0,27}[a-z0-9])?$")
 DEFAULT_DB = "main"
@@ -146,7 +150,7 @@ async def expire_trials(core: Core, now: float) -> None:
 # --- operations ---------------------------------------------------------------------------------
 
 
-async def list_orgs(cloud: Any, caller: Any, body: dict[str, Any]) -> dict[str, Any]:
+async def list_orgs(cloud: Cloud, caller: Caller, body: dict[str, Any]) -> dict[str, Any]:
     core = cloud.core
     if caller.credential == "api_key":
         where, args = "o.id = ?", (caller.org_id,)
@@ -172,7 +176,7 @@ async def list_orgs(cloud: Any, caller: Any, body: dict[str, Any]) -> dict[str, 
     }
 
 
-async def create_org(cloud: Any, caller: Any, body: dict[str, Any]) -> dict[str, Any]:
+async def create_org(cloud: Cloud, caller: Caller, body: dict[str, Any]) -> dict[str, Any]:
     core = cloud.core
     if caller.credential != "session":
         raise ApiError(

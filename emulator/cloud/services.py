@@ -46,4 +46,10 @@ async def list_services(cloud: Cloud, caller: Caller, body: dict[str, Any]) -> d
     return {"instances": []}
 
 
-OPERATIONS = {"list_services": list_services}
+async def report_service_instance(cloud: Cloud, caller: Caller, body: dict[str, Any]) -> dict[str, Any]:
+    """A service pod says which project it loaded (before serving); acknowledged."""
+    await resolve_org(cloud.core, caller, body.get("org"))
+    return {}
+
+
+OPERATIONS = {"list_services": list_services, "report_service_instance": report_service_instance}

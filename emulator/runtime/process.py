@@ -153,7 +153,7 @@ class ProcessRuntime:
         if receipt is None or receipt["generation"] != generation:
             return  # a newer generation superseded this one
         receipt.update(changes)
-        await databases._store_receipt(self.cloud, org_id, row, receipt)
+        await databases.store_receipt(self.cloud, org_id, row, receipt)
         self.cloud.core.bus.publish(
             "db.receipt", f"{slug}:{db}", generation=generation, phase=receipt["phase"], outcome=receipt["outcome"]
         )
@@ -304,7 +304,7 @@ class ProcessRuntime:
     async def _environment(
         self, org_id: str, db: str, digest: str, fingerprint: Any, archive_sha: str | None, *, force: bool = False
     ) -> bool:
-        archive = self.cloud.extra["blobs"].path(archive_sha) if archive_sha else None
+        archive = self.cloud.blobs.path(archive_sha) if archive_sha else None
 
         async def log_line(line: str) -> None:
             await self._log(org_id, db, line)
