@@ -18,6 +18,8 @@ from pathlib import Path
 from emulator.runtime.process import postmaster_of
 
 VERSION = "0.7.21"
+# `serve`: the client itself loads an app's routers (fastapi) for `pxt service update`.
+REQUIREMENT = f"pixeltable[serve]=={VERSION}"
 
 
 def venv_dir() -> Path:
@@ -32,15 +34,15 @@ def ensure_client() -> Path:
     venv.parent.mkdir(parents=True, exist_ok=True)
     with open(venv.parent / f".{venv.name}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        if not marker.is_file():
+        if not marker.is_file() or marker.read_text().strip() != REQUIREMENT:
             shutil.rmtree(venv, ignore_errors=True)
             subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=300)
             subprocess.run(
-                [str(venv / "bin" / "pip"), "install", "--quiet", f"pixeltable=={VERSION}"],
+                [str(venv / "bin" / "pip"), "install", "--quiet", REQUIREMENT],
                 check=True,
                 timeout=1800,
             )
-            marker.write_text(VERSION + "\n")
+            marker.write_text(REQUIREMENT + "\n")
     return venv / "bin" / "pxt"
 
 

@@ -288,3 +288,75 @@ def test_8_login_and_org_create(session: Session, tmp_path: Path) -> None:
         assert any(o.get("org") == "acme-dev" for o in (orgs if isinstance(orgs, list) else orgs.get("orgs", [])))
     finally:
         pxt.stop_daemon()
+
+
+def test_9_services_behind_the_gateway(session: Session) -> None:
+    session.run("db", "update", session.db, "-f")  # step 6 changed app.py while the database was stopped
+    out = session.run("service", "update", "app.py", session.db, "-f")
+    m = re.search(r"\+ ingest\s+applied\s+(http://127\.0\.0\.1:\d+/ingest)", out)
+    assert m, out
+    endpoint = m.group(1)
+    listed = session.run("service", "list", session.db)
+    assert re.search(rf"^{re.escape(session.db)}/ingest\s+{re.escape(endpoint)}\s+AVAILABLE", listed, re.M)
+    assert re.search(r"POST\s+/docs\s+insert\s+in: title, body\s+out: id, title_upper, summary", listed)
+
+    key = json.loads((Path(session.pxt.env["PIXELTABLE_HOME"]) / "auth" / "sessions.json").read_text())
+    trial_key = next(v["api_key"] for v in key.values() if v.get("kind") == "trial")
+    row = {"title": "from the gateway", "body": "b"}
+    assert httpx.post(endpoint + "/docs", json=row).status_code == 401
+    answer = httpx.post(endpoint + "/docs", json=row, headers={"X-api-key": trial_key}, timeout=60)
+    assert answer.status_code == 200, answer.text
+    assert answer.json()["title_upper"] == "FROM THE GATEWAY" and answer.json()["summary"] == "from the gat..."
+    # A bearer credential works too; another organization's key is refused before reaching the service.
+    assert httpx.post(
+        endpoint + "/titles", json={"title": "x"}, headers={"Authorization": f"Bearer {trial_key}"}, timeout=60
+    ).json() == {"title_upper": "X"}
+    other = httpx.post(session.e.auth + "/agent/identity", json={"type": "anonymous"}).json()
+    token = httpx.post(
+        session.e.auth + "/oauth2/token",
+        data={
+            "grant_type": "urn:ietf:params:oauth:grant-type:jwt-bearer",
+            "assertion": other["identity"]["assertion"],
+        },
+    ).json()["access_token"]
+    stranger = httpx.post(session.e.url + "/api/v1/trial-orgs", headers={"Authorization": f"Bearer {token}"}).json()
+    assert httpx.post(endpoint + "/docs", json=row, headers={"X-api-key": stranger["api_key"]}).status_code == 403
+    requests = [e["data"] for e in session.admin("/_emulator/journal?kinds=gateway.request")["events"]]
+    assert [r["status"] for r in requests[-4:]] == [401, 200, 200, 403]
+
+    # A trial holds at most two services: a submission that would make three is refused.
+    mutation = {
+        "service_name": "x",
+        "base_path": "",
+        "lifecycle": "running",
+        "spec": {"name": "x", "routes": []},
+        "app_module": "app",
+        "otel": False,
+        "resources": {},
+        "description": None,
+        "pin": None,
+    }
+    refused = httpx.post(
+        session.e.api,
+        headers={"X-api-key": trial_key},
+        json={
+            "operation_type": "submit_update",
+            "org": session.org,
+            "db": "main",
+            "database_target": None,
+            "blob": None,
+            "service_mutations": [{**mutation, "service_name": "two"}, {**mutation, "service_name": "three"}],
+            "expected_generations": {"database": None, "services": []},
+        },
+    )
+    assert refused.status_code == 402 and refused.headers["x-pixeltable-error-code"] == "PLAN_LIMIT"
+    assert refused.text.startswith("Payment Required : A trial has at most 2 services")
+
+    assert "service ingest is ready" in session.run("service", "logs", f"{session.db}/ingest")
+    assert "restarted: 1 service(s)" in session.run("service", "restart", f"{session.db}/ingest")
+    assert httpx.post(
+        endpoint + "/titles", json={"title": "y"}, headers={"X-api-key": trial_key}, timeout=60
+    ).json() == {"title_upper": "Y"}
+    assert "stopped: 1 service(s)" in session.run("service", "stop", f"{session.db}/ingest")
+    assert re.search(r"/ingest\s+\S+\s+STOPPED", session.run("service", "list", session.db))
+    assert httpx.post(endpoint + "/titles", json={"title": "z"}, headers={"X-api-key": trial_key}).status_code == 404

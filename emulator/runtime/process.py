@@ -26,9 +26,11 @@ from pathlib import Path
 from typing import Any
 
 from emulator.cloud import databases
+from emulator.cloud.auth import caller_for_credential, resolve_org
 from emulator.cloud.context import Cloud
 from emulator.core.errors import ApiError
 from emulator.core.tasks import cancel
+from emulator.gateway.server import DatabaseGateway, Target
 from emulator.runtime.environments import BuildFailed, Environments
 
 log = logging.getLogger("emulator.runtime")
@@ -75,6 +77,8 @@ class ProcessRuntime:
         self._starting: dict[tuple[str, str], asyncio.Task[None]] = {}
         # Keys the hosted processes use to call the control plane (get_archive, media); never stored.
         self.runtime_keys: dict[str, tuple[str, str]] = {}
+        self.services: dict[tuple[str, str, str, str], Running] = {}  # (org_id, db, base_path, name)
+        self.gateways: dict[tuple[str, str], tuple[DatabaseGateway, int]] = {}
 
     # --- public -----------------------------------------------------------------------------------
 
@@ -120,8 +124,235 @@ class ProcessRuntime:
     async def close(self) -> None:
         for task in list(self._tasks):
             await cancel(task)
+        for key in list(self.services):
+            await self._stop_service(key)
+        for gateway, _ in list(self.gateways.values()):
+            await gateway.close()
         for key in list(self.running):
             await self._stop(*key)
+
+    # --- services ---------------------------------------------------------------------------------
+
+    def endpoint(self, org_id: str, db: str, base_path: str, name: str) -> str:
+        gateway = self.gateways.get((org_id, db))
+        if gateway is None:
+            return ""
+        prefix = f"/{base_path}/{name}" if base_path else f"/{name}"
+        return f"http://127.0.0.1:{gateway[1]}{prefix}"
+
+    def schedule_service(
+        self, org_id: str, slug: str, db: str, base: str, name: str, generation: int, verb: str
+    ) -> None:
+        task = asyncio.create_task(
+            self._service_job(org_id, slug, db, base, name, generation, verb), name=f"service-{verb}-{slug}-{db}-{name}"
+        )
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _service_row(self, org_id: str, db: str, base: str, name: str) -> Any:
+        return await self.cloud.core.store.fetchone(
+            "SELECT * FROM services WHERE org_id = ? AND db = ? AND base_path = ? AND name = ?",
+            (org_id, db, base, name),
+        )
+
+    async def _settle_service(self, row: Any, generation: int, state: str | None, **changes: Any) -> None:
+        receipt = json.loads(row["receipt"]) if row["receipt"] else None
+        if receipt is None or receipt["generation"] != generation:
+            return
+        receipt.update(changes)
+        async with self.cloud.core.store.transaction() as conn:
+            await conn.execute(
+                "UPDATE services SET receipt = ?, state = COALESCE(?, state), error = ?, updated_at = ? WHERE id = ?",
+                (
+                    json.dumps(receipt),
+                    state,
+                    (changes.get("error") or {}).get("message"),
+                    self.cloud.core.clock.now(),
+                    row["id"],
+                ),
+            )
+            await conn.execute(
+                "UPDATE receipts SET body = ? WHERE kind = 'service' AND resource_id = ? AND generation = ?",
+                (json.dumps(receipt), row["id"], generation),
+            )
+
+    async def _service_job(
+        self, org_id: str, slug: str, db: str, base: str, name: str, generation: int, verb: str
+    ) -> None:
+        key = (org_id, db, base, name)
+        async with self._lock(org_id, f"{db}/{base}/{name}"):
+            row = await self._service_row(org_id, db, base, name)
+            if row is None:
+                return
+            try:
+                if verb in ("deploy", "restart"):
+                    await self._start_service(org_id, slug, db, row)
+                    state, phase = "AVAILABLE", "READY"
+                else:
+                    await self._stop_service(key)
+                    state, phase = ("STOPPED", "STOPPED") if verb == "stop" else ("DELETED", "DELETED")
+                await self._settle_service(
+                    row,
+                    generation,
+                    None if verb == "delete" else state,
+                    phase=phase,
+                    outcome="OBSERVED",
+                    waiting_for=None,
+                )
+                if verb == "delete":
+                    await self.cloud.core.store.execute("DELETE FROM services WHERE id = ?", (row["id"],))
+                self.cloud.core.bus.publish("service.state", f"{slug}:{db}/{name}", state=state, generation=generation)
+            except Exception as e:
+                message = e.message if isinstance(e, ApiError) else str(e)
+                if not isinstance(e, (BuildFailed, ApiError)):
+                    log.exception("%s of service %s failed", verb, name)
+                await self._log(org_id, db, f"service {name}: {verb} failed: {message}", service=f"{base}/{name}")
+                await self._settle_service(
+                    row,
+                    generation,
+                    "FAILED",
+                    phase="FAILED",
+                    waiting_for=None,
+                    error={"message": message, "retryable": False, "attempts": 1, "dependency": False},
+                )
+                self.cloud.core.bus.publish("service.state", f"{slug}:{db}/{name}", state="FAILED", error=message)
+
+    async def _gateway(self, org_id: str, slug: str, db: str) -> None:
+        if (org_id, db) in self.gateways:
+            return
+        row = await self._row(org_id, db)
+        gateway = DatabaseGateway(
+            self._resolver(org_id, slug, db),
+            lambda path, status: self.cloud.core.bus.publish(
+                "gateway.request", f"{slug}:{db}", path=path, status=status
+            ),
+        )
+        try:
+            port = await gateway.start("127.0.0.1", row["gateway_port"] or 0)
+        except OSError:
+            port = await gateway.start("127.0.0.1", 0)  # the remembered port is taken: a new one
+        self.gateways[(org_id, db)] = (gateway, port)
+        await self._set(org_id, db, gateway_port=port)
+
+    def _resolver(self, org_id: str, slug: str, db: str) -> Any:
+        async def resolve(credential: str | None, path: str) -> Target | tuple[int, str]:
+            candidates = [(b, n) for (o, d, b, n) in self.services if (o, d) == (org_id, db)]
+            match = None
+            for base, name in sorted(candidates, key=lambda c: -len(c[0])):
+                prefix = f"/{base}/{name}" if base else f"/{name}"
+                if path == prefix or path.startswith(prefix + "/"):
+                    match = (base, name, prefix)
+                    break
+            if match is None:
+                return 404, f"no running service of {slug}:{db} answers {path}"
+            running = self.services[(org_id, db, match[0], match[1])]
+            target = Target(running.port, match[2])
+            if path == f"{match[2]}/health":
+                return target  # the client's readiness probe carries no credential
+            if credential is None:
+                return 401, "an API key (X-api-key) or a bearer token is required"
+            try:
+                caller = await caller_for_credential(
+                    self.cloud.core, self.cloud.signer, self.cloud.urls.api, credential, self.runtime_keys, bearer=True
+                )
+                await resolve_org(self.cloud.core, caller, slug)
+            except ApiError as e:
+                return e.status, e.message
+            return target
+
+        return resolve
+
+    async def _start_service(self, org_id: str, slug: str, db: str, row: Any) -> None:
+        host, _ = await self.route(org_id, slug, db)  # the database's server (and its release) first
+        database = self.running[(org_id, db)]
+        desired = json.loads(row["desired"])
+        key = (org_id, db, row["base_path"], row["name"])
+        await self._stop_service(key)
+        base = self._dir(org_id, db)
+        release = base / "release"
+        if not (release / "fingerprint.json").is_file():
+            raise BuildFailed(f"database {db} has no project to serve; run pxt db update")
+        env = child_env(
+            {
+                "PXTCLOUD_ORG": slug,
+                "PXTCLOUD_DB": db,
+                "PIXELTABLE_API_URL": self.cloud.urls.api,
+                "PIXELTABLE_API_KEY": next(k for k, v in self.runtime_keys.items() if v == (org_id, slug)),
+                "PIXELTABLE_HOME": str(base / "home"),
+                "XDG_RUNTIME_DIR": str(base / "home"),
+                **await databases.secret_environment(self.cloud, org_id, db),
+            }
+        )
+        port = free_port()
+        app_file = desired["app_module"].replace(".", "/") + ".py"
+        args = [
+            "-m",
+            "pixeltable.serving.pod_runner",
+            "--db",
+            f"pxt://{slug}:{db}",
+            "--app-file",
+            app_file,
+            "--name",
+            row["name"],
+            "--project-dir",
+            str(release / "project"),
+            "--project-fingerprint",
+            str(release / "fingerprint.json"),
+            "--host",
+            host,
+            "--port",
+            str(port),
+        ]
+        if row["base_path"]:
+            args += ["--base-path", row["base_path"]]
+        label = f"{row['base_path']}/{row['name']}".lstrip("/")
+        await self._log(org_id, db, f"starting service {label} on 127.0.0.1:{port}", service=label)
+        proc = await asyncio.create_subprocess_exec(
+            str(self.envs.python(database.digest)),
+            *args,
+            env=env,
+            cwd=str(base / "home"),
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.STDOUT,
+            start_new_session=True,
+        )
+        running = Running(proc, port, database.digest)
+        running.reader = asyncio.create_task(self._read_service(org_id, db, label, running))
+        self.services[key] = running
+        await self._gateway(org_id, slug, db)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + HEALTH_TIMEOUT
+        while loop.time() < deadline:
+            if proc.returncode is not None:
+                raise BuildFailed(f"service {label} exited with status {proc.returncode} at start (pxt service logs)")
+            if await _answers(port):
+                running.ready = True
+                await self._log(org_id, db, f"service {label} is ready", service=label)
+                return
+            await asyncio.sleep(0.2)
+        raise BuildFailed(f"service {label} did not answer within {HEALTH_TIMEOUT:.0f} s")
+
+    async def _read_service(self, org_id: str, db: str, label: str, running: Running) -> None:
+        assert running.proc.stdout is not None
+        async for raw in running.proc.stdout:
+            line = raw.decode(errors="replace").rstrip()
+            if line:
+                await self._log(org_id, db, line, service=label, health='"GET /health' in line)
+
+    async def _stop_service(self, key: tuple[str, str, str, str]) -> None:
+        running = self.services.pop(key, None)
+        if running is None:
+            return
+        if running.proc.returncode is None:
+            with contextlib.suppress(ProcessLookupError):
+                running.proc.send_signal(signal.SIGTERM)
+            try:
+                await asyncio.wait_for(running.proc.wait(), STOP_TIMEOUT)
+            except TimeoutError:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(running.proc.pid, signal.SIGKILL)
+                await running.proc.wait()
+        await cancel(running.reader)
 
     # --- jobs -------------------------------------------------------------------------------------
 
@@ -134,8 +365,8 @@ class ProcessRuntime:
             (org_id, db),
         )
 
-    async def _log(self, org_id: str, db: str, line: str, *, health: bool = False) -> None:
-        await databases.append_log(self.cloud, org_id, db, line, health=health)
+    async def _log(self, org_id: str, db: str, line: str, *, health: bool = False, service: str = "") -> None:
+        await databases.append_log(self.cloud, org_id, db, line, health=health, service=service)
 
     async def _set(self, org_id: str, db: str, **fields: Any) -> None:
         sets = ", ".join(f"{k} = ?" for k in fields)
@@ -450,6 +681,24 @@ async def stop_postgres(pgdata: Path) -> None:
             if not _alive(pid):
                 return
             await asyncio.sleep(0.1)
+
+
+async def _answers(port: int) -> bool:
+    """Whether an HTTP server answers on the port at all (a service app has no /health: a 404 is fine)."""
+    try:
+        reader, writer = await asyncio.wait_for(asyncio.open_connection("127.0.0.1", port), 2)
+    except (OSError, TimeoutError):
+        return False
+    try:
+        writer.write(b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
+        await writer.drain()
+        return (await asyncio.wait_for(reader.readline(), 5)).startswith(b"HTTP/1.1 ")
+    except (OSError, TimeoutError):
+        return False
+    finally:
+        writer.close()
+        with contextlib.suppress(OSError):
+            await writer.wait_closed()
 
 
 async def _healthy(port: int) -> bool:

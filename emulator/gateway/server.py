@@ -1,0 +1,144 @@
+"""The service gateway: one loopback listener per hosted database, the local stand-in for its hostname.
+
+A service's endpoint is `http://127.0.0.1:<database's port>/<base_path>/<name>`. The gateway checks
+`X-api-key` first, then `Authorization: Bearer`, against the database's organization (401 without a
+credential, 403 for another organization's), strips the credential headers and the service prefix, and
+forwards the request to the service's process, whose uvicorn `root_path` is that prefix. `/health` of a
+service is forwarded without a credential, as the client probes it. Each request gets its own upstream
+connection, and the gateway answers it with `Connection: close`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+
+log = logging.getLogger("emulator.gateway")
+MAX_HEAD = 64 * 1024
+MAX_BODY = 256 * 1024 * 1024
+_STRIP = {b"x-api-key", b"authorization", b"connection", b"keep-alive", b"proxy-connection"}
+
+
+@dataclass(frozen=True)
+class Target:
+    port: int  # where the service's process listens
+    prefix: str  # the prefix to strip, "/name" or "/base/name"
+
+
+# (credential or None, path) → Target, or (status, reason) to refuse
+Resolve = Callable[[str | None, str], Awaitable["Target | tuple[int, str]"]]
+
+
+def _credential(headers: list[tuple[bytes, bytes]]) -> str | None:
+    values = dict(headers)
+    key = values.get(b"x-api-key")
+    if key:
+        return key.decode("latin-1").strip()
+    scheme, _, token = values.get(b"authorization", b"").decode("latin-1").partition(" ")
+    return token.strip() if scheme.lower() == "bearer" and token.strip() else None
+
+
+async def _reply(writer: asyncio.StreamWriter, status: int, reason: str, detail: str) -> None:
+    body = json.dumps({"detail": detail}).encode()
+    extra = b'WWW-Authenticate: Bearer realm="pixeltable"\r\n' if status == 401 else b""
+    writer.write(
+        f"HTTP/1.1 {status} {reason}\r\nContent-Type: application/json\r\nContent-Length: {len(body)}\r\n".encode()
+        + extra
+        + b"Connection: close\r\n\r\n"
+        + body
+    )
+    await writer.drain()
+
+
+class DatabaseGateway:
+    def __init__(self, resolve: Resolve, on_request: Callable[[str, int], None] | None = None) -> None:
+        self.resolve = resolve
+        self.on_request = on_request
+        self.server: asyncio.Server | None = None
+
+    async def start(self, host: str, port: int) -> int:
+        self.server = await asyncio.start_server(self._handle, host, port)
+        return int(self.server.sockets[0].getsockname()[1])
+
+    async def close(self) -> None:
+        if self.server is not None:
+            self.server.close()
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(self.server.wait_closed(), 5)
+
+    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            await self._serve(reader, writer)
+        except (ConnectionError, asyncio.IncompleteReadError, TimeoutError):
+            pass
+        except Exception:
+            log.exception("gateway request failed")
+            with contextlib.suppress(Exception):
+                await _reply(writer, 502, "Bad Gateway", "the gateway failed; see the emulator's log")
+        finally:
+            writer.close()
+            with contextlib.suppress(Exception):
+                await writer.wait_closed()
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 60)
+        if len(head) > MAX_HEAD:
+            await _reply(writer, 431, "Request Header Fields Too Large", "the request head is too large")
+            return
+        lines = head.decode("latin-1").split("\r\n")
+        try:
+            method, target, version = lines[0].split(" ", 2)
+        except ValueError:
+            await _reply(writer, 400, "Bad Request", "malformed request line")
+            return
+        headers = [
+            (n.strip().lower().encode(), v.strip().encode("latin-1"))
+            for n, _, v in (line.partition(":") for line in lines[1:] if line)
+        ]
+        length = int(dict(headers).get(b"content-length", b"0") or 0)
+        if dict(headers).get(b"transfer-encoding"):
+            await _reply(writer, 411, "Length Required", "send the body with a Content-Length")
+            return
+        if length > MAX_BODY:
+            await _reply(writer, 413, "Content Too Large", f"the body is larger than {MAX_BODY} bytes")
+            return
+        path, _, query = target.partition("?")
+        decision = await self.resolve(_credential(headers), path)
+        if not isinstance(decision, Target):
+            status, reason = decision
+            phrase = {401: "Unauthorized", 403: "Forbidden", 404: "Not Found", 503: "Service Unavailable"}
+            await _reply(writer, status, phrase.get(status, "Error"), reason)
+            if self.on_request:
+                self.on_request(path, status)
+            return
+        body = await reader.readexactly(length) if length else b""
+        rest = path[len(decision.prefix) :] or "/"
+        upstream_target = rest + (f"?{query}" if query else "")
+        try:
+            up_reader, up_writer = await asyncio.wait_for(asyncio.open_connection("127.0.0.1", decision.port), 10)
+        except (OSError, TimeoutError):
+            await _reply(writer, 503, "Service Unavailable", "the service is not running")
+            return
+        kept = [(n, v) for n, v in headers if n not in _STRIP]
+        request = f"{method} {upstream_target} {version}\r\n".encode()
+        request += b"".join(n + b": " + v + b"\r\n" for n, v in kept) + b"Connection: close\r\n\r\n"
+        up_writer.write(request + body)
+        await up_writer.drain()
+        status = 0
+        try:
+            first = True
+            while chunk := await up_reader.read(65536):
+                if first:
+                    with contextlib.suppress(ValueError, IndexError):
+                        status = int(chunk.split(b" ", 2)[1])
+                    first = False
+                writer.write(chunk)
+                await writer.drain()
+        finally:
+            up_writer.close()
+        if self.on_request:
+            self.on_request(path, status)
