@@ -343,15 +343,7 @@ class ProcessRuntime:
         running = self.services.pop(key, None)
         if running is None:
             return
-        if running.proc.returncode is None:
-            with contextlib.suppress(ProcessLookupError):
-                running.proc.send_signal(signal.SIGTERM)
-            try:
-                await asyncio.wait_for(running.proc.wait(), STOP_TIMEOUT)
-            except TimeoutError:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(running.proc.pid, signal.SIGKILL)
-                await running.proc.wait()
+        await _terminate(running.proc)
         await cancel(running.reader)
 
     # --- jobs -------------------------------------------------------------------------------------
@@ -493,16 +485,7 @@ class ProcessRuntime:
         running = self.running.pop((org_id, db), None)
         if running is None:
             return
-        proc = running.proc
-        if proc.returncode is None:
-            with contextlib.suppress(ProcessLookupError):
-                proc.send_signal(signal.SIGTERM)  # uvicorn exits cleanly; pgserver stops its Postgres
-            try:
-                await asyncio.wait_for(proc.wait(), STOP_TIMEOUT)
-            except TimeoutError:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(proc.pid, signal.SIGKILL)
-                await proc.wait()
+        await _terminate(running.proc)
         await cancel(running.reader)
         await stop_postgres(self._dir(org_id, db) / "home" / "pgdata")
         for key, (o, d) in list(self.runtime_keys.items()):
@@ -683,37 +666,42 @@ async def stop_postgres(pgdata: Path) -> None:
             await asyncio.sleep(0.1)
 
 
-async def _answers(port: int) -> bool:
-    """Whether an HTTP server answers on the port at all (a service app has no /health: a 404 is fine)."""
+async def _status_line(port: int) -> bytes | None:
+    """The status line a local HTTP server gives `GET /health`, or None if nothing answers."""
     try:
         reader, writer = await asyncio.wait_for(asyncio.open_connection("127.0.0.1", port), 2)
     except (OSError, TimeoutError):
-        return False
+        return None
     try:
         writer.write(b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
         await writer.drain()
-        return (await asyncio.wait_for(reader.readline(), 5)).startswith(b"HTTP/1.1 ")
+        return await asyncio.wait_for(reader.readline(), 5)
     except (OSError, TimeoutError):
-        return False
+        return None
     finally:
         writer.close()
         with contextlib.suppress(OSError):
             await writer.wait_closed()
+
+
+async def _answers(port: int) -> bool:
+    """Whether an HTTP server answers at all (a service app has no /health: its 404 is an answer)."""
+    return (await _status_line(port) or b"").startswith(b"HTTP/1.1 ")
 
 
 async def _healthy(port: int) -> bool:
+    return (await _status_line(port) or b"").startswith(b"HTTP/1.1 200")
+
+
+async def _terminate(proc: asyncio.subprocess.Process) -> None:
+    """SIGTERM (uvicorn drains and exits cleanly), then SIGKILL to the whole process group."""
+    if proc.returncode is not None:
+        return
+    with contextlib.suppress(ProcessLookupError):
+        proc.send_signal(signal.SIGTERM)
     try:
-        reader, writer = await asyncio.wait_for(asyncio.open_connection("127.0.0.1", port), 2)
-    except (OSError, TimeoutError):
-        return False
-    try:
-        writer.write(b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
-        await writer.drain()
-        status = await asyncio.wait_for(reader.readline(), 5)
-        return status.startswith(b"HTTP/1.1 200")
-    except (OSError, TimeoutError):
-        return False
-    finally:
-        writer.close()
-        with contextlib.suppress(OSError):
-            await writer.wait_closed()
+        await asyncio.wait_for(proc.wait(), STOP_TIMEOUT)
+    except TimeoutError:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        await proc.wait()
