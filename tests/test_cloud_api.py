@@ -16,6 +16,7 @@ import pytest
 
 from tests import agent_flow as flow
 from tests.conftest import Emulator
+from tests.test_tunnel import recv_head
 
 
 async def trial(emu: Emulator) -> tuple[httpx.AsyncClient, dict]:
@@ -412,13 +413,7 @@ def _tunnel(emu: Emulator, host: str, credential: str | None) -> str:
     port = int(emu.endpoints["tunnel"].rsplit(":", 1)[1])
     with socket.create_connection(("127.0.0.1", port), timeout=30) as raw:
         raw.sendall(f"CONNECT {host}:{port} HTTP/1.1\r\nHost: {host}:{port}\r\n\r\n".encode())
-        reply = b""
-        while b"\r\n\r\n" not in reply:
-            chunk = raw.recv(4096)
-            if not chunk:
-                break
-            reply += chunk
-        status = reply.split(b"\r\n", 1)[0].decode()
+        status = recv_head(raw).split(b"\r\n", 1)[0].decode()
         if not status.startswith("HTTP/1.1 200"):
             return status
         ctx = ssl.create_default_context(cafile=emu.endpoints["ca_bundle"])
@@ -426,13 +421,7 @@ def _tunnel(emu: Emulator, host: str, credential: str | None) -> str:
             org, db = host.split(".", 1)[0].rsplit("-", 1)
             auth = f"Authorization: Bearer {credential}\r\n" if credential else ""
             tls.sendall(f"PXT/1.0 CONNECT {org}/{db}\r\n{auth}\r\n".encode())
-            answer = b""
-            while b"\r\n\r\n" not in answer:
-                chunk = tls.recv(4096)
-                if not chunk:
-                    break
-                answer += chunk
-            return answer.split(b"\r\n", 1)[0].decode()
+            return recv_head(tls).split(b"\r\n", 1)[0].decode()
 
 
 async def test_tunnel_refusals(emu: Emulator) -> None:

@@ -171,6 +171,14 @@ def test_4_schema_update_and_an_insert_through_the_tunnel(session: Session) -> N
     assert tunnel and tunnel[-1]["data"]["org"] == session.org and tunnel[-1]["data"]["via"] == "proxy"
 
 
+def another_trial(session: Session) -> dict:
+    """A second agent's trial in the same emulator (register, exchange, create), as plain HTTP."""
+    reg = httpx.post(session.e.auth + "/agent/identity", json={"type": "anonymous"}).json()
+    form = {"grant_type": "urn:ietf:params:oauth:grant-type:jwt-bearer", "assertion": reg["identity"]["assertion"]}
+    token = httpx.post(session.e.auth + "/oauth2/token", data=form).json()["access_token"]
+    return httpx.post(session.e.url + "/api/v1/trial-orgs", headers={"Authorization": f"Bearer {token}"}).json()
+
+
 def _cmdline(proc: Path) -> str:
     try:
         return (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
@@ -220,15 +228,7 @@ def test_6_stop_keeps_the_data_and_refuses_updates_until_started(session: Sessio
 
 def test_7_another_organizations_key_is_refused_everywhere(session: Session) -> None:
     # A second trial in the same emulator; its key must not reach the first trial's database.
-    other = httpx.post(session.e.auth + "/agent/identity", json={"type": "anonymous"}).json()
-    token = httpx.post(
-        session.e.auth + "/oauth2/token",
-        data={
-            "grant_type": "urn:ietf:params:oauth:grant-type:jwt-bearer",
-            "assertion": other["identity"]["assertion"],
-        },
-    ).json()["access_token"]
-    trial = httpx.post(session.e.url + "/api/v1/trial-orgs", headers={"Authorization": f"Bearer {token}"}).json()
+    trial = another_trial(session)
     r = httpx.post(
         session.e.api,
         json={"operation_type": "get_db", "org": session.org, "db": "main"},
@@ -311,15 +311,7 @@ def test_9_services_behind_the_gateway(session: Session) -> None:
     assert httpx.post(
         endpoint + "/titles", json={"title": "x"}, headers={"Authorization": f"Bearer {trial_key}"}, timeout=60
     ).json() == {"title_upper": "X"}
-    other = httpx.post(session.e.auth + "/agent/identity", json={"type": "anonymous"}).json()
-    token = httpx.post(
-        session.e.auth + "/oauth2/token",
-        data={
-            "grant_type": "urn:ietf:params:oauth:grant-type:jwt-bearer",
-            "assertion": other["identity"]["assertion"],
-        },
-    ).json()["access_token"]
-    stranger = httpx.post(session.e.url + "/api/v1/trial-orgs", headers={"Authorization": f"Bearer {token}"}).json()
+    stranger = another_trial(session)
     assert httpx.post(endpoint + "/docs", json=row, headers={"X-api-key": stranger["api_key"]}).status_code == 403
     requests = [e["data"] for e in session.admin("/_emulator/journal?kinds=gateway.request")["events"]]
     assert [r["status"] for r in requests[-4:]] == [401, 200, 200, 403]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from html import escape
+from urllib.parse import parse_qs
 
 from litestar import Response
 
@@ -36,3 +37,20 @@ def email_input(value: str = "") -> str:
     return (
         f'<label>E-mail <input type="email" name="email" required autocomplete="email" value="{escape(value)}"></label>'
     )
+
+
+def decision_buttons(approve_label: str) -> str:
+    """The person's choice on a sign-in or claim page."""
+    return (
+        f'<p><button name="decision" value="approve">{escape(approve_label)}</button> '
+        '<button name="decision" value="deny">Deny</button></p>'
+    )
+
+
+def form_fields(body: bytes) -> dict[str, str]:
+    """A posted form's fields (the first value of each)."""
+    return {k: v[0] for k, v in parse_qs(body.decode("utf-8", "replace"), keep_blank_values=True).items()}
+
+
+def approved(fields: dict[str, str]) -> bool:
+    return fields.get("decision", "approve") != "deny"

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 from html import escape
 from typing import Any
-from urllib.parse import parse_qs
 
 from litestar import Request, Response, get, post
 
@@ -169,13 +168,9 @@ def _oauth_error(_: Request[Any, Any, Any], exc: ApiError) -> Response[dict[str,
     )
 
 
-def _form_of(body: bytes) -> dict[str, str]:
-    return {k: v[0] for k, v in parse_qs(body.decode("utf-8", "replace")).items()}
-
-
 @post("/user_management/authorize/device", status_code=200, exception_handlers={ApiError: _oauth_error})
 async def authorize_device(request: Request[Any, Any, Any]) -> dict[str, Any]:
-    form = _form_of(await request.body())
+    form = html.form_fields(await request.body())
     if form.get("client_id") != CLIENT_ID:
         raise ApiError(400, "invalid_client", f"unknown client_id; this sign-in service serves {CLIENT_ID}")
     return await _logins(request).start(form["client_id"])
@@ -183,7 +178,7 @@ async def authorize_device(request: Request[Any, Any, Any]) -> dict[str, Any]:
 
 @post("/user_management/authenticate", status_code=200, exception_handlers={ApiError: _oauth_error})
 async def authenticate(request: Request[Any, Any, Any]) -> Response[dict[str, Any]]:
-    form = _form_of(await request.body())
+    form = html.form_fields(await request.body())
     grant = form.get("grant_type", "")
     logins = _logins(request)
     if grant == "urn:ietf:params:oauth:grant-type:device_code":
@@ -207,17 +202,15 @@ async def device_page(user_code: str = "") -> Response[str]:
         "<p>Confirm that this code matches the one <code>pxt login</code> shows, then sign in.</p>"
         '<form method="post" action="/device">'
         f'<p><label>Code <input name="user_code" required value="{escape(user_code)}"></label></p>'
-        f"<p>{html.email_input()}</p>"
-        '<p><button name="decision" value="approve">Sign in</button> '
-        '<button name="decision" value="deny">Deny</button></p></form>'
+        f"<p>{html.email_input()}</p>{html.decision_buttons('Sign in')}</form>"
     )
     return html.page("Sign in to Pixeltable Cloud", body)
 
 
 @post("/device", status_code=200, exception_handlers={ApiError: _page_error})
 async def device_decide(request: Request[Any, Any, Any]) -> Response[str]:
-    form = _form_of(await request.body())
-    approve = form.get("decision", "approve") != "deny"
+    form = html.form_fields(await request.body())
+    approve = html.approved(form)
     await _logins(request).decide(form.get("user_code", ""), form.get("email", ""), approve)
     if not approve:
         return html.page("Sign-in denied", "<p>pxt login will stop.</p>")

@@ -246,22 +246,18 @@ async def claim_page(request: Request[Any, Any, Any], token: str = "") -> Respon
         "<p>An AI agent asks to be linked to your Pixeltable account. Sign in to approve it; "
         "you will then see a 6-digit code to read to the agent.</p>"
         f'<form method="post" action="/claim">{html.hidden("token", token)}'
-        f"<p>{html.email_input(hint)}</p>"
-        '<p><button name="decision" value="approve">Approve and show the code</button> '
-        '<button name="decision" value="deny">Deny</button></p></form>'
+        f"<p>{html.email_input(hint)}</p>{html.decision_buttons('Approve and show the code')}</form>"
     )
     return html.page("Claim an agent", body)
 
 
 @post("/claim", status_code=200, exception_handlers={ApiError: page_error})
 async def claim_decide(request: Request[Any, Any, Any]) -> Response[str]:
-    form = parse_qs((await request.body()).decode("utf-8", "replace"))
-    token = (form.get("token") or [""])[0]
-    email = (form.get("email") or [""])[0]
+    form = html.form_fields(await request.body())
+    email = form.get("email", "")
     identity = idp_of(request).identity
-    attempt = await identity.attempt_for(token=token or None)
-    approve = (form.get("decision") or ["approve"])[0] != "deny"
-    code = await identity.decide(attempt, email, approve)
+    attempt = await identity.attempt_for(token=form.get("token") or None)
+    code = await identity.decide(attempt, email, html.approved(form))
     if code is None:
         return html.page("Claim denied", "<p>The agent is not linked to your account.</p>")
     return html.page(

@@ -14,7 +14,6 @@ from __future__ import annotations
 import ipaddress
 from html import escape
 from typing import Any
-from urllib.parse import parse_qs
 
 import msgspec
 from litestar import Request, Response, get, post
@@ -221,7 +220,7 @@ async def claim_page(request: Request[Any, Any, Any], token: str) -> Response[st
 async def claim_submit(request: Request[Any, Any, Any], token: str) -> Response[str]:
     site = site_of(request)
     org = await _org_by_claim_token(site, token)
-    email = (parse_qs((await request.body()).decode("utf-8", "replace")).get("email") or [""])[0]
+    email = html.form_fields(await request.body()).get("email", "")
     slug = await claim_trial(site, org_id=org["id"], email=email)
     return html.page(
         f"You own {slug}",
