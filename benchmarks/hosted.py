@@ -116,12 +116,13 @@ def scratch(name: str) -> Iterator[Path]:
 
 
 @contextlib.contextmanager
-def emulator(state_dir: Path) -> Iterator[dict[str, Any]]:
-    """`emulator up` on free ports with `state_dir`; yields its endpoints.json; SIGTERM (then SIGKILL) on exit."""
+def emulator(state_dir: Path, extra: Sequence[str] = ()) -> Iterator[dict[str, Any]]:
+    """`emulator up` on free ports, `state_dir`, `extra` flags; yields endpoints.json; SIGTERM (then SIGKILL) after."""
     state_dir.mkdir(parents=True)
     log_path = state_dir.parent / "emulator.log"
     argv = [*emulator_cmd(), "up", "--site-port", "0", "--auth-port", "0", "--api-port", "0", "--tunnel-port", "0"]
-    argv += ["--state-dir", str(state_dir), "--no-watch"]
+    argv += ["--s3-port", "0"]
+    argv += ["--state-dir", str(state_dir), "--no-watch", *extra]
     with open(log_path, "wb") as log:
         proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
         try:

@@ -187,6 +187,8 @@ def emulator_server(workdir: Path) -> Server:
         "0",
         "--tunnel-port",
         "0",
+        "--s3-port",
+        "0",
         "--state-dir",
         str(workdir / "state"),
         "--ask-rate-limit",

@@ -33,6 +33,7 @@ examples:
   emulator status                      what is running, where, and the emulator's clock
   emulator clock advance 48h           move the emulator's clock (due jobs run first)
   emulator events -f                   follow the event journal
+  emulator tui                         the live dashboard (registrations, trials, databases, logs)
   emulator down                        stop the emulator started with -d
 """
 
@@ -70,6 +71,13 @@ def parser() -> argparse.ArgumentParser:
     up.add_argument(
         "--tunnel-port", type=int, help="port of the database tunnel and its CONNECT proxy (default 8704; 0 = free)"
     )
+    up.add_argument("--s3-port", type=int, help="port of the media store's S3 endpoint (default 8705; 0 = free)")
+    up.add_argument(
+        "--runtime",
+        choices=["auto", "docker", "process"],
+        help="where hosted databases and services run (default auto: Docker when an engine answers)",
+    )
+    up.add_argument("--docker-base-image", help="base image of hosted environments (default python:3.11-slim-bookworm)")
     up.add_argument("--state-dir", type=Path, help=f"where state is kept (default {default_state_dir()})")
     up.add_argument("--config", type=Path, help="settings file (default <state-dir>/emulator.toml)")
     up.add_argument(
@@ -97,6 +105,12 @@ def parser() -> argparse.ArgumentParser:
     )
     up.add_argument("--log-level", choices=["critical", "error", "warning", "info", "debug"])
     up.add_argument("-d", "--detach", action="store_true", help="run in the background and return once healthy")
+    up.add_argument(
+        "--tui",
+        action="store_true",
+        help="start in the background, then open the dashboard in this terminal; quitting it stops the emulator "
+        "(with -d too, the emulator keeps running)",
+    )
 
     for name, text in (
         ("down", "stop an emulator started in the background"),
@@ -162,12 +176,41 @@ def parser() -> argparse.ArgumentParser:
     ):
         _add_locator(sub.add_parser(name, help=text, description=text[0].upper() + text[1:] + "."))
 
+    tui = sub.add_parser(
+        "tui",
+        help="open the live dashboard",
+        description="Open the live dashboard of a running emulator (any number can watch one emulator). "
+        "Press ? in it for every key.",
+    )
+    _add_locator(tui)
+    tui.add_argument("--readonly", action="store_true", help="hide every act that changes the emulator")
+
+    db = sub.add_parser(
+        "db",
+        help="list hosted databases, or stop or start one",
+        description="List hosted databases with their states, or stop or start one as the operator "
+        "(the same generation, receipt and events as pxt db stop/start).",
+    )
+    _add_locator(db)
+    db.add_argument("action", nargs="?", default="list", choices=["list", "stop", "start"])
+    db.add_argument("org", nargs="?", help="the organization's slug")
+    db.add_argument("db", nargs="?", help="the database's name (default main)")
+
     events = sub.add_parser("events", help="print the event journal", description="Print the event journal.")
     _add_locator(events)
     events.add_argument("-f", "--follow", action="store_true", help="keep printing new events")
     events.add_argument("--since", type=int, default=0, help="only events after this number")
     events.add_argument("--kinds", default="", help="comma-separated kind prefixes, e.g. site.ask,clock")
     events.add_argument("--json", action="store_true", help="one JSON object per line")
+
+    base = sub.add_parser(
+        "base-image",
+        help="build the Docker runtime's base image without a registry (debootstrap + docker import)",
+        description="Build a Debian base image for hosted containers from a Debian mirror, with no registry.",
+    )
+    base.add_argument("--tag", default="pxt-emulator-base:bookworm", help="image name (default %(default)s)")
+    base.add_argument("--suite", default="bookworm", help="Debian release (default %(default)s: Python 3.11)")
+    base.add_argument("--mirror", default="http://deb.debian.org/debian", help="Debian mirror (default %(default)s)")
     return root
 
 
@@ -223,12 +266,15 @@ def _print_ready(endpoints: dict[str, str], settings: Settings) -> None:
     print(f"  auth         {endpoints['auth']}  (identity provider: /agent/identity, /oauth2/token)")
     print(f"  api          {endpoints['api']}  (control plane)")
     print(f"  tunnel       {endpoints['tunnel']}  (hosted databases; CONNECT proxy {endpoints['proxy']})")
+    print(f"  s3           {endpoints['s3']}  (media store: the databases' home buckets)")
     print(f"  state        {settings.state_dir}")
     print(f"  endpoints    {settings.endpoints_path}", flush=True)
 
 
 def cmd_up(args: argparse.Namespace) -> int:
     settings = _settings_from(args)
+    if args.tui:
+        return _up_with_tui(args, settings)
     if args.detach:
         return _detach(args, settings)
     from emulator.server import PortInUse, serve
@@ -242,7 +288,7 @@ def cmd_up(args: argparse.Namespace) -> int:
     try:
         with runner:
             runner.run(serve(settings, on_ready=lambda ep: _print_ready(ep, settings)))
-    except PortInUse as e:
+    except (PortInUse, ConfigError) as e:
         print(f"emulator: {e}", file=sys.stderr)
         return 1
     return 0
@@ -278,6 +324,38 @@ def _detach(args: argparse.Namespace, settings: Settings) -> int:
         time.sleep(0.05)
     print(f"emulator: not healthy after 60 s; see {log_path}", file=sys.stderr)
     return 1
+
+
+def _up_with_tui(args: argparse.Namespace, settings: Settings) -> int:
+    """The emulator in the background (its output goes to its log), the dashboard in the foreground."""
+    args.argv = [a for a in args.argv if a != "--tui"]
+    if _detach(args, settings) != 0:
+        return 1
+    from tui.app import run
+    from tui.client import Locator
+
+    pid = json.loads(settings.endpoints_path.read_text())["pid"]
+    try:
+        run(Locator(state_dir=settings.state_dir))
+    finally:
+        if not args.detach:
+            _stop_child(pid)
+    return 0
+
+
+def _stop_child(pid: int) -> None:
+    """Stop the emulator this process started, and reap it (a child that is not waited for stays a zombie)."""
+    try:
+        os.kill(pid, signal.SIGTERM)
+    except ProcessLookupError:
+        return
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline:
+        if os.waitpid(pid, os.WNOHANG)[0] == pid:
+            print(f"emulator: stopped (pid {pid})")
+            return
+        time.sleep(0.05)
+    print(f"emulator: pid {pid} did not stop within 15 s", file=sys.stderr)
 
 
 def cmd_down(args: argparse.Namespace) -> int:
@@ -428,6 +506,30 @@ def cmd_claim_trial(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_tui(args: argparse.Namespace) -> int:
+    from tui.app import run
+    from tui.client import Locator
+
+    url = getattr(args, "url", None) or os.environ.get("EMULATOR_URL")
+    run(Locator(url=url) if url else Locator(state_dir=_state_dir(args)), readonly=args.readonly)
+    return 0
+
+
+def cmd_db(args: argparse.Namespace) -> int:
+    site = _endpoints(args)["site"]
+    if args.action == "list":
+        for d in _call(site + "/_emulator/databases")["databases"]:
+            note = f"  {d['failure_reason']}" if d.get("failure_reason") else ""
+            print(f"{d['org']:<16} {d['db']:<12} {d['state']:<12} generation {d['generation']}{note}")
+        return 0
+    if not args.org:
+        raise SystemExit(f"emulator: db {args.action} needs ORG [DB]")
+    db = args.db or "main"
+    answer = _call(f"{site}/_emulator/databases/{args.org}/{db}/{args.action}", {})
+    print(f"{answer['org']}:{db}: {args.action} accepted (generation {answer['receipt']['generation']})")
+    return 0
+
+
 def cmd_switch(args: argparse.Namespace) -> int:
     site = _endpoints(args)["site"]
     if args.name and not args.value:
@@ -455,10 +557,20 @@ def cmd_registrations(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_base_image(args: argparse.Namespace) -> int:
+    from emulator.runtime.base_image import build
+
+    build(args.tag, args.suite, args.mirror)
+    return 0
+
+
 COMMANDS = {
+    "base-image": cmd_base_image,
     "approve-claim": cmd_approve_claim,
     "approve-login": cmd_approve_login,
     "claim-trial": cmd_claim_trial,
+    "tui": cmd_tui,
+    "db": cmd_db,
     "switch": cmd_switch,
     "trials": cmd_trials,
     "registrations": cmd_registrations,

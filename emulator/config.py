@@ -43,6 +43,8 @@ class Settings(msgspec.Struct, kw_only=True):
     auth_port: int = 8701
     api_port: int = 8702
     tunnel_port: int = 8704
+    # The media store's S3 endpoint (the databases' home buckets).
+    s3_port: int = 8705
     # Hosted databases are reached as <org>-<db>.<cloud_domain> (a reserved .test name: never real DNS).
     cloud_domain: str = "pxt.test"
     state_dir: Path = msgspec.field(default_factory=default_state_dir)
@@ -79,6 +81,15 @@ class Settings(msgspec.Struct, kw_only=True):
     trial_network_limit: int = 10  # unclaimed trials one network may hold
     trial_network_bits: int = 24  # an IPv4 network is a /24 (an IPv6 one a /64)
     trial_lifetime: int = 172_800
+    # Where hosted databases and services run: "docker" (containers with enforced limits), "process"
+    # (local processes; the embedded fallback), or "auto" (Docker when an engine answers).
+    runtime: str = "auto"
+    # The image hosted environments are built on: any image with python3 (3.11 for pixeltable 0.7.21).
+    docker_base_image: str = "python:3.11-slim-bookworm"
+    # The Docker network hosted containers join; its egress is limited to TCP 80, 443 and 5432.
+    docker_network: str = "pxt-emulator"
+    # A trial's media store (spec: 50 GB); at or over it the client is told `no_space_left`.
+    media_quota_bytes: int = 50_000_000_000
 
     @property
     def db_path(self) -> Path:
@@ -94,6 +105,7 @@ _INT = {
     "auth_port",
     "api_port",
     "tunnel_port",
+    "s3_port",
     "ask_rate_limit",
     "ask_rate_window",
     "idempotency_ttl",
@@ -109,6 +121,7 @@ _INT = {
     "trial_network_limit",
     "trial_network_bits",
     "trial_lifetime",
+    "media_quota_bytes",
 }
 _PATH = {"state_dir", "docs", "integrations"}
 _BOOL = {
@@ -222,7 +235,7 @@ def load_settings(flags: dict[str, Any] | None = None, env: dict[str, str] | Non
 
 
 def _validate(s: Settings) -> None:
-    for name in ("site_port", "auth_port", "api_port", "tunnel_port"):
+    for name in ("site_port", "auth_port", "api_port", "tunnel_port", "s3_port"):
         port = getattr(s, name)
         if not 0 <= port <= 65535:
             raise ConfigError(f"{name}: {port} is not a TCP port (0 picks a free one)")
@@ -238,6 +251,8 @@ def _validate(s: Settings) -> None:
     ):
         if getattr(s, name) < 1:
             raise ConfigError(f"{name} must be at least 1")
+    if s.media_quota_bytes < 0:
+        raise ConfigError("media_quota_bytes must not be negative")
     if s.trial_capacity < 0:
         raise ConfigError("trial_capacity must not be negative")
     if not 8 <= s.trial_network_bits <= 32:
@@ -246,5 +261,7 @@ def _validate(s: Settings) -> None:
         raise ConfigError("ask_rate_limit and ask_rate_window must be at least 1")
     if s.idempotency_ttl < 1:
         raise ConfigError("idempotency_ttl must be at least 1 second")
+    if s.runtime not in ("auto", "docker", "process"):
+        raise ConfigError(f"runtime: {s.runtime!r} is not one of auto, docker, process")
     if not s.docs.exists():
         raise ConfigError(f"docs: {s.docs} does not exist")

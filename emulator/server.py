@@ -27,6 +27,7 @@ from emulator.cloud import orgs
 from emulator.cloud.app import build_cloud_app
 from emulator.cloud.blobs import Blobs
 from emulator.cloud.context import Cloud
+from emulator.cloud.media import MediaStore
 from emulator.cloud.secrets import SecretBox
 from emulator.cloud.tunnel_auth import make_authorizer
 from emulator.config import Settings
@@ -36,7 +37,8 @@ from emulator.idp.identity import Identity, Urls
 from emulator.idp.keys import Signer
 from emulator.idp.login import Logins
 from emulator.idp.routes import Idp, build_idp_app
-from emulator.runtime.process import ProcessRuntime
+from emulator.runtime.choose import make_launcher
+from emulator.runtime.hosted import HostedRuntime
 from emulator.site.app import build_site_app
 from emulator.site.idempotency import Idempotency
 from emulator.site.ratelimit import RateLimiter
@@ -137,6 +139,7 @@ async def serve(settings: Settings, on_ready: Any = None) -> None:
     }
     tunnel_sock = bind(settings.host, settings.tunnel_port, "database tunnel")
     tunnel_port = tunnel_sock.getsockname()[1]
+    s3_sock = bind(settings.host, settings.s3_port, "media store (S3)")
     urls = Urls(site=url_of(socks["site"]), auth=url_of(socks["auth"]), api=url_of(socks["api"]))
     core = await Core.open(settings)
     docs = DocsIndex(core, settings.docs)
@@ -154,7 +157,13 @@ async def serve(settings: Settings, on_ready: Any = None) -> None:
         logins = Logins(identity)
         cloud = Cloud(core, signer, urls, secret_box=SecretBox.load_or_create(settings.state_dir))
         cloud.blobs = Blobs(core, settings.state_dir / "blobs", urls.api)
-        cloud.runtime = ProcessRuntime(cloud, settings.state_dir / "runtime")
+        runtime_root = settings.state_dir / "runtime"
+        forward = [s.getsockname()[1] for s in (socks["api"], s3_sock)]
+        cloud.runtime = HostedRuntime(cloud, runtime_root, make_launcher(settings, runtime_root, forward))
+        await cloud.runtime.open()
+        # Before the origins serve: the first get_bucket_credentials may come as soon as they do.
+        cloud.media = MediaStore(core, s3_sock, url_of(s3_sock), settings.media_quota_bytes)
+        await cloud.media.start()
         core.clock.on_due(limiter.sweep)
         core.clock.on_due(idem.sweep)
         core.clock.on_due(lambda now: orgs.expire_trials(core, now))
@@ -167,6 +176,8 @@ async def serve(settings: Settings, on_ready: Any = None) -> None:
             "tunnel": f"{settings.cloud_domain}:{tunnel_port}",
             "proxy": f"http://{settings.host}:{tunnel_port}",
             "ca_bundle": str(ca.bundle_path),
+            "runtime": cloud.runtime.kind,
+            "s3": cloud.media.endpoint,
         }
         site = Site(
             core=core,
@@ -215,6 +226,7 @@ async def serve(settings: Settings, on_ready: Any = None) -> None:
             await asyncio.sleep(0.005)
         write_endpoints(settings, endpoints)
         await core.run_due()  # what fell due while the emulator was down
+        await cloud.runtime.resume()  # services that were running come back (they start in the background)
         core.start_ticker()
         core.bus.publish(
             "emulator.started",
@@ -230,8 +242,11 @@ async def serve(settings: Settings, on_ready: Any = None) -> None:
         if tunnel is not None:
             await tunnel.close()
         tunnel_sock.close()
-        if cloud is not None:
+        if cloud is not None and cloud.runtime is not None:
             await cloud.runtime.close()
+        if cloud is not None and cloud.media is not None:
+            await cloud.media.close()  # after the databases, which may still write media while stopping
+        s3_sock.close()
         for sock in socks.values():
             sock.close()
         remove_endpoints(settings)

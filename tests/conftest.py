@@ -23,6 +23,8 @@ import httpx
 import pytest
 
 FROZEN_AT = "2026-11-01T00:00:00Z"
+# The Docker runtime's base image in tests: built locally by .ci/run with `emulator base-image` (no registry).
+BASE_IMAGE = os.environ.get("EMULATOR_TEST_BASE_IMAGE", "pxt-emulator-base:bookworm")
 _ips = itertools.count(2)
 
 
@@ -52,6 +54,7 @@ class Emulator:
         self.env = env
         self.proc: subprocess.Popen[bytes] | None = None
         self.endpoints: dict[str, Any] = {}
+        self.runtime = "process"
 
     @property
     def url(self) -> str:
@@ -69,8 +72,12 @@ class Emulator:
         self.state_dir.mkdir(parents=True, exist_ok=True)
         log = open(self.state_dir / "test-emulator.log", "ab")
         cmd = [sys.executable, "-m", "emulator", "up", "--site-port", "0", "--auth-port", "0", "--api-port", "0"]
-        cmd += ["--tunnel-port", "0"]
+        cmd += ["--tunnel-port", "0", "--s3-port", "0"]
         cmd += ["--state-dir", str(self.state_dir)]
+        if "--runtime" not in self.args:  # hosted tests choose theirs; the rest need no engine
+            cmd += ["--runtime", "process"]
+        elif "docker" in self.args:
+            cmd += ["--docker-base-image", BASE_IMAGE]
         self.proc = subprocess.Popen(
             [*cmd, *self.args],
             stdout=log,
@@ -122,6 +129,17 @@ class Emulator:
             r = c.post("/_emulator/clock", json={"advance": duration})
             r.raise_for_status()
             return r.json()
+
+    def wait_for_event(self, kind: str, timeout: float) -> dict[str, Any]:
+        """The first event of `kind`, once it is there: for effects the engine reports by itself (a disk
+        filling up), not for emulator time, which tests move instead."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            found = self.journal(kinds=kind)
+            if found:
+                return found[0]
+            time.sleep(0.25)
+        raise AssertionError(f"no {kind} event within {timeout} s")
 
     def journal(self, kinds: str = "", since: int = 0) -> list[dict[str, Any]]:
         with self.admin() as c:

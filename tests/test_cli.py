@@ -15,7 +15,7 @@ import httpx
 
 from tests.conftest import Emulator
 
-FREE_PORTS = ("--site-port", "0", "--auth-port", "0", "--api-port", "0", "--tunnel-port", "0")
+FREE_PORTS = ("--site-port", "0", "--auth-port", "0", "--api-port", "0", "--tunnel-port", "0", "--s3-port", "0")
 
 
 def run(*args: str, state: Path | None = None, timeout: float = 60) -> subprocess.CompletedProcess[str]:
@@ -84,7 +84,10 @@ def test_bad_flag_values_are_refused_before_starting(tmp_path: Path) -> None:
 
 def test_detached_lifecycle(tmp_path: Path) -> None:
     state = tmp_path / "detached"
-    up = run("up", "-d", *FREE_PORTS, "--no-watch", "--freeze-clock", "2026-03-01T00:00:00Z", state=state)
+    up = run(
+        "up", "-d", *FREE_PORTS, "--no-watch", "--runtime", "process", "--freeze-clock", "2026-03-01T00:00:00Z",
+        state=state,
+    )
     assert up.returncode == 0, up.stderr
     assert "is up" in up.stdout and "emulator down" in up.stdout
     try:

@@ -79,11 +79,21 @@ class Session:
         return httpx.get(self.e.url + path, timeout=30).json()
 
 
-@pytest.fixture(scope="module")
-def session(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Session]:
+@pytest.fixture(scope="module", params=["process", "docker"])
+def session(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Session]:
+    """Both runtimes pass the same steps: local processes, and containers with enforced limits."""
     exe = ensure_client()
-    root = tmp_path_factory.mktemp("cloud")
-    e = Emulator(root / "state", ["--no-watch"]).start()
+    if request.param == "docker":
+        # Environment images outlive an emulator (they are the build cache): start without them, so the
+        # steps see real builds. A test fails here, not skips, when no engine answers.
+        images = subprocess.run(
+            ["docker", "images", "-q", "--filter", "label=pxt-emulator=env"], capture_output=True, text=True, check=True
+        ).stdout.split()
+        if images:
+            subprocess.run(["docker", "rmi", "-f", *images], capture_output=True, check=False)
+    root = tmp_path_factory.mktemp(f"cloud-{request.param}")
+    e = Emulator(root / "state", ["--no-watch", "--runtime", request.param]).start()
+    e.runtime = request.param
     project = root / "project"
     project.mkdir()
     s = Session(e, Pxt(exe, root / "pxt-home", emulator_env(e)), project)
@@ -129,6 +139,19 @@ def test_2_db_update_builds_and_starts_the_hosted_database(session: Session) -> 
     assert "the Pixeltable server is ready" in logs
     # The hosted database is the real Pixeltable server, a process of its own.
     assert session.admin("/_emulator/journal?kinds=db.state")["events"][-1]["data"]["state"] == "AVAILABLE"
+    runtime = session.admin("/_emulator/status")["runtime"]
+    if session.e.runtime == "docker":
+        # The trial's database size, enforced by the engine and read back from it and from inside.
+        assert runtime == {"kind": "docker", "unenforced_limits": []}
+        database = container(session.e, "database")
+        assert database["HostConfig"]["NanoCpus"] == 1_000_000_000
+        assert database["HostConfig"]["Memory"] == 2048 * 2**20 == database["HostConfig"]["MemorySwap"]
+        assert int(inside(database, "cat /sys/fs/cgroup/memory/memory.limit_in_bytes")) == 2048 * 2**20
+        assert inside(database, "cat /sys/fs/cgroup/cpu/cpu.cfs_quota_us") == "100000"
+        size = int(inside(database, "stat -f -c '%b %S' /data").split()[0]) * 4096
+        assert 9.5e9 < size <= 10e9  # the trial's 10 GB disk
+    else:
+        assert runtime["kind"] == "process" and "cpu" in runtime["unenforced_limits"]
 
 
 def test_3_unchanged_environment_is_not_rebuilt_and_a_new_requirement_is(session: Session) -> None:
@@ -179,6 +202,50 @@ def another_trial(session: Session) -> dict:
     return httpx.post(session.e.url + "/api/v1/trial-orgs", headers={"Authorization": f"Bearer {token}"}).json()
 
 
+def _tag(e: Emulator) -> str:
+    import hashlib
+
+    return hashlib.sha256(str(e.state_dir.resolve()).encode()).hexdigest()[:10]
+
+
+def container(e: Emulator, role: str, name: str = "") -> dict:
+    """`docker inspect` of this emulator's running container of that role (and name suffix)."""
+    ids = subprocess.run(
+        ["docker", "ps", "-q", "--filter", f"label=pxt-emulator={_tag(e)}", "--filter", f"label=role={role}"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split()
+    found = [json.loads(subprocess.check_output(["docker", "inspect", i]))[0] for i in ids]
+    found = [c for c in found if c["Name"].endswith(name)]
+    assert len(found) == 1, [c["Name"] for c in found]
+    return found[0]
+
+
+def inside(c: dict, command: str) -> str:
+    return subprocess.check_output(["docker", "exec", c["Id"], "sh", "-c", command], text=True).strip()
+
+
+def containers(e: Emulator) -> list[str]:
+    """The names of the running containers of this emulator (its state directory's tag)."""
+    out = subprocess.run(
+        [
+            "docker",
+            "ps",
+            "--filter",
+            f"label=pxt-emulator={_tag(e)}",
+            "--filter",
+            "label=role",
+            "--format",
+            "{{.Names}}",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    return sorted(out.split())
+
+
 def _cmdline(proc: Path) -> str:
     try:
         return (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
@@ -214,6 +281,8 @@ def test_6_stop_keeps_the_data_and_refuses_updates_until_started(session: Sessio
     databases = session.e.state_dir / "runtime" / "databases"
     running = [p for p in Path("/proc").glob("[0-9]*") if str(databases) in _cmdline(p)]
     assert running == [], [_cmdline(p) for p in running]
+    if session.e.runtime == "docker":
+        assert containers(session.e) == []
     assert session.admin("/_emulator/journal?kinds=db.state")["events"][-1]["data"]["state"] == "STOPPED"
     app = session.project / "app.py"
     app.write_text(app.read_text() + "\n# another change\n")
@@ -352,3 +421,42 @@ def test_9_services_behind_the_gateway(session: Session) -> None:
     assert "stopped: 1 service(s)" in session.run("service", "stop", f"{session.db}/ingest")
     assert re.search(r"/ingest\s+\S+\s+STOPPED", session.run("service", "list", session.db))
     assert httpx.post(endpoint + "/titles", json={"title": "z"}, headers={"X-api-key": trial_key}).status_code == 404
+
+
+def test_10_a_size_change_is_one_resize_and_one_restart(session: Session) -> None:
+    toml = session.project / "pixeltable.toml"
+    entry = f"name = '{session.db}'"
+    toml.write_text(
+        toml.read_text().replace(
+            entry, entry + "\ncpu = 0.5\nservices.ingest = { cpu = 0.5, memory_mb = 512, file_cache_gb = 1 }"
+        )
+    )
+    out = session.run("db", "update", session.db, "-f", "--allow-destructive")  # less CPU counts as destructive
+    assert "generation" in out and "done" in out, out
+    logs = session.run("db", "logs", session.db, "--tail", "400")
+    assert logs.count("resizing database main: cpu 1.0 → 0.5") == 1, logs
+    resized = session.admin("/_emulator/journal?kinds=db.resized")["events"]
+    assert [e["data"]["changes"] for e in resized] == [["cpu 1.0 → 0.5"]]
+    out = session.run("service", "update", "app.py", session.db, "-f")
+    assert "ingest" in out, out
+    changes = [e["data"]["changes"] for e in session.admin("/_emulator/journal?kinds=service.resized")["events"]]
+    assert changes == [["cpu 1.0 → 0.5", "memory_mb 1024 → 512", "file_cache_gb 10.0 → 1.0"]]
+    if session.e.runtime != "docker":
+        return
+    assert container(session.e, "database")["HostConfig"]["NanoCpus"] == 500_000_000
+    service = container(session.e, "service", "ingest")
+    assert service["HostConfig"]["NanoCpus"] == 500_000_000 and service["HostConfig"]["Memory"] == 512 * 2**20
+    # The service's file cache is a 1 GB disk: filling it fails with ENOSPC, and the emulator says so plainly.
+    size = int(inside(service, "stat -f -c '%b %S' /data/home/file_cache").split()[0]) * 4096
+    assert 0.9e9 < size <= 1e9
+    r = subprocess.run(
+        ["docker", "exec", service["Id"], "dd", "if=/dev/zero", "of=/data/home/file_cache/fill", "bs=1M", "count=1200"],
+        capture_output=True,
+        text=True,
+    )
+    assert r.returncode != 0 and "No space left on device" in r.stderr
+    full = session.e.wait_for_event("disk.full", timeout=30)
+    assert full["data"]["service"] == "ingest" and full["data"]["limit_gb"] == 1
+    assert "disk full: the service ingest has used all of its 1 GB disk" in session.run(
+        "service", "logs", f"{session.db}/ingest"
+    )

@@ -16,7 +16,7 @@ from litestar import Litestar, Request, Response, get, post
 from litestar.datastructures import State
 from litestar.exceptions import HTTPException
 
-from emulator.cloud import blobs, databases, keys, orgs, secrets, services
+from emulator.cloud import blobs, databases, keys, media, orgs, secrets, services
 from emulator.cloud.auth import Caller, authenticate
 from emulator.cloud.context import Cloud, Operation
 from emulator.core import jsonbody
@@ -32,6 +32,7 @@ OPERATIONS: dict[str, Operation] = {
     **secrets.OPERATIONS,
     **databases.OPERATIONS,
     **services.OPERATIONS,
+    **media.OPERATIONS,
 }
 
 

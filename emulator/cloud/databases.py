@@ -14,7 +14,7 @@ import json
 import logging
 from typing import Any
 
-from emulator.cloud import orgs, secrets, services
+from emulator.cloud import media, orgs, secrets, services
 from emulator.cloud.auth import Caller, resolve_org
 from emulator.cloud.context import Cloud
 from emulator.core.errors import ApiError
@@ -200,6 +200,7 @@ async def get_usage(cloud: Cloud, caller: Caller, body: dict[str, Any]) -> dict[
         "resources": [
             {"label": "Databases", "used": dbs["n"], "limit": 1 if trial else None, "unit": "count"},
             {"label": "Services", "used": 0, "limit": 2 if trial else None, "unit": "count"},
+            await media.usage_resource(cloud, org_id, trial),
         ],
     }
 

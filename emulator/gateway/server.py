@@ -3,7 +3,7 @@
 A service's endpoint is `http://127.0.0.1:<database's port>/<base_path>/<name>`. The gateway checks
 `X-api-key` first, then `Authorization: Bearer`, against the database's organization (401 without a
 credential, 403 for another organization's), strips the credential headers and the service prefix, and
-forwards the request to the service's process, whose uvicorn `root_path` is that prefix. `/health` of a
+forwards the request to the service's process or container, whose uvicorn `root_path` is that prefix. `/health` of a
 service is forwarded without a credential, as the client probes it. Each request gets its own upstream
 connection, and the gateway answers it with `Connection: close`.
 """
@@ -25,7 +25,8 @@ _STRIP = {b"x-api-key", b"authorization", b"connection", b"keep-alive", b"proxy-
 
 @dataclass(frozen=True)
 class Target:
-    port: int  # where the service's process listens
+    host: str  # where the service listens: loopback for a process, the container's address for a container
+    port: int
     prefix: str  # the prefix to strip, "/name" or "/base/name"
 
 
@@ -119,7 +120,7 @@ class DatabaseGateway:
         rest = path[len(decision.prefix) :] or "/"
         upstream_target = rest + (f"?{query}" if query else "")
         try:
-            up_reader, up_writer = await asyncio.wait_for(asyncio.open_connection("127.0.0.1", decision.port), 10)
+            up_reader, up_writer = await asyncio.wait_for(asyncio.open_connection(decision.host, decision.port), 10)
         except (OSError, TimeoutError):
             await _reply(writer, 503, "Service Unavailable", "the service is not running")
             return

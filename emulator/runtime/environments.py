@@ -100,7 +100,7 @@ class Environments:
         await log(f"building environment {digest[:12]}: pixeltable[serve]=={pixeltable}, python {interpreter}")
         await self._run([uv, "venv", "--quiet", "--python", interpreter, str(target)], log)
         with tempfile.TemporaryDirectory() as tmp:
-            manifests = _manifests(archive, Path(tmp)) if archive else []
+            found = manifests(archive, Path(tmp)) if archive else []
             args = [
                 uv,
                 "pip",
@@ -110,7 +110,7 @@ class Environments:
                 str(target / "bin" / "python"),
                 f"pixeltable[serve]=={pixeltable}",
             ]
-            for manifest in manifests:
+            for manifest in found:
                 args += ["-r", str(manifest)]
                 await log(f"installing the project's dependencies from {manifest.name}")
             await self._run(args, log)
@@ -124,22 +124,27 @@ class Environments:
         await log(f"environment {digest[:12]} is ready")
 
     async def _run(self, args: list[str], log: Log) -> None:
-        env = {**os.environ, "UV_NO_PROGRESS": "1"}
-        proc = await asyncio.create_subprocess_exec(
-            *args, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT, env=env
-        )
-        assert proc.stdout is not None
-        tail: list[str] = []
-        async for raw in proc.stdout:
-            line = raw.decode(errors="replace").rstrip()
-            if line:
-                tail = [*tail[-20:], line]
-                await log(line)
-        if await proc.wait() != 0:
-            raise BuildFailed(f"{Path(args[0]).name} {args[1]} failed: " + (tail[-1] if tail else "no output"))
+        await run_logged(args, log)
 
 
-def _manifests(archive: Path, into: Path) -> list[Path]:
+async def run_logged(args: list[str], log: Log) -> None:
+    """Run a build command, its output as log lines; its last line explains a failure."""
+    env = {**os.environ, "UV_NO_PROGRESS": "1"}
+    proc = await asyncio.create_subprocess_exec(
+        *args, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT, env=env
+    )
+    assert proc.stdout is not None
+    tail: list[str] = []
+    async for raw in proc.stdout:
+        line = raw.decode(errors="replace").rstrip()
+        if line:
+            tail = [*tail[-20:], line]
+            await log(line)
+    if await proc.wait() != 0:
+        raise BuildFailed(f"{Path(args[0]).name} {args[1]} failed: " + (tail[-1] if tail else "no output"))
+
+
+def manifests(archive: Path, into: Path) -> list[Path]:
     """The dependency manifests inside a project archive (`project/requirements.txt`, `project/pyproject.toml`)."""
     found = []
     with tarfile.open(archive, "r:bz2") as tar:

@@ -8,6 +8,7 @@ import msgspec
 from litestar import Litestar, Response, get
 from litestar.datastructures import State
 
+from emulator.admin import dashboard
 from emulator.admin import routes as admin
 from emulator.site import ask, discovery, mcp, pages, trials
 from emulator.site.errors import EXCEPTION_HANDLERS
@@ -32,6 +33,7 @@ def build_site_app(site: Site) -> Any:
             *discovery.HANDLERS,
             *trials.HANDLERS,
             *admin.HANDLERS,
+            *dashboard.HANDLERS,
             *pages.HANDLERS,
         ],
         exception_handlers=EXCEPTION_HANDLERS,

@@ -1,0 +1,418 @@
+"""The Docker launcher: each hosted database and each service runs in a container of its own, with its
+limits enforced by the engine.
+
+A database is a pod: a small `pod` container (pod_helper.py `init`) holds the PID and IPC namespaces that
+the database's container and its services' containers join, the way the containers of one pod share
+them, because the service's Pixeltable finds the database's Postgres by pid. Every container gets:
+- the environment's image (images.py), the database's directory at /data (on a loop-mounted disk of the
+  database's `disk_gb`, disks.py), and a service its own file-cache disk of `file_cache_gb`;
+- `cpu` as a CPU quota and `memory_mb` as a hard memory limit without swap;
+- the emulator's network, whose egress is TCP 80/443/5432 only (egress.py), and a relay of the control
+  plane and media ports to 127.0.0.1 inside, so the URLs the emulator hands out work unchanged (bridge.py).
+Each service is one container with one worker process, the trial's size of a service.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import logging
+import re
+import shutil
+import threading
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+from emulator.core.tasks import cancel
+from emulator.runtime import disks, egress
+from emulator.runtime.bridge import Relays
+from emulator.runtime.environments import BuildFailed
+from emulator.runtime.images import Images, tag_of
+from emulator.runtime.workload import Log, Spec
+
+log = logging.getLogger("emulator.runtime.docker")
+PORT = 8000
+DATA = "/data"
+HELPER_DIR = Path(__file__).resolve().parent  # pod_helper.py is mounted from here, read-only
+HELPER = "/opt/emulator/pod_helper.py"
+STOP_TIMEOUT = 15
+DISK_POLL = 2.0
+DISK_FULL_BELOW = 1_000_000  # bytes free
+# Start the relay of the emulator's ports, then become the workload (so it gets the container's signals).
+_ENTRY = "gw=$0; ports=$1; shift; python3 " + HELPER + ' forward "$gw" $ports & exec "$@"'
+
+
+def docker_client() -> Any | None:
+    """A client of the local Docker engine, or None when the package is missing or no engine answers."""
+    try:
+        import docker
+    except ImportError:
+        return None
+    try:
+        client = docker.from_env(version="auto", timeout=120)
+        client.ping()
+    except Exception:
+        return None
+    return client
+
+
+def _name(text: str) -> str:
+    return re.sub(r"[^a-zA-Z0-9_.-]+", "-", text).strip("-.")[:120]
+
+
+class ContainerWorkload:
+    def __init__(self, container: Any, network: str, digest: str, resources: dict[str, Any], role: str) -> None:
+        self.container = container
+        self.network = network
+        self.digest = digest
+        self.resources = resources
+        self.role = role
+        self.ready = False
+        self._code: int | None = None
+        self._exited = asyncio.get_running_loop().create_future()
+        self._ip = ""
+        loop = asyncio.get_running_loop()
+
+        def wait() -> None:  # a thread of its own: the default executor is too small for long waits
+            try:
+                code = int(container.wait().get("StatusCode", -1))
+            except Exception:
+                code = -1
+            loop.call_soon_threadsafe(self._exit, code)
+
+        threading.Thread(target=wait, daemon=True, name=f"wait-{container.name}").start()
+
+    def _exit(self, code: int) -> None:
+        self._code = code
+        if not self._exited.done():
+            self._exited.set_result(code)
+
+    async def attach(self) -> None:
+        await asyncio.to_thread(self.container.reload)
+        networks = self.container.attrs.get("NetworkSettings", {}).get("Networks", {})
+        self._ip = (networks.get(self.network) or {}).get("IPAddress", "")
+
+    @property
+    def address(self) -> tuple[str, int]:
+        return self._ip, PORT
+
+    def returncode(self) -> int | None:
+        return self._code
+
+    async def lines(self) -> AsyncIterator[str]:
+        loop = asyncio.get_running_loop()
+        queue: asyncio.Queue[str | None] = asyncio.Queue()
+
+        def pump() -> None:
+            pending = b""
+            try:
+                for chunk in self.container.logs(stream=True, follow=True):
+                    pending += chunk
+                    *done, pending = pending.split(b"\n")
+                    for raw in done:
+                        loop.call_soon_threadsafe(queue.put_nowait, raw.decode(errors="replace").rstrip())
+            except Exception:
+                pass
+            finally:
+                if pending:
+                    loop.call_soon_threadsafe(queue.put_nowait, pending.decode(errors="replace").rstrip())
+                loop.call_soon_threadsafe(queue.put_nowait, None)
+
+        threading.Thread(target=pump, daemon=True, name=f"logs-{self.container.name}").start()
+        while (line := await queue.get()) is not None:
+            yield line
+
+    async def wait(self) -> int:
+        return int(await asyncio.shield(self._exited))
+
+    async def stop(self) -> None:
+        await asyncio.to_thread(self._stop)
+        await self.wait()
+
+    def _stop(self) -> None:
+        import docker.errors
+
+        try:
+            if self.role == "database" and self._code is None:
+                # Postgres first, with a fast shutdown: killed with the container it would need recovery.
+                self.container.exec_run(
+                    [
+                        "sh",
+                        "-c",
+                        f"p=$(head -1 {DATA}/home/pgdata/postmaster.pid 2>/dev/null) && kill -INT $p && "
+                        "for i in $(seq 300); do kill -0 $p 2>/dev/null || exit 0; sleep 0.1; done",
+                    ]
+                )
+            self.container.stop(timeout=STOP_TIMEOUT)
+        except docker.errors.NotFound:
+            pass
+        except docker.errors.APIError as e:
+            log.warning("stopping %s: %s", self.container.name, e)
+        try:
+            self.container.remove(force=True)
+        except docker.errors.DockerException:
+            pass
+
+
+class DockerLauncher:
+    kind = "docker"
+
+    def __init__(
+        self, client: Any, root: Path, *, base_image: str, network: str, instance: Path, forward: list[int]
+    ) -> None:
+        self.client = client
+        self.root = root
+        self.images = Images(client, root / "images", base_image)
+        self.base_image = base_image
+        self.network_name = network
+        # Containers carry the state directory's tag, so an emulator finds (and cleans up) only its own.
+        self.instance = hashlib.sha256(str(instance.resolve()).encode()).hexdigest()[:10]
+        self.forward = forward
+        self.gateway = ""
+        self.relays = Relays()
+        self.pods: dict[Path, Any] = {}
+        self.mounts: set[Path] = set()
+        self.missing: dict[str, str] = {}  # limit → why it is not enforced here
+        self.disk_owner: dict[Path, tuple[Path, str]] = {}  # mountpoint → (database dir, service label)
+        self._on_full: Callable[[Path, str], Awaitable[None]] | None = None
+        self._watcher: asyncio.Task[None] | None = None
+        self._lock = asyncio.Lock()
+
+    @property
+    def unenforced(self) -> tuple[str, ...]:
+        return tuple(self.missing)
+
+    def _labels(self, **extra: str) -> dict[str, str]:
+        return {"pxt-emulator": self.instance, **extra}
+
+    async def open(self) -> None:
+        await asyncio.to_thread(self._remove_leftovers)
+        network, self.gateway = await asyncio.to_thread(egress.ensure_network, self.client, self.network_name)
+        try:
+            await egress.install(egress.bridge_of(network))
+        except egress.EgressError as e:
+            self.missing["egress"] = str(e)
+            log.warning("egress is not limited: %s", e)
+        why = disks.supported()
+        if why:
+            self.missing["disk_gb"] = why
+        await self.relays.open(self.gateway, self.forward)
+
+    def _remove_leftovers(self) -> None:
+        """Containers of this state directory left by an emulator that did not stop cleanly."""
+        for container in self.client.containers.list(all=True, filters={"label": f"pxt-emulator={self.instance}"}):
+            container.remove(force=True)
+
+    async def ensure_environment(
+        self,
+        digest: str,
+        *,
+        pixeltable_version: str | None,
+        python_version: str | None,
+        archive: Path | None,
+        log: Log,
+        force: bool = False,
+    ) -> bool:
+        return await self.images.ensure(
+            digest,
+            pixeltable_version=pixeltable_version,
+            python_version=python_version,
+            archive=archive,
+            log=log,
+            force=force,
+        )
+
+    def view(self, base: Path) -> str:
+        return DATA
+
+    def listen(self) -> tuple[str, int]:
+        return "0.0.0.0", PORT
+
+    def _disk_image(self, mountpoint: Path) -> Path:
+        return self.root / "disks" / (mountpoint.relative_to(self.root).as_posix().replace("/", "_") + ".img")
+
+    async def _disk(
+        self, mountpoint: Path, size_gb: Any, log: Log, owner: tuple[Path, str], *, disposable: bool = False
+    ) -> None:
+        if "disk_gb" in self.missing or not size_gb:
+            await asyncio.to_thread(mountpoint.mkdir, parents=True, exist_ok=True)
+            return
+        image = self._disk_image(mountpoint)
+        if disposable and await asyncio.to_thread(_larger, image, float(size_gb)):
+            # A file cache is disposable: a smaller one starts empty (a disk with data never shrinks).
+            await asyncio.to_thread(disks.remove, image, mountpoint)
+        existed = await asyncio.to_thread(image.exists)
+        try:
+            changed = await asyncio.to_thread(disks.ensure, image, mountpoint, float(size_gb))
+        except disks.DiskError as e:
+            raise BuildFailed(f"the {size_gb} GB disk could not be made: {e}") from None
+        self.mounts.add(mountpoint)
+        self.disk_owner[mountpoint] = owner
+        if changed:
+            await log(f"disk of {size_gb} GB {'grown' if existed else 'made'} for {mountpoint.name}")
+
+    async def prepare_dir(self, base: Path, resources: dict[str, Any], log: Log) -> None:
+        await self._disk(base, resources.get("disk_gb"), log, (base, ""))
+
+    async def remove_dir(self, base: Path) -> None:
+        pod = self.pods.pop(base, None)
+        if pod is not None:
+            await asyncio.to_thread(_remove, pod)
+        caches = self._caches(base)
+        for mountpoint in [m for m in self.mounts if m == base or caches in m.parents]:
+            await asyncio.to_thread(disks.remove, self._disk_image(mountpoint), mountpoint)
+            self.mounts.discard(mountpoint)
+            self.disk_owner.pop(mountpoint, None)
+        await asyncio.to_thread(shutil.rmtree, base, True)
+        await asyncio.to_thread(shutil.rmtree, caches, True)
+
+    def _caches(self, base: Path) -> Path:
+        """Where a database's services' file-cache disks are mounted (beside its own disk, not on it)."""
+        return base.parent / f"{base.name}.services"
+
+    async def _pod(self, spec: Spec) -> Any:
+        async with self._lock:
+            pod = self.pods.get(spec.base)
+            if pod is not None:
+                await asyncio.to_thread(pod.reload)
+                if pod.status == "running":
+                    return pod
+                await asyncio.to_thread(_remove, pod)
+            database = spec.label.removesuffix("-prepare")
+            pod = await asyncio.to_thread(
+                self.client.containers.run,
+                self.base_image,
+                ["python3", HELPER, "init"],
+                name=_name(f"pxt-{self.instance}-{database}-pod"),
+                detach=True,
+                network_mode="none",
+                ipc_mode="shareable",
+                shm_size="256m",
+                volumes={str(HELPER_DIR): {"bind": str(Path(HELPER).parent), "mode": "ro"}},
+                labels=self._labels(role="pod"),
+            )
+            self.pods[spec.base] = pod
+            return pod
+
+    async def start(self, spec: Spec, port: int, log: Log) -> ContainerWorkload:
+        import docker.errors
+
+        pod = await self._pod(spec)
+        volumes = {
+            str(spec.base): {"bind": DATA, "mode": "rw"},
+            str(HELPER_DIR): {"bind": str(Path(HELPER).parent), "mode": "ro"},
+        }
+        env = dict(spec.env)
+        if spec.role == "service":
+            cache = self._caches(spec.base) / spec.label
+            owner = (spec.base, spec.service)
+            await self._disk(cache, spec.resources.get("file_cache_gb"), log, owner, disposable=True)
+            volumes[str(cache)] = {"bind": f"{DATA}/home/file_cache", "mode": "rw"}
+            if spec.resources.get("file_cache_gb"):
+                env["PIXELTABLE_FILE_CACHE_SIZE_G"] = str(spec.resources["file_cache_gb"])
+        limits: dict[str, Any] = {}
+        if spec.role != "prepare":
+            cpu, memory = spec.resources.get("cpu"), spec.resources.get("memory_mb")
+            if cpu:
+                limits["nano_cpus"] = int(float(cpu) * 1e9)
+            if memory:
+                limits["mem_limit"] = limits["memswap_limit"] = f"{int(memory)}m"
+        name = _name(f"pxt-{self.instance}-{spec.label}")
+        await asyncio.to_thread(_remove_named, self.client, name)
+        try:
+            container = await asyncio.to_thread(
+                self.client.containers.run,
+                tag_of(spec.digest),
+                [
+                    "sh",
+                    "-c",
+                    _ENTRY,
+                    self.gateway,
+                    " ".join(str(p) for p in self.forward),
+                    "python3",
+                    "-m",
+                    spec.module,
+                    *spec.args,
+                ],
+                name=name,
+                detach=True,
+                environment=env,
+                working_dir=f"{DATA}/home",
+                volumes=volumes,
+                network=self.network_name,
+                pid_mode=f"container:{pod.id}",
+                ipc_mode=f"container:{pod.id}",
+                labels=self._labels(role=spec.role, base=str(spec.base)),
+                **limits,
+            )
+        except docker.errors.DockerException as e:
+            raise BuildFailed(f"the {spec.role} container could not start: {e}") from None
+        workload = ContainerWorkload(container, self.network_name, spec.digest, spec.resources, spec.role)
+        await workload.attach()
+        return workload
+
+    async def stopped(self, base: Path) -> None:
+        """Postgres stopped with the database's container; the pod goes too once nothing of it runs."""
+
+        def members() -> list[Any]:
+            found = self.client.containers.list(filters={"label": [f"pxt-emulator={self.instance}", f"base={base}"]})
+            return [c for c in found if c.labels.get("role") != "pod"]
+
+        pod = self.pods.get(base)
+        if pod is not None and not await asyncio.to_thread(members):
+            del self.pods[base]
+            await asyncio.to_thread(_remove, pod)
+
+    def watch_disks(self, full: Callable[[Path, str], Awaitable[None]]) -> None:
+        """Call `full(database dir, service label or "")` once when one of the disks fills up."""
+        self._on_full = full
+        if self._watcher is None:
+            self._watcher = asyncio.create_task(self._watch(), name="disk-watch")
+
+    async def _watch(self) -> None:
+        reported: set[Path] = set()
+        while True:
+            await asyncio.sleep(DISK_POLL)  # real time: this samples the filesystem, not the emulator's clock
+            for mountpoint, owner in list(self.disk_owner.items()):
+                try:
+                    free = await asyncio.to_thread(disks.free_bytes, mountpoint)
+                except OSError:
+                    continue
+                if free < DISK_FULL_BELOW and mountpoint not in reported:
+                    reported.add(mountpoint)
+                    if self._on_full is not None:
+                        await self._on_full(*owner)
+                elif free >= DISK_FULL_BELOW:
+                    reported.discard(mountpoint)
+
+    async def close(self) -> None:
+        await cancel(self._watcher)
+        await self.relays.close()
+        await asyncio.to_thread(self._remove_leftovers)
+        self.pods.clear()
+        for mountpoint in list(self.mounts):
+            await asyncio.to_thread(disks.release, mountpoint)
+        self.mounts.clear()
+
+
+def _larger(image: Path, size_gb: float) -> bool:
+    return image.exists() and image.stat().st_size > int(size_gb * disks.GB)
+
+
+def _remove(container: Any) -> None:
+    import docker.errors
+
+    try:
+        container.remove(force=True)
+    except docker.errors.DockerException:
+        pass
+
+
+def _remove_named(client: Any, name: str) -> None:
+    import docker.errors
+
+    try:
+        client.containers.get(name).remove(force=True)
+    except docker.errors.DockerException:
+        pass

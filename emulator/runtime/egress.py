@@ -1,0 +1,83 @@
+"""The hosted containers' network and its egress rule: outbound TCP to ports 80, 443 and 5432 only.
+
+The containers join one Docker bridge network of the emulator's, with a bridge name of its own so that
+iptables can tell its traffic apart. Docker sends forwarded traffic through the DOCKER-USER chain first;
+there, everything the bridge forwards (to the internet, to other networks, and between its own containers)
+jumps to PXT-EMULATOR-EGRESS: replies to accepted connections pass, new TCP connections to 80/443/5432
+pass, the rest is refused at once (a TCP reset, not a silent drop, so a blocked call fails fast and
+plainly). The gateway and the emulator's relays on the gateway address are not forwarded traffic, so the
+containers still reach the control plane and the media store.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+from typing import Any
+
+CHAIN = "PXT-EMULATOR-EGRESS"
+ALLOWED_PORTS = (80, 443, 5432)
+BRIDGE = "pxt-emu0"
+
+
+class EgressError(RuntimeError):
+    pass
+
+
+def ensure_network(client: Any, name: str, bridge: str = BRIDGE) -> tuple[Any, str]:
+    """The emulator's network (made on first use) and its gateway address."""
+    found = client.networks.list(names=[name])
+    network = next((n for n in found if n.name == name), None)
+    if network is None:
+        network = client.networks.create(
+            name,
+            driver="bridge",
+            options={"com.docker.network.bridge.name": bridge},
+            labels={"pxt-emulator": "network"},
+        )
+    network.reload()
+    configs = network.attrs.get("IPAM", {}).get("Config") or []
+    gateway = next((c.get("Gateway") for c in configs if c.get("Gateway")), None)
+    if not gateway:
+        raise EgressError(f"the Docker network {name} has no gateway address")
+    return network, gateway
+
+
+def bridge_of(network: Any) -> str:
+    options = network.attrs.get("Options") or {}
+    return options.get("com.docker.network.bridge.name") or "br-" + network.id[:12]
+
+
+async def _iptables(*args: str, check: bool = True) -> int:
+    proc = await asyncio.create_subprocess_exec(
+        "iptables", "-w", *args, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT
+    )
+    out, _ = await proc.communicate()
+    if check and proc.returncode != 0:
+        raise EgressError(f"iptables {' '.join(args)}: {out.decode(errors='replace').strip()}")
+    return proc.returncode or 0
+
+
+async def install(bridge: str) -> None:
+    """Install (or refresh) the rule; safe to run again and from several emulators at once."""
+    if shutil.which("iptables") is None:
+        raise EgressError("iptables is not installed")
+    if await _iptables("-n", "-L", "DOCKER-USER", check=False) != 0:
+        raise EgressError("the DOCKER-USER chain is missing (is the Docker engine managing iptables?)")
+    ports = ",".join(str(p) for p in ALLOWED_PORTS)
+    rules = [
+        ("-m", "conntrack", "--ctstate", "RELATED,ESTABLISHED", "-j", "RETURN"),
+        ("-p", "tcp", "-m", "multiport", "--dports", ports, "-j", "RETURN"),
+        ("-p", "tcp", "-j", "REJECT", "--reject-with", "tcp-reset"),
+        ("-j", "REJECT", "--reject-with", "icmp-port-unreachable"),
+    ]
+    if await _iptables("-n", "-L", CHAIN, check=False) != 0:
+        await _iptables("-N", CHAIN, check=False)  # another emulator may create it at the same moment
+    present = [await _iptables("-C", CHAIN, *rule, check=False) == 0 for rule in rules]
+    if not all(present):  # refill only when it differs: a flush would open the gate for a moment
+        await _iptables("-F", CHAIN)
+        for rule in rules:
+            await _iptables("-A", CHAIN, *rule)
+    jump = ("DOCKER-USER", "-i", bridge, "-j", CHAIN)
+    if await _iptables("-C", *jump, check=False) != 0:
+        await _iptables("-I", *jump)

@@ -1,0 +1,63 @@
+"""Runs inside hosted containers (standard library only: the image's own python3 runs it).
+
+`init`: the pod's first process. Database and service containers join its PID and IPC namespaces, as the
+containers of one pod do, so the service's Pixeltable finds the database's Postgres by its pid; as PID 1 it
+reaps the orphans (Postgres is started detached) so a dead postmaster never lingers as a zombie.
+
+`forward GATEWAY PORT...`: the emulator hands out URLs on 127.0.0.1 (control plane, media store); inside a
+container that is the container itself, so each port is forwarded to the same port on the Docker network's
+gateway, where the emulator listens for its containers. The URLs then work unchanged in both runtimes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import sys
+import time
+
+
+def init() -> None:
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    while True:
+        try:
+            os.wait()
+        except ChildProcessError:
+            time.sleep(1)
+
+
+async def _pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    try:
+        while data := await reader.read(65536):
+            writer.write(data)
+            await writer.drain()
+    except OSError:
+        pass
+    finally:
+        writer.close()
+
+
+async def forward(gateway: str, ports: list[int]) -> None:
+    async def serve(port: int) -> asyncio.Server:
+        async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            try:
+                up_reader, up_writer = await asyncio.open_connection(gateway, port)
+            except OSError:
+                writer.close()
+                return
+            await asyncio.gather(_pipe(reader, up_writer), _pipe(up_reader, writer))
+
+        return await asyncio.start_server(handle, "127.0.0.1", port)
+
+    servers = [await serve(p) for p in ports]
+    await asyncio.gather(*(s.serve_forever() for s in servers))
+
+
+if __name__ == "__main__":
+    if sys.argv[1:2] == ["init"]:
+        init()
+    elif sys.argv[1:2] == ["forward"]:
+        asyncio.run(forward(sys.argv[2], [int(p) for p in sys.argv[3:]]))
+    else:
+        sys.exit("usage: pod_helper.py init | forward GATEWAY PORT...")

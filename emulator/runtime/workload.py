@@ -1,0 +1,124 @@
+"""What the hosted runtime asks of a launcher (local processes or Docker containers), and what it gets back.
+
+The runtime (hosted.py) owns the jobs, receipts, states and the gateway; a launcher only turns a `Spec`
+(a `python -m <module>` run of the database's environment, with its environment variables, resources and
+the database's directory) into a running `Workload`, and knows which limits it can enforce.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal, Protocol
+
+Log = Callable[[str], Awaitable[None]]
+Role = Literal["prepare", "database", "service"]
+
+
+@dataclass
+class Spec:
+    role: Role
+    label: str  # "<org slug>-<db>" or "<org slug>-<db>-<service>": names a container, tags log lines
+    base: Path  # the database's directory on this machine (release/, home/)
+    digest: str  # the environment the workload runs in
+    module: str
+    args: list[str]
+    env: dict[str, str]
+    resources: dict[str, Any] = field(default_factory=dict)  # cpu, memory_mb, disk_gb / file_cache_gb, workers
+    database: Workload | None = None  # a service's database (a container joins its pod)
+    service: str = ""  # a service's label ("name" or "base/name")
+
+
+class Workload(Protocol):
+    digest: str
+    ready: bool
+    resources: dict[str, Any]
+
+    @property
+    def address(self) -> tuple[str, int]:
+        """Where this machine reaches the workload's HTTP server."""
+        ...
+
+    def returncode(self) -> int | None: ...
+
+    def lines(self) -> AsyncIterator[str]:
+        """Its output, line by line, until it exits."""
+        ...
+
+    async def wait(self) -> int: ...
+
+    async def stop(self) -> None: ...
+
+
+class Launcher(Protocol):
+    kind: str
+
+    @property
+    def unenforced(self) -> tuple[str, ...]: ...
+
+    async def open(self) -> None: ...
+
+    async def ensure_environment(
+        self,
+        digest: str,
+        *,
+        pixeltable_version: str | None,
+        python_version: str | None,
+        archive: Path | None,
+        log: Log,
+        force: bool = False,
+    ) -> bool: ...
+
+    def view(self, base: Path) -> str:
+        """How a workload sees the database's directory `base`."""
+        ...
+
+    def listen(self) -> tuple[str, int]:
+        """The (bind address, port) a workload's server is told to listen on."""
+        ...
+
+    async def prepare_dir(self, base: Path, resources: dict[str, Any], log: Log) -> None:
+        """Make the database's directory ready for its workloads (a disk of its size, where enforced)."""
+        ...
+
+    async def remove_dir(self, base: Path) -> None:
+        """Delete the database's directory and whatever backs it."""
+        ...
+
+    async def start(self, spec: Spec, port: int, log: Log) -> Workload: ...
+
+    async def stopped(self, base: Path) -> None:
+        """Called once a database's workloads are all gone (the process launcher stops its Postgres)."""
+        ...
+
+    async def close(self) -> None: ...
+
+
+async def status_line(host: str, port: int) -> bytes | None:
+    """The status line an HTTP server gives `GET /health`, or None if nothing answers."""
+    try:
+        reader, writer = await asyncio.wait_for(asyncio.open_connection(host, port), 2)
+    except (OSError, TimeoutError):
+        return None
+    try:
+        writer.write(f"GET /health HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n".encode())
+        await writer.drain()
+        return await asyncio.wait_for(reader.readline(), 5)
+    except (OSError, TimeoutError):
+        return None
+    finally:
+        writer.close()
+        with contextlib.suppress(OSError):
+            await writer.wait_closed()
+
+
+async def answers(address: tuple[str, int]) -> bool:
+    """Whether an HTTP server answers at all (a service app has no /health: its 404 is an answer)."""
+    return (await status_line(*address) or b"").startswith(b"HTTP/1.1 ")
+
+
+async def healthy(address: tuple[str, int]) -> bool:
+    return (await status_line(*address) or b"").startswith(b"HTTP/1.1 200")

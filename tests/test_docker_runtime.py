@@ -1,0 +1,151 @@
+"""The Docker runtime's own guarantees, shown with containers and disks these tests make themselves:
+the egress rule (TCP 80/443/5432 out, nothing else), loop-mounted disks of a fixed size that grow,
+and the base image made without a registry. The hosted workflow in containers is in test_pxt_cloud.py.
+
+These need a Docker engine and root; `.ci/run` provides both (scripts/setup-docker.sh). Without them they
+fail, not skip: a runtime that cannot be checked is not done.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from emulator.runtime import disks, egress
+from emulator.runtime.docker import docker_client
+from tests.conftest import BASE_IMAGE
+
+# A tiny TCP listener on the given ports, in the image's own python3.
+LISTEN = (
+    "import socket, sys, threading\n"
+    "def serve(port):\n"
+    "    s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)\n"
+    "    s.bind(('0.0.0.0', port)); s.listen()\n"
+    "    while True: s.accept()[0].close()\n"
+    "for p in sys.argv[1:]: threading.Thread(target=serve, args=(int(p),), daemon=True).start()\n"
+    "threading.Event().wait()\n"
+)
+# Try each port once with a short timeout; print port=ok|refused|timeout.
+CONNECT = (
+    "import socket, sys\n"
+    "for p in sys.argv[2:]:\n"
+    "    try:\n"
+    "        socket.create_connection((sys.argv[1], int(p)), timeout=3).close(); r = 'ok'\n"
+    "    except ConnectionRefusedError: r = 'refused'\n"
+    "    except OSError as e: r = type(e).__name__\n"
+    "    print(f'{p}={r}')\n"
+)
+
+
+@pytest.fixture(scope="module")
+def client() -> Any:
+    found = docker_client()
+    assert found is not None, "no Docker engine answers: run scripts/setup-docker.sh (as .ci/run does)"
+    return found
+
+
+@pytest.fixture
+def containers(client: Any) -> Iterator[list[Any]]:
+    made: list[Any] = []
+    yield made
+    for c in made:
+        c.remove(force=True)
+
+
+def test_egress_allows_only_web_and_postgres_ports(client: Any, containers: list[Any]) -> None:
+    network, _ = egress.ensure_network(client, "pxt-emulator")
+    asyncio.run(egress.install(egress.bridge_of(network)))
+    tag = uuid.uuid4().hex[:8]
+    # The peer stands in for the internet: a container of this test, on the emulator's network.
+    peer = client.containers.run(
+        BASE_IMAGE,
+        ["python3", "-c", LISTEN, "80", "443", "5432", "8080", "6379"],
+        name=f"pxt-test-peer-{tag}",
+        detach=True,
+        network="pxt-emulator",
+    )
+    containers.append(peer)
+    peer.reload()
+    address = peer.attrs["NetworkSettings"]["Networks"]["pxt-emulator"]["IPAddress"]
+    out = client.containers.run(
+        BASE_IMAGE,
+        ["python3", "-c", CONNECT, address, "443", "80", "5432", "8080", "6379"],
+        name=f"pxt-test-client-{tag}",
+        network="pxt-emulator",
+        remove=True,
+    ).decode()
+    results = dict(line.split("=") for line in out.split())
+    assert results == {"443": "ok", "80": "ok", "5432": "ok", "8080": "refused", "6379": "refused"}, out
+
+
+def test_outside_the_network_the_same_ports_are_open(client: Any, containers: list[Any]) -> None:
+    """The refusals above are the rule's doing: from Docker's default network the peer answers on all."""
+    tag = uuid.uuid4().hex[:8]
+    peer = client.containers.run(
+        BASE_IMAGE, ["python3", "-c", LISTEN, "443", "8080"], name=f"pxt-test-peer-{tag}", detach=True
+    )
+    containers.append(peer)
+    peer.reload()
+    address = peer.attrs["NetworkSettings"]["IPAddress"]
+    out = client.containers.run(
+        BASE_IMAGE, ["python3", "-c", CONNECT, address, "443", "8080"], name=f"pxt-test-client-{tag}", remove=True
+    ).decode()
+    assert dict(line.split("=") for line in out.split()) == {"443": "ok", "8080": "ok"}, out
+
+
+def test_the_rule_is_installed_once(client: Any) -> None:
+    network, _ = egress.ensure_network(client, "pxt-emulator")
+    for _ in range(2):
+        asyncio.run(egress.install(egress.bridge_of(network)))
+    rules = subprocess.check_output(["iptables", "-S", "DOCKER-USER"], text=True)
+    assert rules.count(f"-j {egress.CHAIN}") == 1, rules
+
+
+def test_a_disk_has_its_size_keeps_its_data_and_grows(tmp_path: Path) -> None:
+    assert disks.supported() is None, disks.supported()
+    image, mount = tmp_path / "d.img", tmp_path / "mnt"
+    try:
+        assert disks.ensure(image, mount, 0.2) is True
+        assert 0.18e9 < disks.size_of(mount) <= 0.2e9
+        (mount / "kept.txt").write_text("data")
+        assert disks.ensure(image, mount, 0.2) is False  # already there: nothing to do
+        # A full disk fails writes with ENOSPC, as a full volume does.
+        with pytest.raises(OSError) as full, open(mount / "fill", "wb") as f:
+            for _ in range(300):
+                f.write(b"\0" * 1_000_000)
+                f.flush()
+                os.fsync(f.fileno())
+        assert full.value.errno == 28
+        assert disks.free_bytes(mount) < 1_000_000
+        (mount / "fill").unlink()
+        assert disks.ensure(image, mount, 0.4) is True  # not in use: unmounted, grown, mounted again
+        assert 0.36e9 < disks.size_of(mount) <= 0.4e9
+        assert (mount / "kept.txt").read_text() == "data"
+    finally:
+        disks.release(mount)
+    assert not os.path.ismount(mount)
+
+
+def test_the_base_image_was_made_without_a_registry(client: Any) -> None:
+    image = client.images.get(BASE_IMAGE)
+    # `docker import` leaves no build history and no registry digest; its python is 3.11 (the client's).
+    assert image.attrs.get("RepoDigests") == []
+    out = client.containers.run(
+        BASE_IMAGE,
+        [
+            "python3",
+            "-c",
+            "import sys, tarfile, inspect; print(sys.version_info[:2], "
+            "'filter' in inspect.signature(tarfile.TarFile.extractall).parameters)",
+        ],
+        network_mode="none",
+        remove=True,
+    ).decode()
+    assert out.strip() == "(3, 11) True"

@@ -1,0 +1,404 @@
+"""The hosted media store: each database's home bucket on the emulator's S3 endpoint (moto), the three
+home-bucket operations of the control plane, and the trial's quota.
+
+The first tests speak plain HTTP to the management API and to the presigned URLs (fast). The ordered
+`test_real_client_*` steps drive the unmodified `pixeltable` 0.7.21 client: an image inserted through the
+tunnel is uploaded to the home bucket, stored there by the hosted database and read back through
+`get_presigned_urls`; a hosted service returns an image as a URL that downloads.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import textwrap
+from collections.abc import Iterator
+from pathlib import Path
+
+import boto3
+import botocore.config
+import httpx
+import pytest
+
+from tests import agent_flow as flow
+from tests.conftest import Emulator
+from tests.pxt_client import Pxt, ensure_client
+from tests.test_pxt_client import emulator_env
+from tests.test_pxt_cloud import Session
+
+
+async def trial(emu: Emulator) -> tuple[httpx.AsyncClient, dict]:
+    c = emu.client()
+    _, _, t = await flow.new_trial(c, emu)
+    return c, t
+
+
+async def op(c: httpx.AsyncClient, emu: Emulator, key: str, /, **body: object) -> httpx.Response:
+    return await c.post(emu.api, json=body, headers={"X-api-key": key})
+
+
+def s3(emu: Emulator) -> object:
+    """A plain boto3 client for the emulator's S3 endpoint (moto takes any key pair)."""
+    return boto3.client(
+        "s3",
+        endpoint_url=emu.endpoints["s3"],
+        region_name="us-east-1",
+        aws_access_key_id="test",
+        aws_secret_access_key="test",
+        config=botocore.config.Config(signature_version="s3v4", s3={"addressing_style": "path"}),
+    )
+
+
+async def credentials(c: httpx.AsyncClient, emu: Emulator, t: dict, **extra: object) -> httpx.Response:
+    body = {"operation_type": "get_bucket_credentials", "org": t["org"], "db": "main", "bucket_name": "home"}
+    return await op(c, emu, t["api_key"], **{**body, **extra})
+
+
+async def presign(c: httpx.AsyncClient, emu: Emulator, t: dict, key: str, method: str) -> httpx.Response:
+    return await op(
+        c,
+        emu,
+        t["api_key"],
+        operation_type="get_presigned_url",
+        org=t["org"],
+        db="main",
+        bucket_name="home",
+        key=key,
+        method=method,
+        expiration=600,
+    )
+
+
+# --- the management API, without the real client ---------------------------------------------------------
+
+
+async def test_credentials_have_the_clients_shape_and_name_the_databases_bucket(emu: Emulator) -> None:
+    c, t = await trial(emu)
+    r = await credentials(c, emu, t, prefix="uploads/abc/")
+    assert r.status_code == 200, r.text
+    creds = r.json()
+    assert set(creds) == {
+        "access_key_id",
+        "secret_access_key",
+        "session_token",
+        "endpoint_url",
+        "storage_provider",
+        "resolved_bucket_name",
+        "ttl_seconds",
+        "prefix",
+        "no_space_left",
+        "no_space_detail",
+    }
+    assert creds["endpoint_url"] == emu.endpoints["s3"] and creds["storage_provider"] == "s3"
+    assert creds["prefix"] == "uploads/abc/" and creds["ttl_seconds"] > 60 and creds["session_token"] == ""
+    assert creds["no_space_left"] is False and creds["no_space_detail"] is None
+    bucket = creds["resolved_bucket_name"]
+    assert re.fullmatch(r"pxt-org-[0-9a-z]+-main", bucket) and len(bucket) <= 63
+    # Stable per organization, and the bucket exists (made on first use): the credentials work with boto3.
+    again = (await credentials(c, emu, t)).json()
+    assert (again["access_key_id"], again["resolved_bucket_name"]) == (creds["access_key_id"], bucket)
+    client = boto3.client(
+        "s3",
+        endpoint_url=creds["endpoint_url"],
+        region_name="auto",
+        aws_access_key_id=creds["access_key_id"],
+        aws_secret_access_key=creds["secret_access_key"],
+        config=botocore.config.Config(signature_version="s3v4", s3={"addressing_style": "path"}),
+    )
+    client.put_object(Bucket=bucket, Key="uploads/abc/x.bin", Body=b"x" * 700)
+    assert client.head_object(Bucket=bucket, Key="uploads/abc/x.bin")["ContentLength"] == 700
+    # The secret never reaches the journal.
+    assert creds["secret_access_key"] not in json.dumps(emu.journal())
+    await c.aclose()
+
+
+async def test_presigned_put_then_get_round_trip(emu: Emulator) -> None:
+    c, t = await trial(emu)
+    payload = bytes(range(256)) * 8
+    put = await presign(c, emu, t, "media/one.bin", "put")
+    assert put.status_code == 200, put.text
+    assert put.json()["key"] == "media/one.bin" and put.json()["expiration"] == 600
+    assert (await c.put(put.json()["url"], content=payload)).status_code == 200
+    get = await presign(c, emu, t, "media/one.bin", "get")
+    assert (await c.get(get.json()["url"])).content == payload
+    # Several keys in one call; every key answered, duplicates once.
+    r = await op(
+        c,
+        emu,
+        t["api_key"],
+        operation_type="get_presigned_urls",
+        org=t["org"],
+        db="main",
+        bucket_name="home",
+        keys=["media/one.bin", "media/one.bin", "media/absent.bin"],
+        expires_in=900,
+    )
+    assert r.status_code == 200, r.text
+    urls = r.json()["urls"]
+    assert set(urls) == {"media/one.bin", "media/absent.bin"} and r.json()["expires_in"] == 900
+    assert (await c.get(urls["media/one.bin"])).content == payload
+    assert (await c.get(urls["media/absent.bin"])).status_code == 404
+    # Without a signature the object is not readable.
+    bucket = (await credentials(c, emu, t)).json()["resolved_bucket_name"]
+    assert (await c.get(f"{emu.endpoints['s3']}/{bucket}/media/one.bin")).status_code == 403
+    await c.aclose()
+
+
+async def test_an_expired_presigned_url_is_refused(emu: Emulator) -> None:
+    c, t = await trial(emu)
+    url = (await presign(c, emu, t, "k.bin", "put")).json()["url"]
+    assert (await c.put(url, content=b"data")).status_code == 200
+    stale = re.sub(r"X-Amz-Date=\d{8}T\d{6}Z", "X-Amz-Date=20200101T000000Z", url)
+    r = await c.put(stale, content=b"other")
+    assert r.status_code == 403 and "Request has expired" in r.text
+    await c.aclose()
+
+
+async def test_bad_requests_and_other_buckets_are_clear_4xx(emu: Emulator) -> None:
+    c, t = await trial(emu)
+    r = await credentials(c, emu, t, bucket_name="photos")
+    assert r.status_code == 404 and r.text.startswith("Not Found : ") and "buckets/photos does not exist" in r.text
+    r = await credentials(c, emu, t, db="other")
+    assert r.status_code == 404 and "database other does not exist" in r.text
+    r = await op(c, emu, t["api_key"], operation_type="get_presigned_url", org=t["org"], db="main", key="")
+    assert r.status_code == 400 and "not an object key" in r.text
+    r = await op(
+        c, emu, t["api_key"], operation_type="get_presigned_url", org=t["org"], db="main", key="a", method="post"
+    )
+    assert r.status_code == 400 and r.text.startswith("Bad Request : get_presigned_url: ")
+    keys = [f"k{i}" for i in range(101)]
+    r = await op(
+        c,
+        emu,
+        t["api_key"],
+        operation_type="get_presigned_urls",
+        org=t["org"],
+        db="main",
+        keys=keys,
+        expires_in=900,
+    )
+    assert r.status_code == 400 and "at most 100 keys" in r.text
+    await c.aclose()
+
+
+async def test_another_organizations_key_is_refused(emu: Emulator) -> None:
+    c, t = await trial(emu)
+    _, other = await trial(emu)
+    body = {"org": t["org"], "db": "main", "bucket_name": "home"}
+    for extra in (
+        {"operation_type": "get_bucket_credentials"},
+        {"operation_type": "get_presigned_url", "key": "a", "method": "get"},
+        {"operation_type": "get_presigned_urls", "keys": ["a"], "expires_in": 60},
+    ):
+        r = await op(c, emu, other["api_key"], **body, **extra)
+        assert r.status_code == 403 and r.text.startswith("Forbidden : "), r.text
+    r = await c.post(emu.api, json={"operation_type": "get_bucket_credentials", **body})
+    assert r.status_code == 401
+    await c.aclose()
+
+
+async def test_usage_reports_media_storage(emu: Emulator) -> None:
+    c, t = await trial(emu)
+    url = (await presign(c, emu, t, "sized.bin", "put")).json()["url"]
+    assert (await c.put(url, content=b"z" * 1234)).status_code == 200
+    usage = (await op(c, emu, t["api_key"], operation_type="get_usage")).json()
+    media = next(r for r in usage["resources"] if r["label"] == "Media storage")
+    assert media == {"label": "Media storage", "used": 1234, "limit": 50_000_000_000, "unit": "bytes"}
+    await c.aclose()
+
+
+async def test_a_full_store_answers_no_space_left_and_refuses_uploads(start_emulator) -> None:
+    e: Emulator = start_emulator("--no-watch", env={"EMULATOR_MEDIA_QUOTA_BYTES": "1000"})
+    c, t = await trial(e)
+    url = (await presign(c, e, t, "first.bin", "put")).json()["url"]
+    assert (await c.put(url, content=b"a" * 999)).status_code == 200
+    assert (await credentials(c, e, t)).json()["no_space_left"] is False  # 999 < 1000
+    more = await presign(c, e, t, "second.bin", "put")
+    assert (await c.put(more.json()["url"], content=b"b" * 10)).status_code == 200
+
+    creds = (await credentials(c, e, t)).json()
+    assert creds["no_space_left"] is True
+    assert "media store is full (1.0 kB used of 1.0 kB)" in creds["no_space_detail"]
+    refused = await presign(c, e, t, "third.bin", "put")
+    assert refused.status_code == 402 and refused.headers["x-pixeltable-error-code"] == "STORE_FULL"
+    assert refused.text == f"Payment Required : {creds['no_space_detail']}"
+    # Reads still work.
+    assert (await presign(c, e, t, "first.bin", "get")).status_code == 200
+    usage = (await op(c, e, t["api_key"], operation_type="get_usage")).json()
+    assert {"label": "Media storage", "used": 1009, "limit": 1000, "unit": "bytes"} in usage["resources"]
+    assert [ev["data"]["operation"] for ev in e.journal("media.store_full")] == [
+        "get_bucket_credentials",
+        "get_presigned_url",
+    ]
+    await c.aclose()
+
+
+async def test_objects_survive_a_restart(start_emulator, tmp_path: Path) -> None:
+    state = tmp_path / "kept"
+    e: Emulator = start_emulator("--no-watch", state_dir=state)
+    c, t = await trial(e)
+    url = (await presign(c, e, t, "photos/a.png", "put")).json()["url"]
+    assert (await c.put(url, content=b"png" * 300, headers={"Content-Type": "image/png"})).status_code == 200
+    gone = (await presign(c, e, t, "photos/gone.bin", "put")).json()["url"]
+    assert (await c.put(gone, content=b"x" * 10)).status_code == 200
+    s3(e).delete_object(Bucket=(await credentials(c, e, t)).json()["resolved_bucket_name"], Key="photos/gone.bin")
+    await c.aclose()
+    assert e.stop() == 0
+
+    e = start_emulator("--no-watch", state_dir=state)
+    async with e.client() as c:
+        back = await c.get((await presign(c, e, t, "photos/a.png", "get")).json()["url"])
+        assert back.content == b"png" * 300 and back.headers["content-type"] == "image/png"
+        assert (await c.get((await presign(c, e, t, "photos/gone.bin", "get")).json()["url"])).status_code == 404
+    assert e.journal("media.restored")[-1]["data"] == {"objects": 1, "bytes": 900}
+
+
+async def test_uploads_expire_after_a_day_and_a_bucket_goes_with_its_database(start_emulator) -> None:
+    e: Emulator = start_emulator("--no-watch")
+    c, t = await trial(e)
+    for key in ("uploads/req1/tar0.tar", "media/kept.png"):
+        url = (await presign(c, e, t, key, "put")).json()["url"]
+        assert (await c.put(url, content=b"y" * 600)).status_code == 200
+    bucket = (await credentials(c, e, t)).json()["resolved_bucket_name"]
+    e.advance("23h")
+    assert len(s3(e).list_objects_v2(Bucket=bucket)["Contents"]) == 2
+    e.advance("2h")  # the sweep runs before the clock move returns
+    assert [o["Key"] for o in s3(e).list_objects_v2(Bucket=bucket)["Contents"]] == ["media/kept.png"]
+    assert e.journal("media.uploads_expired")[-1]["data"] == {"objects": 1}
+    # The unclaimed trial expires after 48 hours, its database with it; its bucket follows within ten minutes.
+    e.advance("24h")
+    e.advance("11m")
+    assert bucket not in [b["Name"] for b in s3(e).list_buckets()["Buckets"]]
+    assert [ev["subject"] for ev in e.journal("media.bucket_dropped")] == [bucket]
+    await c.aclose()
+
+
+# --- the real client: an image column through the tunnel, and a service returning media -------------------
+
+APP = textwrap.dedent(
+    """
+    import PIL.Image
+
+    import pixeltable as pxt
+    from pixeltable.serving import FastAPIRouter
+
+    TableModel = pxt.model_base()
+
+
+    @pxt.udf
+    def swatch(color: str) -> PIL.Image.Image:
+        return PIL.Image.new('RGB', (64, 48), color)
+
+
+    class Photos(TableModel, name='photos'):
+        name: pxt.String
+        img: pxt.Image
+
+
+    class Swatches(TableModel, name='swatches'):
+        color: pxt.String
+        tile = swatch(color)
+
+
+    media = FastAPIRouter(name='media')
+    media.add_insert_route(Swatches, path='/swatch', inputs=[Swatches.color], outputs=[Swatches.tile])
+    """
+)
+
+
+@pytest.fixture(scope="module")
+def hosted(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Session]:
+    exe = ensure_client()
+    root = tmp_path_factory.mktemp("media")
+    e = Emulator(root / "state", ["--no-watch"]).start()
+    project = root / "project"
+    project.mkdir()
+    s = Session(e, Pxt(exe, root / "pxt-home", emulator_env(e)), project)
+    yield s
+    s.pxt.stop_daemon()
+    e.stop()
+
+
+def trial_key(s: Session) -> str:
+    sessions = json.loads((Path(s.pxt.env["PIXELTABLE_HOME"]) / "auth" / "sessions.json").read_text())
+    return next(v["api_key"] for v in sessions.values() if v.get("kind") == "trial")
+
+
+def home_bucket(s: Session) -> str:
+    r = httpx.post(
+        s.e.api,
+        json={"operation_type": "get_bucket_credentials", "org": s.org, "db": "main", "bucket_name": "home"},
+        headers={"X-api-key": trial_key(s)},
+    )
+    return r.json()["resolved_bucket_name"]
+
+
+def objects(s: Session) -> dict[str, bytes]:
+    client = s3(s.e)
+    bucket = home_bucket(s)
+    listed = client.list_objects_v2(Bucket=bucket).get("Contents", [])
+    return {o["Key"]: client.get_object(Bucket=bucket, Key=o["Key"])["Body"].read() for o in listed}
+
+
+def test_real_client_1_a_hosted_database_with_an_image_table(hosted: Session) -> None:
+    out = hosted.run("new")
+    hosted.org = re.search(r"organization (agent-[0-9a-f]{6})", out).group(1)
+    hosted.run("init")
+    (hosted.project / "app.py").write_text(APP)
+    out = hosted.run("db", "update", hosted.db, "-f", "--add-config-entry")
+    assert "applied  AVAILABLE" in out
+    out = hosted.run("schema", "update", "app.py", hosted.db)
+    assert f"created   {hosted.db}/photos" in out and f"created   {hosted.db}/swatches" in out
+
+
+def test_real_client_2_an_image_goes_through_the_tunnel_into_the_home_bucket_and_back(hosted: Session) -> None:
+    noise = hosted.project.parent / "noise.png"  # outside the project, whose files the database serves
+    printed = hosted.python(
+        textwrap.dedent(f"""
+        import numpy as np, PIL.Image
+        import pixeltable as pxt
+        pixels = np.random.default_rng(7).integers(0, 255, (48, 64, 3), dtype=np.uint8)
+        PIL.Image.fromarray(pixels).save('{noise}')
+        t = pxt.get_table('{hosted.db}/photos')
+        t.insert([{{'name': 'noise', 'img': '{noise}'}}])
+        row = t.select(t.img, url=t.img.fileurl).collect()[0]
+        print('SAME', bool((np.asarray(row['img']) == pixels).all()), row['img'].size)
+        print('URL', row['url'])
+    """)
+    )
+    assert "SAME True (64, 48)" in printed, printed
+    url = re.search(r"^URL (\S+)$", printed, re.M).group(1)
+    assert url.startswith(f"pxt://{hosted.org}:main/buckets/home/"), url
+    original = noise.read_bytes()
+    assert len(original) >= 512  # uploaded, not inlined in the request
+    stored = objects(hosted)
+    key = url.removeprefix(f"pxt://{hosted.org}:main/buckets/home/")
+    # The daemon stored the file in the home bucket, byte for byte; the client's upload (a tar of the request's
+    # files) sits under uploads/.
+    assert stored[key] == original, sorted(stored)
+    assert any(k.startswith("uploads/") and original in v for k, v in stored.items()), sorted(stored)
+    # The read came back through URLs the control plane signed.
+    calls = [ev["data"]["operation"] for ev in hosted.e.journal("cloud.call")]
+    assert "get_bucket_credentials" in calls and "get_presigned_urls" in calls
+
+
+def test_real_client_3_a_service_returns_an_image_as_a_url_that_downloads(hosted: Session) -> None:
+    out = hosted.run("service", "update", "app.py", hosted.db, "-f")
+    endpoint = re.search(r"\+ media\s+applied\s+(http://127\.0\.0\.1:\d+/media)", out)
+    assert endpoint, out
+    answer = httpx.post(
+        endpoint.group(1) + "/swatch", json={"color": "red"}, headers={"X-api-key": trial_key(hosted)}, timeout=120
+    )
+    assert answer.status_code == 200, answer.text
+    url = answer.json()["tile"]
+    assert url.startswith(hosted.e.endpoints["s3"] + "/"), url
+    # Any HTTP client can fetch it (here Python's own, in the client's environment), with no credential.
+    printed = hosted.python(
+        "import io, urllib.request, PIL.Image\n"
+        f"im = PIL.Image.open(io.BytesIO(urllib.request.urlopen({url!r}).read()))\n"
+        "print('IMG', im.size, im.convert('RGB').getpixel((10, 10)))"
+    )
+    red, green, blue = map(int, re.search(r"IMG \(64, 48\) \((\d+), (\d+), (\d+)\)", printed).groups())
+    assert red > 240 and green < 16 and blue < 16, printed  # red, give or take JPEG's rounding
+    calls = [ev["data"]["operation"] for ev in hosted.e.journal("cloud.call")]
+    assert "get_presigned_url" in calls

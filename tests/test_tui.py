@@ -1,0 +1,467 @@
+"""`emulator tui`: the dashboard, driven by Textual's pilot against a real emulator.
+
+Changes are made the way an agent and a person make them (the public endpoints, `/_emulator`), and the
+views must show them; time is moved with the emulator's clock, never by sleeping. SVG snapshots pin the
+main views: the clock is frozen, IDs come from `--seed`, and the client address is fixed, so they are stable.
+Set TUI_SNAPSHOT_UPDATE=1 to rewrite them after an intended change (then look at them).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any, cast
+
+import httpx
+import pytest
+from textual.pilot import Pilot
+from textual.widgets import DataTable, Input
+
+from emulator.idp.login import CLIENT_ID
+from tests import agent_flow as flow
+from tests.conftest import FROZEN_AT, Emulator
+from tui.app import Dashboard
+from tui.client import Locator
+from tui.filter import RowFilter
+from tui.keys import KEYS
+from tui.model import affected, fmt_left
+from tui.screens import HelpScreen, PromptScreen
+
+SNAPSHOTS = Path(__file__).parent / "snapshots" / "test_tui"
+SIZE = (150, 36)
+
+
+# --- helpers ----------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def tui_emu(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Emulator]:
+    """An emulator of this module's own: its trials expire when a test here moves the clock 48 h."""
+    e = Emulator(tmp_path_factory.mktemp("tui"), ["--no-watch", "--freeze-clock", FROZEN_AT, "--seed", "6"]).start()
+    yield e
+    e.stop()
+
+
+@asynccontextmanager
+async def dashboard(emu: Emulator, **kw: Any) -> AsyncIterator[tuple[Dashboard, Pilot[None]]]:
+    """The dashboard attached to `emu` through its state dir, as `emulator tui` attaches, once it is live."""
+    app = Dashboard(Locator(state_dir=emu.state_dir), label="emulator", **kw)
+    app.animation_level = "none"  # the tab underline's slide only slows the pilot down
+    async with app.run_test(size=SIZE) as pilot:
+        await until(pilot, lambda: app.connection == "live", what="the dashboard to go live")
+        yield app, pilot
+
+
+async def until(pilot: Pilot[None], cond: Callable[[], Any], what: str = "the view", within: float = 5.0) -> None:
+    """Let the app run until `cond` holds: views update from the event stream, within a second or so."""
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        if cond():
+            await pilot.pause()
+            return
+        await pilot.pause(0.02)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def rows(app: Dashboard, view: str) -> list[list[str]]:
+    table: DataTable[Any] = app.table_view(view).table
+    return [[str(c) for c in table.get_row_at(i)] for i in range(table.row_count)]
+
+
+def row_of(app: Dashboard, view: str, first: str) -> list[str] | None:
+    return next((r for r in rows(app, view) if r[0] == first), None)
+
+
+async def select(pilot: Pilot[None], app: Dashboard, view: str, key: str) -> None:
+    table = app.table_view(view).table
+    table.move_cursor(row=table.get_row_index(key))
+    await pilot.pause()
+
+
+async def answer(pilot: Pilot[None], app: Dashboard, text: str | None = None) -> None:
+    """Answer the act's prompt (keep its suggested value when `text` is None)."""
+    await until(pilot, lambda: isinstance(app.screen, PromptScreen), "the prompt")
+    if text is not None:
+        app.screen.query_one("#answer", Input).value = text
+    await pilot.press("enter")
+
+
+def admin(emu: Emulator, path: str) -> Any:
+    with emu.admin() as c:
+        r = c.get(path)
+        r.raise_for_status()
+        return r.json()
+
+
+def trial_of(emu: Emulator, org: str) -> dict[str, Any] | None:
+    return next((t for t in admin(emu, "/_emulator/trials")["trials"] if t["org"] == org), None)
+
+
+def clock_now(emu: Emulator) -> float:
+    return float(admin(emu, "/_emulator/clock")["now"])
+
+
+def normalized(svg: str) -> str:
+    # Rich gives each export a unique id; it says nothing about what is shown.
+    return re.sub(r"\bterminal-\d+-", "terminal-", svg)
+
+
+def assert_snapshot(app: Dashboard, name: str) -> None:
+    actual = normalized(app.export_screenshot(title="emulator tui"))
+    path = SNAPSHOTS / f"{name}.svg"
+    if os.environ.get("TUI_SNAPSHOT_UPDATE"):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(actual)
+        return
+    assert path.exists(), f"no snapshot {path}; create it with TUI_SNAPSHOT_UPDATE=1 and look at it"
+    if normalized(path.read_text()) != actual:
+        out = Path(tempfile.gettempdir()) / "tui-snapshots" / f"{name}.svg"
+        out.parent.mkdir(exist_ok=True)
+        out.write_text(actual)
+        raise AssertionError(f"the {name} view changed: compare {out} with {path}")
+
+
+# --- pure parts -------------------------------------------------------------------------------
+
+
+def test_the_filter_matches_text_or_regex_and_a_leading_bang_inverts_it() -> None:
+    lines = ["agent-aaa unclaimed", "agent-bbb claimed", "org acme"]
+    assert RowFilter("AGENT").apply(lines) == lines[:2]
+    assert RowFilter("!agent").apply(lines) == ["org acme"]
+    assert RowFilter("^agent-b").apply(lines) == ["agent-bbb claimed"]
+    assert RowFilter("agent-(").apply(lines) == []  # not a valid regex: matched literally
+    assert RowFilter("! ").apply(lines) == lines and not RowFilter("!")
+
+
+def test_each_event_names_only_the_snapshots_it_changes() -> None:
+    assert affected("db.log") == frozenset()
+    assert affected("site.ask") == frozenset()
+    assert affected("db.state") == {"orgs", "services"}
+    assert affected("idp.claim_confirmed") == {"claims", "registrations"}
+    assert affected("idp.token_issued") == {"registrations"}
+    assert affected("trial.expired") >= {"orgs", "registrations"}
+    assert affected("emulator.started") == {"registrations", "claims", "logins", "orgs", "services"}
+    shown = [fmt_left(s) for s in (172800, 3600, 3599, 59, 0, None)]
+    assert shown == ["48h 00m", "1h 00m", "59m 59s", "59s", "due", "—"]
+
+
+# --- live views -------------------------------------------------------------------------------
+
+
+async def test_registrations_trials_and_databases_appear_live(tui_emu: Emulator) -> None:
+    async with dashboard(tui_emu) as (app, pilot), tui_emu.client() as c:
+        reg, _, trial = await flow.new_trial(c, tui_emu)
+        started = time.monotonic()
+        await until(pilot, lambda: row_of(app, "trials", trial["org"]) is not None, "the trial")
+        assert time.monotonic() - started < 1.5
+        registration = row_of(app, "registrations", reg["id"])
+        assert registration is not None
+        assert registration[1:3] == ["anonymous", "registered"] and registration[4] == "1"  # one token so far
+        assert registration[6] == trial["org"] and "public:read" in registration[-1]
+        t = row_of(app, "trials", trial["org"])
+        assert t is not None and t[1:3] == ["unclaimed", "48h 00m"] and t[4] == "trial"
+        db = row_of(app, "databases", trial["org"])
+        assert db is not None and db[2:4] == ["main", "AVAILABLE"]
+        # A second token shows as token activity.
+        await flow.exchange(c, tui_emu, reg["identity"]["assertion"])
+        await until(pilot, lambda: (row_of(app, "registrations", reg["id"]) or [""] * 5)[4] == "2", "token activity")
+        # A pending service_auth claim is marked.
+        other = await flow.register(c, tui_emu, type="service_auth", login_hint="ops@example.org")
+        await until(pilot, lambda: (row_of(app, "registrations", other["id"]) or [""] * 4)[3] == "pending", "claim")
+        # The log pane follows the journal.
+        assert any(f"trial.created [{trial['org']}]" in line for line in app.log_view.lines())
+
+
+async def test_time_left_runs_on_the_emulators_clock_and_the_trial_is_deleted_at_48h(tui_emu: Emulator) -> None:
+    async with dashboard(tui_emu) as (app, pilot), tui_emu.client() as c:
+        _, _, trial = await flow.new_trial(c, tui_emu)
+        org = trial["org"]
+        await until(pilot, lambda: row_of(app, "trials", org) is not None)
+        clock_before = str(app.query_one("#clock").render())
+        tui_emu.advance("47h")
+        await until(pilot, lambda: (row_of(app, "trials", org) or ["", "", ""])[2] == "1h 00m", "time left 1h")
+        assert str(app.query_one("#clock").render()) != clock_before
+        assert "(frozen)" in str(app.query_one("#clock").render())
+        tui_emu.advance("1h")
+        await until(pilot, lambda: (row_of(app, "trials", org) or ["", ""])[1] == "deleted", "the deletion")
+        assert row_of(app, "databases", org) is None
+        assert any(f"trial.expired [{org}]" in line for line in app.log_view.lines())
+
+
+async def test_slash_filters_tables_and_the_log_and_bang_inverts(tui_emu: Emulator) -> None:
+    async with dashboard(tui_emu, initial="trials") as (app, pilot), tui_emu.client() as c:
+        orgs = [(await flow.new_trial(c, tui_emu))[2]["org"] for _ in range(2)]
+        await until(pilot, lambda: all(row_of(app, "trials", o) for o in orgs))
+        await pilot.press("slash", *orgs[0][-6:])
+        assert [r[0] for r in rows(app, "trials")] == [orgs[0]]
+        assert "filter" in str(app.table_view("trials").border_subtitle)
+        await pilot.press("enter")
+        assert app.focused is app.table_view("trials").table  # back to the table, filter kept
+        await pilot.press("slash", "!", *orgs[0][-6:], "enter")
+        shown = [r[0] for r in rows(app, "trials")]
+        assert orgs[1] in shown and orgs[0] not in shown
+        await pilot.press("escape")  # esc clears the filter
+        assert {orgs[0], orgs[1]} <= {r[0] for r in rows(app, "trials")}
+        # The log filters too, inverse included.
+        await pilot.press("5", "slash", *"l.cre", "enter")
+        lines = app.log_view.lines()
+        assert lines and all("trial.created" in line for line in lines)
+        await pilot.press("slash", *"!idp", "enter")
+        lines = app.log_view.lines()
+        assert lines and not any(" idp." in line for line in lines)
+        # esc while typing puts the previous filter back.
+        await pilot.press("slash", *"zzz", "escape")
+        assert app.log_view.filter.text == "!idp"
+
+
+async def test_number_keys_tabs_and_esc_move_between_views(tui_emu: Emulator) -> None:
+    async with dashboard(tui_emu) as (app, pilot):
+        assert app.active == "registrations"
+        await pilot.press("3")
+        assert app.active == "databases"
+        await pilot.press("tab")
+        assert app.active == "services"
+        await pilot.press("right_square_bracket")
+        assert app.active == "log"
+        await pilot.press("escape")
+        assert app.active == "services"
+        await pilot.press("escape", "escape")
+        assert app.active == "registrations"
+
+
+async def test_question_mark_shows_every_key_and_readonly_hides_the_acts(tui_emu: Emulator) -> None:
+    async with dashboard(tui_emu) as (app, pilot):
+        await pilot.press("question_mark")
+        assert isinstance(app.screen, HelpScreen)
+        text = cast(HelpScreen, app.screen).plain()
+        for key in ("/", "esc", "ctrl+p", "claim", "approve", "emulator clock advance 48h", "emulator db stop"):
+            assert key in text
+        await pilot.press("escape")
+        assert not isinstance(app.screen, HelpScreen)
+
+    async with dashboard(tui_emu, readonly=True, initial="trials") as (app, pilot):
+        assert "READ-ONLY" in str(app.query_one("#title").render())
+        await pilot.press("question_mark")
+        text = cast(HelpScreen, app.screen).plain()
+        assert "ctrl+p" in text and "emulator clock advance" not in text and "claim" not in text
+        await pilot.press("escape")
+        before = clock_now(tui_emu)
+        await pilot.press("t", "c", "s")
+        await pilot.pause(0.2)
+        assert not isinstance(app.screen, PromptScreen) and clock_now(tui_emu) == before
+        titles = [c.title for c in app.get_system_commands(app.screen)]
+        assert "View: Trials" in titles and not any("clock" in t.lower() or "Claim" in t for t in titles)
+
+
+async def test_the_log_follows_the_tail_until_scrolled_up(tui_emu: Emulator) -> None:
+    async with dashboard(tui_emu, initial="log") as (app, pilot):
+        for _ in range(3):  # more lines than the pane holds
+            for _ in range(20):
+                tui_emu.advance("1s")
+        await until(pilot, lambda: len(app.log_view.lines()) > 60, "enough lines")
+        log = app.log_view.log_widget
+        assert app.log_view.following and "following" in str(app.log_view.border_subtitle)
+        await pilot.press("pageup")
+        assert not app.log_view.following and "paused" in str(app.log_view.border_subtitle)
+        offset = log.scroll_y
+        tui_emu.advance("1s")
+        await until(pilot, lambda: "+1s" in app.log_view.lines()[-1] and len(app.log_view.entries) > 0)
+        assert log.scroll_y == offset  # it stayed where the person scrolled to
+        await pilot.press("end")
+        assert app.log_view.following
+        tui_emu.advance("2s")
+        await until(pilot, lambda: "+2s" in app.log_view.lines()[-1], "the new line")
+        assert app.log_view.following and log.scroll_y == log.max_scroll_y
+
+
+def test_the_readme_lists_every_key_of_the_dashboard() -> None:
+    readme = (Path(__file__).parent.parent / "README.md").read_text()
+    section = readme[readme.index("## The live dashboard") :]
+    for key in KEYS:
+        assert f"`{key.label}`" in section, key.label
+        if key.cli:
+            assert key.cli in section
+
+
+# --- acts -------------------------------------------------------------------------------------
+
+
+async def test_approving_a_pending_claim_from_the_dashboard(tui_emu: Emulator) -> None:
+    async with dashboard(tui_emu) as (app, pilot), tui_emu.client() as c:
+        reg = await flow.register(c, tui_emu, type="service_auth", login_hint="lead@example.org")
+        await until(pilot, lambda: reg["id"] in app.model.claims)
+        await select(pilot, app, "registrations", reg["id"])
+        await pilot.press("a")
+        await answer(pilot, app)  # the e-mail suggested is the claim's login hint
+        await until(pilot, lambda: (row_of(app, "registrations", reg["id"]) or [""] * 4)[3].startswith("approved"))
+        claims = {x["registration"]: x for x in admin(tui_emu, "/_emulator/claims")["claims"]}
+        assert claims[reg["id"]]["state"] == "confirmed" and claims[reg["id"]]["email"] == "lead@example.org"
+
+
+async def test_approving_a_pxt_login_sign_in_from_the_dashboard(tui_emu: Emulator) -> None:
+    async with dashboard(tui_emu) as (app, pilot), tui_emu.client() as c:
+        started = await c.post(tui_emu.auth + "/user_management/authorize/device", data={"client_id": CLIENT_ID})
+        code = started.json()["user_code"]
+        await until(pilot, lambda: code in str(app.query_one("#logins").render()), "the pending sign-in")
+        await pilot.press("i")
+        if isinstance(app.screen, PromptScreen) and "which" in app.screen.title_text:
+            await answer(pilot, app, code)  # other sign-ins are pending too: name this one
+        await answer(pilot, app, "signer@example.org")
+        await until(pilot, lambda: code not in str(app.query_one("#logins").render()), "the approval")
+        pending = [x["user_code"] for x in admin(tui_emu, "/_emulator/logins")["pending"]]
+        assert code not in pending
+        act = f"act: emulator approve-login {code} --email signer@example.org"
+        await until(pilot, lambda: any(act in line for line in app.log_view.entries_text()), "the act's line")
+
+
+async def test_claiming_a_trial_and_advancing_the_clock_from_the_dashboard(tui_emu: Emulator) -> None:
+    async with dashboard(tui_emu, initial="trials") as (app, pilot), tui_emu.client() as c:
+        _, _, trial = await flow.new_trial(c, tui_emu)
+        org = trial["org"]
+        await until(pilot, lambda: row_of(app, "trials", org) is not None)
+        await select(pilot, app, "trials", org)
+        await pilot.press("c")
+        await answer(pilot, app, "owner@example.org")
+        await until(pilot, lambda: (row_of(app, "trials", org) or ["", ""])[1] == "claimed", "the claim")
+        assert (trial_of(tui_emu, org) or {})["state"] == "claimed"
+        assert (row_of(app, "trials", org) or [])[5] == "owner@example.org"
+        before = clock_now(tui_emu)
+        await pilot.press("t")
+        await answer(pilot, app, "2h")
+        await until(pilot, lambda: clock_now(tui_emu) == before + 7200, "the clock")
+        await until(pilot, lambda: "2026-11-" in str(app.query_one("#clock").render()))
+        # The command palette does the same.
+        await pilot.press("ctrl+p")
+        await pilot.press(*"Advance clock by 1h")
+        await pilot.pause(0.3)
+        await pilot.press("enter")
+        await until(pilot, lambda: clock_now(tui_emu) == before + 3 * 3600, "the palette's clock advance")
+
+
+async def test_stopping_a_database_and_reading_its_log_lines(tui_emu: Emulator) -> None:
+    async with dashboard(tui_emu, initial="databases") as (app, pilot), tui_emu.client() as c:
+        _, _, trial = await flow.new_trial(c, tui_emu)
+        key = f"{trial['org']}:main"
+        await until(pilot, lambda: row_of(app, "databases", trial["org"]) is not None)
+        await select(pilot, app, "databases", key)
+        # Starting reaches the same verb as pxt db start: a database that is not STOPPED is refused.
+        await pilot.press("S")
+        refused = f"act: emulator db start {trial['org']} main → refused: database main is AVAILABLE, not STOPPED"
+        await until(pilot, lambda: any(refused in line for line in app.log_view.entries_text()), "the refusal")
+        await pilot.press("s")
+        await until(pilot, lambda: (row_of(app, "databases", trial["org"]) or [""] * 4)[3] == "STOPPED", "STOPPED")
+        listed = admin(tui_emu, "/_emulator/databases")["databases"]
+        assert next(d for d in listed if d["org"] == trial["org"])["state"] == "STOPPED"
+        stopped = f"act: emulator db stop {trial['org']} main → stop accepted"
+        await until(pilot, lambda: any(stopped in line for line in app.log_view.entries_text()), "the act's line")
+        await select(pilot, app, "databases", key)
+        await pilot.press("l")
+        assert app.active == "log" and app.log_view.scope == key
+        await until(pilot, lambda: any("database stopped" in line for line in app.log_view.lines()), "its log")
+        assert all(key in line for line in app.log_view.lines())
+        await pilot.press("escape")
+        assert app.active == "databases" and app.log_view.scope is None
+
+
+async def test_the_cli_stops_and_lists_databases_like_the_dashboard(tui_emu: Emulator) -> None:
+    async with tui_emu.client() as c:
+        _, _, trial = await flow.new_trial(c, tui_emu)
+
+    def cli(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "emulator", *args, "--url", tui_emu.url], capture_output=True, text=True, timeout=60
+        )
+
+    stop = cli("db", "stop", trial["org"], "main")
+    assert stop.returncode == 0 and "stop accepted" in stop.stdout
+    listing = cli("db")
+    assert any(line.split()[:3] == [trial["org"], "main", "STOPPED"] for line in listing.stdout.splitlines())
+    again = cli("db", "stop", trial["org"], "main")
+    assert again.returncode != 0 and "STOPPED" in again.stderr
+    start = cli("db", "start", "no-such-org", "main")
+    assert start.returncode != 0 and "no organization" in start.stderr
+
+
+# --- restarts ---------------------------------------------------------------------------------
+
+
+async def test_the_dashboard_reconnects_when_the_emulator_restarts(start_emulator: Any, tmp_path: Path) -> None:
+    e: Emulator = start_emulator("--no-watch", "--freeze-clock", FROZEN_AT, state_dir=tmp_path / "state")
+    ports = {
+        "--site-port": e.url.rsplit(":", 1)[1],
+        "--auth-port": e.auth.rsplit(":", 1)[1],
+        "--api-port": e.api.rsplit(":", 1)[1],
+        "--tunnel-port": e.endpoints["proxy"].rsplit(":", 1)[1],
+    }
+    async with dashboard(e) as (app, pilot):
+        async with e.client() as c:
+            _, _, first = await flow.new_trial(c, e)
+        await until(pilot, lambda: row_of(app, "trials", first["org"]) is not None)
+        e.stop()
+        await until(pilot, lambda: app.connection == "reconnecting", "reconnecting")
+        assert "reconnecting" in str(app.query_one("#conn").render())
+        pinned = [x for pair in ports.items() for x in pair]
+        e2: Emulator = start_emulator("--no-watch", *pinned, state_dir=tmp_path / "state")
+        await until(pilot, lambda: app.connection == "live", "the reconnection", within=10)
+        async with e2.client() as c:
+            _, _, second = await flow.new_trial(c, e2)
+        await until(pilot, lambda: row_of(app, "trials", second["org"]) is not None, "a change after the restart")
+        assert row_of(app, "trials", first["org"]) is not None
+        assert sum("emulator.started" in line for line in app.log_view.lines()) >= 2
+
+
+async def test_the_dashboard_waits_for_an_emulator_that_is_not_running_yet(tmp_path: Path) -> None:
+    app = Dashboard(Locator(state_dir=tmp_path), label="emulator")
+    async with app.run_test(size=SIZE) as pilot:
+        await until(pilot, lambda: app.connection_detail != "", "the first attempt")
+        assert app.connection == "connecting" and "not running" in app.connection_detail
+
+
+# --- snapshots --------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def snap_emu(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Emulator]:
+    """A fresh, seeded, frozen emulator in the middle of an agent flow, the same on every run."""
+    e = Emulator(tmp_path_factory.mktemp("snap"), ["--no-watch", "--freeze-clock", FROZEN_AT, "--seed", "42"]).start()
+    with httpx.Client(transport=httpx.HTTPTransport(local_address="127.250.0.2"), timeout=20) as c:
+        reg = c.post(e.auth + "/agent/identity", json={"type": "anonymous"}).json()
+        token = c.post(
+            e.auth + "/oauth2/token", data={"grant_type": flow.JWT_BEARER, "assertion": reg["identity"]["assertion"]}
+        ).json()["access_token"]
+        trial = c.post(e.url + "/api/v1/trial-orgs", headers={"Authorization": f"Bearer {token}"}).json()
+        c.post(e.url + f"/_emulator/databases/{trial['org']}/main/stop").raise_for_status()
+        e.advance("11h30m")
+        # A claim attempt lapses in minutes: this one is made after the clock moved, so it shows as pending.
+        c.post(e.auth + "/agent/identity", json={"type": "service_auth", "login_hint": "lead@example.org"})
+    yield e
+    e.stop()
+
+
+async def _settled(app: Dashboard, pilot: Pilot[None]) -> None:
+    await until(pilot, lambda: len(app.model.registrations) == 2 and app.model.orgs and app.model.claims)
+    await until(pilot, lambda: app.model.orgs[0]["databases"][0]["state"] == "STOPPED")
+
+
+@pytest.mark.parametrize("view", ["registrations", "trials", "databases"])
+async def test_snapshot_of_the_main_views(snap_emu: Emulator, view: str) -> None:
+    async with dashboard(snap_emu, initial=view) as (app, pilot):
+        await _settled(app, pilot)
+        assert_snapshot(app, view)
+
+
+async def test_snapshot_of_the_log_filtered_and_of_the_keys(snap_emu: Emulator) -> None:
+    async with dashboard(snap_emu, initial="log") as (app, pilot):
+        await _settled(app, pilot)
+        await pilot.press("slash", *"trial|db\\.|clock", "enter")
+        assert_snapshot(app, "log")
+        await pilot.press("question_mark")
+        await pilot.pause()
+        assert_snapshot(app, "keys")

@@ -1,0 +1,569 @@
+"""`emulator tui`: a live dashboard of one emulator, as a client of its `/_emulator` API.
+
+Two workers do all the I/O, so the screen never waits on the network:
+- `_follow` reads the event stream (after fetching every snapshot once per connection) and reconnects,
+  with the stream's `since`, whenever the emulator goes away and comes back;
+- `_refresher` fetches again only the snapshots that the events named as stale, a burst at a time.
+Acts (claim, approve, clock, stop/start) run in workers of their own; the event stream then shows
+their effect like any other change.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Awaitable, Callable, Iterable
+from typing import Any, ClassVar
+
+from rich.text import Text
+from textual import on
+from textual.app import App, ComposeResult, SystemCommand
+from textual.binding import Binding
+from textual.containers import Horizontal
+from textual.message import Message
+from textual.screen import ModalScreen, Screen
+from textual.widgets import DataTable, Footer, Input, Static, TabbedContent, TabPane
+
+from tui.client import EmulatorClient, EmulatorError, Event, Locator, Unreachable
+from tui.filter import RowFilter
+from tui.keys import ACTS, VIEWS, bindings, visible
+from tui.model import ALL, SNAPSHOTS, Model, affected, fmt_left, fmt_stamp
+from tui.screens import HelpScreen, PromptScreen
+from tui.views.databases import DatabasesView
+from tui.views.log import Entry, LogView
+from tui.views.registrations import RegistrationsView
+from tui.views.services import ServicesView
+from tui.views.table import TableView
+from tui.views.trials import TrialsView
+
+# How many journal events the log pane starts with when it attaches.
+LOG_BACKLOG = 500
+DEFAULT_EMAIL = "dev@example.org"
+
+# Which table views show which snapshots.
+_VIEW_SNAPSHOTS: dict[str, frozenset[str]] = {
+    "registrations": frozenset({"registrations", "claims", "logins"}),
+    "trials": frozenset({"orgs"}),
+    "databases": frozenset({"orgs"}),
+    "services": frozenset({"services"}),
+}
+_TABLES: dict[str, type[TableView]] = {
+    "registrations": RegistrationsView,
+    "trials": TrialsView,
+    "databases": DatabasesView,
+    "services": ServicesView,
+}
+# Keys that only mean something in one view (elsewhere they are hidden from the footer and do nothing).
+_ONLY_IN = {
+    "claim_trial": "trials",
+    "approve_claim": "registrations",
+    "stop_db": "databases",
+    "start_db": "databases",
+    "db_logs": "databases",
+    "follow": "log",
+}
+
+
+class FilterBar(Input):
+    """The `/` line: filters as you type; enter keeps the filter, esc puts the previous one back."""
+
+    BINDINGS: ClassVar[list[Any]] = [Binding("escape", "cancel", show=False)]
+
+    class Cancelled(Message):
+        pass
+
+    def action_cancel(self) -> None:
+        self.post_message(self.Cancelled())
+
+
+class Dashboard(App[None]):
+    CSS_PATH = "dashboard.tcss"
+    TITLE = "Pixeltable Cloud emulator"
+    BINDINGS: ClassVar[list[Any]] = bindings()
+
+    def __init__(
+        self,
+        locator: Locator,
+        *,
+        readonly: bool = False,
+        label: str | None = None,
+        initial: str = "registrations",
+    ) -> None:
+        super().__init__()
+        self.locator = locator
+        self.client = EmulatorClient(locator)
+        self.readonly = readonly
+        self.label = label  # shown instead of the emulator's URL (fixed text for screenshots)
+        self.initial = initial
+        self.model = Model()
+        self.connection = "connecting"
+        self.connection_detail = ""
+        self.history: list[str] = []
+        self._stale: set[str] = set()
+        self._wake = asyncio.Event()
+        self._snapshot_seq = 0  # events up to this one are already in the snapshots we hold
+        self._filter_before = ""
+
+    # --- layout ---------------------------------------------------------------------------------
+
+    def compose(self) -> ComposeResult:
+        with Horizontal(id="topbar"):
+            yield Static(id="title")
+            yield Static(id="clock")
+            yield Static(id="conn")
+        with TabbedContent(initial=self.initial, id="views"):
+            for n, (name, title) in enumerate(VIEWS, 1):
+                with TabPane(f"{n} {title}", id=name):
+                    yield (_TABLES[name](id=f"{name}-view") if name in _TABLES else LogView(id="log-view"))
+        bar = FilterBar(placeholder="filter: text or regex; !text keeps what does not match", id="filter")
+        bar.cursor_blink = False
+        yield bar
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.query_one("#filter").display = False
+        self._render_top()
+        self._render_all()
+        self.log_view.update_titles()
+        self.run_worker(self._follow(), name="events", group="io")
+        self.run_worker(self._refresher(), name="refresher", group="io")
+        self.set_interval(1.0, self._tick)
+        self.call_after_refresh(self._focus_view)
+
+    async def on_unmount(self) -> None:
+        await self.client.close()
+
+    @property
+    def active(self) -> str:
+        return self.query_one("#views", TabbedContent).active or self.initial
+
+    @property
+    def log_view(self) -> LogView:
+        return self.query_one("#log-view", LogView)
+
+    def table_view(self, name: str) -> TableView:
+        return self.query_one(f"#{name}-view", TableView)
+
+    def _focus_view(self) -> None:
+        if self.active in _TABLES:
+            self.table_view(self.active).table.focus()
+        else:
+            self.log_view.log_widget.focus()
+
+    # --- rendering ------------------------------------------------------------------------------
+
+    def _render_top(self) -> None:
+        where = self.label or self.client.known_site or self.locator.describe()
+        version = f" {self.model.version}" if self.model.version else ""
+        title = Text.assemble((f"Pixeltable Cloud emulator{version}", "bold"), f"  {where}")
+        if self.readonly:
+            title.append("  READ-ONLY", style="bold reverse yellow")
+        self.query_one("#title", Static).update(title)
+        self._render_clock()
+        style = {"live": "bold green", "connecting": "yellow", "reconnecting": "bold yellow"}[self.connection]
+        mark = "●" if self.connection == "live" else "◌"
+        detail = f" ({self.connection_detail})" if self.connection_detail and self.connection != "live" else ""
+        self.query_one("#conn", Static).update(Text(f"{mark} {self.connection}{detail}", style=style))
+
+    def _render_clock(self) -> None:
+        self.query_one("#clock", Static).update(Text(f"clock {self.model.clock.label()}", style="bold"))
+
+    def _render(self, names: Iterable[str]) -> None:
+        names = set(names)
+        for view, needs in _VIEW_SNAPSHOTS.items():
+            if needs & names:
+                self.table_view(view).show(self.model)
+
+    def _render_all(self) -> None:
+        self._render(ALL)
+
+    def _tick(self) -> None:
+        """Once a second: a running clock moves on screen, and with it time left and token ages."""
+        if self.model.clock.frozen:
+            return
+        self._render_clock()
+        self._render({"orgs", "registrations"})
+
+    def _set_connection(self, state: str, detail: str = "") -> None:
+        self.connection, self.connection_detail = state, detail
+        self._render_top()
+
+    # --- I/O workers ----------------------------------------------------------------------------
+
+    async def _follow(self) -> None:
+        delay = 0.1
+        while True:
+            try:
+                status = await self.client.status()
+                seq = int(status["events"])
+                if seq < self.model.last_seq:
+                    # Another emulator (a new state dir) now answers here: start over.
+                    self.model = Model()
+                    self.log_view.clear()
+                self.model.version = status["version"]
+                clock = status["clock"]
+                self.model.clock.set(float(clock["now"]), bool(clock["frozen"]))
+                await self._fetch(ALL)
+                self._snapshot_seq = seq
+                since = self.model.last_seq or max(0, seq - LOG_BACKLOG)
+                self._set_connection("live")
+                delay = 0.1
+                async for event in self.client.events(since):
+                    self._on_event(event)
+                raise Unreachable("the emulator closed the event stream")
+            except (Unreachable, EmulatorError) as e:
+                self._set_connection("reconnecting" if self.model.version else "connecting", str(e))
+            except Exception as e:  # whatever answered is not an emulator we understand: keep trying
+                self._set_connection("reconnecting" if self.model.version else "connecting", repr(e))
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 1.0)
+
+    async def _refresher(self) -> None:
+        while True:
+            await self._wake.wait()
+            await asyncio.sleep(0.02)  # a burst of events (one request publishes several) is one fetch
+            self._wake.clear()
+            names, self._stale = self._stale, set()
+            try:
+                await self._fetch(names)
+            except Exception:
+                pass  # `_follow` reconnects and fetches everything again
+
+    async def _fetch(self, names: Iterable[str]) -> None:
+        names = sorted(names)
+        bodies = await asyncio.gather(*(self.client.get(SNAPSHOTS[n]) for n in names))
+        for name, body in zip(names, bodies, strict=True):
+            self.model.apply_snapshot(name, body)
+            if name == "orgs" and not self.model.clock.frozen:
+                self.model.clock.set(float(body["now"]), False)
+        self._render(names)
+        self._render_top()
+
+    def _on_event(self, event: Event) -> None:
+        self.model.last_seq = event.seq
+        self.model.note_event(event.kind, event.subject, event.data)
+        if event.kind == "clock.moved":
+            self._render_clock()
+            self._render({"orgs", "registrations"})
+        elif event.kind == "trial.expired":
+            self._render({"orgs"})
+        if event.seq > self._snapshot_seq:
+            stale = affected(event.kind)
+            if stale:
+                self._stale |= stale
+                self._wake.set()
+        self.log_view.add([self._entry(event)])
+
+    def _entry(self, event: Event) -> Entry:
+        stamp = fmt_stamp(event.ts)
+        if event.kind == "db.log":
+            org_id, _, db = (event.subject or "").rpartition(":")
+            scope = f"{self.model.org_slug(org_id)}:{db}"
+            return db_line(stamp, scope, event.data.get("service"), str(event.data.get("line", ""))), scope
+        if event.kind == "clock.moved":
+            moved = float(event.data["now"]) - float(event.data["before"])
+            sign = "+" if moved >= 0 else "-"
+            data = f"to {event.data['iso']} ({sign}{fmt_left(abs(moved)) if moved else '0s'})"
+            data += " frozen" if event.data.get("frozen") else ""
+        else:
+            data = " ".join(f"{k}={short(v)}" for k, v in event.data.items() if v is not None)
+        subject = f" [{event.subject}]" if event.subject else ""
+        return f"{stamp} {event.kind}{subject} {data}".rstrip(), None
+
+    # --- navigation -----------------------------------------------------------------------------
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if isinstance(self.screen, ModalScreen) and action != "command_palette":
+            return False
+        if self.readonly and action in ACTS:
+            return False
+        only = _ONLY_IN.get(action)
+        if only is not None and self.active != only:
+            return False
+        return True
+
+    def action_view(self, name: str) -> None:
+        self.query_one("#views", TabbedContent).active = name
+
+    def _step(self, by: int) -> None:
+        names = [name for name, _ in VIEWS]
+        self.action_view(names[(names.index(self.active) + by) % len(names)])
+
+    def action_next_view(self) -> None:
+        self._step(1)
+
+    def action_prev_view(self) -> None:
+        self._step(-1)
+
+    @on(TabbedContent.TabActivated)
+    def _tab_activated(self, event: TabbedContent.TabActivated) -> None:
+        pane = event.pane.id or ""
+        if not self.history or self.history[-1] != pane:
+            self.history.append(pane)
+            del self.history[:-50]
+        self._hide_filter()
+        self._focus_view()
+        self.refresh_bindings()
+
+    def action_go_back(self) -> None:
+        view = self.active
+        current = self._filter_of(view)
+        if current:
+            self._set_filter(view, "")
+        elif view == "log" and self.log_view.scope:
+            self.log_view.set_scope(None)
+            self._go_back()
+        else:
+            self._go_back()
+
+    def _go_back(self) -> None:
+        if len(self.history) > 1:
+            self.history.pop()
+            target = self.history.pop()
+            self.action_view(target)
+
+    def action_help(self) -> None:
+        self.push_screen(HelpScreen(visible(self.readonly), self.readonly))
+
+    def action_follow(self) -> None:
+        self.log_view.follow()
+
+    def action_db_logs(self) -> None:
+        selected = self.query_one("#databases-view", DatabasesView).selected_db()
+        if selected is None:
+            self.notify("select a database first", severity="warning")
+            return
+        org, db = selected
+        scope = f"{org}:{db}"
+        self.log_view.set_scope(scope)
+        self.action_view("log")
+
+        async def backlog() -> None:
+            try:
+                lines = await self.client.db_logs(org, db)
+            except Exception as e:
+                self.notify(f"logs of {scope}: {e}", severity="error")
+                return
+            self.log_view.fill_scope(
+                scope, [db_line(fmt_stamp(r["ts_ms"] / 1000), scope, r["service"], r["line"]) for r in lines]
+            )
+
+        self.run_worker(backlog(), group="io")
+
+    @on(DataTable.RowSelected)
+    def _row_selected(self, event: DataTable.RowSelected) -> None:
+        if self.active == "databases":
+            self.action_db_logs()
+
+    # --- filter ---------------------------------------------------------------------------------
+
+    def _filter_of(self, view: str) -> str:
+        return (self.log_view.filter if view == "log" else self.table_view(view).filter).text
+
+    def _set_filter(self, view: str, text: str) -> None:
+        if view == "log":
+            self.log_view.filter = RowFilter(text)
+            self.log_view.rerender()
+        else:
+            table = self.table_view(view)
+            table.filter = RowFilter(text)
+            table.show(self.model)
+
+    def action_filter(self) -> None:
+        bar = self.query_one("#filter", FilterBar)
+        self._filter_before = self._filter_of(self.active)
+        bar.value = self._filter_before
+        bar.display = True
+        bar.focus()
+
+    def _hide_filter(self) -> None:
+        bar = self.query_one("#filter", FilterBar)
+        if bar.display:
+            bar.display = False
+            self._focus_view()
+
+    @on(Input.Changed, "#filter")
+    def _filter_changed(self, event: Input.Changed) -> None:
+        self._set_filter(self.active, event.value)
+
+    @on(Input.Submitted, "#filter")
+    def _filter_submitted(self, event: Input.Submitted) -> None:
+        self._hide_filter()
+
+    @on(FilterBar.Cancelled)
+    def _filter_cancelled(self) -> None:
+        self._set_filter(self.active, self._filter_before)
+        self._hide_filter()
+
+    # --- acts -----------------------------------------------------------------------------------
+
+    def _act(self, command: str, call: Callable[[], Awaitable[Any]], done: Callable[[Any], str]) -> None:
+        """Run an act in a worker; its outcome is a toast and a log line naming the equivalent command."""
+
+        async def run() -> None:
+            try:
+                outcome, ok = done(await call()), True
+            except (EmulatorError, Unreachable) as e:
+                outcome, ok = str(e), False
+            except Exception as e:  # an act must never take the dashboard down
+                outcome, ok = repr(e), False
+            self.notify(outcome, title=command, severity="information" if ok else "error", timeout=5 if ok else 8)
+            stamp = fmt_stamp(self.model.clock.current())
+            self.log_view.add([(f"{stamp} act: {command} → {'' if ok else 'refused: '}{outcome}", None)])
+
+        self.run_worker(run(), group="acts")
+
+    def _ask(self, title: str, value: str, then: Callable[[str], None]) -> None:
+        def answered(answer: str | None) -> None:
+            if answer:
+                then(answer)
+
+        self.push_screen(PromptScreen(title, value), answered)
+
+    def action_claim_trial(self, org: str | None = None) -> None:
+        if org is None:
+            key = self.table_view("trials").selected_key()
+            unclaimed = [o["org"] for o in self.model.trials() if o["state"] == "unclaimed"]
+            org = key if key in unclaimed else (unclaimed[0] if len(unclaimed) == 1 else None)
+        if org is None:
+            self.notify("select an unclaimed trial first", severity="warning")
+            return
+        chosen = org
+        self._ask(
+            f"Claim {chosen} as (e-mail):",
+            DEFAULT_EMAIL,
+            lambda email: self._act(
+                f"emulator claim-trial {chosen} --email {email}",
+                lambda: self.client.claim_trial(chosen, email),
+                lambda a: f"{a['org']} is claimed by {a['email']}; it no longer expires",
+            ),
+        )
+
+    def action_approve_claim(self, registration: str | None = None) -> None:
+        if registration is None:
+            key = self.table_view("registrations").selected_key()
+            pending = [r for r, c in self.model.claims.items() if c["state"] == "pending"]
+            registration = key if key in self.model.claims else (pending[0] if len(pending) == 1 else None)
+        if registration is None:
+            self.notify("select a registration with a pending claim first", severity="warning")
+            return
+        chosen = registration
+        hint = (self.model.claims.get(chosen) or {}).get("login_hint") or DEFAULT_EMAIL
+        self._ask(
+            f"Approve the claim of {chosen} as (e-mail):",
+            hint,
+            lambda email: self._act(
+                f"emulator approve-claim {chosen} --email {email}",
+                lambda: self.client.approve_claim(chosen, email),
+                lambda a: f"approved as {a['email']}; the agent's user code is {a['user_code']}",
+            ),
+        )
+
+    def action_approve_login(self, code: str | None = None) -> None:
+        codes = [login["user_code"] for login in self.model.logins]
+        if code is None and len(codes) != 1:
+            if not codes:
+                self.notify("no pxt login sign-in is pending", severity="warning")
+                return
+            self._ask("Approve which sign-in (code)?", codes[0], self.action_approve_login)
+            return
+        chosen = code or codes[0]
+        self._ask(
+            f"Approve sign-in {chosen} as (e-mail):",
+            DEFAULT_EMAIL,
+            lambda email: self._act(
+                f"emulator approve-login {chosen} --email {email}",
+                lambda: self.client.approve_login(chosen, email),
+                lambda a: f"{a['user_code']} approved as {a['email']}",
+            ),
+        )
+
+    def action_advance_clock(self, duration: str | None = None) -> None:
+        def advance(value: str) -> None:
+            self._act(
+                f"emulator clock advance {value}",
+                lambda: self.client.advance_clock(value),
+                lambda a: f"the clock reads {a['iso']}",
+            )
+
+        if duration:
+            advance(duration)
+        else:
+            self._ask("Advance the emulator's clock by (90s, 15m, 48h, 2d):", "48h", advance)
+
+    def _db_verb(self, verb: str, target: tuple[str, str] | None) -> None:
+        target = target or self.query_one("#databases-view", DatabasesView).selected_db()
+        if target is None:
+            self.notify("select a database first", severity="warning")
+            return
+        org, db = target
+        self._act(
+            f"emulator db {verb} {org} {db}",
+            lambda: self.client.db_verb(org, db, verb),
+            lambda a: f"{verb} accepted (generation {a['receipt']['generation']})",
+        )
+
+    def action_stop_db(self, org: str | None = None, db: str | None = None) -> None:
+        self._db_verb("stop", (org, db) if org and db else None)
+
+    def action_start_db(self, org: str | None = None, db: str | None = None) -> None:
+        self._db_verb("start", (org, db) if org and db else None)
+
+    # --- command palette ------------------------------------------------------------------------
+
+    def get_system_commands(self, screen: Screen[Any]) -> Iterable[SystemCommand]:
+        yield from super().get_system_commands(screen)
+        for n, (name, title) in enumerate(VIEWS, 1):
+            yield SystemCommand(f"View: {title}", f"key {n}", lambda name=name: self.action_view(name))
+        yield SystemCommand("Keys", "every key of the dashboard (?)", self.action_help)
+        if self.readonly:
+            return
+        for duration in ("1h", "24h", "48h", "48h1s"):
+            yield SystemCommand(
+                f"Advance clock by {duration}",
+                f"emulator clock advance {duration}",
+                lambda d=duration: self.action_advance_clock(d),
+            )
+        yield SystemCommand("Advance clock by…", "emulator clock advance DURATION", self.action_advance_clock)
+        for reg, claim in self.model.claims.items():
+            if claim["state"] == "pending":
+                yield SystemCommand(
+                    f"Approve claim of {reg}",
+                    f"emulator approve-claim {reg} --email E",
+                    lambda reg=reg: self.action_approve_claim(reg),
+                )
+        for login in self.model.logins:
+            code = login["user_code"]
+            yield SystemCommand(
+                f"Approve sign-in {code}",
+                f"emulator approve-login {code} --email E",
+                lambda code=code: self.action_approve_login(code),
+            )
+        for o in self.model.orgs:
+            if o["trial"] and o["state"] == "unclaimed":
+                yield SystemCommand(
+                    f"Claim trial {o['org']}",
+                    f"emulator claim-trial {o['org']} --email E",
+                    lambda org=o["org"]: self.action_claim_trial(org),
+                )
+            for d in o["databases"]:
+                verb = "start" if d["state"] == "STOPPED" else "stop"
+                yield SystemCommand(
+                    f"{verb.capitalize()} database {o['org']}:{d['db']}",
+                    f"emulator db {verb} {o['org']} {d['db']}",
+                    lambda org=o["org"], db=d["db"], verb=verb: self._db_verb(verb, (org, db)),
+                )
+
+
+def short(value: Any) -> str:
+    """A field of an event as one short token: nested values as compact JSON, cut at 60 characters."""
+    text = json.dumps(value, separators=(",", ":")) if isinstance(value, (dict, list)) else str(value)
+    return text if len(text) <= 60 else text[:59] + "…"
+
+
+def db_line(stamp: str, scope: str, service: str | None, line: str) -> str:
+    return f"{stamp} {scope}{'/' + service if service else ''} │ {line}"
+
+
+def run(locator: Locator, *, readonly: bool = False) -> None:
+    Dashboard(locator, readonly=readonly).run()

@@ -1,0 +1,132 @@
+"""Every key of the dashboard in one list: it makes the bindings, the `?` screen and the README's key table.
+
+An act (a key that changes the emulator) names the `emulator` command that does the same, and is hidden
+with `--readonly`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from textual.binding import Binding
+
+
+@dataclass(frozen=True)
+class Key:
+    keys: str  # Textual key names, comma-separated
+    label: str  # as the help screen shows it
+    action: str
+    help: str
+    group: str
+    footer: str | None = None  # short text in the footer; None keeps it out of the footer
+    act: bool = False  # changes the emulator: hidden by --readonly
+    cli: str | None = None
+    bind: bool = True  # False: Textual already binds it (the palette)
+    priority: bool = False
+
+
+VIEWS: list[tuple[str, str]] = [
+    ("registrations", "Registrations"),
+    ("trials", "Trials"),
+    ("databases", "Orgs & databases"),
+    ("services", "Services"),
+    ("log", "Log"),
+]
+
+KEYS: list[Key] = [
+    *(
+        Key(str(n), str(n), f"view('{name}')", f"show {title.lower()}", "Views", footer=None)
+        for n, (name, title) in enumerate(VIEWS, 1)
+    ),
+    Key("tab,right_square_bracket", "tab ]", "next_view", "next view", "Views", priority=True),
+    Key("shift+tab,left_square_bracket", "shift+tab [", "prev_view", "previous view", "Views", priority=True),
+    Key(
+        "slash",
+        "/",
+        "filter",
+        "filter the table or log (a regex; !text keeps what does not match)",
+        "Navigate",
+        "filter",
+    ),
+    Key("escape", "esc", "go_back", "close or clear the filter, else go back", "Navigate"),
+    Key("question_mark", "?", "help", "show every key", "Navigate", "keys"),
+    Key("ctrl+p", "ctrl+p", "command_palette", "command palette: every view and act by name", "Navigate", bind=False),
+    Key("up,down,pgup,pgdn", "↑ ↓ pgup pgdn", "", "move in a table, scroll the log", "Navigate", bind=False),
+    Key("l", "l / enter", "db_logs", "log lines of the selected database", "Navigate", "logs"),
+    Key("end", "end", "follow", "log: jump to the tail and follow it again", "Navigate"),
+    Key("q", "q", "quit", "quit the dashboard", "Navigate", "quit"),
+    Key(
+        "c",
+        "c",
+        "claim_trial",
+        "claim the selected trial as an e-mail",
+        "Acts",
+        "claim",
+        act=True,
+        cli="emulator claim-trial ORG --email E",
+    ),
+    Key(
+        "a",
+        "a",
+        "approve_claim",
+        "approve the selected registration's claim",
+        "Acts",
+        "approve",
+        act=True,
+        cli="emulator approve-claim REG --email E",
+    ),
+    Key(
+        "i",
+        "i",
+        "approve_login",
+        "approve a pending pxt login sign-in",
+        "Acts",
+        None,
+        act=True,
+        cli="emulator approve-login [CODE] --email E",
+    ),
+    Key(
+        "t",
+        "t",
+        "advance_clock",
+        "advance the clock (48h: a trial expires)",
+        "Acts",
+        "+time",
+        act=True,
+        cli="emulator clock advance 48h",
+    ),
+    Key(
+        "s",
+        "s",
+        "stop_db",
+        "stop the selected database",
+        "Acts",
+        "stop",
+        act=True,
+        cli="emulator db stop ORG DB",
+    ),
+    Key(
+        "S",
+        "S",
+        "start_db",
+        "start the selected database",
+        "Acts",
+        "start",
+        act=True,
+        cli="emulator db start ORG DB",
+    ),
+]
+
+ACTS = frozenset(k.action for k in KEYS if k.act)
+
+
+def bindings() -> list[Binding]:
+    return [
+        Binding(k.keys, k.action, k.footer or k.help, show=k.footer is not None, priority=k.priority)
+        for k in KEYS
+        if k.bind
+    ]
+
+
+def visible(readonly: bool) -> list[Key]:
+    return [k for k in KEYS if not (readonly and k.act)]

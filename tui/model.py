@@ -1,0 +1,155 @@
+"""What the dashboard knows about the emulator, and which snapshot each event kind makes stale.
+
+The dashboard never polls: it reads the event stream, and an event names which of these small snapshots
+to fetch again. Time-dependent columns (a trial's time left) are computed here from the emulator's clock,
+which is estimated locally between `clock.moved` events when it runs.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+# Snapshot name -> admin path. Each is one small collection.
+SNAPSHOTS: dict[str, str] = {
+    "registrations": "/_emulator/registrations",
+    "claims": "/_emulator/claims",
+    "logins": "/_emulator/logins",
+    "orgs": "/_emulator/orgs",
+    "services": "/_emulator/services",
+}
+ALL = frozenset(SNAPSHOTS)
+
+# Event kind prefix -> the snapshots it makes stale; the first matching prefix wins.
+_AFFECTS: list[tuple[str, frozenset[str]]] = [
+    ("db.log", frozenset()),
+    ("idp.login_", frozenset({"logins"})),
+    ("idp.claim", frozenset({"claims", "registrations"})),
+    ("idp.registered", frozenset({"claims", "registrations"})),
+    ("idp.user_created", frozenset()),
+    ("idp.session", frozenset()),
+    ("idp.", frozenset({"registrations"})),
+    ("trial.", frozenset({"orgs", "registrations", "claims"})),
+    ("cloud.org_", frozenset({"orgs"})),
+    ("cloud.key_", frozenset({"orgs"})),
+    ("db.state", frozenset({"orgs", "services"})),
+    ("db.", frozenset({"orgs"})),
+    ("tunnel.connected", frozenset({"orgs"})),
+    ("tunnel.closed", frozenset({"orgs"})),
+    ("service.", frozenset({"services"})),
+    # Pending claims and sign-ins lapse with time.
+    ("clock.moved", frozenset({"claims", "logins"})),
+    ("emulator.started", ALL),
+]
+
+
+def affected(kind: str) -> frozenset[str]:
+    for prefix, names in _AFFECTS:
+        if kind.startswith(prefix):
+            return names
+    return frozenset()
+
+
+@dataclass
+class Clock:
+    """The emulator's clock as last reported, advanced locally while it runs (no polling needed)."""
+
+    now: float = 0.0
+    frozen: bool = True
+    at: float = field(default_factory=time.monotonic)
+
+    def set(self, now: float, frozen: bool) -> None:
+        self.now, self.frozen, self.at = now, frozen, time.monotonic()
+
+    def current(self) -> float:
+        return self.now if self.frozen else self.now + (time.monotonic() - self.at)
+
+    def label(self) -> str:
+        if not self.now:
+            return "clock unknown"
+        stamp = datetime.fromtimestamp(self.current(), UTC).strftime("%Y-%m-%d %H:%M:%SZ")
+        return f"{stamp} {'(frozen)' if self.frozen else '(running)'}"
+
+
+@dataclass
+class Model:
+    clock: Clock = field(default_factory=Clock)
+    version: str = ""
+    last_seq: int = 0
+    registrations: list[dict[str, Any]] = field(default_factory=list)
+    claims: dict[str, dict[str, Any]] = field(default_factory=dict)  # registration id -> pending claim
+    logins: list[dict[str, Any]] = field(default_factory=list)
+    orgs: list[dict[str, Any]] = field(default_factory=list)
+    services: list[dict[str, Any]] = field(default_factory=list)
+    # Trials deleted while we watched (or in the journal backlog): kept so they show as deleted, not vanish.
+    expired: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    def apply_snapshot(self, name: str, body: dict[str, Any]) -> None:
+        if name == "registrations":
+            self.registrations = body["registrations"]
+        elif name == "claims":
+            self.claims = {c["registration"]: c for c in body["claims"]}
+        elif name == "logins":
+            self.logins = body["pending"]
+        elif name == "orgs":
+            self.orgs = body["orgs"]
+            live = {o["org"] for o in self.orgs}
+            self.expired = {slug: e for slug, e in self.expired.items() if slug not in live}
+        elif name == "services":
+            self.services = body["services"]
+
+    def note_event(self, kind: str, subject: str | None, data: dict[str, Any]) -> None:
+        """What an event tells directly, without a fetch."""
+        if kind == "clock.moved":
+            self.clock.set(float(data["now"]), bool(data["frozen"]))
+        elif kind == "trial.expired" and subject:
+            self.expired[subject] = {"org": subject, **data}
+            self.orgs = [o for o in self.orgs if o["org"] != subject]
+
+    def org_slug(self, org_id: str) -> str:
+        for o in self.orgs:
+            if o["org_id"] == org_id:
+                return str(o["org"])
+        return org_id
+
+    def trials(self) -> list[dict[str, Any]]:
+        return [o for o in self.orgs if o["trial"]]
+
+
+def fmt_left(seconds: float | None) -> str:
+    """Time left as a person reads it: `47h 59m`, `59m 30s`, `12s`."""
+    if seconds is None:
+        return "—"
+    s = int(seconds)
+    if s <= 0:
+        return "due"
+    if s >= 3600:
+        return f"{s // 3600}h {s % 3600 // 60:02d}m"
+    if s >= 60:
+        return f"{s // 60}m {s % 60:02d}s"
+    return f"{s}s"
+
+
+def fmt_ago(then: float | None, now: float) -> str:
+    if then is None:
+        return "—"
+    s = int(now - then)
+    if s < 60:
+        return "just now" if s < 5 else f"{s}s ago"
+    if s < 3600:
+        return f"{s // 60}m ago"
+    if s < 86400:
+        return f"{s // 3600}h ago"
+    return f"{s // 86400}d ago"
+
+
+def parse_iso(value: str | None) -> float | None:
+    if not value:
+        return None
+    return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
+
+
+def fmt_stamp(ts: float) -> str:
+    return datetime.fromtimestamp(ts, UTC).strftime("%m-%d %H:%M:%S")

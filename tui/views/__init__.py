@@ -1,0 +1,1 @@
+"""The dashboard's views: one table per kind of thing the emulator holds, and the log."""
