@@ -224,8 +224,8 @@ async def serve(settings: Settings, on_ready: Any = None) -> None:
             if any(t.done() for t in tasks):
                 break
             await asyncio.sleep(0.005)
+        await core.run_due()  # what fell due while the emulator was down, before anyone is told it is up
         write_endpoints(settings, endpoints)
-        await core.run_due()  # what fell due while the emulator was down
         await cloud.runtime.resume()  # services that were running come back (they start in the background)
         core.start_ticker()
         core.bus.publish(
