@@ -250,7 +250,7 @@ class DockerLauncher:
         self.mounts.add(mountpoint)
         self.disk_owner[mountpoint] = owner
         if changed:
-            await log(f"disk of {size_gb} GB {'grown' if existed else 'made'} for {mountpoint.name}")
+            await log(f"disk of {float(size_gb):g} GB {'grown' if existed else 'made'} for {mountpoint.name}")
 
     async def prepare_dir(self, base: Path, resources: dict[str, Any], log: Log) -> None:
         await self._disk(base, resources.get("disk_gb"), log, (base, ""))

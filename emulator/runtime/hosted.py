@@ -380,12 +380,13 @@ class HostedRuntime:
         task.add_done_callback(lambda _: self._readers.pop(id(running), None))
 
     async def _disk_full(self, org_id: str, db: str, running: Workload | None, service: str) -> None:
-        size = (running.resources if running else {}).get("file_cache_gb" if service else "disk_gb")
+        limit = (running.resources if running else {}).get("file_cache_gb" if service else "disk_gb")
+        size = f"{float(limit):g}" if limit is not None else "?"
         what = f"service {service}" if service else f"database {db}"
         knob = "file_cache_gb in the service's resources" if service else "disk_gb in pixeltable.toml"
         message = f"disk full: the {what} has used all of its {size} GB disk; raise {knob} (a trial allows 10 GB)"
         await self._log(org_id, db, message, service=service)
-        self.cloud.core.bus.publish("disk.full", f"{org_id}:{db}", service=service or None, limit_gb=size)
+        self.cloud.core.bus.publish("disk.full", f"{org_id}:{db}", service=service or None, limit_gb=limit)
         if not service:
             await self._set(org_id, db, failure_reason=message)
 
