@@ -42,6 +42,7 @@ from benchmarks.hosted import (  # noqa: E402
     BenchError,
     Client,
     _stop_on_sigterm,
+    alive,
     emulator,
     emulator_env,
     machine_info,
@@ -200,8 +201,9 @@ def leftovers(root: Path, state_dir: Path, runtime: str) -> Iterator[None]:
 class Deployment:
     """A trial with the example app's database and its `ingest` service, driven by the real client."""
 
-    def __init__(self, client: Client, site: str, runtime: str, state_dir: Path) -> None:
-        self.client, self.site, self.runtime, self.state_dir = client, site, runtime, state_dir
+    def __init__(self, client: Client, endpoints: dict[str, Any], runtime: str, state_dir: Path) -> None:
+        self.client, self.runtime, self.state_dir = client, runtime, state_dir
+        self.site, self.emulator_pid = endpoints["site"], int(endpoints["pid"])
         self.db = self.endpoint = self.key = ""
         self.setup_s: dict[str, float] = {}
 
@@ -300,6 +302,8 @@ class Deployment:
             )
             try:
                 while time.perf_counter() - t0 < WARM_TIMEOUT_S:
+                    if not alive(self.emulator_pid):  # else the route stays down until the timeout
+                        raise BenchError(f"the emulator exited during the {variant} run")
                     if "cli_exit" not in times and proc.poll() is not None:
                         times["cli_exit"] = time.perf_counter() - t0
                     if "first_200" not in times:
@@ -443,7 +447,7 @@ def run(exe: Path, args: argparse.Namespace) -> dict[str, Any]:
             if kind != args.runtime:
                 raise BenchError(f"the emulator runs the {kind} runtime, not {args.runtime}")
             client = Client(exe, root, emulator_env(root / "state"))
-            d = Deployment(client, endpoints["site"], args.runtime, root / "state")
+            d = Deployment(client, endpoints, args.runtime, root / "state")
             try:
                 d.deploy()
                 warm: dict[str, list[dict[str, float]]] = {v: [] for v in VARIANTS}
@@ -566,3 +570,6 @@ if __name__ == "__main__":
     except BenchError as e:
         print(f"services.py: {e}", file=sys.stderr)
         sys.exit(1)
+    except KeyboardInterrupt:  # everything is stopped by now: the `finally` blocks ran on the way out
+        print("services.py: interrupted", file=sys.stderr)
+        sys.exit(130)
