@@ -22,9 +22,8 @@ import pytest
 
 from tests import agent_flow as flow
 from tests.conftest import Emulator
-from tests.pxt_client import Pxt, ensure_client
-from tests.test_pxt_client import emulator_env
-from tests.test_pxt_cloud import Session
+from tests.pxt_client import ensure_client
+from tests.test_pxt_cloud import Session, open_session
 
 
 async def trial(emu: Emulator) -> tuple[httpx.AsyncClient, dict]:
@@ -308,27 +307,14 @@ APP = textwrap.dedent(
 
 @pytest.fixture(scope="module")
 def hosted(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Session]:
-    exe = ensure_client()
-    root = tmp_path_factory.mktemp("media")
-    e = Emulator(root / "state", ["--no-watch"]).start()
-    project = root / "project"
-    project.mkdir()
-    s = Session(e, Pxt(exe, root / "pxt-home", emulator_env(e)), project)
-    yield s
-    s.pxt.stop_daemon()
-    e.stop()
-
-
-def trial_key(s: Session) -> str:
-    sessions = json.loads((Path(s.pxt.env["PIXELTABLE_HOME"]) / "auth" / "sessions.json").read_text())
-    return next(v["api_key"] for v in sessions.values() if v.get("kind") == "trial")
+    yield from open_session(tmp_path_factory.mktemp("media"), ensure_client())
 
 
 def home_bucket(s: Session) -> str:
     r = httpx.post(
         s.e.api,
         json={"operation_type": "get_bucket_credentials", "org": s.org, "db": "main", "bucket_name": "home"},
-        headers={"X-api-key": trial_key(s)},
+        headers={"X-api-key": s.trial_key},
     )
     return r.json()["resolved_bucket_name"]
 
@@ -387,7 +373,7 @@ def test_real_client_3_a_service_returns_an_image_as_a_url_that_downloads(hosted
     endpoint = re.search(r"\+ media\s+applied\s+(http://127\.0\.0\.1:\d+/media)", out)
     assert endpoint, out
     answer = httpx.post(
-        endpoint.group(1) + "/swatch", json={"color": "red"}, headers={"X-api-key": trial_key(hosted)}, timeout=120
+        endpoint.group(1) + "/swatch", json={"color": "red"}, headers={"X-api-key": hosted.trial_key}, timeout=120
     )
     assert answer.status_code == 200, answer.text
     url = answer.json()["tile"]

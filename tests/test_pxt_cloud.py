@@ -75,6 +75,12 @@ class Session:
     def db(self) -> str:
         return f"pxt://{self.org}:main"
 
+    @property
+    def trial_key(self) -> str:
+        """The trial's API key, as `pxt new` saved it in the client's sessions."""
+        sessions = json.loads((Path(self.pxt.env["PIXELTABLE_HOME"]) / "auth" / "sessions.json").read_text())
+        return next(v["api_key"] for v in sessions.values() if v.get("kind") == "trial")
+
     def admin(self, path: str) -> dict:
         return httpx.get(self.e.url + path, timeout=30).json()
 
@@ -91,9 +97,14 @@ def session(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFac
         ).stdout.split()
         if images:
             subprocess.run(["docker", "rmi", "-f", *images], capture_output=True, check=False)
-    root = tmp_path_factory.mktemp(f"cloud-{request.param}")
-    e = Emulator(root / "state", ["--no-watch", "--runtime", request.param]).start()
-    e.runtime = request.param
+    yield from open_session(tmp_path_factory.mktemp(f"cloud-{request.param}"), exe, "--runtime", request.param)
+
+
+def open_session(root: Path, exe: Path, *args: str) -> Iterator[Session]:
+    """An emulator, a client home and a project folder under `root`, for one module's ordered steps."""
+    e = Emulator(root / "state", ["--no-watch", *args]).start()
+    if "--runtime" in args:
+        e.runtime = args[args.index("--runtime") + 1]
     project = root / "project"
     project.mkdir()
     s = Session(e, Pxt(exe, root / "pxt-home", emulator_env(e)), project)
@@ -369,8 +380,7 @@ def test_9_services_behind_the_gateway(session: Session) -> None:
     assert re.search(rf"^{re.escape(session.db)}/ingest\s+{re.escape(endpoint)}\s+AVAILABLE", listed, re.M)
     assert re.search(r"POST\s+/docs\s+insert\s+in: title, body\s+out: id, title_upper, summary", listed)
 
-    key = json.loads((Path(session.pxt.env["PIXELTABLE_HOME"]) / "auth" / "sessions.json").read_text())
-    trial_key = next(v["api_key"] for v in key.values() if v.get("kind") == "trial")
+    trial_key = session.trial_key
     row = {"title": "from the gateway", "body": "b"}
     assert httpx.post(endpoint + "/docs", json=row).status_code == 401
     answer = httpx.post(endpoint + "/docs", json=row, headers={"X-api-key": trial_key}, timeout=60)

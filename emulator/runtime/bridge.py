@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 
-from emulator.runtime.pod_helper import _pipe
+from emulator.runtime.pod_helper import relay
 
 
 class Relays:
@@ -19,15 +20,7 @@ class Relays:
 
     async def open(self, gateway: str, ports: list[int]) -> None:
         for port in ports:
-
-            async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, port: int = port) -> None:
-                try:
-                    up_reader, up_writer = await asyncio.open_connection("127.0.0.1", port)
-                except OSError:
-                    writer.close()
-                    return
-                await asyncio.gather(_pipe(reader, up_writer), _pipe(up_reader, writer))
-
+            handle = functools.partial(relay, host="127.0.0.1", port=port)
             self.servers.append(await asyncio.start_server(handle, gateway, port))
 
     async def close(self) -> None:

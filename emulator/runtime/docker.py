@@ -70,9 +70,9 @@ class ContainerWorkload:
         self.role = role
         self.ready = False
         self._code: int | None = None
-        self._exited = asyncio.get_running_loop().create_future()
-        self._ip = ""
         loop = asyncio.get_running_loop()
+        self._exited = loop.create_future()
+        self._ip = ""
 
         def wait() -> None:  # a thread of its own: the default executor is too small for long waits
             try:
@@ -163,7 +163,7 @@ class DockerLauncher:
     ) -> None:
         self.client = client
         self.root = root
-        self.images = Images(client, root / "images", base_image)
+        self.builds = Images(client, root / "images", base_image)
         self.base_image = base_image
         self.network_name = network
         # Containers carry the state directory's tag, so an emulator finds (and cleans up) only its own.
@@ -203,25 +203,6 @@ class DockerLauncher:
         """Containers of this state directory left by an emulator that did not stop cleanly."""
         for container in self.client.containers.list(all=True, filters={"label": f"pxt-emulator={self.instance}"}):
             container.remove(force=True)
-
-    async def ensure_environment(
-        self,
-        digest: str,
-        *,
-        pixeltable_version: str | None,
-        python_version: str | None,
-        archive: Path | None,
-        log: Log,
-        force: bool = False,
-    ) -> bool:
-        return await self.images.ensure(
-            digest,
-            pixeltable_version=pixeltable_version,
-            python_version=python_version,
-            archive=archive,
-            log=log,
-            force=force,
-        )
 
     def view(self, base: Path) -> str:
         return DATA
@@ -303,14 +284,11 @@ class DockerLauncher:
             str(spec.base): {"bind": DATA, "mode": "rw"},
             str(HELPER_DIR): {"bind": str(Path(HELPER).parent), "mode": "ro"},
         }
-        env = dict(spec.env)
         if spec.role == "service":
             cache = self._caches(spec.base) / spec.label
             owner = (spec.base, spec.service)
             await self._disk(cache, spec.resources.get("file_cache_gb"), log, owner, disposable=True)
             volumes[str(cache)] = {"bind": f"{DATA}/home/file_cache", "mode": "rw"}
-            if spec.resources.get("file_cache_gb"):
-                env["PIXELTABLE_FILE_CACHE_SIZE_G"] = str(spec.resources["file_cache_gb"])
         limits: dict[str, Any] = {}
         if spec.role != "prepare":
             cpu, memory = spec.resources.get("cpu"), spec.resources.get("memory_mb")
@@ -337,7 +315,7 @@ class DockerLauncher:
                 ],
                 name=name,
                 detach=True,
-                environment=env,
+                environment=spec.env,
                 working_dir=f"{DATA}/home",
                 volumes=volumes,
                 network=self.network_name,

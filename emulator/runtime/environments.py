@@ -15,6 +15,7 @@ import sys
 import tarfile
 import tempfile
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 from emulator.core.errors import ApiError
@@ -25,6 +26,45 @@ Log = Callable[[str], Awaitable[None]]
 
 class BuildFailed(RuntimeError):
     pass
+
+
+@dataclass(frozen=True)
+class Build:
+    """One request for an environment: what it holds, where its log lines go, whether to rebuild anyway
+    (`pxt db build-image`)."""
+
+    digest: str
+    pixeltable_version: str | None
+    python_version: str | None
+    archive: Path | None
+    log: Log
+    force: bool = False
+
+    @property
+    def pixeltable(self) -> str:
+        return self.pixeltable_version or DEFAULT_PIXELTABLE
+
+
+class Builds:
+    """Builds environments (virtualenvs here, images in images.py): one digest at a time, and only when no
+    ready one exists or the build is forced."""
+
+    def __init__(self) -> None:
+        self._locks: dict[str, asyncio.Lock] = {}
+
+    def ready(self, digest: str) -> bool:
+        raise NotImplementedError
+
+    async def _build(self, build: Build) -> None:
+        raise NotImplementedError
+
+    async def ensure(self, build: Build) -> bool:
+        """Make the environment exist; True if it was built now, False if it was reused."""
+        async with self._locks.setdefault(build.digest, asyncio.Lock()):
+            if not build.force and await asyncio.to_thread(self.ready, build.digest):
+                return False
+            await self._build(build)
+            return True
 
 
 def uv_executable() -> str:
@@ -53,11 +93,11 @@ def python_for(version: str | None) -> str:
     return sys.executable
 
 
-class Environments:
+class Environments(Builds):
     def __init__(self, root: Path) -> None:
+        super().__init__()
         self.root = root
         root.mkdir(parents=True, exist_ok=True)
-        self._locks: dict[str, asyncio.Lock] = {}
 
     def python(self, digest: str) -> Path:
         """The interpreter of the environment's current build, as a real path: a process started from it
@@ -67,40 +107,18 @@ class Environments:
     def ready(self, digest: str) -> bool:
         return (self.root / digest / "current" / ".complete").is_file()
 
-    async def ensure(
-        self,
-        digest: str,
-        *,
-        pixeltable_version: str | None,
-        python_version: str | None,
-        archive: Path | None,
-        log: Log,
-        force: bool = False,
-    ) -> bool:
-        """Make the environment exist; True if it was built now, False if it was reused.
-
-        `force` (`pxt db build-image`) rebuilds it even when one with this digest exists.
-        """
-        lock = self._locks.setdefault(digest, asyncio.Lock())
-        async with lock:
-            if self.ready(digest) and not force:
-                return False
-            await self._build(digest, pixeltable_version or DEFAULT_PIXELTABLE, python_version, archive, log)
-            return True
-
-    async def _build(
-        self, digest: str, pixeltable: str, python_version: str | None, archive: Path | None, log: Log
-    ) -> None:
+    async def _build(self, build: Build) -> None:
+        digest, pixeltable, log = build.digest, build.pixeltable, build.log
         home = self.root / digest
         home.mkdir(parents=True, exist_ok=True)
         builds = sorted((p for p in home.glob("b*") if p.name[1:].isdigit()), key=lambda p: int(p.name[1:]))
         target = home / f"b{int(builds[-1].name[1:]) + 1 if builds else 1}"
         uv = uv_executable()
-        interpreter = python_for(python_version)
+        interpreter = python_for(build.python_version)
         await log(f"building environment {digest[:12]}: pixeltable[serve]=={pixeltable}, python {interpreter}")
         await self._run([uv, "venv", "--quiet", "--python", interpreter, str(target)], log)
         with tempfile.TemporaryDirectory() as tmp:
-            found = manifests(archive, Path(tmp)) if archive else []
+            found = manifests(build.archive, Path(tmp)) if build.archive else []
             args = [
                 uv,
                 "pip",

@@ -27,7 +27,7 @@ from emulator.cloud.context import Cloud
 from emulator.core.errors import ApiError
 from emulator.core.tasks import cancel
 from emulator.gateway.server import DatabaseGateway, Target
-from emulator.runtime.environments import BuildFailed
+from emulator.runtime.environments import Build, BuildFailed
 from emulator.runtime.workload import Launcher, Spec, Workload, answers, healthy
 
 log = logging.getLogger("emulator.runtime")
@@ -597,14 +597,11 @@ class HostedRuntime:
         async def log_line(line: str) -> None:
             await self._log(org_id, db, line)
 
-        return await self.launcher.ensure_environment(
-            digest,
-            pixeltable_version=(fingerprint or {}).get("pixeltable_version"),
-            python_version=(fingerprint or {}).get("python_version"),
-            archive=archive,
-            log=log_line,
-            force=force,
+        fingerprint = fingerprint or {}
+        build = Build(
+            digest, fingerprint.get("pixeltable_version"), fingerprint.get("python_version"), archive, log_line, force
         )
+        return await self.launcher.builds.ensure(build)
 
     async def _launch(
         self,

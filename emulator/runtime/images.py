@@ -15,7 +15,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from emulator.runtime.environments import DEFAULT_PIXELTABLE, BuildFailed, manifests, run_logged, uv_executable
+from emulator.runtime.environments import Build, BuildFailed, Builds, manifests, run_logged, uv_executable
 from emulator.runtime.workload import Log
 
 REPOSITORY = "pxt-emulator-env"
@@ -31,12 +31,12 @@ def tag_of(digest: str) -> str:
     return f"{REPOSITORY}:{digest[:24]}"
 
 
-class Images:
+class Images(Builds):
     def __init__(self, client: Any, root: Path, base_image: str) -> None:
+        super().__init__()
         self.client = client
         self.root = root
         self.base_image = base_image
-        self._locks: dict[str, asyncio.Lock] = {}
         self._base: dict[str, str] | None = None
 
     async def base(self, log: Log) -> dict[str, str]:
@@ -82,26 +82,8 @@ class Images:
             return False
         return image.labels.get("pxt-emulator.base") == base.id
 
-    async def ensure(
-        self,
-        digest: str,
-        *,
-        pixeltable_version: str | None,
-        python_version: str | None,
-        archive: Path | None,
-        log: Log,
-        force: bool = False,
-    ) -> bool:
-        lock = self._locks.setdefault(digest, asyncio.Lock())
-        async with lock:
-            if not force and await asyncio.to_thread(self.ready, digest):
-                return False
-            await self._build(digest, pixeltable_version or DEFAULT_PIXELTABLE, python_version, archive, log)
-            return True
-
-    async def _build(
-        self, digest: str, pixeltable: str, python_version: str | None, archive: Path | None, log: Log
-    ) -> None:
+    async def _build(self, build: Build) -> None:
+        digest, pixeltable, python_version, log = build.digest, build.pixeltable, build.python_version, build.log
         base = await self.base(log)
         wanted = ".".join((python_version or base["python"]).split(".")[:2])
         if wanted != base["python"]:
@@ -131,7 +113,7 @@ class Images:
                 platform,
                 f"pixeltable[serve]=={pixeltable}",
             ]
-            for manifest in manifests(archive, context) if archive else []:
+            for manifest in manifests(build.archive, context) if build.archive else []:
                 args += ["-r", str(manifest)]
                 await log(f"installing the project's dependencies from {manifest.name}")
             await run_logged(args, log)

@@ -12,6 +12,7 @@ gateway, where the emulator listens for its containers. The URLs then work uncha
 from __future__ import annotations
 
 import asyncio
+import functools
 import os
 import signal
 import sys
@@ -27,6 +28,16 @@ def init() -> None:
             time.sleep(1)
 
 
+async def relay(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, host: str, port: int) -> None:
+    """Join an accepted connection to a new one to (host, port), both ways, until either side ends."""
+    try:
+        up_reader, up_writer = await asyncio.open_connection(host, port)
+    except OSError:
+        writer.close()
+        return
+    await asyncio.gather(_pipe(reader, up_writer), _pipe(up_reader, writer))
+
+
 async def _pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
     try:
         while data := await reader.read(65536):
@@ -39,18 +50,10 @@ async def _pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> N
 
 
 async def forward(gateway: str, ports: list[int]) -> None:
-    async def serve(port: int) -> asyncio.Server:
-        async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-            try:
-                up_reader, up_writer = await asyncio.open_connection(gateway, port)
-            except OSError:
-                writer.close()
-                return
-            await asyncio.gather(_pipe(reader, up_writer), _pipe(up_reader, writer))
-
-        return await asyncio.start_server(handle, "127.0.0.1", port)
-
-    servers = [await serve(p) for p in ports]
+    servers = [
+        await asyncio.start_server(functools.partial(relay, host=gateway, port=port), "127.0.0.1", port)
+        for port in ports
+    ]
     await asyncio.gather(*(s.serve_forever() for s in servers))
 
 

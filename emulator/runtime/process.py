@@ -80,29 +80,10 @@ class ProcessLauncher:
     unenforced = UNENFORCED
 
     def __init__(self, root: Path) -> None:
-        self.envs = Environments(root / "envs")
+        self.builds = Environments(root / "envs")
 
     async def open(self) -> None:
         return None
-
-    async def ensure_environment(
-        self,
-        digest: str,
-        *,
-        pixeltable_version: str | None,
-        python_version: str | None,
-        archive: Path | None,
-        log: Log,
-        force: bool = False,
-    ) -> bool:
-        return await self.envs.ensure(
-            digest,
-            pixeltable_version=pixeltable_version,
-            python_version=python_version,
-            archive=archive,
-            log=log,
-            force=force,
-        )
 
     def view(self, base: Path) -> str:
         return str(base)
@@ -119,7 +100,7 @@ class ProcessLauncher:
     async def start(self, spec: Spec, port: int, log: Log) -> ProcessWorkload:
         home = spec.base / "home"
         proc = await asyncio.create_subprocess_exec(
-            str(self.envs.python(spec.digest)),
+            str(self.builds.python(spec.digest)),
             "-m",
             spec.module,
             *spec.args,

@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
-Log = Callable[[str], Awaitable[None]]
+from emulator.runtime.environments import Builds, Log
+
 Role = Literal["prepare", "database", "service"]
 
 
@@ -61,16 +62,10 @@ class Launcher(Protocol):
 
     async def open(self) -> None: ...
 
-    async def ensure_environment(
-        self,
-        digest: str,
-        *,
-        pixeltable_version: str | None,
-        python_version: str | None,
-        archive: Path | None,
-        log: Log,
-        force: bool = False,
-    ) -> bool: ...
+    @property
+    def builds(self) -> Builds:
+        """Where the environments (virtualenvs or images) are built."""
+        ...
 
     def view(self, base: Path) -> str:
         """How a workload sees the database's directory `base`."""
