@@ -157,8 +157,8 @@ def docker(*args: str) -> str:
 
 
 def stop_daemons(root: Path) -> None:
-    """Stop, by pid, a client daemon serving a project under `root`: `pxt daemon stop` refuses (exit 1, unchecked
-    by Pxt.stop_daemon) while the daemon still serves a request, such as an interrupted command's."""
+    """Stop, by pid, a client daemon serving a project under `root` that outlived `pxt daemon stop --force` (a
+    daemon busy with an interrupted command's request can miss it)."""
     for proc in Path("/proc").glob("[0-9]*"):
         try:
             cmdline = (proc / "cmdline").read_bytes()

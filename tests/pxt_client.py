@@ -71,7 +71,8 @@ class Pxt:
 
     def stop_daemon(self) -> None:
         """Stop the client's daemon and the embedded Postgres its home holds (which outlives it)."""
-        self("daemon", "stop", timeout=60)
+        # --force: a test that failed mid-command can leave a request in flight; the daemon must still go.
+        self("daemon", "stop", "--force", timeout=60)
         pid = postmaster_of(Path(self.env["PIXELTABLE_HOME"]) / "pgdata")
         if pid is not None:
             os.kill(pid, signal.SIGINT)

@@ -33,6 +33,10 @@ SECRET_UDF = textwrap.dedent(
     class Probe(TableModel, name='probe'):
         text: pxt.String
         key_seen = provider_key(text)
+
+
+    # computed in the service's own process, so it shows the environment the service started with
+    ingest.add_compute_route(Probe, path='/key', inputs=[Probe.text], outputs=[Probe.key_seen])
     """
 )
 
@@ -74,6 +78,12 @@ class Session:
     @property
     def db(self) -> str:
         return f"pxt://{self.org}:main"
+
+    def endpoint(self, service: str) -> str:
+        """A service's URL, as `pxt service list` prints it."""
+        m = re.search(rf"^{re.escape(self.db)}/{service}\s+(\S+)\s", self.run("service", "list", self.db), re.M)
+        assert m, f"no {service} in pxt service list"
+        return m.group(1)
 
     @property
     def trial_key(self) -> str:
@@ -424,7 +434,22 @@ def test_9_services_behind_the_gateway(session: Session) -> None:
     assert refused.text.startswith("Payment Required : A trial has at most 2 services")
 
     assert "service ingest is ready" in session.run("service", "logs", f"{session.db}/ingest")
+
+
+def test_10_a_secret_reaches_a_service_only_after_a_restart(session: Session) -> None:
+    endpoint = session.endpoint("ingest")
+    trial_key = session.trial_key
+
+    def key_seen() -> str:
+        r = httpx.post(endpoint + "/key", json={"text": "t"}, headers={"X-api-key": trial_key}, timeout=60)
+        assert r.status_code == 200, r.text
+        return r.json()["key_seen"]
+
+    assert key_seen() == "second-value"  # as step 5 left it
+    session.run("secret", "set", session.db, "DEMO_PROVIDER_KEY=third-value")
+    assert key_seen() == "second-value"  # read once, at start
     assert "restarted: 1 service(s)" in session.run("service", "restart", f"{session.db}/ingest")
+    assert key_seen() == "third-value"
     assert httpx.post(
         endpoint + "/titles", json={"title": "y"}, headers={"X-api-key": trial_key}, timeout=60
     ).json() == {"title_upper": "Y"}
@@ -433,7 +458,7 @@ def test_9_services_behind_the_gateway(session: Session) -> None:
     assert httpx.post(endpoint + "/titles", json={"title": "z"}, headers={"X-api-key": trial_key}).status_code == 404
 
 
-def test_10_a_size_change_is_one_resize_and_one_restart(session: Session) -> None:
+def test_11_a_size_change_is_one_resize_and_one_restart(session: Session) -> None:
     toml = session.project / "pixeltable.toml"
     entry = f"name = '{session.db}'"
     toml.write_text(
