@@ -5,9 +5,10 @@ first successful route call, and the gateway's added latency per request against
 
 One emulator (Docker runtime by default) and one trial with the example app deployed, untimed; then `runs`
 rounds of a restart and a resource change, each timed from the command's launch to the first 200 of the new
-service generation on POST <endpoint>/titles; then `requests` calls through the gateway and as many straight to
-the service, interleaved in blocks. Every wait is bounded; the emulator, the client's daemon, this run's
-containers and mounts, and the temporary directories are cleaned up on success, errors, Ctrl-C and SIGTERM.
+service generation on POST <endpoint>/titles, with how long the route was down meanwhile; then `requests` calls
+through the gateway and as many straight to the service, interleaved in blocks. Every wait is bounded; the
+emulator, the client's daemon, this run's containers and mounts, and the temporary directories are cleaned up on
+success, errors, Ctrl-C and SIGTERM.
 See benchmarks/README.md.
 """
 
@@ -59,9 +60,9 @@ SERVICE = "ingest"
 ENDPOINT_RE = re.compile(r"\+ ingest\s+applied\s+(http://127\.0\.0\.1:\d+/ingest)")
 
 SERVICE_UPDATE_TIMEOUT_S = 600.0  # the first one starts the service (and the database, if it stopped)
-WARM_TIMEOUT_S = 300.0  # a warm run: launch → first 200 of the new generation and the command's exit
+WARM_TIMEOUT_S = 300.0  # a warm run: launch → the command's exit and a 200 after it
 JOURNAL_TIMEOUT_S = 15.0  # the journal is written asynchronously: wait this long for an event to land
-POLL_S = 0.05  # between route calls while waiting for the new generation
+POLL_S = 0.05  # between route calls during a warm run
 POLL_CALL_TIMEOUT_S = 5.0
 CALL_TIMEOUT_S = 10.0
 WARMUP_CALLS = 20  # per side, before the measured calls: connection set-up paths, the udf, caches
@@ -278,9 +279,11 @@ class Deployment:
         toml.write_text(text)
 
     def warm(self, variant: str, memory_mb: int) -> dict[str, float]:
-        """One warm run: launch the command, poll the route until the new generation answers 200 (a 200 counts
-        only after a failed call, since the old generation answers until it is stopped), wait for the command to
-        exit; then the server's phases from the journal. Every time is seconds after the launch."""
+        """One warm run: launch the command and call the route every POLL_S until the command has exited and the
+        route answers 200 again; then the server's phases from the journal, on the same clock. A restart keeps
+        the old generation serving until the new one is ready, so the new generation's first 200 is the first
+        200 after its `ready` line; a resize stops the old one first, so the route is down for a while. Every
+        time is seconds after the launch."""
         if variant == "update":
             self.set_memory(memory_mb)
             args = ["service", "update", "app.py", self.db, "-f", "--allow-destructive"]  # less memory is destructive
@@ -289,7 +292,8 @@ class Deployment:
         _, since = journal(self.site, 0, "none")
         target = self.gateway_target()
         out_path = self.client.project.parent / f"warm-{variant}.out"
-        times: dict[str, float] = {}
+        polls: list[tuple[float, int]] = []
+        cli_exit = None
         with open(out_path, "w+") as out:
             launched_wall = time.time()  # the journal's clock is wall time (it is not moved in this run)
             t0 = time.perf_counter()
@@ -304,16 +308,11 @@ class Deployment:
                 while time.perf_counter() - t0 < WARM_TIMEOUT_S:
                     if not alive(self.emulator_pid):  # else the route stays down until the timeout
                         raise BenchError(f"the emulator exited during the {variant} run")
-                    if "cli_exit" not in times and proc.poll() is not None:
-                        times["cli_exit"] = time.perf_counter() - t0
-                    if "first_200" not in times:
-                        status = try_call(*target, POLL_CALL_TIMEOUT_S)
-                        now = time.perf_counter() - t0
-                        if status != 200:
-                            times.setdefault("route_down", now)
-                        elif "route_down" in times:
-                            times["first_200"] = now
-                    if "first_200" in times and "cli_exit" in times:
+                    if cli_exit is None and proc.poll() is not None:
+                        cli_exit = time.perf_counter() - t0
+                    status = try_call(*target, POLL_CALL_TIMEOUT_S)
+                    polls.append((time.perf_counter() - t0, status))
+                    if cli_exit is not None and status == 200:
                         break
                     time.sleep(POLL_S)
             finally:
@@ -324,10 +323,18 @@ class Deployment:
             output = out.read()
         if proc.returncode != 0:
             raise BenchError(f"pxt {' '.join(args)} failed ({proc.returncode}):\n{tail(output)}")
-        if "first_200" not in times:
-            seen = "never failed" if "route_down" not in times else "never answered 200 again"
-            raise BenchError(f"{variant}: within {WARM_TIMEOUT_S:.0f} s the route {seen}")
-        times.update(self._phases(since, launched_wall))
+        if cli_exit is None or polls[-1][1] != 200:
+            raise BenchError(
+                f"{variant}: within {WARM_TIMEOUT_S:.0f} s the command did not exit or the route not answer"
+            )
+        times = self._phases(since, launched_wall)
+        times["cli_exit"] = cli_exit
+        failed = [t for t, status in polls if status != 200]
+        times["failed_calls"] = float(len(failed))
+        times["down_s"] = (
+            (next(t for t, status in polls if status == 200 and t > failed[-1]) - failed[0]) if failed else 0.0
+        )
+        times["first_200"] = next((t for t, status in polls if status == 200 and t >= times["ready"]), polls[-1][0])
         return times
 
     def _phases(self, since: int, launched_wall: float) -> dict[str, float]:
@@ -434,7 +441,7 @@ def summarize_ms(values: list[float]) -> dict[str, float]:
 
 
 VARIANTS = ("restart", "update")
-PHASES = ("first_200", "cli_exit", "accepted", "started", "ready", "available", "route_down")
+PHASES = ("first_200", "cli_exit", "accepted", "started", "ready", "available", "down_s", "failed_calls")
 
 
 def run(exe: Path, args: argparse.Namespace) -> dict[str, Any]:
@@ -462,7 +469,8 @@ def run(exe: Path, args: argparse.Namespace) -> dict[str, Any]:
                         print(
                             f"  warm {i + 1}/{args.runs} {variant:<8} first 200 {times['first_200']:6.2f} s"
                             f"  (command exits {times['cli_exit']:6.2f}, accepted {times['accepted']:5.2f},"
-                            f" started {times['started']:5.2f}, ready {times['ready']:5.2f})",
+                            f" started {times['started']:5.2f}, ready {times['ready']:5.2f},"
+                            f" route down {times['down_s']:5.2f} s)",
                             flush=True,
                         )
                 gateway, direct = d.gateway_target(), d.direct_target()
@@ -513,12 +521,13 @@ def print_table(rep: dict[str, Any]) -> None:
     print(f"{'':<28}{'restart':>9}{'update':>9}")
     names = {
         "accepted": "change accepted",
-        "route_down": "route first fails",
         "started": "new generation launched",
         "ready": "ready (emulator probe)",
         "available": "service.state AVAILABLE",
-        "first_200": "first 200 on /titles",
+        "first_200": "first 200 of the new gen.",
         "cli_exit": "command exits",
+        "down_s": "route down (s)",
+        "failed_calls": "failed calls",
     }
     for key, name in names.items():
         print(f"{name:<28}" + "".join(f"{rep['warm'][v]['median_s'][key]:9.2f}" for v in VARIANTS))

@@ -85,7 +85,14 @@ def test_bad_flag_values_are_refused_before_starting(tmp_path: Path) -> None:
 def test_detached_lifecycle(tmp_path: Path) -> None:
     state = tmp_path / "detached"
     up = run(
-        "up", "-d", *FREE_PORTS, "--no-watch", "--runtime", "process", "--freeze-clock", "2026-03-01T00:00:00Z",
+        "up",
+        "-d",
+        *FREE_PORTS,
+        "--no-watch",
+        "--runtime",
+        "process",
+        "--freeze-clock",
+        "2026-03-01T00:00:00Z",
         state=state,
     )
     assert up.returncode == 0, up.stderr

@@ -11,6 +11,7 @@ import json
 import re
 import subprocess
 import textwrap
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -158,6 +159,7 @@ def test_2_db_update_builds_and_starts_the_hosted_database(session: Session) -> 
     assert re.search(r"^main\s+AVAILABLE$", status, re.M) and re.search(r"main-0\s+Running\s+1/1", status)
     logs = session.run("db", "logs", session.db)
     assert "the Pixeltable server is ready" in logs
+    assert "RuntimeDirWarning" not in logs  # its XDG_RUNTIME_DIR is private, as platformdirs requires
     # The hosted database is the real Pixeltable server, a process of its own.
     assert session.admin("/_emulator/journal?kinds=db.state")["events"][-1]["data"]["state"] == "AVAILABLE"
     runtime = session.admin("/_emulator/status")["runtime"]
@@ -229,16 +231,13 @@ def _tag(e: Emulator) -> str:
     return hashlib.sha256(str(e.state_dir.resolve()).encode()).hexdigest()[:10]
 
 
-def container(e: Emulator, role: str, name: str = "") -> dict:
-    """`docker inspect` of this emulator's running container of that role (and name suffix)."""
-    ids = subprocess.run(
-        ["docker", "ps", "-q", "--filter", f"label=pxt-emulator={_tag(e)}", "--filter", f"label=role={role}"],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout.split()
+def container(e: Emulator, role: str, service: str = "") -> dict:
+    """`docker inspect` of this emulator's one running container of that role (and service)."""
+    filters = ["--filter", f"label=pxt-emulator={_tag(e)}", "--filter", f"label=role={role}"]
+    if service:
+        filters += ["--filter", f"label=service={service}"]
+    ids = subprocess.run(["docker", "ps", "-q", *filters], capture_output=True, text=True, check=True).stdout.split()
     found = [json.loads(subprocess.check_output(["docker", "inspect", i]))[0] for i in ids]
-    found = [c for c in found if c["Name"].endswith(name)]
     assert len(found) == 1, [c["Name"] for c in found]
     return found[0]
 
@@ -433,7 +432,8 @@ def test_9_services_behind_the_gateway(session: Session) -> None:
     assert refused.status_code == 402 and refused.headers["x-pixeltable-error-code"] == "PLAN_LIMIT"
     assert refused.text.startswith("Payment Required : A trial has at most 2 services")
 
-    assert "service ingest is ready" in session.run("service", "logs", f"{session.db}/ingest")
+    logs = session.run("service", "logs", f"{session.db}/ingest")
+    assert "service ingest is ready" in logs and "RuntimeDirWarning" not in logs
 
 
 def test_10_a_secret_reaches_a_service_only_after_a_restart(session: Session) -> None:
@@ -448,8 +448,27 @@ def test_10_a_secret_reaches_a_service_only_after_a_restart(session: Session) ->
     assert key_seen() == "second-value"  # as step 5 left it
     session.run("secret", "set", session.db, "DEMO_PROVIDER_KEY=third-value")
     assert key_seen() == "second-value"  # read once, at start
-    assert "restarted: 1 service(s)" in session.run("service", "restart", f"{session.db}/ingest")
+    # The new generation starts beside the old one: the route answers throughout the restart.
+    statuses: list[int] = []
+    done = threading.Event()
+
+    def call_meanwhile() -> None:
+        with httpx.Client(headers={"X-api-key": trial_key}, timeout=60) as client:
+            for _ in range(5000):  # bounded; ends when the restart has returned
+                if done.wait(0.02):
+                    break
+                statuses.append(client.post(endpoint + "/titles", json={"title": "p"}).status_code)
+
+    caller = threading.Thread(target=call_meanwhile)
+    caller.start()
+    try:
+        assert "restarted: 1 service(s)" in session.run("service", "restart", f"{session.db}/ingest")
+    finally:
+        done.set()
+        caller.join(timeout=120)
     assert key_seen() == "third-value"
+    assert len(statuses) > 10 and set(statuses) == {200}, statuses
+    assert "the previous generation stopped" in session.run("service", "logs", f"{session.db}/ingest")
     assert httpx.post(
         endpoint + "/titles", json={"title": "y"}, headers={"X-api-key": trial_key}, timeout=60
     ).json() == {"title_upper": "Y"}

@@ -178,6 +178,7 @@ class DockerLauncher:
         self._on_full: Callable[[Path, str], Awaitable[None]] | None = None
         self._watcher: asyncio.Task[None] | None = None
         self._lock = asyncio.Lock()
+        self._serial = 0
 
     @property
     def unenforced(self) -> tuple[str, ...]:
@@ -297,6 +298,10 @@ class DockerLauncher:
             if memory:
                 limits["mem_limit"] = limits["memswap_limit"] = f"{int(memory)}m"
         name = _name(f"pxt-{self.instance}-{spec.label}")
+        if spec.role == "service":
+            # Two generations of a service run side by side while the new one starts: a number tells them apart.
+            self._serial += 1
+            name = _name(f"pxt-{self.instance}-{spec.label}-{self._serial}")
         await asyncio.to_thread(_remove_named, self.client, name)
         try:
             container = await asyncio.to_thread(
@@ -321,7 +326,9 @@ class DockerLauncher:
                 network=self.network_name,
                 pid_mode=f"container:{pod.id}",
                 ipc_mode=f"container:{pod.id}",
-                labels=self._labels(role=spec.role, base=str(spec.base)),
+                labels=self._labels(
+                    role=spec.role, base=str(spec.base), **({"service": spec.service} if spec.service else {})
+                ),
                 **limits,
             )
         except docker.errors.DockerException as e:

@@ -28,7 +28,7 @@ from emulator.core.errors import ApiError
 from emulator.core.tasks import cancel
 from emulator.gateway.server import DatabaseGateway, Target
 from emulator.runtime.environments import Build, BuildFailed
-from emulator.runtime.workload import Launcher, Spec, Workload, answers, healthy
+from emulator.runtime.workload import Launcher, Log, Spec, Workload, answers, healthy
 
 log = logging.getLogger("emulator.runtime")
 HEALTH_TIMEOUT = 300.0
@@ -295,7 +295,12 @@ class HostedRuntime:
         if changes:
             await self._log(org_id, db, f"resizing service {label}: {', '.join(changes)}", service=label)
             self.cloud.core.bus.publish("service.resized", f"{slug}:{db}/{row['name']}", changes=changes)
-        await self._stop_service(key)
+        old = self.services.get(key)
+        if changes or old is None or not old.ready or old.returncode() is not None:
+            # A resize is a stop and a start (a file-cache disk changes size only while unused); otherwise the
+            # new generation starts beside the old one, which answers the routes until the new one is ready.
+            await self._stop_service(key)
+            old = None
         base = self._dir(org_id, db)
         release = base / "release"
         if not (release / "fingerprint.json").is_file():
@@ -339,9 +344,21 @@ class HostedRuntime:
 
         running = await self.launcher.start(spec, port, service_log)
         self._follow(org_id, db, running, label)
-        self.services[key] = running
         await service_log(f"service {label} started, listening on {bind}:{port}")
         await self._gateway(org_id, slug, db)
+        try:
+            await self._await_service(running, label, service_log)
+        except BaseException:
+            # Neither generation serves: the service is FAILED, and says so rather than answering from the old.
+            await self._retire(running)
+            await self._stop_service(key)
+            raise
+        self.services[key] = running  # the gateway routes to the new generation from here on
+        if old is not None:
+            await self._retire(old)
+            await service_log(f"service {label}: the previous generation stopped")
+
+    async def _await_service(self, running: Workload, label: str, service_log: Log) -> None:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + HEALTH_TIMEOUT
         while loop.time() < deadline:
@@ -397,7 +414,7 @@ class HostedRuntime:
             "PIXELTABLE_API_URL": self.cloud.urls.api,
             "PIXELTABLE_API_KEY": key,
             "PIXELTABLE_HOME": f"{seen}/home",
-            "XDG_RUNTIME_DIR": f"{seen}/home",
+            "XDG_RUNTIME_DIR": f"{seen}/home/run",  # made 0700 at launch, as platformdirs insists
             **await databases.secret_environment(self.cloud, org_id, db),
         }
 
@@ -412,8 +429,10 @@ class HostedRuntime:
 
     async def _stop_service(self, key: tuple[str, str, str, str]) -> None:
         running = self.services.pop(key, None)
-        if running is None:
-            return
+        if running is not None:
+            await self._retire(running)
+
+    async def _retire(self, running: Workload) -> None:
         await running.stop()
         await cancel(self._readers.get(id(running)))
 
@@ -630,6 +649,8 @@ class HostedRuntime:
         await self.launcher.prepare_dir(base, sizes, db_log)
         home, release = base / "home", base / "release"
         home.mkdir(parents=True, exist_ok=True)
+        (home / "run").mkdir(exist_ok=True)
+        (home / "run").chmod(0o700)
         seen = self.launcher.view(base)
         env = await self._environment_of(org_id, slug, db, seen, self._runtime_key(org_id, slug))
         project_args: list[str] = []
