@@ -386,10 +386,14 @@ def main(argv: list[str] | None = None) -> int:
         runs["local"].append(local_run(exe))
     report = summarize(exe, runs, checks, args, load_at_start)
     print_table(report)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(report, indent=2) + "\n")
-    print(f"wrote {args.out}")
+    write_report(args.out, report)
     return 0
+
+
+def write_report(out: Path, report: dict[str, Any]) -> None:
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(report, indent=2) + "\n")
+    print(f"wrote {out}")
 
 
 if __name__ == "__main__":

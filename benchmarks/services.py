@@ -50,6 +50,7 @@ from benchmarks.hosted import (  # noqa: E402
     scratch,
     tail,
     wait_gone,
+    write_report,
 )
 from emulator.runtime import disks  # noqa: E402
 from tests.pxt_client import VERSION, ensure_client  # noqa: E402
@@ -567,9 +568,7 @@ def main(argv: list[str] | None = None) -> int:
     result = run(exe, args)
     rep = report(exe, result, args, load)
     print_table(rep)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(rep, indent=2) + "\n")
-    print(f"wrote {args.out}")
+    write_report(args.out, rep)
     return 0
 
 

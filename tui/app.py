@@ -24,7 +24,8 @@ from textual.message import Message
 from textual.screen import ModalScreen, Screen
 from textual.widgets import DataTable, Footer, Input, Static, TabbedContent, TabPane
 
-from tui.client import EmulatorClient, EmulatorError, Event, Locator, Unreachable
+from emulator.admin.routes import EventView
+from tui.client import EmulatorClient, EmulatorError, Locator, Unreachable
 from tui.filter import RowFilter
 from tui.keys import ACTS, VIEWS, bindings, visible
 from tui.model import ALL, SNAPSHOTS, Model, affected, fmt_left, fmt_stamp
@@ -239,7 +240,7 @@ class Dashboard(App[None]):
         self._render(names)
         self._render_top()
 
-    def _on_event(self, event: Event) -> None:
+    def _on_event(self, event: EventView) -> None:
         self.model.last_seq = event.seq
         self.model.note_event(event.kind, event.subject, event.data)
         if event.kind == "clock.moved":
@@ -254,7 +255,7 @@ class Dashboard(App[None]):
                 self._wake.set()
         self.log_view.add([self._entry(event)])
 
-    def _entry(self, event: Event) -> Entry:
+    def _entry(self, event: EventView) -> Entry:
         stamp = fmt_stamp(event.ts)
         if event.kind == "db.log":
             org_id, _, db = (event.subject or "").rpartition(":")

@@ -15,6 +15,9 @@ from typing import Any
 from urllib.parse import quote
 
 import httpx
+import msgspec
+
+from emulator.admin.routes import EventView  # the stream's wire type, decoded as the emulator encodes it
 
 
 class EmulatorError(Exception):
@@ -43,20 +46,6 @@ class Locator:
 
     def describe(self) -> str:
         return self.url or str(self.state_dir)
-
-
-@dataclass
-class Event:
-    seq: int
-    ts: float
-    iso: str
-    kind: str
-    subject: str | None
-    data: dict[str, Any]
-
-    @classmethod
-    def of(cls, raw: dict[str, Any]) -> Event:
-        return cls(raw["seq"], raw["ts"], raw["iso"], raw["kind"], raw.get("subject"), raw.get("data") or {})
 
 
 class EmulatorClient:
@@ -130,7 +119,7 @@ class EmulatorClient:
 
     # --- the live feed ------------------------------------------------------------------------
 
-    async def events(self, since: int) -> AsyncIterator[Event]:
+    async def events(self, since: int) -> AsyncIterator[EventView]:
         """The SSE stream from event `since` on: the journal's backlog first, then live events.
 
         Ends when the emulator closes the stream (it does so when it stops); raises Unreachable when
@@ -148,7 +137,7 @@ class EmulatorClient:
                     if line.startswith("data:"):
                         data.append(line[5:].lstrip())
                     elif not line and data:
-                        yield Event.of(json.loads("\n".join(data)))
+                        yield msgspec.json.decode("\n".join(data), type=EventView)
                         data = []
         except (httpx.TransportError, httpx.StreamError) as e:
             self.relocate()

@@ -14,7 +14,7 @@ import json
 import logging
 from typing import Any
 
-from emulator.cloud import media, orgs, secrets, services
+from emulator.cloud import media, orgs, receipts, secrets, services
 from emulator.cloud.auth import Caller, resolve_org
 from emulator.cloud.context import Cloud
 from emulator.core.errors import ApiError
@@ -332,12 +332,12 @@ async def submit_update(cloud: Cloud, caller: Caller, body: dict[str, Any]) -> d
     )
     if resent:
         return {"receipts": [json.loads(r["body"]) for r in resent]}
-    receipts = []
+    accepted = []
     if target is not None:
-        receipts.append(await _submit_database(cloud, org_id, slug, db, body, target, expected, digest))
+        accepted.append(await _submit_database(cloud, org_id, slug, db, body, target, expected, digest))
     if mutations:
-        receipts += await services.submit(cloud, caller, org_id, slug, db, mutations, expected, digest)
-    return {"receipts": receipts}
+        accepted += await services.submit(cloud, caller, org_id, slug, db, mutations, expected, digest)
+    return {"receipts": accepted}
 
 
 async def _submit_database(
@@ -392,10 +392,7 @@ async def _submit_database(
             "WHERE org_id = ? AND name = ?",
             (generation, json.dumps(desired), json.dumps(receipt), blob["sha256"] if blob else None, now, org_id, db),
         )
-        await conn.execute(
-            "INSERT INTO receipts (kind, resource_id, generation, org_id, body, submission) VALUES (?, ?, ?, ?, ?, ?)",
-            ("database", row["id"], generation, org_id, json.dumps(receipt), digest),
-        )
+        await receipts.add(conn, "database", row["id"], org_id, receipt, digest)
     core.bus.publish("db.update_accepted", f"{slug}:{db}", generation=generation, state="UPDATING")
     cloud.runtime.schedule(org_id, slug, db, generation, "update")
     return receipt
@@ -435,10 +432,7 @@ async def _verb(cloud: Cloud, caller: Caller, body: dict[str, Any], verb: str) -
             "UPDATE databases SET generation = ?, receipt = ?, state = ?, updated_at = ? WHERE org_id = ? AND name = ?",
             (generation, json.dumps(receipt), transitional, now, org_id, db),
         )
-        await conn.execute(
-            "INSERT INTO receipts (kind, resource_id, generation, org_id, body) VALUES (?, ?, ?, ?, ?)",
-            ("database", row["id"], generation, org_id, json.dumps(receipt)),
-        )
+        await receipts.add(conn, "database", row["id"], org_id, receipt)
     core.bus.publish(f"db.{verb}_accepted", f"{slug}:{db}", generation=generation, state=transitional)
     cloud.runtime.schedule(org_id, slug, db, generation, verb)
     return {"receipt": receipt}
@@ -492,10 +486,7 @@ async def store_receipt(cloud: Cloud, org_id: str, row: Any, receipt: dict[str, 
             "WHERE org_id = ? AND name = ?",
             (json.dumps(receipt), *fields.values(), cloud.core.clock.now(), org_id, row["name"]),
         )
-        await conn.execute(
-            "UPDATE receipts SET body = ? WHERE kind = 'database' AND resource_id = ? AND generation = ?",
-            (json.dumps(receipt), row["id"], receipt["generation"]),
-        )
+        await receipts.rewrite(conn, "database", row["id"], receipt)
 
 
 async def append_log(cloud: Cloud, org_id: str, db: str, line: str, *, service: str = "", health: bool = False) -> None:

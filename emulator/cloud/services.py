@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from emulator.cloud import orgs
+from emulator.cloud import orgs, receipts
 from emulator.cloud.auth import Caller, resolve_org
 from emulator.cloud.context import Cloud
 from emulator.core.errors import ApiError
@@ -118,7 +118,7 @@ async def submit(
             "Delete one with pxt service prune, or claim the organization and upgrade.",
         )
     now = core.clock.now()
-    receipts = []
+    accepted = []
     async with core.store.transaction() as conn:
         for m in mutations:
             base, name = _key(m)
@@ -144,16 +144,12 @@ async def submit(
                     "updated_at = ? WHERE id = ?",
                     (generation, json.dumps(desired), json.dumps(receipt), now, row_id),
                 )
-            await conn.execute(
-                "INSERT INTO receipts (kind, resource_id, generation, org_id, body, submission) "
-                "VALUES (?, ?, ?, ?, ?, ?)",
-                ("service", row_id, generation, org_id, json.dumps(receipt), digest),
-            )
-            receipts.append(receipt)
-    for r in receipts:
+            await receipts.add(conn, "service", row_id, org_id, receipt, digest)
+            accepted.append(receipt)
+    for r in accepted:
         core.bus.publish("service.accepted", f"{slug}:{db}/{r['service_name']}", generation=r["generation"])
         cloud.runtime.schedule_service(org_id, slug, db, r["base_path"], r["service_name"], r["generation"], "deploy")
-    return receipts
+    return accepted
 
 
 def record(cloud: Cloud, row: Any) -> dict[str, Any]:
@@ -214,10 +210,7 @@ async def _verb(cloud: Cloud, caller: Caller, body: dict[str, Any], verb: str) -
             "UPDATE services SET generation = ?, state = ?, receipt = ?, updated_at = ? WHERE id = ?",
             (generation, state, json.dumps(receipt), core.clock.now(), row["id"]),
         )
-        await conn.execute(
-            "INSERT INTO receipts (kind, resource_id, generation, org_id, body) VALUES (?, ?, ?, ?, ?)",
-            ("service", row["id"], generation, org_id, json.dumps(receipt)),
-        )
+        await receipts.add(conn, "service", row["id"], org_id, receipt)
     core.bus.publish(f"service.{verb}_accepted", f"{slug}:{db}/{row['name']}", generation=generation)
     cloud.runtime.schedule_service(org_id, slug, db, row["base_path"], row["name"], generation, verb)
     if verb == "delete":

@@ -18,10 +18,11 @@ import asyncio
 import json
 import logging
 import shutil
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
-from emulator.cloud import databases
+from emulator.cloud import databases, receipts
 from emulator.cloud.auth import caller_for_credential, resolve_org
 from emulator.cloud.context import Cloud
 from emulator.core.errors import ApiError
@@ -34,6 +35,14 @@ log = logging.getLogger("emulator.runtime")
 HEALTH_TIMEOUT = 300.0
 SIZES = ("cpu", "memory_mb", "disk_gb", "file_cache_gb", "workers")
 DISK_FULL = "No space left on device"
+
+
+Probe = Callable[[tuple[str, int]], Awaitable[bool]]
+
+
+def service_label(base: str, name: str) -> str:
+    """How logs and events name a service: "name", or "base/name" under a base path."""
+    return f"{base}/{name}".lstrip("/")
 
 
 def _workload_label(slug: str, db: str, service: str) -> str:
@@ -100,7 +109,7 @@ class HostedRuntime:
                 (
                     w
                     for (o, d, b, n), w in self.services.items()
-                    if (o, d) == (org_id, db) and f"{b}/{n}".lstrip("/") == service
+                    if (o, d) == (org_id, db) and service_label(b, n) == service
                 ),
                 None,
             )
@@ -162,7 +171,7 @@ class HostedRuntime:
         gateway = self.gateways.get((org_id, db))
         if gateway is None:
             return ""
-        prefix = f"/{base_path}/{name}" if base_path else f"/{name}"
+        prefix = "/" + service_label(base_path, name)
         return f"http://127.0.0.1:{gateway[1]}{prefix}"
 
     def schedule_service(
@@ -196,10 +205,7 @@ class HostedRuntime:
                     row["id"],
                 ),
             )
-            await conn.execute(
-                "UPDATE receipts SET body = ? WHERE kind = 'service' AND resource_id = ? AND generation = ?",
-                (json.dumps(receipt), row["id"], generation),
-            )
+            await receipts.rewrite(conn, "service", row["id"], receipt)
 
     async def _service_job(
         self, org_id: str, slug: str, db: str, base: str, name: str, generation: int, verb: str
@@ -217,7 +223,7 @@ class HostedRuntime:
                     await self._stop_service(key)
                     state, phase = ("STOPPED", "STOPPED") if verb == "stop" else ("DELETED", "DELETED")
                     if verb == "delete":
-                        label = _workload_label(slug, db, f"{base}/{name}".lstrip("/"))
+                        label = _workload_label(slug, db, service_label(base, name))
                         await self.launcher.remove_service(self._dir(org_id, db), label)
                 await self._settle_service(
                     row,
@@ -267,7 +273,7 @@ class HostedRuntime:
             candidates = [(b, n) for (o, d, b, n) in self.services if (o, d) == (org_id, db)]
             match = None
             for base, name in sorted(candidates, key=lambda c: -len(c[0])):
-                prefix = f"/{base}/{name}" if base else f"/{name}"
+                prefix = "/" + service_label(base, name)
                 if path == prefix or path.startswith(prefix + "/"):
                     match = (base, name, prefix)
                     break
@@ -295,7 +301,7 @@ class HostedRuntime:
         database = self.running[(org_id, db)]
         desired = json.loads(row["desired"])
         key = (org_id, db, row["base_path"], row["name"])
-        label = f"{row['base_path']}/{row['name']}".lstrip("/")
+        label = service_label(row["base_path"], row["name"])
         resources = dict(desired.get("resources") or {})
         before = self._sizes.get(key)
         changes = resized(before, resources) if before is not None else []
@@ -355,7 +361,8 @@ class HostedRuntime:
         await service_log(f"service {label} started, listening on {bind}:{port}")
         await self._gateway(org_id, slug, db)
         try:
-            await self._await_service(running, label, service_log)
+            # A service app has no /health of its own: any HTTP answer (its 404) means it serves.
+            await self._await_ready(running, answers, f"service {label}", service_log, " (pxt service logs)")
         except BaseException:
             # Neither generation serves: the service is FAILED, and says so rather than answering from the old.
             await self._retire(running)
@@ -365,21 +372,6 @@ class HostedRuntime:
         if old is not None:
             await self._retire(old)
             await service_log(f"service {label}: the previous generation stopped")
-
-    async def _await_service(self, running: Workload, label: str, service_log: Log) -> None:
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + HEALTH_TIMEOUT
-        while loop.time() < deadline:
-            if running.returncode() is not None:
-                raise BuildFailed(
-                    f"service {label} exited with status {running.returncode()} at start (pxt service logs)"
-                )
-            if await answers(running.address):
-                running.ready = True
-                await service_log(f"service {label} is ready")
-                return
-            await asyncio.sleep(0.2)
-        raise BuildFailed(f"service {label} did not answer within {HEALTH_TIMEOUT:.0f} s")
 
     def _follow(self, org_id: str, db: str, running: Workload, service: str = "") -> None:
         """Keep the workload's output as the database's (or the service's) log lines, and notice its exit."""
@@ -707,17 +699,18 @@ class HostedRuntime:
         self._follow(org_id, db, running)
         self.running[(org_id, db)] = running
         await db_log(f"the Pixeltable server started, listening on {bind}:{port}")
-        await self._await_health(org_id, db, running)
+        await self._await_ready(running, healthy, "the Pixeltable server", db_log)
 
-    async def _await_health(self, org_id: str, db: str, running: Workload) -> None:
+    async def _await_ready(self, running: Workload, probe: Probe, what: str, log: Log, hint: str = "") -> None:
+        """Wait (bounded) until `probe` passes on the workload's /health; fail at once if it exits."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + HEALTH_TIMEOUT
         while loop.time() < deadline:
             if running.returncode() is not None:
-                raise BuildFailed(f"the Pixeltable server exited with status {running.returncode()} at start")
-            if await healthy(running.address):
+                raise BuildFailed(f"{what} exited with status {running.returncode()} at start{hint}")
+            if await probe(running.address):
                 running.ready = True
-                await self._log(org_id, db, "the Pixeltable server is ready")
+                await log(f"{what} is ready")
                 return
             await asyncio.sleep(0.2)
-        raise BuildFailed(f"the Pixeltable server did not answer /health within {HEALTH_TIMEOUT:.0f} s")
+        raise BuildFailed(f"{what} did not answer /health within {HEALTH_TIMEOUT:.0f} s")
