@@ -77,6 +77,17 @@ def parser() -> argparse.ArgumentParser:
         choices=["auto", "docker", "process"],
         help="where hosted databases and services run (default auto: Docker when an engine answers)",
     )
+    up.add_argument(
+        "--proxy-egress",
+        metavar="POLICY",
+        help="what the exported proxy relays outside the tunnel domain: allow (default), deny, or host patterns "
+        "such as api.example.com,*.pypi.org,127.0.0.1:8080",
+    )
+    up.add_argument(
+        "--upstream-proxy",
+        metavar="URL",
+        help="http:// proxy that relays go through, or none (default: HTTPS_PROXY/ALL_PROXY of this environment)",
+    )
     up.add_argument("--docker-base-image", help="base image of hosted environments (default python:3.11-slim-bookworm)")
     up.add_argument("--state-dir", type=Path, help=f"where state is kept (default {default_state_dir()})")
     up.add_argument("--config", type=Path, help="settings file (default <state-dir>/emulator.toml)")
@@ -396,6 +407,10 @@ def cmd_status(args: argparse.Namespace) -> int:
     if runtime.get("kind"):
         unenforced = ", ".join(runtime.get("unenforced_limits") or []) or "none"
         print(f"  runtime      {runtime['kind']} (limits it cannot enforce: {unenforced})")
+    proxy = status.get("proxy")
+    if proxy:
+        route = f"via {proxy['upstream']} (from {proxy['upstream_source']})" if proxy["upstream"] else "direct"
+        print(f"  egress       {proxy['egress']} (other hosts through the proxy: {route})")
     off = [name for name, on in status.get("switches", {}).items() if not on]
     print(f"  switched off {', '.join(off) if off else 'nothing'}")
     return 0

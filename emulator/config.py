@@ -15,6 +15,8 @@ from typing import Any
 
 import msgspec
 
+from emulator.tunnel.egress import EgressError, EgressPolicy, resolve_upstream
+
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_DOCS = PROJECT_ROOT / "fixtures" / "site"
 DEFAULT_INTEGRATIONS = PROJECT_ROOT / "fixtures" / "integrations.json"
@@ -90,6 +92,15 @@ class Settings(msgspec.Struct, kw_only=True):
     docker_network: str = "pxt-emulator"
     # A trial's media store (spec: 50 GB); at or over it the client is told `no_space_left`.
     media_quota_bytes: int = 50_000_000_000
+    # The exported proxy (HTTPS_PROXY of `emulator env`) relays hosts outside the tunnel domain: `allow`,
+    # `deny`, or an allow-list of host patterns (`api.example.com,*.pypi.org,127.0.0.1:8080`).
+    proxy_egress: str = "allow"
+    # The proxy relays go through: None = the one the environment names at start (HTTPS_PROXY, ALL_PROXY,
+    # with NO_PROXY), `none` = directly, or an http:// URL.
+    upstream_proxy: str | None = None
+    proxy_connect_timeout: float = 10.0  # seconds to reach a target (or the upstream's CONNECT answer)
+    proxy_idle_timeout: float = 300.0  # a relay with nothing sent either way for this long is closed
+    proxy_max_relays: int = 256  # relayed connections open at once (503 beyond)
 
     @property
     def db_path(self) -> Path:
@@ -122,7 +133,9 @@ _INT = {
     "trial_network_bits",
     "trial_lifetime",
     "media_quota_bytes",
+    "proxy_max_relays",
 }
+_FLOAT = {"proxy_connect_timeout", "proxy_idle_timeout"}
 _PATH = {"state_dir", "docs", "integrations"}
 _BOOL = {
     "trust_forwarded",
@@ -180,6 +193,11 @@ def _coerce(name: str, value: Any) -> Any:
             return int(value)
         except (TypeError, ValueError):
             raise ConfigError(f"{name}: {value!r} is not a whole number") from None
+    if name in _FLOAT:
+        try:
+            return float(value)
+        except (TypeError, ValueError):
+            raise ConfigError(f"{name}: {value!r} is not a number of seconds") from None
     if name in _PATH:
         return Path(str(value)).expanduser()
     if name in _BOOL:
@@ -263,5 +281,16 @@ def _validate(s: Settings) -> None:
         raise ConfigError("idempotency_ttl must be at least 1 second")
     if s.runtime not in ("auto", "docker", "process"):
         raise ConfigError(f"runtime: {s.runtime!r} is not one of auto, docker, process")
+    for name in ("proxy_connect_timeout", "proxy_idle_timeout"):
+        if not 0 < getattr(s, name) <= 86_400:
+            raise ConfigError(f"{name} must be more than 0 and at most 86400 seconds")
+    if s.proxy_max_relays < 1:
+        raise ConfigError("proxy_max_relays must be at least 1")
+    try:
+        EgressPolicy.parse(s.proxy_egress)
+        if s.upstream_proxy is not None:
+            resolve_upstream(s.upstream_proxy, {})
+    except EgressError as e:
+        raise ConfigError(str(e)) from None
     if not s.docs.exists():
         raise ConfigError(f"docs: {s.docs} does not exist")

@@ -30,7 +30,7 @@ from emulator.cloud.context import Cloud
 from emulator.cloud.media import MediaStore
 from emulator.cloud.secrets import SecretBox
 from emulator.cloud.tunnel_auth import make_authorizer
-from emulator.config import Settings
+from emulator.config import ConfigError, Settings
 from emulator.core.clock import iso
 from emulator.core.context import Core
 from emulator.idp.identity import Identity, Urls
@@ -44,7 +44,7 @@ from emulator.site.idempotency import Idempotency
 from emulator.site.ratelimit import RateLimiter
 from emulator.site.search import DocsIndex
 from emulator.site.state import Site
-from emulator.tunnel import LocalCA, TunnelServer
+from emulator.tunnel import EgressError, EgressPolicy, ForwardProxy, LocalCA, TunnelServer, Upstream, resolve_upstream
 
 log = logging.getLogger("emulator")
 
@@ -107,6 +107,23 @@ def load_integrations(path: Path) -> list[dict[str, Any]]:
     return msgspec.json.decode(path.read_bytes())
 
 
+def upstream_proxy(settings: Settings, own_ports: list[int]) -> Upstream | None:
+    """The proxy relays go through; refused when it is this emulator itself (a shell set up with `emulator env`
+    exports HTTPS_PROXY pointing here, and relaying to itself would loop until the relay cap)."""
+    try:
+        upstream = resolve_upstream(settings.upstream_proxy, os.environ)
+    except EgressError as e:
+        raise ConfigError(str(e)) from None
+    if upstream is not None and upstream.points_at([settings.host], own_ports):
+        fix = "unset it" if upstream.source != "upstream_proxy" else "name another proxy"
+        raise ConfigError(
+            f"{upstream.source}={upstream.display} is this emulator's own proxy (a shell set up with "
+            f"`emulator env` exports it): {fix} where the emulator starts, or set upstream_proxy = none "
+            "(EMULATOR_UPSTREAM_PROXY=none) to relay directly"
+        )
+    return upstream
+
+
 def write_endpoints(settings: Settings, endpoints: dict[str, str]) -> None:
     record = {
         "pid": os.getpid(),
@@ -140,6 +157,12 @@ async def serve(settings: Settings, on_ready: Any = None) -> None:
     tunnel_sock = bind(settings.host, settings.tunnel_port, "database tunnel")
     tunnel_port = tunnel_sock.getsockname()[1]
     s3_sock = bind(settings.host, settings.s3_port, "media store (S3)")
+    try:
+        upstream = upstream_proxy(settings, [s.getsockname()[1] for s in (*socks.values(), tunnel_sock, s3_sock)])
+    except ConfigError:
+        for sock in (*socks.values(), tunnel_sock, s3_sock):
+            sock.close()
+        raise
     urls = Urls(site=url_of(socks["site"]), auth=url_of(socks["auth"]), api=url_of(socks["api"]))
     core = await Core.open(settings)
     docs = DocsIndex(core, settings.docs)
@@ -179,6 +202,14 @@ async def serve(settings: Settings, on_ready: Any = None) -> None:
             "runtime": cloud.runtime.kind,
             "s3": cloud.media.endpoint,
         }
+        forward = ForwardProxy(
+            EgressPolicy.parse(settings.proxy_egress),
+            upstream,
+            on_event=lambda kind, data: core.bus.publish(kind, f"{data['host']}:{data['port']}", **data),
+            connect_timeout=settings.proxy_connect_timeout,
+            idle_timeout=settings.proxy_idle_timeout,
+            max_relays=settings.proxy_max_relays,
+        )
         site = Site(
             core=core,
             docs=docs,
@@ -191,6 +222,7 @@ async def serve(settings: Settings, on_ready: Any = None) -> None:
             integrations=load_integrations(settings.integrations),
             started_at=time.time(),
             endpoints=endpoints,
+            proxy=forward,
         )
         register_limiter = RateLimiter(core.clock, settings.registration_rate_limit, 60, "register")
         core.clock.on_due(register_limiter.sweep)
@@ -217,6 +249,7 @@ async def serve(settings: Settings, on_ready: Any = None) -> None:
             tunnel_port,
             make_authorizer(cloud),
             on_event=lambda kind, data: core.bus.publish(kind, f"{data.get('org')}:{data.get('db')}", **data),
+            forward=forward,
         )
         await tunnel.start(tunnel_sock)
         tasks = [asyncio.create_task(server.serve(sockets=[sock])) for server, sock in servers]

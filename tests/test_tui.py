@@ -27,6 +27,7 @@ from textual.widgets import DataTable, Input
 from emulator.idp.login import CLIENT_ID
 from tests import agent_flow as flow
 from tests.conftest import FROZEN_AT, Emulator
+from tests.test_proxy import Origin, echo_through
 from tui.app import Dashboard
 from tui.client import Locator
 from tui.filter import RowFilter
@@ -177,6 +178,19 @@ async def test_registrations_trials_and_databases_appear_live(tui_emu: Emulator)
         await until(pilot, lambda: (row_of(app, "registrations", other["id"]) or [""] * 4)[3] == "pending", "claim")
         # The log pane follows the journal.
         assert any(f"trial.created [{trial['org']}]" in line for line in app.log_view.lines())
+
+
+async def test_a_relayed_connection_shows_in_the_log(tui_emu: Emulator) -> None:
+    origin = await Origin().start()
+    try:
+        async with dashboard(tui_emu) as (app, pilot):
+            assert await echo_through(tui_emu.endpoints["proxy"], f"127.0.0.1:{origin.port}", b"ping") == b"ping"
+            line = f"proxy.relay [127.0.0.1:{origin.port}] host=127.0.0.1 port={origin.port} route=direct status=200"
+            await until(pilot, lambda: any(line in text for text in app.log_view.lines()), "the relay's line")
+            shown = next(text for text in app.log_view.lines() if line in text)
+            assert "outcome=closed" in shown and "bytes_up=4 bytes_down=4" in shown
+    finally:
+        await origin.close()
 
 
 async def test_time_left_runs_on_the_emulators_clock_and_the_trial_is_deleted_at_48h(tui_emu: Emulator) -> None:

@@ -25,7 +25,7 @@ from cryptography.x509.oid import ExtendedKeyUsageOID
 
 from emulator.tunnel import LocalCA, Refusal, Route, TunnelServer
 from emulator.tunnel import ca as ca_module
-from tests.pxt_client import venv_dir
+from tests.pxt_client import ensure_client
 
 DOMAIN = "pxt.test"
 HOST = f"acme-main.{DOMAIN}"
@@ -380,24 +380,31 @@ async def test_failing_authorizer_is_503(tunnel: Tunnel, ca: LocalCA) -> None:
 
 @pytest.mark.parametrize(
     "target",
-    [
-        "example.com:443",
-        "10.0.0.1:80",
-        "127.0.0.1:{backend}",
-        "acme-main.pxt.test:{other}",
-        "a.b.pxt.test:{port}",
-        "pxt.test:{port}",
-        "acme-main.pxt.test.example.com:{port}",
-        "[::1]:{port}",
-    ],
+    ["acme-main.pxt.test:{other}", "a.b.pxt.test:{port}", "pxt.test:{port}", "ACME-MAIN.PXT.TEST.:{other}"],
 )
-async def test_connect_outside_the_tunnel_is_403(tunnel: Tunnel, backend: Backend, target: str) -> None:
-    target = target.format(backend=backend.port, port=tunnel.port, other=tunnel.port + 1)
+async def test_connect_in_the_tunnel_domain_never_leaves(tunnel: Tunnel, backend: Backend, target: str) -> None:
+    target = target.format(port=tunnel.port, other=tunnel.port + 1)
     before = backend.connections
     answer = await in_thread(raw_exchange, tunnel.port, f"CONNECT {target} HTTP/1.1\r\nHost: {target}\r\n\r\n".encode())
     assert answer.startswith(b"HTTP/1.1 403 Forbidden\r\n")
-    assert answer.endswith(f"this proxy only reaches *.{DOMAIN}:{tunnel.port}\n".encode())  # closed after the body
+    # closed after the body
+    assert answer.endswith(f"in {DOMAIN} this proxy only reaches <org>-<db>.{DOMAIN}:{tunnel.port}\n".encode())
     assert backend.connections == before and tunnel.calls == []  # nothing was reached
+    assert tunnel.events.of("proxy.relay") == []
+
+
+@pytest.mark.parametrize(
+    "target",
+    ["example.com:443", "127.0.0.1:{backend}", "acme-main.pxt.test.example.com:{port}", "[::1]:{port}"],
+)
+async def test_other_hosts_are_refused_by_default(tunnel: Tunnel, backend: Backend, target: str) -> None:
+    """A TunnelServer given no forward proxy relays nothing (the emulator gives it one with its policy)."""
+    target = target.format(backend=backend.port, port=tunnel.port)
+    before = backend.connections
+    answer = await in_thread(raw_exchange, tunnel.port, f"CONNECT {target} HTTP/1.1\r\nHost: {target}\r\n\r\n".encode())
+    assert answer.startswith(b"HTTP/1.1 403 Forbidden\r\n")
+    assert answer.endswith(b"; change proxy_egress (emulator up --proxy-egress allow, or add the host to its list)\n")
+    assert backend.connections == before and tunnel.calls == []
 
 
 @pytest.mark.parametrize(
@@ -517,7 +524,12 @@ async def test_close_ends_open_tunnels(ca: LocalCA, backend: Backend, dead_port:
 
 # -- the real client ------------------------------------------------------------------------------------------------
 
-CLIENT_PYTHON = venv_dir() / "bin" / "python"
+
+@pytest.fixture(scope="module")
+def client_python() -> Path:
+    """The real client's interpreter, its virtualenv built here when missing (as the other real-client tests do)."""
+    return ensure_client().parent / "python"
+
 
 # Runs the client's own tunnel code: Env.proxy_endpoint() turns PIXELTABLE_CLOUD_HOST into <org>-<db>.<domain>:<port>,
 # and TunnelTransport does the rest (HTTPS_PROXY, CONNECT, TLS against SSL_CERT_FILE, PXT/1.0, pooled HTTP/1.1).
@@ -551,8 +563,9 @@ print(json.dumps({'endpoint': [host, port], 'health': health, 'echo_ok': echoed 
 """
 
 
-@pytest.mark.skipif(not CLIENT_PYTHON.exists(), reason=f"the pixeltable 0.7.21 virtualenv is missing ({CLIENT_PYTHON})")
-async def test_real_client_through_https_proxy(tunnel: Tunnel, ca: LocalCA, backend: Backend, tmp_path: Path) -> None:
+async def test_real_client_through_https_proxy(
+    tunnel: Tunnel, ca: LocalCA, backend: Backend, tmp_path: Path, client_python: Path
+) -> None:
     dropped = {"https_proxy", "http_proxy", "all_proxy", "no_proxy", "pixeltable_api_key", "ssl_cert_dir"}
     env = {k: v for k, v in os.environ.items() if k.lower() not in dropped and not k.startswith("PIXELTABLE_")}
     env |= {
@@ -566,7 +579,7 @@ async def test_real_client_through_https_proxy(tunnel: Tunnel, ca: LocalCA, back
     }
     before = backend.connections
     proc = await asyncio.create_subprocess_exec(
-        str(CLIENT_PYTHON),
+        str(client_python),
         "-c",
         CLIENT_SCRIPT,
         env=env,

@@ -76,6 +76,7 @@ async def status(request: Request[Any, Any, Any]) -> Response[bytes]:
                 "kind": site.cloud.runtime.kind if site.cloud else None,
                 "unenforced_limits": list(site.cloud.runtime.unenforced) if site.cloud else [],
             },
+            "proxy": site.proxy.status() if site.proxy else None,
             "limits": {
                 "ask_rate_limit": s.ask_rate_limit,
                 "ask_rate_window": s.ask_rate_window,

@@ -27,6 +27,7 @@ class Site:
     integrations: list[dict[str, Any]] = field(default_factory=list)
     started_at: float = 0.0
     endpoints: dict[str, str] = field(default_factory=dict)
+    proxy: Any = None  # the exported proxy's forward half (emulator.tunnel.ForwardProxy), for status
 
     def client_ip(self, request: Request[Any, Any, Any]) -> str:
         if self.core.settings.trust_forwarded:

@@ -5,9 +5,10 @@ The real client opens `<org>-<db>.<domain>:<port>`, either directly or through t
 `Authorization: Bearer <credential>`, waits for `PXT/1.0 200`, and then speaks HTTP/1.1 to the database's
 server over the same stream. This port serves both ways in:
 
-* a plaintext `CONNECT` is answered as a proxy would, but only for `<label>.<domain>:<public_port>`, and the
-  same connection then turns into the TLS endpoint in-process: the proxy never reaches anything but this
-  tunnel, so pointing HTTPS_PROXY at it cannot be used to get anywhere else;
+* a plaintext `CONNECT` is answered as a proxy would. For `<label>.<domain>:<public_port>` the same connection
+  then turns into the TLS endpoint in-process (tunnel hosts never leave this process); any other host is
+  relayed by the forward proxy (`forward.py`) under the egress policy, so a shell with HTTPS_PROXY pointed
+  here still reaches the rest of the internet;
 * a connection whose first byte starts a TLS record (a ClientHello) is the TLS endpoint directly.
 
 Every step before the relay is bounded in size and time. The relay copies bytes both ways, with
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import re
 import socket
@@ -28,6 +30,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from emulator.tunnel.ca import LocalCA, normalize_domain
+from emulator.tunnel.egress import EgressPolicy, valid_host
+from emulator.tunnel.forward import ForwardProxy
 
 log = logging.getLogger(__name__)
 
@@ -208,8 +212,11 @@ class TunnelServer:
         public_port: int,
         authorize: Authorize,
         on_event: OnEvent | None = None,
+        forward: ForwardProxy | None = None,
     ) -> None:
         self.domain = normalize_domain(domain)
+        # Hosts outside the tunnel domain: relayed under the forward proxy's policy (none relayed by default).
+        self.forward = forward or ForwardProxy(EgressPolicy("deny"))
         if self.domain != ca.domain:
             # the leaf would not cover the tunnel hosts, and every client would fail hostname verification
             raise ValueError(f"the CA's certificate is for {ca.domain}, not {self.domain}")
@@ -365,10 +372,20 @@ class TunnelServer:
             self._refused(tunnel, 400, "malformed CONNECT target", target=target[:200])
             await self._http_reply(writer, 400, "Bad Request", "the CONNECT target must be host:port\n")
             return None
-        if self._tunnel_label(host) is None or int(port_text) != self.public_port:
-            # the safety rule: nothing but this tunnel is ever reached through this proxy
-            self._refused(tunnel, 403, "CONNECT target outside the tunnel domain", target=target[:200])
-            body = f"this proxy only reaches *.{self.domain}:{self.public_port}\n"
+        if not valid_host(host):
+            self._refused(tunnel, 400, "malformed CONNECT target", target=target[:200])
+            await self._http_reply(writer, 400, "Bad Request", "the CONNECT target must be host:port\n")
+            return None
+        port = int(port_text)
+        name = host.lower().rstrip(".")
+        if name != self.domain and not name.endswith("." + self.domain):
+            reply = functools.partial(self._http_reply, writer)
+            await self.forward.serve(reader, writer, host, port, rest, reply)
+            return None
+        if self._tunnel_label(host) is None or port != self.public_port:
+            # the tunnel domain never leaves this process: only its database hosts, on this port, exist
+            self._refused(tunnel, 403, "no such tunnel host", target=target[:200])
+            body = f"in {self.domain} this proxy only reaches <org>-<db>.{self.domain}:{self.public_port}\n"
             await self._http_reply(writer, 403, "Forbidden", body)
             return None
         await self._http_reply(writer, 200, "Connection established")
