@@ -71,7 +71,7 @@ DOCKER_TIMEOUT_S = 60.0
 
 BODY = json.dumps({"title": "benchmark"}).encode()
 EXPECTED = {"title_upper": "BENCHMARK"}
-# The service's own log lines that mark the phases of a (re)start; emitted by emulator/runtime/hosted.py.
+# The service's own log lines that mark the phases of a (re)start; emitted by emulator/runtime/supervisor.py.
 STARTED = f"service {SERVICE} started, listening on "
 READY = f"service {SERVICE} is ready"
 ACCESS_LOG = re.compile(r'"(GET|POST) /')  # per-request lines: noise in a timeline

@@ -22,8 +22,8 @@ import httpx
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from emulator.admin.client import Locator  # noqa: E402
 from tui.app import Dashboard  # noqa: E402
-from tui.client import Locator  # noqa: E402
 
 JWT_BEARER = "urn:ietf:params:oauth:grant-type:jwt-bearer"
 

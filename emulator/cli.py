@@ -9,12 +9,11 @@ import signal
 import subprocess
 import sys
 import time
-import urllib.error
-import urllib.request
 from pathlib import Path
 from typing import Any
 
 from emulator import __version__
+from emulator.admin.client import EmulatorError, Locator, Unreachable, call, follow
 from emulator.config import ConfigError, Settings, default_state_dir, load_settings
 
 DESCRIPTION = """\
@@ -232,32 +231,23 @@ def _state_dir(args: argparse.Namespace) -> Path:
     return Path(args.state_dir or os.environ.get("EMULATOR_STATE_DIR") or default_state_dir()).expanduser()
 
 
-def _endpoints(args: argparse.Namespace) -> dict[str, Any]:
+def _locator(args: argparse.Namespace) -> Locator:
     url = getattr(args, "url", None) or os.environ.get("EMULATOR_URL")
-    if url:
-        return {"site": url.rstrip("/"), "base_url": url.rstrip("/")}
-    path = _state_dir(args) / "endpoints.json"
+    return Locator(url=url) if url else Locator(state_dir=_state_dir(args))
+
+
+def _endpoints(args: argparse.Namespace) -> dict[str, Any]:
     try:
-        return json.loads(path.read_text())
-    except FileNotFoundError:
-        raise SystemExit(f"emulator: not running ({path} does not exist); start it with `emulator up`") from None
+        return _locator(args).endpoints()
+    except Unreachable as e:
+        raise SystemExit(f"emulator: {e}") from None
 
 
 def _call(url: str, body: dict[str, Any] | None = None, timeout: float = 10) -> Any:
-    data = json.dumps(body).encode() if body is not None else None
-    req = urllib.request.Request(url, data=data, headers={"Content-Type": "application/json"})
     try:
-        with urllib.request.urlopen(req, timeout=timeout) as resp:
-            return json.loads(resp.read() or b"null")
-    except urllib.error.HTTPError as e:
-        detail = e.read().decode(errors="replace")
-        try:
-            detail = json.loads(detail)["error"]["message"]
-        except (ValueError, KeyError, TypeError):
-            pass
-        raise SystemExit(f"emulator: {detail}") from None
-    except (urllib.error.URLError, OSError) as e:
-        raise SystemExit(f"emulator: cannot reach {url} ({e}); is it running?") from None
+        return call(url, body, timeout)
+    except (EmulatorError, Unreachable) as e:
+        raise SystemExit(f"emulator: {e}") from None
 
 
 # --- commands ---------------------------------------------------------------------------------------
@@ -343,7 +333,6 @@ def _up_with_tui(args: argparse.Namespace, settings: Settings) -> int:
     if _detach(args, settings) != 0:
         return 1
     from tui.app import run
-    from tui.client import Locator
 
     pid = json.loads(settings.endpoints_path.read_text())["pid"]
     try:
@@ -476,16 +465,12 @@ def cmd_events(args: argparse.Namespace) -> int:
         for event in _call(f"{site}/_emulator/journal?{query}&limit=5000")["events"]:
             show(event)
         return 0
-    req = urllib.request.Request(f"{site}/_emulator/events?{query}", headers={"Accept": "text/event-stream"})
     try:
-        with urllib.request.urlopen(req) as resp:
-            for raw in resp:
-                line = raw.decode().rstrip("\n")
-                if line.startswith("data: "):
-                    show(json.loads(line[6:]))
+        for event in follow(f"{site}/_emulator/events?{query}"):
+            show(event)
     except KeyboardInterrupt:
         pass
-    except (urllib.error.URLError, OSError) as e:
+    except Unreachable as e:
         raise SystemExit(f"emulator: the event stream ended ({e})") from None
     return 0
 
@@ -523,10 +508,8 @@ def cmd_claim_trial(args: argparse.Namespace) -> int:
 
 def cmd_tui(args: argparse.Namespace) -> int:
     from tui.app import run
-    from tui.client import Locator
 
-    url = getattr(args, "url", None) or os.environ.get("EMULATOR_URL")
-    run(Locator(url=url) if url else Locator(state_dir=_state_dir(args)), readonly=args.readonly)
+    run(_locator(args), readonly=args.readonly)
     return 0
 
 

@@ -23,28 +23,42 @@ import msgspec
 import uvicorn
 
 from emulator import __version__
-from emulator.cloud import orgs
 from emulator.cloud.app import build_cloud_app
-from emulator.cloud.blobs import Blobs
-from emulator.cloud.context import Cloud
-from emulator.cloud.media import MediaStore
-from emulator.cloud.secrets import SecretBox
-from emulator.cloud.tunnel_auth import make_authorizer
 from emulator.config import ConfigError, Settings
+from emulator.core import kinds
 from emulator.core.clock import iso
 from emulator.core.context import Core
+from emulator.core.errors import ApiError
+from emulator.core.kinds import Kind
+from emulator.hosted import databases, trials
+from emulator.hosted.auth import Authenticator
+from emulator.hosted.blobs import Blobs
+from emulator.hosted.platform import Platform
+from emulator.hosted.reconciler import Reconciler
+from emulator.hosted.secrets import SecretBox
 from emulator.idp.identity import Identity, Urls
 from emulator.idp.keys import Signer
 from emulator.idp.login import Logins
 from emulator.idp.routes import Idp, build_idp_app
+from emulator.media.store import MediaStore
 from emulator.runtime.choose import make_launcher
-from emulator.runtime.hosted import HostedRuntime
 from emulator.site.app import build_site_app
 from emulator.site.idempotency import Idempotency
 from emulator.site.ratelimit import RateLimiter
 from emulator.site.search import DocsIndex
 from emulator.site.state import Site
-from emulator.tunnel import EgressError, EgressPolicy, ForwardProxy, LocalCA, TunnelServer, Upstream, resolve_upstream
+from emulator.tunnel import (
+    Authorize,
+    EgressError,
+    EgressPolicy,
+    ForwardProxy,
+    LocalCA,
+    Refusal,
+    Route,
+    TunnelServer,
+    Upstream,
+    resolve_upstream,
+)
 
 log = logging.getLogger("emulator")
 
@@ -124,6 +138,19 @@ def upstream_proxy(settings: Settings, own_ports: list[int]) -> Upstream | None:
     return upstream
 
 
+def tunnel_authorizer(platform: Platform) -> Authorize:
+    """The tunnel's check: the platform's, with its refusals in the tunnel's terms."""
+
+    async def authorize(org: str, db: str, credential: str) -> Route | Refusal:
+        try:
+            host, port, who = await platform.tunnel_route(org, db, credential)
+        except ApiError as e:
+            return Refusal(e.status if 400 <= e.status <= 599 else 503, e.message)
+        return Route(host, port, who)
+
+    return authorize
+
+
 def write_endpoints(settings: Settings, endpoints: dict[str, str]) -> None:
     record = {
         "pid": os.getpid(),
@@ -166,7 +193,7 @@ async def serve(settings: Settings, on_ready: Any = None) -> None:
     urls = Urls(site=url_of(socks["site"]), auth=url_of(socks["auth"]), api=url_of(socks["api"]))
     core = await Core.open(settings)
     docs = DocsIndex(core, settings.docs)
-    cloud: Cloud | None = None
+    platform: Platform | None = None
     tunnel: TunnelServer | None = None
     try:
         await docs.build()
@@ -178,18 +205,25 @@ async def serve(settings: Settings, on_ready: Any = None) -> None:
         signer = Signer.load_or_create(settings.state_dir)
         identity = Identity(core, signer, urls)
         logins = Logins(identity)
-        cloud = Cloud(core, signer, urls, secret_box=SecretBox.load_or_create(settings.state_dir))
-        cloud.blobs = Blobs(core, settings.state_dir / "blobs", urls.api)
+        auth = Authenticator(core, signer, urls.api)
+        box = SecretBox.load_or_create(settings.state_dir)
+        blobs = Blobs(core, settings.state_dir / "blobs", urls.api)
         runtime_root = settings.state_dir / "runtime"
-        forward = [s.getsockname()[1] for s in (socks["api"], s3_sock)]
-        cloud.runtime = HostedRuntime(cloud, runtime_root, make_launcher(settings, runtime_root, forward))
-        await cloud.runtime.open()
+        way_home = [s.getsockname()[1] for s in (socks["api"], s3_sock)]
+        launcher = make_launcher(settings, runtime_root, way_home)
+        reconciler = Reconciler(core, box, blobs, auth, urls.api, runtime_root, launcher)
+        platform = Platform(core, auth, box, blobs, reconciler, api_url=urls.api, auth_url=urls.auth)
+        await reconciler.open()
+
+        async def live_databases() -> list[tuple[str, str]]:
+            return [(d.org_id, d.name) for d in await databases.every(core.store)]
+
         # Before the origins serve: the first get_bucket_credentials may come as soon as they do.
-        cloud.media = MediaStore(core, s3_sock, url_of(s3_sock), settings.media_quota_bytes)
-        await cloud.media.start()
+        platform.media = MediaStore(core, s3_sock, url_of(s3_sock), settings.media_quota_bytes, live_databases)
+        await platform.media.start()
         core.clock.on_due(limiter.sweep)
         core.clock.on_due(idem.sweep)
-        core.clock.on_due(lambda now: orgs.expire_trials(core, now))
+        core.clock.on_due(lambda now: trials.expire(core, now))
         ca = LocalCA.load_or_create(settings.state_dir / "tls", settings.cloud_domain)
         endpoints = {
             "site": urls.site,
@@ -199,13 +233,13 @@ async def serve(settings: Settings, on_ready: Any = None) -> None:
             "tunnel": f"{settings.cloud_domain}:{tunnel_port}",
             "proxy": f"http://{settings.host}:{tunnel_port}",
             "ca_bundle": str(ca.bundle_path),
-            "runtime": cloud.runtime.kind,
-            "s3": cloud.media.endpoint,
+            "runtime": reconciler.kind,
+            "s3": platform.media.endpoint,
         }
         forward = ForwardProxy(
             EgressPolicy.parse(settings.proxy_egress),
             upstream,
-            on_event=lambda kind, data: core.bus.publish(kind, f"{data['host']}:{data['port']}", **data),
+            on_event=lambda kind, data: core.bus.publish(Kind(kind), f"{data['host']}:{data['port']}", **data),
             connect_timeout=settings.proxy_connect_timeout,
             idle_timeout=settings.proxy_idle_timeout,
             max_relays=settings.proxy_max_relays,
@@ -218,7 +252,7 @@ async def serve(settings: Settings, on_ready: Any = None) -> None:
             idempotency=idem,
             identity=identity,
             logins=logins,
-            cloud=cloud,
+            platform=platform,
             integrations=load_integrations(settings.integrations),
             started_at=time.time(),
             endpoints=endpoints,
@@ -229,7 +263,7 @@ async def serve(settings: Settings, on_ready: Any = None) -> None:
         apps = {
             "site": build_site_app(site),
             "auth": build_idp_app(Idp(core, identity, register_limiter, logins)),
-            "api": build_cloud_app(cloud),
+            "api": build_cloud_app(platform),
         }
         servers = [(_Server(_uvicorn_config(apps[name], settings)), socks[name]) for name in socks]
 
@@ -247,8 +281,10 @@ async def serve(settings: Settings, on_ready: Any = None) -> None:
             ca,
             settings.cloud_domain,
             tunnel_port,
-            make_authorizer(cloud),
-            on_event=lambda kind, data: core.bus.publish(kind, f"{data.get('org')}:{data.get('db')}", **data),
+            tunnel_authorizer(platform),
+            on_event=lambda kind, data: core.bus.publish(
+                Kind(kind), kinds.database(str(data.get("org")), str(data.get("db"))), **data
+            ),
             forward=forward,
         )
         await tunnel.start(tunnel_sock)
@@ -259,10 +295,10 @@ async def serve(settings: Settings, on_ready: Any = None) -> None:
             await asyncio.sleep(0.005)
         await core.run_due()  # what fell due while the emulator was down, before anyone is told it is up
         write_endpoints(settings, endpoints)
-        await cloud.runtime.resume()  # services that were running come back (they start in the background)
+        await reconciler.resume()  # services that were running come back (they start in the background)
         core.start_ticker()
         core.bus.publish(
-            "emulator.started",
+            Kind.EMULATOR_STARTED,
             None,
             version=__version__,
             endpoints=endpoints,
@@ -275,10 +311,10 @@ async def serve(settings: Settings, on_ready: Any = None) -> None:
         if tunnel is not None:
             await tunnel.close()
         tunnel_sock.close()
-        if cloud is not None and cloud.runtime is not None:
-            await cloud.runtime.close()
-        if cloud is not None and cloud.media is not None:
-            await cloud.media.close()  # after the databases, which may still write media while stopping
+        if platform is not None:
+            await platform.reconciler.close()
+        if platform is not None and platform.media is not None:
+            await platform.media.close()  # after the databases, which may still write media while stopping
         s3_sock.close()
         for sock in socks.values():
             sock.close()

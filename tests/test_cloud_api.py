@@ -460,3 +460,39 @@ async def test_not_an_operation(emu: Emulator, body: bytes) -> None:
         await c.post(emu.api, content=body, headers={"X-api-key": t["api_key"]}), 400, "Bad Request", "operation_type"
     )
     await c.aclose()
+
+
+@pytest.mark.parametrize(
+    ("body", "field"),
+    [
+        ({"operation_type": "list_services", "db": ["main"]}, "$.db"),
+        ({"operation_type": "stop_service", "db": ["main"], "service_name": "x"}, "$.db"),
+        ({"operation_type": "report_service_instance", "db": "main", "service_name": 7}, "$.service_name"),
+        ({"operation_type": "get_logs", "db": "main", "base_path": 1, "service_name": "x"}, "$.base_path"),
+        (
+            {
+                "operation_type": "get_receipts",
+                "receipts": [{"kind": ["database"], "resource_id": "x", "generation": 1}],
+            },
+            "$.receipts[0].kind",
+        ),
+        ({"operation_type": "prepare_update", "db": "main", "service_mutations": True}, "$.service_mutations"),
+        ({"operation_type": "submit_update", "db": "main"}, "expected_generations"),
+        ({"operation_type": "create_key", "name": "k", "grants": "all"}, "$.grants"),
+    ],
+)
+async def test_a_wrongly_typed_field_is_a_400_naming_it(emu: Emulator, body: dict, field: str) -> None:
+    c, t = await trial(emu)
+    r = await op(c, emu, t["api_key"], **body)
+    assert_plain(r, 400, "Bad Request", f"{body['operation_type']}: ")
+    assert field in r.text
+    await c.aclose()
+
+
+async def test_get_logs_bounds_since_seconds(emu: Emulator) -> None:
+    c, t = await trial(emu)
+    r = await op(c, emu, t["api_key"], operation_type="get_logs", db="main", since_seconds=2**64)
+    assert_plain(r, 400, "Bad Request", "since_seconds must be from 1 to")
+    ok = await op(c, emu, t["api_key"], operation_type="get_logs", db="main", since_seconds=86_400)
+    assert ok.status_code == 200 and "records" in ok.json()
+    await c.aclose()

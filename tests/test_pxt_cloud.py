@@ -506,6 +506,14 @@ def test_11_a_second_service_and_its_removal_by_prune(session: Session) -> None:
         assert inside(container(session.e, "service", "extra"), f"test -f {lock} && echo ok") == "ok"
         assert inside(container(session.e, "service", "ingest"), f"test -f {lock} && echo ok") == "ok"
 
+    # get_usage counts the services; a retry of a generation that is not the service's current one is 409,
+    # as it is for a database
+    usage = httpx.post(session.e.api, json={"operation_type": "get_usage"}, headers=key, timeout=30).json()
+    assert {r["label"]: (r["used"], r["limit"]) for r in usage["resources"]}["Services"] == (2, 2)
+    stale = {"operation_type": "retry", "kind": "service", "db": "main", "service_name": "extra", "generation": 99}
+    r = httpx.post(session.e.api, json=stale, headers=key, timeout=30)
+    assert r.status_code == 409 and "is not the current one" in r.text, r.text
+
     # The file no longer defines it: prune stops and forgets it, and its route is gone.
     app.write_text(app.read_text().replace(EXTRA_SERVICE, ""))
     assert "extra" in session.run("service", "prune", "app.py", session.db, "--dry-run", ok=False)  # changes pending

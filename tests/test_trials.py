@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import re
 from datetime import UTC, datetime
 
@@ -123,3 +124,13 @@ async def test_claim_page_refuses_a_non_email(client: httpx.AsyncClient, emu: Em
     _, _, trial = await flow.new_trial(client, emu)
     r = await client.post(trial["claim_url"], data={"email": "not-an-email"})
     assert r.status_code == 400 and "e-mail" in r.text
+
+
+async def test_one_registration_gets_one_trial_however_many_ask_at_once(emu: Emulator) -> None:
+    """The "already has a trial" check runs in the transaction that creates it: 20 concurrent requests with one
+    token give one 201 and nineteen 409s."""
+    async with emu.client() as c:
+        _, token = await flow.access_token(c, emu)
+        answers = await asyncio.gather(*(flow.create_trial(c, emu, token) for _ in range(20)))
+    statuses = sorted(r.status_code for r in answers)
+    assert statuses == [201] + [409] * 19

@@ -24,12 +24,12 @@ import pytest
 from textual.pilot import Pilot
 from textual.widgets import DataTable, Input
 
+from emulator.admin.client import Locator
 from emulator.idp.login import CLIENT_ID
 from tests import agent_flow as flow
 from tests.conftest import FROZEN_AT, Emulator
 from tests.test_proxy import Origin, echo_through
 from tui.app import Dashboard
-from tui.client import Locator
 from tui.filter import RowFilter
 from tui.keys import KEYS
 from tui.model import affected, fmt_left

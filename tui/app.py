@@ -24,8 +24,9 @@ from textual.message import Message
 from textual.screen import ModalScreen, Screen
 from textual.widgets import DataTable, Footer, Input, Static, TabbedContent, TabPane
 
-from emulator.admin.routes import EventView
-from tui.client import EmulatorClient, EmulatorError, Locator, Unreachable
+from emulator.admin.client import EmulatorClient, EmulatorError, Locator, Unreachable
+from emulator.admin.wire import EventView
+from emulator.core.kinds import Kind
 from tui.filter import RowFilter
 from tui.keys import ACTS, VIEWS, bindings, visible
 from tui.model import ALL, SNAPSHOTS, Model, affected, fmt_left, fmt_stamp
@@ -243,10 +244,10 @@ class Dashboard(App[None]):
     def _on_event(self, event: EventView) -> None:
         self.model.last_seq = event.seq
         self.model.note_event(event.kind, event.subject, event.data)
-        if event.kind == "clock.moved":
+        if event.kind == Kind.CLOCK_MOVED:
             self._render_clock()
             self._render({"orgs", "registrations"})
-        elif event.kind == "trial.expired":
+        elif event.kind == Kind.TRIAL_EXPIRED:
             self._render({"orgs"})
         if event.seq > self._snapshot_seq:
             stale = affected(event.kind)
@@ -257,11 +258,10 @@ class Dashboard(App[None]):
 
     def _entry(self, event: EventView) -> Entry:
         stamp = fmt_stamp(event.ts)
-        if event.kind == "db.log":
-            org_id, _, db = (event.subject or "").rpartition(":")
-            scope = f"{self.model.org_slug(org_id)}:{db}"
+        if event.kind == Kind.DB_LOG:
+            scope = event.subject or ""
             return db_line(stamp, scope, event.data.get("service"), str(event.data.get("line", ""))), scope
-        if event.kind == "clock.moved":
+        if event.kind == Kind.CLOCK_MOVED:
             moved = float(event.data["now"]) - float(event.data["before"])
             sign = "+" if moved >= 0 else "-"
             data = f"to {event.data['iso']} ({sign}{fmt_left(abs(moved)) if moved else '0s'})"

@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from emulator.core.kinds import Kind
+
 # Snapshot name -> admin path. Each is one small collection.
 SNAPSHOTS: dict[str, str] = {
     "registrations": "/_emulator/registrations",
@@ -22,34 +24,62 @@ SNAPSHOTS: dict[str, str] = {
 }
 ALL = frozenset(SNAPSHOTS)
 
-# Event kind prefix -> the snapshots it makes stale; the first matching prefix wins.
-_AFFECTS: list[tuple[str, frozenset[str]]] = [
-    ("db.log", frozenset()),
-    ("idp.login_", frozenset({"logins"})),
-    ("idp.claim", frozenset({"claims", "registrations"})),
-    ("idp.registered", frozenset({"claims", "registrations"})),
-    ("idp.user_created", frozenset()),
-    ("idp.session", frozenset()),
-    ("idp.", frozenset({"registrations"})),
-    ("trial.", frozenset({"orgs", "registrations", "claims"})),
-    ("cloud.org_", frozenset({"orgs"})),
-    ("cloud.key_", frozenset({"orgs"})),
-    ("db.state", frozenset({"orgs", "services"})),
-    ("db.", frozenset({"orgs"})),
-    ("tunnel.connected", frozenset({"orgs"})),
-    ("tunnel.closed", frozenset({"orgs"})),
-    ("service.", frozenset({"services"})),
+_ORGS, _REGS, _CLAIMS = frozenset({"orgs"}), frozenset({"registrations"}), frozenset({"claims", "registrations"})
+# Event kind -> the snapshots it makes stale (a kind not named here stales none).
+_AFFECTS: dict[str, frozenset[str]] = {
+    **dict.fromkeys((Kind.IDP_LOGIN_STARTED, Kind.IDP_LOGIN_APPROVED, Kind.IDP_LOGIN_DENIED), frozenset({"logins"})),
+    **dict.fromkeys(
+        (
+            Kind.IDP_REGISTERED,
+            Kind.IDP_CLAIM_STARTED,
+            Kind.IDP_CLAIM_CONFIRMED,
+            Kind.IDP_CLAIM_DENIED,
+            Kind.IDP_CLAIMED,
+        ),
+        _CLAIMS,
+    ),
+    **dict.fromkeys((Kind.IDP_REFRESHED, Kind.IDP_TOKEN_ISSUED, Kind.IDP_TOKEN_REVOKED), _REGS),
+    **dict.fromkeys(
+        (Kind.TRIAL_CREATED, Kind.TRIAL_CLAIMED, Kind.TRIAL_EXPIRED), frozenset({"orgs", "registrations", "claims"})
+    ),
+    **dict.fromkeys(
+        (Kind.CLOUD_ORG_CREATED, Kind.CLOUD_KEY_CREATED, Kind.CLOUD_KEY_UPDATED, Kind.CLOUD_KEY_DELETED), _ORGS
+    ),
+    Kind.DB_STATE: frozenset({"orgs", "services"}),
+    **dict.fromkeys(
+        (
+            Kind.DB_UPDATE_ACCEPTED,
+            Kind.DB_START_ACCEPTED,
+            Kind.DB_STOP_ACCEPTED,
+            Kind.DB_RESTART_ACCEPTED,
+            Kind.DB_DELETE_ACCEPTED,
+            Kind.DB_RECEIPT,
+            Kind.DB_RESIZED,
+            Kind.DB_EXITED,
+            Kind.TUNNEL_CONNECTED,
+            Kind.TUNNEL_CLOSED,
+        ),
+        _ORGS,
+    ),
+    **dict.fromkeys(
+        (
+            Kind.SERVICE_ACCEPTED,
+            Kind.SERVICE_STOP_ACCEPTED,
+            Kind.SERVICE_RESTART_ACCEPTED,
+            Kind.SERVICE_DELETE_ACCEPTED,
+            Kind.SERVICE_STATE,
+            Kind.SERVICE_RESIZED,
+        ),
+        frozenset({"services"}),
+    ),
     # Pending claims and sign-ins lapse with time.
-    ("clock.moved", frozenset({"claims", "logins"})),
-    ("emulator.started", ALL),
-]
+    Kind.CLOCK_MOVED: frozenset({"claims", "logins"}),
+    Kind.EMULATOR_STARTED: ALL,
+}
 
 
 def affected(kind: str) -> frozenset[str]:
-    for prefix, names in _AFFECTS:
-        if kind.startswith(prefix):
-            return names
-    return frozenset()
+    return _AFFECTS.get(kind, frozenset())
 
 
 @dataclass
@@ -102,17 +132,11 @@ class Model:
 
     def note_event(self, kind: str, subject: str | None, data: dict[str, Any]) -> None:
         """What an event tells directly, without a fetch."""
-        if kind == "clock.moved":
+        if kind == Kind.CLOCK_MOVED:
             self.clock.set(float(data["now"]), bool(data["frozen"]))
-        elif kind == "trial.expired" and subject:
+        elif kind == Kind.TRIAL_EXPIRED and subject:
             self.expired[subject] = {"org": subject, **data}
             self.orgs = [o for o in self.orgs if o["org"] != subject]
-
-    def org_slug(self, org_id: str) -> str:
-        for o in self.orgs:
-            if o["org_id"] == org_id:
-                return str(o["org"])
-        return org_id
 
     def trials(self) -> list[dict[str, Any]]:
         return [o for o in self.orgs if o["trial"]]

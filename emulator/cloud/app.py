@@ -16,24 +16,17 @@ from litestar import Litestar, Request, Response, get, post
 from litestar.datastructures import State
 from litestar.exceptions import HTTPException
 
-from emulator.cloud import blobs, databases, keys, media, orgs, secrets, services
-from emulator.cloud.auth import Caller, authenticate
-from emulator.cloud.context import Cloud, Operation
+from emulator.cloud import blobs
+from emulator.cloud.context import platform_of
+from emulator.cloud.operations import OPERATIONS
 from emulator.core import jsonbody
 from emulator.core.errors import ApiError
+from emulator.core.kinds import Kind
+from emulator.hosted.platform import Platform
 from emulator.site.errors import log_internal
 
 _encode = msgspec.json.Encoder().encode
 PLAN_CODES = ("PLAN_LIMIT", "PAYMENT_REQUIRED", "STORE_FULL")
-
-OPERATIONS: dict[str, Operation] = {
-    **orgs.OPERATIONS,
-    **keys.OPERATIONS,
-    **secrets.OPERATIONS,
-    **databases.OPERATIONS,
-    **services.OPERATIONS,
-    **media.OPERATIONS,
-}
 
 
 def plain_error(_: Request[Any, Any, Any], exc: ApiError) -> Response[str]:
@@ -57,15 +50,10 @@ def internal_error(request: Request[Any, Any, Any], exc: Exception) -> Response[
     return plain_error(request, ApiError(500, "internal", "the control plane failed; see the emulator's log"))
 
 
-async def _caller(cloud: Cloud, request: Request[Any, Any, Any]) -> Caller:
-    keys = cloud.runtime.runtime_keys if cloud.runtime else {}
-    return await authenticate(cloud.core, cloud.signer, cloud.urls.api, request.headers, keys)
-
-
 @post("/", status_code=200, exception_handlers={ApiError: plain_error})
 async def management(request: Request[Any, Any, Any]) -> Response[bytes]:
-    cloud: Cloud = request.app.state["cloud"]
-    caller = await _caller(cloud, request)
+    platform = platform_of(request)
+    caller = await platform.auth.from_headers(request.headers)
     try:
         body = jsonbody.decode(await request.body())
     except jsonbody.NotJson as e:
@@ -73,12 +61,22 @@ async def management(request: Request[Any, Any, Any]) -> Response[bytes]:
     if not isinstance(body, dict) or not isinstance(body.get("operation_type"), str):
         raise ApiError(400, "bad_request", "the body must be a JSON object with an operation_type")
     op = body["operation_type"]
-    handler = OPERATIONS.get(op)
-    if handler is None:
+    found = OPERATIONS.get(op)
+    if found is None:
         raise ApiError(400, "bad_request", f"unknown operation_type {op!r}")
-    result = await handler(cloud, caller, body)
-    cloud.core.bus.publish(
-        "cloud.call", caller.org, operation=op, credential=caller.credential, key=caller.key_name, email=caller.email
+    kind, handler = found
+    try:
+        req = msgspec.convert(body, kind)
+    except msgspec.ValidationError as e:
+        raise ApiError(400, "bad_request", f"{op}: {e}") from None
+    result = await handler(platform, caller, req)
+    platform.core.bus.publish(
+        Kind.CLOUD_CALL,
+        caller.org,
+        operation=op,
+        credential=caller.credential,
+        key=caller.key_name,
+        email=caller.email,
     )
     return Response(_encode(result), media_type="application/json")
 
@@ -86,17 +84,17 @@ async def management(request: Request[Any, Any, Any]) -> Response[bytes]:
 @get("/.well-known/pixeltable-auth")
 async def pixeltable_auth(request: Request[Any, Any, Any]) -> Response[bytes]:
     """Where `pxt login` signs in: the identity provider's device-authorization stub."""
-    cloud: Cloud = request.app.state["cloud"]
     return Response(
-        _encode({"client_id": "client_pxt_emulator", "workos_api": cloud.urls.auth}), media_type="application/json"
+        _encode({"client_id": "client_pxt_emulator", "workos_api": platform_of(request).auth_url}),
+        media_type="application/json",
     )
 
 
-def build_cloud_app(cloud: Cloud) -> Litestar:
+def build_cloud_app(platform: Platform) -> Litestar:
     return Litestar(
         route_handlers=[management, pixeltable_auth, *blobs.HANDLERS],
         exception_handlers={HTTPException: http_error, ApiError: plain_error, Exception: internal_error},
-        state=State({"cloud": cloud}),
+        state=State({"platform": platform}),
         openapi_config=None,
         logging_config=None,
         debug=False,

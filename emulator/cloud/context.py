@@ -1,30 +1,15 @@
-"""What every control-plane operation shares."""
+"""How the control plane's handlers reach the platform: one typed accessor over the app's state."""
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from emulator.cloud.auth import Caller
-from emulator.core.context import Core
-from emulator.idp.identity import Urls
-from emulator.idp.keys import Signer
+from litestar import Request
 
-if TYPE_CHECKING:
-    from emulator.cloud.media import MediaStore
+from emulator.hosted.platform import Platform
 
 
-@dataclass
-class Cloud:
-    core: Core
-    signer: Signer
-    urls: Urls
-    secret_box: Any = None  # emulator.cloud.secrets.SecretBox
-    blobs: Any = None  # emulator.cloud.blobs.Blobs
-    media: MediaStore | None = None  # the home buckets' S3 endpoint
-    # set by the server once the runtime exists (the hosted databases' processes)
-    runtime: Any = None
-
-
-Operation = Callable[[Cloud, Caller, dict[str, Any]], Awaitable[dict[str, Any]]]
+def platform_of(request: Request[Any, Any, Any]) -> Platform:
+    platform = request.app.state["platform"]
+    assert isinstance(platform, Platform)
+    return platform

@@ -12,6 +12,7 @@ from emulator.core.clock import Clock, ClockState
 from emulator.core.events import EventBus
 from emulator.core.faults import Faults
 from emulator.core.ids import Ids
+from emulator.core.kinds import Kind
 from emulator.core.store import Store
 from emulator.core.switches import Switches
 from emulator.core.tasks import cancel
@@ -74,7 +75,7 @@ class Core:
             self.clock.resume()
         await self._save_clock()
         state = self.clock.state()
-        self.bus.publish("clock.moved", None, before=before, now=state.now, frozen=state.frozen, iso=state.iso)
+        self.bus.publish(Kind.CLOCK_MOVED, None, before=before, now=state.now, frozen=state.frozen, iso=state.iso)
         await self.run_due()
         return state
 

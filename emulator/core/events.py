@@ -17,6 +17,7 @@ from typing import Any
 import msgspec
 
 from emulator.core.clock import Clock
+from emulator.core.kinds import Kind
 from emulator.core.store import Store
 from emulator.core.tasks import cancel
 
@@ -94,7 +95,7 @@ class EventBus:
     def last_seq(self) -> int:
         return self._seq
 
-    def publish(self, kind: str, subject: str | None = None, /, **data: Any) -> Event:
+    def publish(self, kind: Kind, subject: str | None = None, /, **data: Any) -> Event:
         self._seq += 1
         event = Event(self._seq, self._clock.now(), kind, subject, data)
         self._pending.append(event)

@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 
 from emulator.core.events import EventBus
+from emulator.core.kinds import Kind
 
 # A hold that nobody releases must not pin a request forever.
 MAX_HOLD_SECONDS = 120.0
@@ -24,7 +25,7 @@ class Faults:
 
     def hold(self, path: str, count: int = 1) -> None:
         self._holds[path] = self._holds.get(path, 0) + count
-        self._bus.publish("fault.armed", path, action="hold", count=self._holds[path])
+        self._bus.publish(Kind.FAULT_ARMED, path, action="hold", count=self._holds[path])
 
     def release(self, path: str | None = None) -> int:
         """Let held requests (of `path`, or all) go on; also disarms holds not yet used."""
@@ -47,7 +48,7 @@ class Faults:
             del self._holds[path]
         event = asyncio.Event()
         self._waiting.append((path, event))
-        self._bus.publish("fault.held", path)
+        self._bus.publish(Kind.FAULT_HELD, path)
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(event.wait(), MAX_HOLD_SECONDS)
         self._waiting = [(p, e) for p, e in self._waiting if e is not event]

@@ -18,6 +18,7 @@ from emulator.core.clock import iso
 from emulator.core.context import Core
 from emulator.core.errors import ApiError
 from emulator.core.ids import secret_hash
+from emulator.core.kinds import Kind
 from emulator.idp.keys import ACCESS_TOKEN_TYP, ASSERTION_TYP, InvalidToken, Signer
 
 JWT_BEARER = "urn:ietf:params:oauth:grant-type:jwt-bearer"
@@ -136,7 +137,7 @@ class Identity:
             "INSERT INTO access_tokens (jti, registration_id, scope, issued_at, expires_at) VALUES (?, ?, ?, ?, ?)",
             (jti, reg["id"], " ".join(scopes), now, exp),
         )
-        self.core.bus.publish("idp.token_issued", reg["id"], scope=" ".join(scopes), expires_at=iso(exp))
+        self.core.bus.publish(Kind.IDP_TOKEN_ISSUED, reg["id"], scope=" ".join(scopes), expires_at=iso(exp))
         return {
             "access_token": token,
             "token_type": "Bearer",
@@ -186,7 +187,7 @@ class Identity:
                 (now, secret_hash(token)),
             )
             if changed:
-                self.core.bus.publish("idp.token_revoked", None, token_type="refresh_token")
+                self.core.bus.publish(Kind.IDP_TOKEN_REVOKED, None, token_type="refresh_token")
             return
         if typ == ACCESS_TOKEN_TYP:
             changed = await self.core.store.execute(
@@ -194,7 +195,7 @@ class Identity:
                 (now, claims.get("jti")),
             )
             if changed:
-                self.core.bus.publish("idp.token_revoked", str(claims.get("sub")), token_type="access_token")
+                self.core.bus.publish(Kind.IDP_TOKEN_REVOKED, str(claims.get("sub")), token_type="access_token")
 
     # --- registration -----------------------------------------------------------------------------
 
@@ -253,7 +254,7 @@ class Identity:
             )
             if kind == "service_auth":
                 attempt = await self._new_attempt(conn, reg["id"], login_hint, now)
-        self.core.bus.publish("idp.registered", reg["id"], type=kind, login_hint=login_hint, ip=ip)
+        self.core.bus.publish(Kind.IDP_REGISTERED, reg["id"], type=kind, login_hint=login_hint, ip=ip)
         claim: dict[str, Any] = {
             "token": claim_token,
             "expires_at": iso(claim_exp),
@@ -309,8 +310,10 @@ class Identity:
             new_value, new_exp = await self._new_refresh_token(conn, row["registration_id"], now)
             async with conn.execute("SELECT * FROM registrations WHERE id = ?", (row["registration_id"],)) as c:
                 reg = await c.fetchone()
+            if reg is None:  # deleted with its tokens (ON DELETE CASCADE): not reachable with a live token
+                raise reg_error(400, "invalid_refresh_token", "the registration no longer exists")
         assertion, exp = self.assertion(reg)
-        self.core.bus.publish("idp.refreshed", reg["id"])
+        self.core.bus.publish(Kind.IDP_REFRESHED, reg["id"])
         return {
             "id": reg["id"],
             "type": "refresh",
@@ -360,7 +363,7 @@ class Identity:
             reg = await self._registration_by_claim_token(conn, body.get("claim_token"))
             hint = (login_hint or reg["login_hint"] or "").strip() or None
             attempt = await self._new_attempt(conn, reg["id"], hint, now)
-        self.core.bus.publish("idp.claim_started", reg["id"], login_hint=hint)
+        self.core.bus.publish(Kind.IDP_CLAIM_STARTED, reg["id"], login_hint=hint)
         return {"id": reg["id"], "type": "service_auth", "attempt": attempt}
 
     async def complete_claim(self, body: dict[str, Any]) -> dict[str, Any]:
@@ -409,7 +412,7 @@ class Identity:
             await self.ensure_user(conn, email, now)
         claimed = {**dict(reg), "status": "claimed", "claimed_email": email}
         assertion, exp = self.assertion(claimed)
-        self.core.bus.publish("idp.claimed", reg["id"], email=email)
+        self.core.bus.publish(Kind.IDP_CLAIMED, reg["id"], email=email)
         return {
             "id": reg["id"],
             "status": "claimed",
@@ -420,6 +423,27 @@ class Identity:
             },
         }
 
+    # --- what trials do to a registration (this module is the one writer of registrations) ------
+
+    @staticmethod
+    async def registration(conn: Any, registration_id: str) -> sqlite3.Row | None:
+        async with conn.execute("SELECT * FROM registrations WHERE id = ?", (registration_id,)) as cur:
+            return await cur.fetchone()
+
+    @staticmethod
+    async def attach_trial(conn: Any, registration_id: str, org_id: str) -> None:
+        """The registration got its one trial (kept after the trial is deleted)."""
+        await conn.execute("UPDATE registrations SET trial_org_id = ? WHERE id = ?", (org_id, registration_id))
+
+    @staticmethod
+    async def claim_with_trial(conn: Any, registration_id: str, email: str, now: float) -> None:
+        """A person claimed the trial the registration made: the registration is the person's too."""
+        await conn.execute(
+            "UPDATE registrations SET status = 'claimed', claimed_email = ?, claimed_at = ? "
+            "WHERE id = ? AND status = 'registered'",
+            (email, now, registration_id),
+        )
+
     async def ensure_user(self, conn: Any, email: str, now: float) -> str:
         async with conn.execute("SELECT id FROM users WHERE email = ?", (email,)) as cur:
             row = await cur.fetchone()
@@ -427,7 +451,7 @@ class Identity:
             return str(row["id"])
         user_id = self.core.ids.ident("user_")
         await conn.execute("INSERT INTO users (id, email, created_at) VALUES (?, ?, ?)", (user_id, email, now))
-        self.core.bus.publish("idp.user_created", user_id, email=email)
+        self.core.bus.publish(Kind.IDP_USER_CREATED, user_id, email=email)
         return user_id
 
     # --- the person's side ------------------------------------------------------------------------
@@ -478,6 +502,6 @@ class Identity:
                 ),
             )
         self.core.bus.publish(
-            "idp.claim_confirmed" if approve else "idp.claim_denied", attempt["registration_id"], email=email
+            Kind.IDP_CLAIM_CONFIRMED if approve else Kind.IDP_CLAIM_DENIED, attempt["registration_id"], email=email
         )
         return code

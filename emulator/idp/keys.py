@@ -7,13 +7,14 @@ the public half, so any JOSE library can verify them.
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Any
 
 from joserfc import jwt
 from joserfc.errors import JoseError
 from joserfc.jwk import ECKey
+
+from emulator.core.private import write_private
 
 ASSERTION_TYP = "oauth-id-jag+jwt"
 ACCESS_TOKEN_TYP = "at+jwt"  # RFC 9068
@@ -35,11 +36,7 @@ class Signer:
             return cls(ECKey.import_key(json.loads(path.read_text())))
         key = ECKey.generate_key("P-256", parameters={"use": "sig", "alg": "ES256"}, private=True)
         key.ensure_kid()
-        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-        fd = os.open(path.with_suffix(".tmp"), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "w") as f:
-            json.dump(key.as_dict(private=True), f)
-        path.with_suffix(".tmp").replace(path)
+        write_private(path, json.dumps(key.as_dict(private=True)).encode())
         return cls(key)
 
     def sign(self, typ: str, claims: dict[str, Any]) -> str:

@@ -18,6 +18,8 @@ from litestar import Request, Response, get, post
 from emulator.core import html
 from emulator.core.errors import ApiError
 from emulator.core.ids import secret_hash
+from emulator.core.kinds import Kind
+from emulator.hosted import orgs
 from emulator.idp.identity import Identity, valid_email
 from emulator.idp.keys import ACCESS_TOKEN_TYP
 
@@ -49,7 +51,7 @@ class Logins:
             (secret_hash(device_code), user_code, client_id, now + DEVICE_CODE_TTL, now),
         )
         uri = f"{self.identity.urls.auth}/device"
-        self.core.bus.publish("idp.login_started", user_code)
+        self.core.bus.publish(Kind.IDP_LOGIN_STARTED, user_code)
         return {
             "device_code": device_code,
             "user_code": user_code,
@@ -74,7 +76,9 @@ class Logins:
                 "UPDATE device_logins SET state = ?, email = ? WHERE user_code = ?",
                 ("approved" if approve else "denied", email.strip(), row["user_code"]),
             )
-        self.core.bus.publish("idp.login_approved" if approve else "idp.login_denied", row["user_code"], email=email)
+        self.core.bus.publish(
+            Kind.IDP_LOGIN_APPROVED if approve else Kind.IDP_LOGIN_DENIED, row["user_code"], email=email
+        )
 
     async def poll(self, device_code: str, client_id: str) -> dict[str, Any]:
         row = await self.core.store.fetchone(
@@ -94,8 +98,10 @@ class Logins:
             "UPDATE device_logins SET state = 'redeemed' WHERE device_code_hash = ?", (row["device_code_hash"],)
         )
         user = await self.core.store.fetchone("SELECT * FROM users WHERE email = ?", (row["email"],))
-        orgs = await self.core.store.fetchall("SELECT org_id FROM org_members WHERE user_id = ?", (user["id"],))
-        org_id = orgs[0]["org_id"] if len(orgs) == 1 else None
+        if user is None:  # an approval always creates the person first
+            raise ApiError(400, "invalid_grant", "the person who approved this sign-in no longer exists")
+        member_of = await orgs.memberships(self.core.store, user["id"])
+        org_id = member_of[0] if len(member_of) == 1 else None
         return await self._session(user, org_id, None)
 
     async def refresh(self, refresh_token: str, client_id: str, organization_id: str | None) -> dict[str, Any]:
@@ -108,10 +114,7 @@ class Logins:
             raise ApiError(400, "invalid_grant", "the session is not valid; run pxt login again")
         org_id = row["org_id"]
         if organization_id:
-            member = await self.core.store.fetchone(
-                "SELECT 1 FROM org_members WHERE user_id = ? AND org_id = ?", (row["user_id"], organization_id)
-            )
-            if member is None:
+            if organization_id not in await orgs.memberships(self.core.store, row["user_id"]):
                 raise ApiError(400, "invalid_grant", f"{row['email']} is not a member of {organization_id}")
             org_id = organization_id
         user = await self.core.store.fetchone("SELECT * FROM users WHERE id = ?", (row["user_id"],))
@@ -147,7 +150,7 @@ class Logins:
                 "exp": int(now + SESSION_TOKEN_TTL),
             },
         )
-        self.core.bus.publish("idp.session", sid, email=user["email"], org_id=org_id)
+        self.core.bus.publish(Kind.IDP_SESSION, sid, email=user["email"], org_id=org_id)
         return {
             "access_token": token,
             "refresh_token": refresh,

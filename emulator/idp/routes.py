@@ -19,6 +19,7 @@ from litestar.datastructures import State
 from litestar.exceptions import HTTPException
 
 from emulator.core import html, jsonbody
+from emulator.core.clientip import client_ip
 from emulator.core.context import Core
 from emulator.core.errors import ApiError
 from emulator.idp import discovery, login
@@ -39,11 +40,13 @@ class Idp:
     logins: Logins
 
     def client_ip(self, request: Request[Any, Any, Any]) -> str:
-        return request.client.host if request.client else "unknown"
+        return client_ip(request, self.core.settings.trust_forwarded)
 
 
 def idp_of(request: Request[Any, Any, Any]) -> Idp:
-    return request.app.state["idp"]
+    idp = request.app.state["idp"]
+    assert isinstance(idp, Idp)
+    return idp
 
 
 def _json(value: Any, status: int = 200, headers: dict[str, str] | None = None) -> Response[bytes]:

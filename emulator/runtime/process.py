@@ -13,7 +13,7 @@ import os
 import shutil
 import signal
 import socket
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -123,6 +123,9 @@ class ProcessLauncher:
 
     async def stopped(self, base: Path) -> None:
         await stop_postgres(base / "home" / "pgdata")
+
+    def watch_disks(self, full: Callable[[Path, str], Awaitable[None]]) -> None:
+        return None  # no disk of its own: a process writes to this machine's
 
     async def close(self) -> None:
         return None

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Protocol
@@ -17,6 +17,17 @@ from typing import Any, Literal, Protocol
 from emulator.runtime.environments import Builds, Log
 
 Role = Literal["prepare", "database", "service"]
+# Every size a workload can be given: what a launcher enforces, and what a resize compares.
+SIZES = ("cpu", "memory_mb", "disk_gb", "file_cache_gb", "workers")
+
+
+def resized(before: dict[str, Any], after: dict[str, Any]) -> list[str]:
+    """The size changes between two resource sets, as `name old → new` (empty when nothing changed)."""
+    return [
+        f"{k} {before.get(k)} → {after.get(k)}"
+        for k in SIZES
+        if k in after and before.get(k) is not None and before.get(k) != after.get(k)
+    ]
 
 
 @dataclass
@@ -96,6 +107,11 @@ class Launcher(Protocol):
 
     async def stopped(self, base: Path) -> None:
         """Called once a database's workloads are all gone (the process launcher stops its Postgres)."""
+        ...
+
+    def watch_disks(self, full: Callable[[Path, str], Awaitable[None]]) -> None:
+        """Have `full(database dir, service label or "")` called when a disk it enforces fills up (a launcher that
+        enforces none never calls it)."""
         ...
 
     async def close(self) -> None: ...

@@ -8,7 +8,6 @@ import msgspec
 from litestar import Litestar, Response, get
 from litestar.datastructures import State
 
-from emulator.admin import dashboard
 from emulator.admin import routes as admin
 from emulator.site import ask, discovery, mcp, pages, trials
 from emulator.site.errors import EXCEPTION_HANDLERS
@@ -33,7 +32,6 @@ def build_site_app(site: Site) -> Any:
             *discovery.HANDLERS,
             *trials.HANDLERS,
             *admin.HANDLERS,
-            *dashboard.HANDLERS,
             *pages.HANDLERS,
         ],
         exception_handlers=EXCEPTION_HANDLERS,

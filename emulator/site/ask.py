@@ -23,6 +23,7 @@ from litestar.response import Stream
 
 from emulator.core import jsonbody
 from emulator.core.errors import ApiError
+from emulator.core.kinds import Kind
 from emulator.site.errors import bad_request, error_bytes
 from emulator.site.idempotency import Answer, fingerprint, guarded, read_key
 from emulator.site.state import Site, site_of
@@ -242,7 +243,7 @@ async def _ask(request: Request[Any, Any, Any]) -> Response[bytes] | Stream:
     rate = site.ask_limiter.headers(quota if quota is not None else site.ask_limiter.peek(ip))
     ask = state.get("ask")
     site.core.bus.publish(
-        "site.ask",
+        Kind.SITE_ASK,
         ip,
         method=request.method,
         status=answer.status,

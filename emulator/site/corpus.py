@@ -186,7 +186,8 @@ class _HtmlText(HTMLParser):
         if self._in:
             self._buf.append(data)
         else:
-            self.sections[-1][2 if self._pre else 1].append(data)
+            _, text, code = self.sections[-1]
+            (code if self._pre else text).append(data)
 
 
 def parse_html(text: str, rel: Path) -> Page:

@@ -18,6 +18,7 @@ from litestar import Request, Response, delete, get, post
 
 from emulator.core import jsonbody
 from emulator.core.errors import ApiError
+from emulator.core.kinds import Kind
 from emulator.site.idempotency import Answer, fingerprint, guarded, read_key
 from emulator.site.state import Site, site_of
 
@@ -392,7 +393,7 @@ async def mcp_post(request: Request[Any, Any, Any]) -> Response[bytes]:
 
     fp = fingerprint(_canonical(body)) if key is not None else ""
     answer, replayed = await guarded(site.idempotency, f"{ip} POST /mcp", key, fp, produce)
-    site.core.bus.publish("site.mcp", ip, status=answer.status, replayed=replayed, **journal)
+    site.core.bus.publish(Kind.SITE_MCP, ip, status=answer.status, replayed=replayed, **journal)
     media = answer.headers.pop("Content-Type", None)
     return Response(answer.body, status_code=answer.status, media_type=media, headers=answer.headers)
 

@@ -7,11 +7,15 @@ from typing import Any
 
 from litestar import Request
 
+from emulator.core.clientip import client_ip
 from emulator.core.context import Core
+from emulator.hosted.platform import Platform
 from emulator.idp.identity import Identity
+from emulator.idp.login import Logins
 from emulator.site.idempotency import Idempotency
 from emulator.site.ratelimit import RateLimiter
 from emulator.site.search import DocsIndex
+from emulator.tunnel.forward import ForwardProxy
 
 
 @dataclass
@@ -22,21 +26,18 @@ class Site:
     ask_limiter: RateLimiter
     idempotency: Idempotency
     identity: Identity
-    logins: Any = None  # the `pxt login` sign-ins (emulator.idp.login.Logins)
-    cloud: Any = None  # the control plane's shared state (emulator.cloud.context.Cloud)
+    logins: Logins  # the `pxt login` sign-ins
+    platform: Platform  # the hosted platform (trials, and the admin API's views and acts)
+    proxy: ForwardProxy  # the exported proxy's forward half, for status
     integrations: list[dict[str, Any]] = field(default_factory=list)
     started_at: float = 0.0
     endpoints: dict[str, str] = field(default_factory=dict)
-    proxy: Any = None  # the exported proxy's forward half (emulator.tunnel.ForwardProxy), for status
 
     def client_ip(self, request: Request[Any, Any, Any]) -> str:
-        if self.core.settings.trust_forwarded:
-            forwarded = request.headers.get("x-forwarded-for")
-            if forwarded:
-                return forwarded.split(",")[0].strip()
-        client = request.client
-        return client.host if client else "unknown"
+        return client_ip(request, self.core.settings.trust_forwarded)
 
 
 def site_of(request: Request[Any, Any, Any]) -> Site:
-    return request.app.state["site"]
+    site = request.app.state["site"]
+    assert isinstance(site, Site)
+    return site

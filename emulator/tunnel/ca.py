@@ -27,6 +27,8 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
+from emulator.core.private import private_dir, write_private
+
 CA_VALIDITY = dt.timedelta(days=3650)
 LEAF_VALIDITY = dt.timedelta(days=365)
 # a leaf this close to expiry is reissued at the next start, so a long-running emulator never serves an expired one
@@ -55,22 +57,6 @@ def normalize_domain(domain: str) -> str:
 
 def _now() -> dt.datetime:
     return dt.datetime.now(dt.UTC)
-
-
-def _write_private(path: Path, data: bytes) -> None:
-    """Write atomically with mode 0600 from the first byte on, so a key is never readable by others."""
-    tmp = path.with_name(f".{path.name}.{secrets.token_hex(4)}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, 0o600)
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
 
 
 def _write_public(path: Path, data: bytes) -> None:
@@ -246,8 +232,7 @@ class LocalCA:
         """Reuse the CA in `directory` (creating it the first time), make sure the leaf covers `domain`, and write
         the client bundle. Safe against another process doing the same on the same directory at once."""
         ca = cls(Path(directory), domain)
-        ca.directory.mkdir(mode=0o700, parents=True, exist_ok=True)
-        os.chmod(ca.directory, 0o700)  # holds private keys, whatever umask or earlier run created it
+        private_dir(ca.directory)  # holds private keys
         with open(ca.directory / ".lock", "a") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
             try:
@@ -261,7 +246,7 @@ class LocalCA:
         pair = _load_pair(self.ca_cert_path, self.ca_key_path)
         if pair is None or not _ca_usable(pair[0], now):
             pair = issue_ca(now)
-            _write_private(self.ca_key_path, _key_pem(pair[1]))
+            write_private(self.ca_key_path, _key_pem(pair[1]))
             _write_public(self.ca_cert_path, pair[0].public_bytes(serialization.Encoding.PEM))
         ca_cert, ca_key = pair
         os.chmod(self.ca_key_path, 0o600)
@@ -269,7 +254,7 @@ class LocalCA:
         leaf = _load_pair(self.cert_path, self.key_path)
         if leaf is None or not _leaf_usable(leaf[0], ca_cert, self.domain, now):
             cert, key = issue_leaf(ca_cert, ca_key, self.domain, now)
-            _write_private(self.key_path, _key_pem(key))
+            write_private(self.key_path, _key_pem(key))
             _write_public(self.cert_path, cert.public_bytes(serialization.Encoding.PEM))
         os.chmod(self.key_path, 0o600)
 

@@ -121,16 +121,7 @@ class Upstream:
         or one that NO_PROXY names."""
         if is_loopback(host):
             return True
-        if not self.no_proxy:
-            return False
-        import urllib.request  # not at module level: the settings import this module on every command
-
-        target = strip_brackets(host)
-        proxies = {"no": self.no_proxy}
-        return bool(
-            urllib.request.proxy_bypass_environment(target, proxies)
-            or urllib.request.proxy_bypass_environment(f"{target}:{port}", proxies)
-        )
+        return no_proxy_names(self.no_proxy, host, port)
 
     def points_at(self, hosts: Iterable[str], ports: Iterable[int]) -> bool:
         """Whether this upstream is one of the given listening addresses (the emulator's own)."""
@@ -144,6 +135,24 @@ class Upstream:
         if is_loopback(name):  # the emulator listens on loopback, or on every address (0.0.0.0, ::)
             return any(is_loopback(h) or h in ("0.0.0.0", "::", "") for h in own)
         return False
+
+
+def no_proxy_names(no_proxy: str, host: str, port: int) -> bool:
+    """Whether NO_PROXY names host:port, as curl and Python's urllib read it: `*` (every host), or comma-separated
+    `name[:port]` entries, each matching the name itself and its subdomains (a leading dot is optional)."""
+    name = strip_brackets(host).lower().rstrip(".")
+    for entry in (e.strip().lower() for e in no_proxy.split(",")):
+        if not entry:
+            continue
+        if entry == "*":
+            return True
+        want, _, want_port = entry.rpartition(":") if entry.count(":") == 1 else (entry, "", "")
+        want = strip_brackets(want).lstrip(".").rstrip(".")
+        if want_port and want_port != str(port):
+            continue
+        if name == want or name.endswith("." + want):
+            return True
+    return False
 
 
 def parse_upstream(url: str, source: str, no_proxy: str = "") -> Upstream:

@@ -29,7 +29,7 @@ _CHUNK = 64 * 1024
 _MAX_HEAD = 8192
 
 Reply = Callable[..., Awaitable[None]]  # (status, phrase, body, **headers)
-OnEvent = Callable[[str, dict[str, Any]], None]
+OnEvent = Callable[[str, dict[str, Any]], object]
 
 
 class _Failed(Exception):

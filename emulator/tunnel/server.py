@@ -73,7 +73,7 @@ class Refusal:
 
 
 Authorize = Callable[[str, str, str], Awaitable[Route | Refusal]]  # (org, db, credential)
-OnEvent = Callable[[str, dict[str, Any]], None]
+OnEvent = Callable[[str, dict[str, Any]], object]
 
 
 class _Refused(Exception):
@@ -474,7 +474,8 @@ class TunnelServer:
         match = _PXT_CONNECT.fullmatch(lines[0])
         if match is None:
             raise _Refused(400, "expected PXT/1.0 CONNECT <org>/<db>")
-        tunnel.org, tunnel.db = match.group(1), match.group(2)
+        org, db = match.group(1), match.group(2)
+        tunnel.org, tunnel.db = org, db
         credential: str | None = None
         for line in lines[1:]:
             name, sep, value = line.partition(":")
@@ -486,7 +487,7 @@ class TunnelServer:
                     credential = token.strip()
         if credential is None:
             raise _Refused(401, "a bearer credential is required")
-        return tunnel.org, tunnel.db, credential
+        return org, db, credential
 
     async def _decide(self, org: str, db: str, credential: str) -> Route | Refusal:
         try:

@@ -1,3 +1,3 @@
-from emulator.core.store.db import Store
+from emulator.core.store.db import Db, Store, many, one, run
 
-__all__ = ["Store"]
+__all__ = ["Db", "Store", "many", "one", "run"]

@@ -113,3 +113,30 @@ class Store:
         conn = sqlite3.connect(f"file:{self.path}?mode=ro", uri=True, check_same_thread=False)
         conn.row_factory = sqlite3.Row
         return conn
+
+
+Db = Store | aiosqlite.Connection
+"""Where a query runs: the store (a read, or a write in a transaction of its own) or the connection of a
+transaction in progress (reads and writes that must commit together)."""
+
+
+async def one(db: Db, sql: str, params: Iterable[Any] = ()) -> sqlite3.Row | None:
+    if isinstance(db, Store):
+        return await db.fetchone(sql, params)
+    async with db.execute(sql, tuple(params)) as cur:
+        return await cur.fetchone()
+
+
+async def many(db: Db, sql: str, params: Iterable[Any] = ()) -> list[sqlite3.Row]:
+    if isinstance(db, Store):
+        return await db.fetchall(sql, params)
+    async with db.execute(sql, tuple(params)) as cur:
+        return list(await cur.fetchall())
+
+
+async def run(db: Db, sql: str, params: Iterable[Any] = ()) -> int:
+    """A write; returns the rows changed."""
+    if isinstance(db, Store):
+        return await db.execute(sql, params)
+    cur = await db.execute(sql, tuple(params))
+    return cur.rowcount

@@ -1,23 +1,25 @@
-"""The dashboard's only way to the emulator: its `/_emulator` HTTP API, through one async httpx client.
+"""The one client of `/_emulator`, for the `emulator` command and the dashboard: finding a running emulator,
+calling it, and turning its errors into a message a person reads.
 
-The emulator is found the way every `emulator` command finds it: an explicit URL, or `endpoints.json` in
-its state dir. The file is read again before every reconnect, so a restarted emulator that picked new
-ports is found again.
+The emulator is found by an explicit URL (`--url`, `EMULATOR_URL`) or by `endpoints.json` in its state dir. The
+file is read again before every reconnect, so a restarted emulator that picked new ports is found again. The
+CLI calls synchronously (standard library only, so a command starts fast); the dashboard uses the async client.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
+import urllib.error
+import urllib.request
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
-import httpx
 import msgspec
 
-from emulator.admin.routes import EventView  # the stream's wire type, decoded as the emulator encodes it
+from emulator.admin.wire import EventView
 
 
 class EmulatorError(Exception):
@@ -35,21 +37,66 @@ class Locator:
     url: str | None = None
     state_dir: Path | None = None
 
-    def site(self) -> str:
+    def endpoints(self) -> dict[str, Any]:
+        """What endpoints.json says (only the site's URL when the emulator was named by URL)."""
         if self.url:
-            return self.url.rstrip("/")
+            return {"site": self.url.rstrip("/"), "base_url": self.url.rstrip("/")}
         path = (self.state_dir or Path(".")) / "endpoints.json"
         try:
-            return str(json.loads(path.read_text())["site"]).rstrip("/")
-        except (OSError, ValueError, KeyError) as e:
-            raise Unreachable(f"not running ({path} is missing)") from e
+            found = json.loads(path.read_text())
+            found["site"] = str(found["site"]).rstrip("/")
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            raise Unreachable(f"not running ({path} does not exist); start it with `emulator up`") from e
+        return found
+
+    def site(self) -> str:
+        return str(self.endpoints()["site"])
 
     def describe(self) -> str:
         return self.url or str(self.state_dir)
 
 
+def error_message(status: int, body: str) -> str:
+    """What a person should read of an error answer: the message of the emulator's error envelope, else the body."""
+    try:
+        return str(json.loads(body)["error"]["message"])
+    except (ValueError, KeyError, TypeError):
+        return body.strip() or f"HTTP {status}"
+
+
+def call(url: str, body: dict[str, Any] | None = None, timeout: float = 10) -> Any:
+    """One synchronous call (a POST when there is a body): the decoded answer, or EmulatorError / Unreachable."""
+    data = json.dumps(body).encode() if body is not None else None
+    req = urllib.request.Request(url, data=data, headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as resp:
+            return json.loads(resp.read() or b"null")
+    except urllib.error.HTTPError as e:
+        raise EmulatorError(error_message(e.code, e.read().decode(errors="replace"))) from None
+    except (urllib.error.URLError, OSError) as e:
+        raise Unreachable(f"cannot reach {url} ({e}); is it running?") from None
+
+
+def follow(url: str) -> Iterator[dict[str, Any]]:
+    """The events of an `/_emulator/events` stream, decoded, until it ends (Unreachable if it breaks)."""
+    req = urllib.request.Request(url, headers={"Accept": "text/event-stream"})
+    try:
+        with urllib.request.urlopen(req) as resp:
+            for raw in resp:
+                line = raw.decode().rstrip("\n")
+                if line.startswith("data: "):
+                    yield json.loads(line[6:])
+    except (urllib.error.URLError, OSError) as e:
+        raise Unreachable(str(e)) from None
+
+
 class EmulatorClient:
+    """The dashboard's client: async, one connection pool, the live event stream."""
+
     def __init__(self, locator: Locator, timeout: float = 10.0) -> None:
+        import httpx  # here, not at the top: the CLI's commands use this module without it, and start faster
+
+        self._httpx = httpx
         self.locator = locator
         self._http = httpx.AsyncClient(timeout=timeout)
         self._site: str | None = None
@@ -75,15 +122,11 @@ class EmulatorClient:
     async def _request(self, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
         try:
             r = await self._http.request(method, self.site + path, json=body)
-        except httpx.TransportError as e:
+        except self._httpx.TransportError as e:
             self.relocate()
             raise Unreachable(f"cannot reach {self._site or self.locator.describe()} ({type(e).__name__})") from e
         if r.status_code >= 400:
-            try:
-                message = r.json()["error"]["message"]
-            except (ValueError, KeyError, TypeError):
-                message = r.text.strip() or f"HTTP {r.status_code}"
-            raise EmulatorError(message)
+            raise EmulatorError(error_message(r.status_code, r.text))
         return r.json()
 
     async def get(self, path: str) -> Any:
@@ -125,7 +168,7 @@ class EmulatorClient:
         Ends when the emulator closes the stream (it does so when it stops); raises Unreachable when
         the connection cannot be made or breaks.
         """
-        timeout = httpx.Timeout(10.0, read=None)  # the stream is quiet while nothing happens
+        timeout = self._httpx.Timeout(10.0, read=None)  # the stream is quiet while nothing happens
         try:
             async with self._http.stream(
                 "GET", f"{self.site}/_emulator/events", params={"since": since}, timeout=timeout
@@ -139,6 +182,6 @@ class EmulatorClient:
                     elif not line and data:
                         yield msgspec.json.decode("\n".join(data), type=EventView)
                         data = []
-        except (httpx.TransportError, httpx.StreamError) as e:
+        except (self._httpx.TransportError, self._httpx.StreamError) as e:
             self.relocate()
             raise Unreachable(f"the event stream broke ({type(e).__name__})") from e

@@ -1,0 +1,79 @@
+"""`/_emulator` for hosted databases and services: their states, a database's log lines, and stopping or starting
+a database as the operator (the same generation, receipt and events as `pxt db stop/start`)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from litestar import Request, Response, get, post
+
+from emulator.admin.emulator import json_response
+from emulator.admin.wire import DatabaseView, LogLineView, ServiceView
+from emulator.core.errors import ApiError
+from emulator.hosted import databases, lifecycle, logs, orgs, services
+from emulator.site.state import Site, site_of
+
+
+async def database_views(site: Site) -> dict[str, list[DatabaseView]]:
+    """Every database's view, by organization id."""
+    reconciler = site.platform.reconciler
+    by_org: dict[str, list[DatabaseView]] = {}
+    for d in sorted(await databases.every(site.core.store), key=lambda d: (d.created_at, d.name)):
+        by_org.setdefault(d.org_id, []).append(DatabaseView.of(d, reconciler.status(d.org_id, d.name)))
+    return by_org
+
+
+@get("/_emulator/databases")
+async def databases_list(request: Request[Any, Any, Any]) -> Response[bytes]:
+    """Every hosted database: its state, generation, environment and whether its server runs."""
+    site = site_of(request)
+    reconciler = site.platform.reconciler
+    rows = await databases.every(site.core.store)
+    return json_response(
+        {
+            "runtime": reconciler.kind,
+            "unenforced_limits": list(reconciler.unenforced),
+            "databases": [DatabaseView.of(d, reconciler.status(d.org_id, d.name)) for d in rows],
+        }
+    )
+
+
+@get("/_emulator/databases/{org:str}/{db:str}/logs")
+async def database_logs(request: Request[Any, Any, Any], org: str, db: str, since: int = 0) -> Response[bytes]:
+    """A database's log lines (its server's output and the emulator's notes), after line id `since`."""
+    site = site_of(request)
+    found = await orgs.find(site.core.store, org)
+    if found is None:
+        raise ApiError(404, "not_found", f"no organization {org!r}")
+    lines = await logs.after(site.core.store, found.id, db, since)
+    return json_response({"lines": [LogLineView(x.id, x.ts_ms, x.service or None, x.line) for x in lines]})
+
+
+async def _verb(request: Request[Any, Any, Any], org: str, db: str, verb: str) -> Response[bytes]:
+    platform = site_of(request).platform
+    _, owner = await platform.operator(org)
+    receipt = await lifecycle.database_verb(platform.core, platform.reconciler, owner.id, owner.slug, db, verb)
+    return json_response({"org": owner.slug, "db": db, "verb": verb, "receipt": receipt})
+
+
+@post("/_emulator/databases/{org:str}/{db:str}/stop", status_code=200)
+async def database_stop(request: Request[Any, Any, Any], org: str, db: str) -> Response[bytes]:
+    """What `pxt db stop` does, as the operator: the same generation, receipt and events."""
+    return await _verb(request, org, db, "stop")
+
+
+@post("/_emulator/databases/{org:str}/{db:str}/start", status_code=200)
+async def database_start(request: Request[Any, Any, Any], org: str, db: str) -> Response[bytes]:
+    return await _verb(request, org, db, "start")
+
+
+@get("/_emulator/services")
+async def services_list(request: Request[Any, Any, Any]) -> Response[bytes]:
+    """Every hosted service instance, with its state and, while its gateway runs, its endpoint."""
+    site = site_of(request)
+    reconciler = site.platform.reconciler
+    rows = await services.every(site.core.store)
+    return json_response({"services": [ServiceView.of(s, reconciler.endpoint(s) or None) for s in rows]})
+
+
+HANDLERS = [databases_list, database_logs, database_stop, database_start, services_list]

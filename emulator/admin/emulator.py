@@ -1,0 +1,180 @@
+"""`/_emulator` for the emulator itself: status, clock, the event journal and its live stream, fault holds,
+and the platform's switches."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+import msgspec
+from litestar import Request, Response, get, post
+from litestar.response import Stream
+
+from emulator import __version__
+from emulator.admin.wire import ClockMove, ClockView, EventView, FaultRelease, FaultRule
+from emulator.config import parse_when
+from emulator.core import jsonbody
+from emulator.core.clock import MAX_TIME, parse_duration
+from emulator.core.errors import ApiError
+from emulator.site.state import site_of
+
+_encode = msgspec.json.Encoder().encode
+
+
+def json_response(value: Any, status: int = 200) -> Response[bytes]:
+    return Response(_encode(value), status_code=status, media_type="application/json")
+
+
+def decode(body: bytes, type_: Any) -> Any:
+    try:
+        return jsonbody.decode(body or b"{}", type_)
+    except jsonbody.NotJson as e:
+        raise ApiError(400, "bad_request", str(e)) from None
+
+
+@get("/_emulator/status")
+async def status(request: Request[Any, Any, Any]) -> Response[bytes]:
+    site = site_of(request)
+    s = site.core.settings
+    return json_response(
+        {
+            "version": __version__,
+            "endpoints": site.endpoints,
+            "clock": ClockView.of(site.core.clock.state()),
+            "state_dir": str(s.state_dir),
+            "docs": str(s.docs),
+            "events": site.core.bus.last_seq,
+            "switches": site.core.switches.snapshot(),
+            "runtime": {
+                "kind": site.platform.reconciler.kind,
+                "unenforced_limits": list(site.platform.reconciler.unenforced),
+            },
+            "proxy": site.proxy.status(),
+            "limits": {
+                "ask_rate_limit": s.ask_rate_limit,
+                "ask_rate_window": s.ask_rate_window,
+                "idempotency_ttl": s.idempotency_ttl,
+            },
+        }
+    )
+
+
+@get("/_emulator/clock")
+async def clock_get(request: Request[Any, Any, Any]) -> Response[bytes]:
+    return json_response(ClockView.of(site_of(request).core.clock.state()))
+
+
+@post("/_emulator/clock", status_code=200)
+async def clock_move(request: Request[Any, Any, Any]) -> Response[bytes]:
+    core = site_of(request).core
+    move = decode(await request.body(), ClockMove)
+    try:
+        advance = parse_duration(str(move.advance)) if move.advance is not None else None
+    except ValueError as e:
+        raise ApiError(400, "bad_request", f"clock: advance: {e}") from None
+    set_to: float | None = None
+    if isinstance(move.set, (int, float)):
+        set_to = float(move.set)
+    elif isinstance(move.set, str):
+        try:
+            set_to = parse_when(move.set, "set").timestamp()
+        except ValueError as e:
+            raise ApiError(400, "bad_request", f"clock: {e}") from None
+    if advance is not None and advance < 0:
+        raise ApiError(400, "bad_request", "clock: advance must not be negative; use set to go back")
+    target = set_to if set_to is not None else core.clock.now()
+    if not 0 <= target + (advance or 0) <= MAX_TIME:
+        raise ApiError(400, "bad_request", "clock: the result must lie between 1970 and 9999")
+    state = await core.move_clock(advance=advance, set_to=set_to, freeze=move.freeze)
+    return json_response(ClockView.of(state))
+
+
+def _since(request: Request[Any, Any, Any]) -> int | None:
+    raw = request.query_params.get("since") or request.headers.get("last-event-id")
+    if raw is None:
+        return None
+    try:
+        return max(0, int(raw))
+    except ValueError:
+        raise ApiError(400, "bad_request", "since / Last-Event-ID must be an event number") from None
+
+
+def _kinds(request: Request[Any, Any, Any]) -> tuple[str, ...]:
+    raw = request.query_params.get("kinds", "")
+    return tuple(k.strip() for k in raw.split(",") if k.strip())
+
+
+@get("/_emulator/journal")
+async def journal(request: Request[Any, Any, Any]) -> Response[bytes]:
+    """Events after `since` (default 0), oldest first, at most `limit` (default 500, max 5000)."""
+    core = site_of(request).core
+    try:
+        limit = min(5000, max(1, int(request.query_params.get("limit", "500"))))
+    except ValueError:
+        raise ApiError(400, "bad_request", "limit must be a number") from None
+    events = await core.bus.history(_since(request) or 0, _kinds(request), limit)
+    return json_response({"events": [EventView.of(e) for e in events], "last_seq": core.bus.last_seq})
+
+
+@get("/_emulator/events")
+async def events(request: Request[Any, Any, Any]) -> Stream:
+    """Live SSE feed: history after `since` / `Last-Event-ID` first (if given), then new events."""
+    core = site_of(request).core
+    since, kinds = _since(request), _kinds(request)
+
+    async def frames() -> AsyncIterator[bytes]:
+        yield b": emulator event stream\nretry: 1000\n\n"
+        async for event in core.bus.follow(since, kinds):
+            yield b"id: %d\ndata: %s\n\n" % (event.seq, _encode(EventView.of(event)))
+
+    return Stream(frames(), media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
+
+
+@get("/_emulator/faults")
+async def faults_get(request: Request[Any, Any, Any]) -> Response[bytes]:
+    return json_response(site_of(request).core.faults.snapshot())
+
+
+@post("/_emulator/faults", status_code=200)
+async def faults_add(request: Request[Any, Any, Any]) -> Response[bytes]:
+    faults = site_of(request).core.faults
+    rule = decode(await request.body(), FaultRule)
+    if rule.count < 1:
+        raise ApiError(400, "bad_request", "faults: count must be at least 1")
+    faults.hold(rule.hold, rule.count)
+    return json_response(faults.snapshot())
+
+
+@post("/_emulator/faults/release", status_code=200)
+async def faults_release(request: Request[Any, Any, Any]) -> Response[bytes]:
+    faults = site_of(request).core.faults
+    release = decode(await request.body(), FaultRelease)
+    return json_response({"released": faults.release(release.path), **faults.snapshot()})
+
+
+@get("/_emulator/switches")
+async def switches_get(request: Request[Any, Any, Any]) -> Response[bytes]:
+    return json_response(site_of(request).core.switches.snapshot())
+
+
+@post("/_emulator/switches", status_code=200)
+async def switches_set(request: Request[Any, Any, Any]) -> Response[bytes]:
+    switches = site_of(request).core.switches
+    body = decode(await request.body(), dict[str, bool])
+    for name, value in body.items():
+        switches.set(name, value)
+    return json_response(switches.snapshot())
+
+
+HANDLERS = [
+    status,
+    clock_get,
+    clock_move,
+    journal,
+    events,
+    faults_get,
+    faults_add,
+    faults_release,
+    switches_get,
+    switches_set,
+]

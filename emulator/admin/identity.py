@@ -1,0 +1,119 @@
+"""`/_emulator` for the identity provider's side: agent registrations, pending claims and `pxt login` sign-ins,
+and the person's acts on them (approve or deny)."""
+
+from __future__ import annotations
+
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+from litestar import Request, Response, get, post
+
+from emulator.admin.emulator import decode, json_response
+from emulator.admin.wire import ClaimDecision, LoginDecision
+from emulator.core.clock import iso
+from emulator.idp.identity import POST_CLAIM_SCOPES, PRE_CLAIM_SCOPES
+from emulator.site.state import site_of
+
+
+def _attempt_token(claim: str | None) -> str | None:
+    if claim and "token=" in claim:
+        return parse_qs(urlsplit(claim).query).get("token", [""])[0] or None
+    return claim
+
+
+async def _decide(request: Request[Any, Any, Any], approve: bool) -> Response[bytes]:
+    identity = site_of(request).identity
+    body = decode(await request.body(), ClaimDecision)
+    attempt = await identity.attempt_for(token=_attempt_token(body.claim), registration=body.registration)
+    code = await identity.decide(attempt, body.email, approve)
+    answer = {"registration": attempt["registration_id"], "email": body.email.strip(), "approved": approve}
+    return json_response({**answer, "user_code": code} if code else answer)
+
+
+@post("/_emulator/claims/approve", status_code=200)
+async def claims_approve(request: Request[Any, Any, Any]) -> Response[bytes]:
+    """The person signs in and approves: the answer shows the 6-digit user code, once."""
+    return await _decide(request, True)
+
+
+@post("/_emulator/claims/deny", status_code=200)
+async def claims_deny(request: Request[Any, Any, Any]) -> Response[bytes]:
+    return await _decide(request, False)
+
+
+@get("/_emulator/registrations")
+async def registrations_list(request: Request[Any, Any, Any]) -> Response[bytes]:
+    core = site_of(request).core
+    rows = await core.store.fetchall(
+        "SELECT r.*, (SELECT slug FROM orgs o WHERE o.id = r.trial_org_id) AS trial, "
+        "(SELECT COUNT(*) FROM access_tokens t WHERE t.registration_id = r.id) AS tokens, "
+        "(SELECT MAX(issued_at) FROM access_tokens t WHERE t.registration_id = r.id) AS last_token_at "
+        "FROM registrations r ORDER BY r.created_at"
+    )
+    return json_response(
+        {
+            "registrations": [
+                {
+                    "id": r["id"],
+                    "type": r["type"],
+                    "status": r["status"],
+                    "login_hint": r["login_hint"],
+                    "claimed_email": r["claimed_email"],
+                    "scopes": POST_CLAIM_SCOPES if r["status"] == "claimed" else PRE_CLAIM_SCOPES,
+                    "trial": r["trial"],
+                    "trial_org_id": r["trial_org_id"],
+                    "tokens_issued": r["tokens"],
+                    "last_token_at": iso(r["last_token_at"]) if r["last_token_at"] else None,
+                    "created_at": iso(r["created_at"]),
+                }
+                for r in rows
+            ]
+        }
+    )
+
+
+@post("/_emulator/logins/approve", status_code=200)
+async def logins_approve(request: Request[Any, Any, Any]) -> Response[bytes]:
+    body = decode(await request.body(), LoginDecision)
+    await site_of(request).logins.decide(body.user_code, body.email, not body.deny)
+    return json_response({"user_code": body.user_code.upper(), "email": body.email.strip(), "approved": not body.deny})
+
+
+@get("/_emulator/logins")
+async def logins_pending(request: Request[Any, Any, Any]) -> Response[bytes]:
+    core = site_of(request).core
+    rows = await core.store.fetchall(
+        "SELECT user_code, state, email, expires_at FROM device_logins WHERE state = 'pending' AND expires_at > ? "
+        "ORDER BY created_at",
+        (core.clock.now(),),
+    )
+    return json_response({"pending": [{"user_code": r["user_code"], "expires_at": iso(r["expires_at"])} for r in rows]})
+
+
+@get("/_emulator/claims")
+async def claims_pending(request: Request[Any, Any, Any]) -> Response[bytes]:
+    """Claim attempts a person can still act on: `pending` (not yet approved) or `confirmed` (code shown)."""
+    core = site_of(request).core
+    rows = await core.store.fetchall(
+        "SELECT a.registration_id, a.login_hint, a.state, a.email, a.expires_at FROM claim_attempts a "
+        "JOIN registrations r ON r.id = a.registration_id WHERE r.status = 'registered' "
+        "AND a.state IN ('pending', 'confirmed') AND a.expires_at > ? ORDER BY a.created_at",
+        (core.clock.now(),),
+    )
+    return json_response(
+        {
+            "claims": [
+                {
+                    "registration": r["registration_id"],
+                    "login_hint": r["login_hint"],
+                    "state": r["state"],
+                    "email": r["email"],
+                    "expires_at": iso(r["expires_at"]),
+                }
+                for r in rows
+            ]
+        }
+    )
+
+
+HANDLERS = [claims_pending, claims_approve, claims_deny, registrations_list, logins_pending, logins_approve]

@@ -1,0 +1,50 @@
+"""`/_emulator` for organizations: every organization (trials among them) with its keys, admins and databases,
+the trials alone, and claiming a trial as a person."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from litestar import Request, Response, get, post
+
+from emulator.admin.databases import database_views
+from emulator.admin.emulator import decode, json_response
+from emulator.admin.wire import OrgView, TrialClaim
+from emulator.core.errors import ApiError
+from emulator.hosted import orgs, trials
+from emulator.site.state import Site, site_of
+
+
+async def org_views(site: Site, *, trials_only: bool = False) -> list[OrgView]:
+    now = site.core.clock.now()
+    by_org = await database_views(site)
+    return [
+        OrgView.of(s.org, s.api_keys, s.admins, by_org.get(s.org.id, []), now)
+        for s in await orgs.summaries(site.core.store, trials_only=trials_only)
+    ]
+
+
+@get("/_emulator/orgs")
+async def orgs_list(request: Request[Any, Any, Any]) -> Response[bytes]:
+    """Every organization (trial or not) with its API key names, admins and databases."""
+    site = site_of(request)
+    return json_response({"now": site.core.clock.now(), "orgs": await org_views(site)})
+
+
+@get("/_emulator/trials")
+async def trials_list(request: Request[Any, Any, Any]) -> Response[bytes]:
+    return json_response({"trials": await org_views(site_of(request), trials_only=True)})
+
+
+@post("/_emulator/trials/claim", status_code=200)
+async def trials_claim(request: Request[Any, Any, Any]) -> Response[bytes]:
+    site = site_of(request)
+    body = decode(await request.body(), TrialClaim)
+    org = await orgs.find(site.core.store, body.org)
+    if org is None:
+        raise ApiError(404, "not_found", f"no organization {body.org!r} (an unclaimed trial is deleted after 48 h)")
+    slug = await trials.claim(site.core, site.identity, org.id, body.email)
+    return json_response({"org": slug, "email": body.email.strip(), "state": "claimed"})
+
+
+HANDLERS = [orgs_list, trials_list, trials_claim]

@@ -1,0 +1,318 @@
+"""The management API's operations: each takes its decoded request, asks the platform (emulator.hosted), and
+shapes the answer the client reads. Rules live in the domain; this module only translates.
+
+To add an operation: a request type in requests.py, a function here, and a line in OPERATIONS.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from emulator.cloud import media
+from emulator.cloud import requests as rq
+from emulator.core.clock import iso
+from emulator.core.errors import ApiError
+from emulator.hosted import databases, keys, lifecycle, logs, orgs, plans, receipts, secrets, services, updates
+from emulator.hosted.auth import Caller
+from emulator.hosted.platform import Platform
+
+Handler = Callable[[Platform, Caller, Any], Awaitable[dict[str, Any]]]
+
+
+# --- organizations ------------------------------------------------------------------------------------------
+
+
+async def list_orgs(p: Platform, caller: Caller, req: rq.Empty) -> dict[str, Any]:
+    if caller.credential == "api_key":
+        found = await orgs.listed(p.core.store, org_id=caller.org_id)
+    else:
+        found = await orgs.listed(p.core.store, user_id=caller.user_id)
+    return {
+        "orgs": [
+            {
+                "org_id": org.id,
+                "org": org.slug,
+                "default_db": default_db,
+                "created_at": org.created_at,
+                "updated_at": org.updated_at,
+            }
+            for org, default_db in found
+        ]
+    }
+
+
+async def create_org(p: Platform, caller: Caller, req: rq.CreateOrg) -> dict[str, Any]:
+    if caller.credential != "session" or caller.user_id is None:
+        raise ApiError(
+            403, "forbidden", "organizations are created by a person: sign in with pxt login, then pxt org create"
+        )
+    org_id, now = await orgs.create_for(p.core, req.org, req.display_name, caller.user_id, caller.email)
+    return {
+        "org_id": org_id,
+        "org": req.org,
+        "default_db": plans.DEFAULT_DB,
+        "created_at": iso(now),
+        "updated_at": iso(now),
+    }
+
+
+# --- keys ---------------------------------------------------------------------------------------------------
+
+
+async def create_key(p: Platform, caller: Caller, req: rq.CreateKey) -> dict[str, Any]:
+    org_id, slug = await p.org_of(caller, None)
+    key, secret = await keys.create(
+        p.core, org_id, slug, req.name, req.grants, created_by=caller.email or caller.key_name, by=caller.label
+    )
+    return {"key": keys.wire(key, secret)}
+
+
+async def list_keys(p: Platform, caller: Caller, req: rq.Empty) -> dict[str, Any]:
+    org_id, _ = await p.org_of(caller, None)
+    return {"keys": [keys.wire(k) for k in await keys.of_org(p.core.store, org_id)]}
+
+
+async def update_key(p: Platform, caller: Caller, req: rq.UpdateKey) -> dict[str, Any]:
+    org_id, slug = await p.org_of(caller, None)
+    return {"key": keys.wire(await keys.update(p.core, org_id, slug, req.name, req.allow, req.revoke))}
+
+
+async def delete_key(p: Platform, caller: Caller, req: rq.KeyName) -> dict[str, Any]:
+    org_id, slug = await p.org_of(caller, None)
+    await keys.delete(p.core, org_id, slug, req.name)
+    return {"name": req.name}
+
+
+# --- secrets ------------------------------------------------------------------------------------------------
+
+
+async def _secret_scope(p: Platform, caller: Caller, org: str | None, db: str | None) -> tuple[str, str, str]:
+    org_id, slug = await p.org_of(caller, org)
+    if db is not None:
+        await databases.require(p.core.store, org_id, slug, db)
+    return org_id, slug, db or ""
+
+
+async def set_secret(p: Platform, caller: Caller, req: rq.SetSecret) -> dict[str, Any]:
+    org_id, slug, db = await _secret_scope(p, caller, req.org, req.db)
+    key = secrets.check_key(req.key)
+    return {"key": key, "revision": await secrets.set_value(p.core, p.box, org_id, slug, db, key, req.value)}
+
+
+async def delete_secret(p: Platform, caller: Caller, req: rq.DeleteSecret) -> dict[str, Any]:
+    org_id, slug, db = await _secret_scope(p, caller, req.org, req.db)
+    await secrets.delete(p.core, org_id, slug, db, secrets.check_key(req.key))
+    return {"key": req.key, "revision": None}
+
+
+async def list_all_secrets(p: Platform, caller: Caller, req: rq.ListSecrets) -> dict[str, Any]:
+    org_id, slug, _ = await _secret_scope(p, caller, req.org, req.db)
+    listed = await secrets.names(p.core, org_id, req.db)
+    return {"org": slug, "secrets": [{"key": key, "db": db or None} for key, db in listed]}
+
+
+# --- databases ----------------------------------------------------------------------------------------------
+
+
+def _db(req: rq.DbScoped) -> str:
+    if not req.db:
+        raise ApiError(400, "bad_request", "db (the database name) is required")
+    return req.db
+
+
+async def get_db(p: Platform, caller: Caller, req: rq.DbScoped) -> dict[str, Any]:
+    org_id, slug = await p.org_of(caller, req.org)
+    row = await databases.require(p.core.store, org_id, slug, _db(req))
+    return {"report": databases.report(row), "worker_status": p.worker_status(row)}
+
+
+async def list_dbs(p: Platform, caller: Caller, req: rq.OrgScoped) -> dict[str, Any]:
+    org_id, _ = await p.org_of(caller, req.org)
+    return {"reports": [databases.report(r) for r in await databases.of_org(p.core.store, org_id)]}
+
+
+async def get_receipts(p: Platform, caller: Caller, req: rq.GetReceipts) -> dict[str, Any]:
+    org_id, _ = await p.org_of(caller, req.org)
+    answers = []
+    for ref in req.receipts:
+        found = await receipts.get(p.core.store, org_id, ref.kind, ref.resource_id, ref.generation)
+        if found is None:
+            raise ApiError(404, "not_found", f"no receipt {ref.kind}/{ref.resource_id}#{ref.generation}")
+        answers.append(found)
+    return {"receipts": answers}
+
+
+async def get_archive(p: Platform, caller: Caller, req: rq.DbScoped) -> dict[str, Any]:
+    org_id, slug = await p.org_of(caller, req.org)
+    row = await databases.require(p.core.store, org_id, slug, _db(req))
+    # The release being deployed (the desired state), which is what a starting pod must run.
+    release = row.target or row.current or {}
+    if not row.archive_sha256 or not release.get("fingerprint"):
+        raise ApiError(404, "not_found", f"database {row.name} has no project yet (run pxt db update)")
+    fingerprint = release["fingerprint"]
+    return {
+        "presigned_url": p.blobs.signed_url(row.archive_sha256),
+        "digest": databases.archive_digest(fingerprint),
+        "fingerprint": fingerprint,
+    }
+
+
+async def get_logs(p: Platform, caller: Caller, req: rq.GetLogs) -> dict[str, Any]:
+    org_id, slug = await p.org_of(caller, req.org)
+    row = await databases.require(p.core.store, org_id, slug, _db(req))
+    since = 3600 if req.since_seconds is None else req.since_seconds
+    limit = 200 if req.limit is None else req.limit
+    if not 1 <= since <= logs.MAX_SINCE or not 1 <= limit <= 10_000:
+        raise ApiError(
+            400, "bad_request", f"since_seconds must be from 1 to {logs.MAX_SINCE} and limit from 1 to 10000"
+        )
+    service = req.service_name or ""
+    if service:
+        service = f"{(req.base_path or '').strip('/')}/{service}".lstrip("/")
+    lines = await logs.recent(
+        p.core.store,
+        org_id,
+        row.name,
+        service,
+        since_ms=int((p.core.clock.now() - since) * 1000),
+        limit=limit,
+        health=bool(req.include_health),
+    )
+    return {"records": [{"ts_ms": line.ts_ms, "line": line.line} for line in lines]}
+
+
+async def get_usage(p: Platform, caller: Caller, req: rq.Empty) -> dict[str, Any]:
+    org_id, _ = await p.org_of(caller, None)
+    org = await orgs.get(p.core.store, org_id)
+    if org is None:
+        raise ApiError(404, "not_found", "the organization no longer exists")
+    now = p.core.clock.datetime()
+    start = now.replace(day=1, hour=0, minute=0, second=0, microsecond=0)
+    end = start.replace(year=start.year + 1, month=1) if start.month == 12 else start.replace(month=start.month + 1)
+    counts = plans.usage_resources(
+        org.trial, await databases.count(p.core.store, org_id), await services.count(p.core.store, org_id)
+    )
+    return {
+        "plan": plans.plan_name(org.trial),
+        "period_start": start.isoformat(),
+        "period_end": end.isoformat(),
+        "counts_from": None,
+        "used_usd": 0.0,
+        "included_usd": 0.0,
+        "stops_at_limit": True,
+        "limit_reached_at": None,
+        "meters": [],
+        "resources": [*counts, await media.usage_resource(p, org_id, org.trial)],
+    }
+
+
+def _change(req: rq.PrepareUpdate) -> updates.Change:
+    blob = None if req.blob is None else updates.Blob(req.blob.sha256, req.blob.size)
+    return updates.Change(_db(req), req.database_target, blob, req.service_mutations or [])
+
+
+async def prepare_update(p: Platform, caller: Caller, req: rq.PrepareUpdate) -> dict[str, Any]:
+    org_id, slug = await p.org_of(caller, req.org)
+    return await updates.prepare(p.core, p.blobs, org_id, slug, _change(req))
+
+
+async def submit_update(p: Platform, caller: Caller, req: rq.SubmitUpdate) -> dict[str, Any]:
+    org_id, slug = await p.org_of(caller, req.org)
+    expected = updates.Expected(
+        req.expected_generations.database,
+        {(g.base_path or "", g.service_name or ""): g.generation for g in req.expected_generations.services or []},
+    )
+    accepted = await updates.submit(p.core, p.blobs, p.reconciler, org_id, slug, _change(req), expected)
+    return {"receipts": accepted}
+
+
+def _db_verb(verb: str) -> Handler:
+    """`start_db`, `stop_db`, `restart_db`, `delete_db`: one lifecycle rule, four verbs."""
+
+    async def handle(p: Platform, caller: Caller, req: rq.DbScoped) -> dict[str, Any]:
+        org_id, slug = await p.org_of(caller, req.org)
+        return {"receipt": await lifecycle.database_verb(p.core, p.reconciler, org_id, slug, _db(req), verb)}
+
+    return handle
+
+
+async def retry(p: Platform, caller: Caller, req: rq.Retry) -> dict[str, Any]:
+    org_id, slug = await p.org_of(caller, req.org)
+    if req.kind == "service":
+        base, name = _service_key(req.service_name, req.base_path)
+        db = req.db or plans.DEFAULT_DB
+        receipt = await lifecycle.retry_service(p.core, p.reconciler, org_id, slug, db, base, name, req.generation)
+    else:
+        receipt = await lifecycle.retry_database(p.core, p.reconciler, org_id, slug, _db(req), req.generation)
+    return {"receipt": receipt}
+
+
+# --- services -----------------------------------------------------------------------------------------------
+
+
+def _service_key(name: str | None, base: str | None) -> tuple[str, str]:
+    return updates.mutation_key({"service_name": name, "base_path": base or ""})
+
+
+async def list_services(p: Platform, caller: Caller, req: rq.ListServices) -> dict[str, Any]:
+    org_id, _ = await p.org_of(caller, req.org)
+    found = await services.of_database(p.core.store, org_id, req.db or plans.DEFAULT_DB)
+    return {"instances": [services.record(s, p.reconciler.endpoint(s)) for s in found.values()]}
+
+
+def _service_verb(verb: str) -> Handler:
+    """`stop_service`, `restart_service`, `delete_service`: the same lifecycle rule as a database's."""
+
+    async def handle(p: Platform, caller: Caller, req: rq.ServiceRef) -> dict[str, Any]:
+        org_id, slug = await p.org_of(caller, req.org)
+        base, name = _service_key(req.service_name, req.base_path)
+        db = req.db or plans.DEFAULT_DB
+        service, receipt = await lifecycle.service_verb(p.core, p.reconciler, org_id, slug, db, base, name, verb)
+        if service is None:
+            return {"service_name": name, "receipt": receipt}
+        return {"instance": services.record(service, p.reconciler.endpoint(service)), "receipt": receipt}
+
+    return handle
+
+
+async def report_service_instance(p: Platform, caller: Caller, req: rq.ReportServiceInstance) -> dict[str, Any]:
+    """A service pod says which project it loaded (before serving); kept as the instance's fingerprint."""
+    org_id, _ = await p.org_of(caller, req.org)
+    base, name = _service_key(req.service_name, req.base_path)
+    await services.set_fingerprint(p.core.store, org_id, req.db or plans.DEFAULT_DB, base, name, req.fingerprint)
+    return {}
+
+
+OPERATIONS: dict[str, tuple[type[rq.Request], Handler]] = {
+    "list_orgs": (rq.Empty, list_orgs),
+    "create_org": (rq.CreateOrg, create_org),
+    "create_key": (rq.CreateKey, create_key),
+    "list_keys": (rq.Empty, list_keys),
+    "update_key": (rq.UpdateKey, update_key),
+    "delete_key": (rq.KeyName, delete_key),
+    "set_secret": (rq.SetSecret, set_secret),
+    "delete_secret": (rq.DeleteSecret, delete_secret),
+    "list_all_secrets": (rq.ListSecrets, list_all_secrets),
+    "get_db": (rq.DbScoped, get_db),
+    "list_dbs": (rq.OrgScoped, list_dbs),
+    "get_receipts": (rq.GetReceipts, get_receipts),
+    "get_archive": (rq.DbScoped, get_archive),
+    "get_logs": (rq.GetLogs, get_logs),
+    "get_usage": (rq.Empty, get_usage),
+    "prepare_update": (rq.PrepareUpdate, prepare_update),
+    "submit_update": (rq.SubmitUpdate, submit_update),
+    "start_db": (rq.DbScoped, _db_verb("start")),
+    "stop_db": (rq.DbScoped, _db_verb("stop")),
+    "restart_db": (rq.DbScoped, _db_verb("restart")),
+    "delete_db": (rq.DbScoped, _db_verb("delete")),
+    "retry": (rq.Retry, retry),
+    "list_services": (rq.ListServices, list_services),
+    "stop_service": (rq.ServiceRef, _service_verb("stop")),
+    "restart_service": (rq.ServiceRef, _service_verb("restart")),
+    "delete_service": (rq.ServiceRef, _service_verb("delete")),
+    "report_service_instance": (rq.ReportServiceInstance, report_service_instance),
+    "get_bucket_credentials": (rq.BucketCredentialsRequest, media.get_bucket_credentials),
+    "get_presigned_url": (rq.PresignedUrlRequest, media.get_presigned_url),
+    "get_presigned_urls": (rq.PresignedUrlsRequest, media.get_presigned_urls),
+}

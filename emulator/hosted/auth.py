@@ -1,0 +1,149 @@
+"""The one authenticator: any credential (API key, trial key, a hosted workload's runtime key, a `pxt login`
+session token) becomes a `Caller`, for the control plane, the database tunnel and the service gateways alike.
+
+`X-api-key` is checked before `Authorization: Bearer`; a request carrying both is authenticated as the API
+key. The tunnel and the gateways send every credential as a bearer token, so a key is recognised there by its
+shape (`pxtk_…`). A session token is an ES256 JWT of this issuer whose audience is the control plane. An API
+key acts in its own organization only; a session acts in the organizations its person belongs to, by default
+the one its token is scoped to.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from emulator.core.context import Core
+from emulator.core.errors import ApiError
+from emulator.core.store import one
+from emulator.hosted import keys, orgs
+from emulator.idp.keys import ACCESS_TOKEN_TYP, InvalidToken, Signer
+
+
+@dataclass(frozen=True)
+class Caller:
+    credential: str  # "api_key" | "session"
+    user_id: str | None  # the person (session, or the key's creator when known)
+    email: str | None
+    org_id: str | None  # the organization the credential is scoped to (None: a session with no org yet)
+    org: str | None
+    key_name: str | None = None
+    trial: bool = False
+
+    @property
+    def label(self) -> str:
+        return f"key {self.key_name}" if self.credential == "api_key" else f"session of {self.email}"
+
+    @classmethod
+    def operator(cls, org_id: str, slug: str, trial: bool) -> Caller:
+        """The platform operator acting inside one organization (the emulator's own acts: `emulator db stop`)."""
+        return cls("api_key", None, None, org_id, slug, "emulator operator", trial)
+
+
+@dataclass
+class RuntimeKeys:
+    """The keys hosted workloads call the control plane with (get_archive, media): in memory only, one per
+    organization, never stored."""
+
+    _owners: dict[str, tuple[str, str]] = field(default_factory=dict)
+
+    def owner(self, key: str) -> tuple[str, str] | None:
+        return self._owners.get(key)
+
+    def for_org(self, core: Core, org_id: str, slug: str) -> str:
+        for key, owner in self._owners.items():
+            if owner == (org_id, slug):
+                return key
+        key = core.ids.token("pxtk_runtime_", 24)
+        self._owners[key] = (org_id, slug)
+        return key
+
+
+class Authenticator:
+    def __init__(self, core: Core, signer: Signer, api_url: str) -> None:
+        self.core = core
+        self.signer = signer
+        self.api_url = api_url
+        self.runtime_keys = RuntimeKeys()
+
+    async def from_headers(self, headers: Mapping[str, str]) -> Caller:
+        """The caller of a management request: `X-api-key` first, then `Authorization: Bearer`."""
+        key = headers.get("x-api-key")
+        if key is not None:
+            return await self.credential(key.strip(), bearer=False)
+        scheme, _, token = headers.get("authorization", "").partition(" ")
+        if scheme.lower() == "bearer" and token.strip():
+            return await self.credential(token.strip(), bearer=True)
+        raise ApiError(401, "unauthorized", "an API key (X-api-key) or a bearer token is required")
+
+    async def credential(self, credential: str, *, bearer: bool) -> Caller:
+        """Any credential by its shape: a hosted workload's runtime key, an API key (`pxtk_…`), or a session token."""
+        runtime = self.runtime_keys.owner(credential)
+        if runtime is not None:
+            return Caller("api_key", None, None, runtime[0], runtime[1], "runtime", False)
+        if not bearer or credential.startswith("pxtk_"):
+            return await self._key(credential)
+        return await self._session(credential)
+
+    async def _key(self, secret: str) -> Caller:
+        found = await keys.owner(self.core.store, secret)
+        if found is None:
+            raise ApiError(
+                401, "unauthorized", "the API key is not valid (a trial's key stops working when the trial expires)"
+            )
+        org, key = found
+        return Caller("api_key", None, None, org.id, org.slug, key.name, org.trial)
+
+    async def _session(self, token: str) -> Caller:
+        try:
+            typ, claims = self.signer.verify(token)
+        except InvalidToken:
+            raise ApiError(401, "unauthorized", "the bearer token is not valid") from None
+        if typ != ACCESS_TOKEN_TYP or claims.get("aud") != self.api_url:
+            raise ApiError(401, "unauthorized", "the bearer token was not issued for this control plane")
+        if float(claims.get("exp", 0)) <= self.core.clock.now():
+            raise ApiError(401, "unauthorized", "the session token has expired")
+        # the sessions table is the identity provider's; it is only read here
+        session = await one(
+            self.core.store,
+            "SELECT s.revoked_at, u.id AS user_id, u.email FROM sessions s JOIN users u ON u.id = s.user_id "
+            "WHERE s.id = ?",
+            (claims.get("sid"),),
+        )
+        if session is None or session["revoked_at"] is not None:
+            raise ApiError(401, "unauthorized", "the session was signed out")
+        org_id = claims.get("org_id") or None
+        slug = None
+        if org_id:
+            org = await orgs.member_org(self.core.store, session["user_id"], org_id)
+            if org is None:
+                raise ApiError(403, "forbidden", "this session's person is not a member of its organization")
+            slug = org.slug
+        return Caller("session", session["user_id"], session["email"], org_id, slug)
+
+    async def resolve_org(self, caller: Caller, org: str | None) -> tuple[str, str]:
+        """(org id, slug) a request acts on: its `org` field if set, else the credential's organization."""
+        if caller.credential == "api_key":
+            if org is not None and org != caller.org:
+                raise ApiError(403, "forbidden", f"this API key belongs to {caller.org}, not {org}")
+            assert caller.org_id is not None and caller.org is not None
+            return caller.org_id, caller.org
+        if org is None:
+            if caller.org_id is None or caller.org is None:
+                raise ApiError(400, "bad_request", "no organization is selected; create one with pxt org create")
+            return caller.org_id, caller.org
+        assert caller.user_id is not None
+        found = await orgs.member_org(self.core.store, caller.user_id, org)
+        if found is None:
+            raise ApiError(403, "forbidden", f"{caller.email} is not a member of {org}")
+        return found.id, found.slug
+
+    async def admits(self, credential: str, slug: str) -> ApiError | None:
+        """Whether `credential` may act in organization `slug` (the tunnel's and the gateways' check): None if so,
+        else the refusal."""
+        try:
+            caller = await self.credential(credential, bearer=True)
+            await self.resolve_org(caller, slug)
+        except ApiError as e:
+            return e
+        return None

@@ -1,0 +1,68 @@
+"""Project archives uploaded by `pxt db update`: stored by sha256 under `<state-dir>/blobs/`, the only SQL of
+the `blobs` table, and the signed URLs they are uploaded and fetched through.
+
+`prepare_update` offers `PUT {api_url}/blobs/<org_id>/<sha256>?sig=…` for a blob it does not hold;
+`get_archive` hands out `GET {api_url}/blobs/<sha256>?exp=…&sig=…`, valid for an hour of emulator time.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+from pathlib import Path
+
+from emulator.core.context import Core
+from emulator.core.errors import ApiError
+from emulator.core.kinds import Kind
+from emulator.core.private import private_key
+from emulator.core.store import one, run
+
+MAX_BLOB = 2 * 1024**3
+URL_TTL = 3600
+
+
+def is_sha(value: str) -> bool:
+    return len(value) == 64 and all(c in "0123456789abcdef" for c in value)
+
+
+class Blobs:
+    def __init__(self, core: Core, root: Path, api_url: str) -> None:
+        self.core = core
+        self.root = root
+        self.api_url = api_url
+        root.mkdir(parents=True, exist_ok=True)
+        self._key = private_key(core.settings.state_dir / "keys" / "blob-signing.key")
+
+    def path(self, sha256: str) -> Path:
+        return self.root / sha256[:2] / sha256
+
+    async def has(self, sha256: str) -> bool:
+        return await one(self.core.store, "SELECT 1 FROM blobs WHERE sha256 = ?", (sha256,)) is not None
+
+    async def store(self, org_id: str, sha256: str, body: bytes) -> None:
+        """Keep an uploaded archive (its hash already checked), then record it."""
+        path = self.path(sha256)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(".part")
+        tmp.write_bytes(body)
+        tmp.replace(path)
+        await run(
+            self.core.store,
+            "INSERT OR IGNORE INTO blobs (sha256, org_id, size, created_at) VALUES (?, ?, ?, ?)",
+            (sha256, org_id, len(body), self.core.clock.now()),
+        )
+        self.core.bus.publish(Kind.CLOUD_BLOB_STORED, sha256[:12], size=len(body), org_id=org_id)
+
+    def _sign(self, *parts: str) -> str:
+        return hmac.new(self._key, "\0".join(parts).encode(), hashlib.sha256).hexdigest()
+
+    def upload_url(self, org_id: str, sha256: str) -> str:
+        return f"{self.api_url}/blobs/{org_id}/{sha256}?sig={self._sign('put', org_id, sha256)}"
+
+    def signed_url(self, sha256: str) -> str:
+        exp = int(self.core.clock.now()) + URL_TTL
+        return f"{self.api_url}/blobs/{sha256}?exp={exp}&sig={self._sign('get', sha256, str(exp))}"
+
+    def check(self, sig: str, *parts: str) -> None:
+        if not hmac.compare_digest(sig, self._sign(*parts)):
+            raise ApiError(403, "forbidden", "the signature of this URL is not valid")

@@ -1,0 +1,187 @@
+"""Hosted databases: the only SQL of the `databases` table, the report the client reads, and the digests
+that say whether a project's environment changed.
+
+A database row holds its desired state (`target`), what it runs (`current`), its generation and its current
+receipt; the lifecycle module decides generations, the reconciler moves the state.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any
+
+from emulator.core.context import Core
+from emulator.core.errors import ApiError
+from emulator.core.store import Db, one, run
+from emulator.hosted import plans, receipts
+from emulator.hosted.records import Database, Receipt, fetch_all, fetch_one
+
+STATES = ("PROVISIONING", "STARTING", "UPDATING", "AVAILABLE", "STOPPING", "STOPPED", "FAILED")
+SETTLING = ("UPDATING", "PROVISIONING", "STARTING", "STOPPING")  # a job is making a desired state true
+
+_SELECT = "SELECT d.*, o.slug FROM databases d JOIN orgs o ON o.id = d.org_id"
+
+
+def canonical(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"))
+
+
+def archive_digest(fingerprint: dict[str, Any]) -> str:
+    """`ProjectFingerprint.archive_digest()` of the client: sha256 of the canonical JSON of `files`."""
+    return hashlib.sha256(canonical(fingerprint.get("files", {})).encode()).hexdigest()
+
+
+def environment_digest(fingerprint: dict[str, Any] | None) -> str:
+    """What the environment (the image) depends on: manifests, Python, system packages, pixeltable, uv options."""
+    if not fingerprint:
+        return "base"
+    files = fingerprint.get("files", {})
+    manifests = {k: v for k, v in files.items() if k in ("uv.lock", "requirements.txt", "pyproject.toml")}
+    manifests |= fingerprint.get("installed_from_project") or {}
+    parts = [
+        manifests,
+        fingerprint.get("python_version"),
+        fingerprint.get("system_dependencies") or [],
+        fingerprint.get("pixeltable_version"),
+        fingerprint.get("uv_options"),
+    ]
+    return hashlib.sha256(canonical(parts).encode()).hexdigest()
+
+
+# --- reads --------------------------------------------------------------------------------------------------
+
+
+async def get(db: Db, org_id: str, name: str) -> Database | None:
+    return await fetch_one(db, Database, f"{_SELECT} WHERE d.org_id = ? AND d.name = ?", (org_id, name))
+
+
+async def require(db: Db, org_id: str, slug: str, name: str) -> Database:
+    found = await get(db, org_id, name)
+    if found is None:
+        raise ApiError(404, "not_found", f"database {name} does not exist in {slug}")
+    return found
+
+
+async def of_org(db: Db, org_id: str) -> list[Database]:
+    return await fetch_all(db, Database, f"{_SELECT} WHERE d.org_id = ? ORDER BY d.created_at", (org_id,))
+
+
+async def every(db: Db) -> list[Database]:
+    """Every database of the platform, by organization slug and name."""
+    return await fetch_all(db, Database, f"{_SELECT} ORDER BY o.slug, d.name")
+
+
+async def count(db: Db, org_id: str) -> int:
+    row = await one(db, "SELECT COUNT(*) AS n FROM databases WHERE org_id = ?", (org_id,))
+    return int(row["n"]) if row else 0
+
+
+def report(row: Database | None) -> dict[str, Any]:
+    """A `DatabaseReport`: desired resources, the running status, and the current generation's receipt."""
+    if row is None:
+        return {"db": None, "target_resources": None, "current": None, "receipt": None}
+    current = row.current
+    return {
+        "db": row.name,
+        "target_resources": row.target,
+        "current": None
+        if current is None
+        else {
+            "resources": current,
+            "state": row.state,
+            "last_build_outcome": row.last_build_outcome,
+            "last_build_error": row.last_build_error,
+            "failure_reason": row.failure_reason,
+            "md_version": current.get("pxt_md_version"),
+        },
+        "receipt": row.receipt,
+    }
+
+
+# --- writes -------------------------------------------------------------------------------------------------
+
+
+async def insert(
+    core: Core, conn: Db, org_id: str, name: str, *, now: float, trial: bool, provisioning: bool = False
+) -> None:
+    """A new database: AVAILABLE on the plan's base resources, or (`provisioning`) waiting for its first update."""
+    db_id = core.ids.ident("db_")
+    current = None if provisioning else json.dumps(plans.base_resources(trial))
+    await run(
+        conn,
+        "INSERT INTO databases (org_id, name, id, state, current, created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
+        (org_id, name, db_id, "PROVISIONING" if provisioning else "AVAILABLE", current, now, now),
+    )
+
+
+_JSON = {"current", "target"}
+_COLUMNS = {
+    "state",
+    "current",
+    "target",
+    "archive_sha256",
+    "last_build_outcome",
+    "last_build_error",
+    "failure_reason",
+    "env_digest",
+    "started_at",
+    "restarts",
+    "gateway_port",
+    "generation",
+}
+
+
+async def update(db: Db, org_id: str, name: str, now: float, **fields: Any) -> None:
+    """Set columns of a database (dicts for `current`/`target` are stored as JSON)."""
+    unknown = set(fields) - _COLUMNS
+    if unknown:
+        raise ValueError(f"not a database column: {', '.join(sorted(unknown))}")
+    values = [json.dumps(v) if k in _JSON and v is not None else v for k, v in fields.items()]
+    sets = "".join(f"{k} = ?, " for k in fields)
+    await run(
+        db, f"UPDATE databases SET {sets}updated_at = ? WHERE org_id = ? AND name = ?", (*values, now, org_id, name)
+    )
+
+
+async def _write(conn: Db, database: Database, receipt: Receipt, now: float, fields: dict[str, Any]) -> None:
+    values = [json.dumps(v) if k in _JSON and v is not None else v for k, v in fields.items()]
+    sets = "".join(f"{k} = ?, " for k in fields)
+    await run(
+        conn,
+        f"UPDATE databases SET {sets}receipt = ?, updated_at = ? WHERE org_id = ? AND name = ?",
+        (*values, receipts.encode(receipt), now, database.org_id, database.name),
+    )
+
+
+async def settle(conn: Db, database: Database, receipt: Receipt, now: float, **fields: Any) -> None:
+    """A generation's receipt as its job progresses (and any columns that change with it): the database's copy
+    and the receipts table's, together."""
+    await _write(conn, database, receipt, now, fields)
+    await receipts.rewrite(conn, receipt)
+
+
+async def accept(
+    conn: Db,
+    database: Database,
+    receipt: Receipt,
+    now: float,
+    *,
+    state: str,
+    target: dict[str, Any] | None = None,
+    archive_sha256: str | None = None,
+    submission: str | None = None,
+) -> None:
+    """A new generation: its number, its receipt (here and in the receipts table), the transitional state, and for
+    an update the new desired resources and archive."""
+    fields: dict[str, Any] = {"generation": receipt.generation, "state": state}
+    if target is not None:
+        fields["target"] = target
+    if archive_sha256 is not None:
+        fields["archive_sha256"] = archive_sha256
+    await _write(conn, database, receipt, now, fields)
+    await receipts.add(conn, database.org_id, receipt, submission)
+
+
+async def delete(db: Db, org_id: str, name: str) -> None:
+    await run(db, "DELETE FROM databases WHERE org_id = ? AND name = ?", (org_id, name))

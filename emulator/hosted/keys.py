@@ -1,0 +1,153 @@
+"""API keys: the only SQL of the `api_keys` table, and the grants rule.
+
+A key created without grants acts as its creator (`key_type: user`); a key with grants acts as nobody but
+its grants (`runtime`). Grants name resources of the caller's organization:
+`access:pxt://org:db`, `access:pxt://org:db/services[/<base_path>/<name>]`, `manage:pxt://org:db/services[/…]`.
+Only the hash of a key is stored; its secret is shown once, when it is created.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+from emulator.core.clock import iso
+from emulator.core.context import Core
+from emulator.core.errors import ApiError
+from emulator.core.ids import secret_hash
+from emulator.core.kinds import Kind
+from emulator.core.store import Db, run
+from emulator.hosted.records import ApiKey, Org, fetch_all, fetch_one, record
+
+NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+_GRANT = re.compile(r"^(access|manage):pxt://([a-z0-9-]+):([a-z0-9_-]+)(/services(/[A-Za-z0-9_./-]+)?)?$")
+
+
+def check_name(name: str) -> str:
+    if not NAME.match(name):
+        raise ApiError(400, "bad_request", "a key name is 1 to 64 letters, digits, dots, dashes or underscores")
+    return name
+
+
+def check_grants(grants: list[str], org: str) -> list[str]:
+    for grant in grants:
+        m = _GRANT.match(grant)
+        if m is None:
+            raise ApiError(
+                400,
+                "bad_request",
+                f"{grant!r} is not a grant: use access:pxt://org:db, access:pxt://org:db/services[/name] "
+                "or manage:pxt://org:db/services[/name]",
+            )
+        if m.group(1) == "manage" and not m.group(4):
+            raise ApiError(400, "bad_request", f"{grant!r}: manage applies to services only")
+        if m.group(2) != org:
+            raise ApiError(403, "forbidden", f"{grant!r} names another organization than {org}")
+    return list(dict.fromkeys(grants))
+
+
+def wire(key: ApiKey, secret: str | None = None) -> dict[str, Any]:
+    """An `ApiKeyRecord` (with the secret only when it was just created)."""
+    return {
+        "name": key.name,
+        "key_type": key.key_type,
+        "grants": key.grants,
+        "created_at": iso(key.created_at),
+        "created_by": key.created_by or "",
+        "api_key": secret,
+    }
+
+
+async def insert(
+    core: Core, conn: Db, org_id: str, name: str, *, created_by: str | None, now: float, grants: list[str] | None = None
+) -> tuple[str, str]:
+    """A new API key: (key id, secret). The secret is returned once; only its hash is stored."""
+    secret = core.ids.token("pxtk_", 24)
+    key_id = core.ids.ident("key_")
+    await run(
+        conn,
+        "INSERT INTO api_keys (id, org_id, name, key_hash, key_type, grants, created_by, created_at) "
+        "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+        (
+            key_id,
+            org_id,
+            name,
+            secret_hash(secret),
+            "runtime" if grants else "user",
+            json.dumps(grants or []),
+            created_by,
+            now,
+        ),
+    )
+    return key_id, secret
+
+
+async def owner(db: Db, secret: str) -> tuple[Org, ApiKey] | None:
+    """The organization an API key belongs to, and the key (None if no such key)."""
+    from emulator.core.store import one
+
+    row = await one(
+        db,
+        "SELECT o.*, k.id AS key_id, k.name AS key_name, k.key_type, k.grants, k.created_by AS key_created_by, "
+        "k.created_at AS key_created_at FROM api_keys k JOIN orgs o ON o.id = k.org_id WHERE k.key_hash = ?",
+        (secret_hash(secret),),
+    )
+    if row is None:
+        return None
+    key = ApiKey(
+        id=row["key_id"],
+        org_id=row["id"],
+        name=row["key_name"],
+        key_type=row["key_type"],
+        grants=json.loads(row["grants"]),
+        created_by=row["key_created_by"],
+        created_at=row["key_created_at"],
+    )
+    return record(row, Org), key
+
+
+async def of_org(db: Db, org_id: str) -> list[ApiKey]:
+    return await fetch_all(db, ApiKey, "SELECT * FROM api_keys WHERE org_id = ? ORDER BY created_at", (org_id,))
+
+
+async def create(
+    core: Core, org_id: str, slug: str, name: str, grants: list[str], created_by: str | None, by: str
+) -> tuple[ApiKey, str]:
+    check_name(name)
+    grants = check_grants(grants, slug)
+    now = core.clock.now()
+    async with core.store.transaction() as conn:
+        if await fetch_one(conn, ApiKey, "SELECT * FROM api_keys WHERE org_id = ? AND name = ?", (org_id, name)):
+            raise ApiError(409, "conflict", f"{slug} already has a key named {name}")
+        key_id, secret = await insert(core, conn, org_id, name, created_by=created_by, now=now, grants=grants)
+        key = await fetch_one(conn, ApiKey, "SELECT * FROM api_keys WHERE id = ?", (key_id,))
+    assert key is not None
+    core.bus.publish(Kind.CLOUD_KEY_CREATED, slug, name=name, grants=grants, by=by)
+    return key, secret
+
+
+async def update(core: Core, org_id: str, slug: str, name: str, allow: list[str], revoke: list[str]) -> ApiKey:
+    check_name(name)
+    allow, revoke = check_grants(allow, slug), check_grants(revoke, slug)
+    async with core.store.transaction() as conn:
+        key = await fetch_one(conn, ApiKey, "SELECT * FROM api_keys WHERE org_id = ? AND name = ?", (org_id, name))
+        if key is None:
+            raise ApiError(404, "not_found", f"{slug} has no key named {name}")
+        grants = list(dict.fromkeys(g for g in key.grants + allow if g not in revoke))
+        await run(
+            conn,
+            "UPDATE api_keys SET grants = ?, key_type = ? WHERE id = ?",
+            (json.dumps(grants), "runtime" if grants else "user", key.id),
+        )
+        key = await fetch_one(conn, ApiKey, "SELECT * FROM api_keys WHERE id = ?", (key.id,))
+    assert key is not None
+    core.bus.publish(Kind.CLOUD_KEY_UPDATED, slug, name=name, grants=grants)
+    return key
+
+
+async def delete(core: Core, org_id: str, slug: str, name: str) -> None:
+    check_name(name)
+    if not await run(core.store, "DELETE FROM api_keys WHERE org_id = ? AND name = ?", (org_id, name)):
+        raise ApiError(404, "not_found", f"{slug} has no key named {name}")
+    core.bus.publish(Kind.CLOUD_KEY_DELETED, slug, name=name)

@@ -1,0 +1,164 @@
+"""The one lifecycle rule of databases and services: which verb is allowed in which state, the state it moves
+to, the receipt it gets, and retrying a failed generation.
+
+Every accepted verb is a new generation of the resource with a receipt (PENDING, or DELETING for a delete),
+accepted in one transaction with the checks that allowed it, then handed to the reconciler, which settles
+the receipt. A verb on a resource whose job is still settling is 409 (wait for it); a verb that makes no
+sense in the resource's state is 400 with what to do instead; a generation that is not the current one is
+409 (plan again).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import msgspec
+
+from emulator.core import kinds
+from emulator.core.context import Core
+from emulator.core.errors import ApiError
+from emulator.hosted import databases, plans, receipts, services
+from emulator.hosted.reconciler import Reconciler
+from emulator.hosted.records import Receipt, Service, service_label
+
+
+@dataclass(frozen=True)
+class Verb:
+    name: str
+    state: str  # the state while its job runs
+    waiting_for: dict[str, str]  # per resource kind: what the receipt says it waits for
+
+
+VERBS = {
+    "start": Verb("start", "STARTING", {"database": "start"}),
+    "stop": Verb("stop", "STOPPING", {"database": "stop", "service": "stop"}),
+    "restart": Verb("restart", "STARTING", {"database": "start", "service": "restart"}),
+    "delete": Verb("delete", "STOPPING", {"database": "deletion", "service": "delete"}),
+}
+SETTLING = {
+    "database": ("UPDATING", "PROVISIONING", "STARTING", "STOPPING"),
+    "service": ("DEPLOYING", "UPDATING", "STARTING", "STOPPING"),
+}
+
+
+def check(kind: str, what: str, state: str, verb: str) -> None:
+    """Whether `verb` may act on a resource (`what`: "database main", "service ingest") in `state`."""
+    if state in SETTLING[kind] and verb != "delete":
+        raise ApiError(409, "conflict", f"{what} is {state}; wait for it to settle")
+    if verb == "start" and state != "STOPPED":
+        raise ApiError(400, "bad_request", f"{what} is {state}, not STOPPED")
+    if verb == "stop" and state == "STOPPED":
+        start = "pxt db start" if kind == "database" else "pxt service restart"
+        raise ApiError(400, "bad_request", f"{what} is STOPPED; start it with {start}")
+    if verb == "restart" and state == "STOPPED" and kind == "database":
+        raise ApiError(400, "bad_request", f"{what} is STOPPED; start it with pxt db start")
+
+
+def next_receipt(
+    core: Core,
+    kind: receipts.Kind,
+    verb: str,
+    resource_id: str,
+    generation: int,
+    db: str,
+    service_name: str | None = None,
+    base_path: str = "",
+) -> Receipt:
+    """The receipt of a verb's new generation: PENDING (DELETING for a delete), waiting for what the verb does."""
+    return receipts.new(
+        kind,
+        resource_id,
+        generation,
+        db,
+        phase="DELETING" if verb == "delete" else "PENDING",
+        waiting_for=VERBS[verb].waiting_for[kind],
+        attempt=core.ids.ident("att_"),
+        service_name=service_name,
+        base_path=base_path,
+    )
+
+
+def check_retry(what: str, receipt: Receipt | None, generation: int) -> Receipt:
+    if receipt is None or receipt.generation != generation:
+        raise ApiError(409, "conflict", f"generation {generation} is not the current one of {what}; plan again")
+    if receipt.phase != "FAILED":
+        raise ApiError(400, "bad_request", f"generation {receipt.generation} of {what} has not failed")
+    return receipt
+
+
+# --- databases ----------------------------------------------------------------------------------------------
+
+
+async def database_verb(core: Core, reconciler: Reconciler, org_id: str, slug: str, db: str, verb: str) -> Receipt:
+    rule = VERBS[verb]
+    if verb == "delete" and db == plans.DEFAULT_DB:
+        raise ApiError(400, "bad_request", f"the database {plans.DEFAULT_DB} cannot be deleted")
+    now = core.clock.now()
+    async with core.store.transaction() as conn:
+        row = await databases.require(conn, org_id, slug, db)
+        check("database", f"database {db}", row.state, verb)
+        receipt = next_receipt(core, "database", verb, row.id, row.generation + 1, db)
+        await databases.accept(conn, row, receipt, now, state=rule.state)
+    core.bus.publish(
+        kinds.accepted("db", verb), kinds.database(slug, db), generation=receipt.generation, state=rule.state
+    )
+    reconciler.schedule(org_id, slug, db, receipt.generation, verb)
+    return receipt
+
+
+async def retry_database(
+    core: Core, reconciler: Reconciler, org_id: str, slug: str, db: str, generation: int
+) -> Receipt:
+    async with core.store.transaction() as conn:
+        row = await databases.require(conn, org_id, slug, db)
+        failed = check_retry(db, row.receipt, generation)
+        receipt = msgspec.structs.replace(
+            failed, phase="PENDING", error=None, waiting_for="environment", attempt_id=core.ids.ident("att_")
+        )
+        await databases.settle(conn, row, receipt, core.clock.now(), state="UPDATING")
+    reconciler.schedule(org_id, slug, db, generation, "update")
+    return receipt
+
+
+# --- services -----------------------------------------------------------------------------------------------
+
+
+async def require_service(core: Core, org_id: str, slug: str, db: str, base: str, name: str) -> Service:
+    row = await services.get(core.store, org_id, db, base, name)
+    if row is None:
+        raise ApiError(404, "not_found", f"no service {name} in {slug}:{db}")
+    return row
+
+
+async def service_verb(
+    core: Core, reconciler: Reconciler, org_id: str, slug: str, db: str, base: str, name: str, verb: str
+) -> tuple[Service | None, Receipt]:
+    """(the service after the verb was accepted, or None once deleted; the new generation's receipt)."""
+    rule = VERBS[verb]
+    now = core.clock.now()
+    async with core.store.transaction() as conn:
+        row = await services.get(conn, org_id, db, base, name)
+        if row is None:
+            raise ApiError(404, "not_found", f"no service {name} in {slug}:{db}")
+        check("service", f"service {name}", row.state, verb)
+        receipt = next_receipt(
+            core, "service", verb, row.id, row.generation + 1, db, service_name=row.name, base_path=row.base_path
+        )
+        await services.accept(conn, row, receipt, now, state=rule.state)
+        fresh = await services.get(conn, org_id, db, base, name)
+    core.bus.publish(
+        kinds.accepted("service", verb),
+        kinds.service(slug, db, service_label(base, name)),
+        generation=receipt.generation,
+    )
+    reconciler.schedule_service(org_id, slug, db, base, name, receipt.generation, verb)
+    return (None if verb == "delete" else fresh), receipt
+
+
+async def retry_service(
+    core: Core, reconciler: Reconciler, org_id: str, slug: str, db: str, base: str, name: str, generation: int
+) -> Receipt:
+    row = await require_service(core, org_id, slug, db, base, name)
+    receipt = check_retry(name, row.receipt, generation)
+    reconciler.schedule_service(org_id, slug, db, base, name, receipt.generation, "deploy")
+    return receipt

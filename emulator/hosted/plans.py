@@ -1,0 +1,109 @@
+"""Every plan limit and default of the hosted platform, each with the message that refuses going past it.
+
+A trial organization (spec, "Trial organizations"): one database, `main`, of at most 1 CPU, 2048 MB, one
+worker and a 10 GB disk; at most two services, each on one worker with at most 1 CPU and 2048 MB; a
+50 GB media store (`media_quota_bytes`); 48 hours of life unless claimed (`trial_lifetime`). Other
+organizations get the defaults below and no limits. Refusals are 402 `PLAN_LIMIT`, which the client
+shows as they are.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from emulator.core.errors import ApiError
+
+# A database's size keys, as `pixeltable.toml` declares them.
+DATABASE_SIZE = ("cpu", "memory_mb", "workers", "disk_gb")
+# A service's size keys.
+SERVICE_SIZE = ("cpu", "memory_mb", "workers", "file_cache_gb")
+
+# The metadata version a database runs before its first project.
+PXT_MD_VERSION = 56
+DEFAULT_DB = "main"
+
+TRIAL_DATABASE = {"cpu": 1.0, "memory_mb": 2048, "workers": 1, "disk_gb": 10}
+DEFAULT_DATABASE = {"cpu": 2.0, "memory_mb": 4096, "workers": 1, "disk_gb": 20}
+TRIAL_DATABASES = 1
+
+TRIAL_SERVICES = 2
+TRIAL_SERVICE = {"cpu": 1.0, "memory_mb": 2048, "workers": 1}
+DEFAULT_SERVICE = {"cpu": 1.0, "memory_mb": 1024, "workers": 1, "file_cache_gb": 10.0}
+TRIAL_DISK_GB = 10  # a trial database's disk, and a trial service's file cache
+
+
+def plan_name(trial: bool) -> str:
+    return "trial" if trial else "free"
+
+
+def base_resources(trial: bool) -> dict[str, Any]:
+    """What a database runs on before its first project: the plan's default size, no project."""
+    size = TRIAL_DATABASE if trial else DEFAULT_DATABASE
+    return {**size, "fingerprint": None, "pxt_md_version": PXT_MD_VERSION, "default_bucket": None}
+
+
+def check_new_database(trial: bool, db: str) -> None:
+    if trial:
+        raise ApiError(
+            402,
+            "PLAN_LIMIT",
+            f"A trial organization has one database, main; {db} cannot be created. Claim the organization to add more.",
+        )
+
+
+def check_database_size(target: dict[str, Any], trial: bool) -> None:
+    """A declared database size within the plan (positivity is the request's own check)."""
+    if not trial:
+        return
+    over = [
+        f"{n} {target[n]} (at most {TRIAL_DATABASE[n]})"
+        for n in DATABASE_SIZE
+        if target.get(n) is not None and target[n] > TRIAL_DATABASE[n]
+    ]
+    if over:
+        raise ApiError(
+            402,
+            "PLAN_LIMIT",
+            f"A trial database is limited to 1 CPU, 2048 MB, 1 worker and 10 GB disk; the project asks for "
+            f"{', '.join(over)}. Lower them in pixeltable.toml, or claim the organization and upgrade.",
+        )
+
+
+def service_resources(name: str, declared: dict[str, Any] | None, trial: bool) -> dict[str, Any]:
+    """A service's resources: the declared ones over the defaults, within the plan."""
+    declared = declared or {}
+    resources = {k: declared.get(k) if declared.get(k) is not None else v for k, v in DEFAULT_SERVICE.items()}
+    if trial:
+        over = [f"{k} {resources[k]} (at most {v})" for k, v in TRIAL_SERVICE.items() if resources[k] > v]
+        if over:
+            raise ApiError(
+                402,
+                "PLAN_LIMIT",
+                f"A trial service runs on 1 worker with at most 1 CPU and 2048 MB; {name} asks for "
+                f"{', '.join(over)}. Lower them in pixeltable.toml, or claim the organization and upgrade.",
+            )
+    return resources
+
+
+def check_service_count(subject: str, count: int, trial: bool) -> None:
+    """`count`: the services the database would have once the submission is accepted."""
+    if trial and count > TRIAL_SERVICES:
+        raise ApiError(
+            402,
+            "PLAN_LIMIT",
+            f"A trial has at most {TRIAL_SERVICES} services; {subject} would have {count}. "
+            "Delete one with pxt service prune, or claim the organization and upgrade.",
+        )
+
+
+def disk_full_message(what: str, size: str, service: bool) -> str:
+    knob = "file_cache_gb in the service's resources" if service else "disk_gb in pixeltable.toml"
+    return f"disk full: the {what} has used all of its {size} GB disk; raise {knob} (a trial allows {TRIAL_DISK_GB} GB)"
+
+
+def usage_resources(trial: bool, databases: int, services: int) -> list[dict[str, Any]]:
+    """The count lines of `get_usage` (the media line is the media store's)."""
+    return [
+        {"label": "Databases", "used": databases, "limit": TRIAL_DATABASES if trial else None, "unit": "count"},
+        {"label": "Services", "used": services, "limit": TRIAL_SERVICES if trial else None, "unit": "count"},
+    ]

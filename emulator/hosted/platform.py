@@ -1,0 +1,69 @@
+"""The hosted platform, put together once by the composition root (emulator.server) and handed to every surface
+that acts on it: the control plane, the site's trials, the admin API, the tunnel and the gateways.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from emulator.core.context import Core
+from emulator.core.errors import ApiError
+from emulator.hosted import databases, orgs
+from emulator.hosted.auth import Authenticator, Caller
+from emulator.hosted.blobs import Blobs
+from emulator.hosted.reconciler import Reconciler
+from emulator.hosted.records import Database, Org
+from emulator.hosted.secrets import SecretBox
+
+if TYPE_CHECKING:
+    from emulator.media.store import MediaStore
+
+
+@dataclass
+class Platform:
+    core: Core
+    auth: Authenticator
+    box: SecretBox
+    blobs: Blobs
+    reconciler: Reconciler
+    api_url: str
+    auth_url: str
+    media: MediaStore | None = None  # the home buckets' S3 endpoint, once started
+
+    async def org_of(self, caller: Caller, org: str | None) -> tuple[str, str]:
+        return await self.auth.resolve_org(caller, org)
+
+    async def operator(self, ref: str) -> tuple[Caller, Org]:
+        """The platform operator inside one organization (by slug or id): the emulator's own acts use the same
+        rules as a client's, under this caller."""
+        org = await orgs.find(self.core.store, ref)
+        if org is None:
+            raise ApiError(404, "not_found", f"no organization {ref!r}")
+        return Caller.operator(org.id, org.slug, org.trial), org
+
+    def worker_status(self, row: Database) -> list[dict[str, Any]]:
+        """The `worker_status` of `get_db`: the database's server, as a pod would be listed."""
+        running = self.reconciler.status(row.org_id, row.name)
+        if running is None:
+            return []
+        now = self.core.clock.now()
+        return [
+            {
+                "pod_id": f"{row.name}-0",
+                "status": "Running" if running["ready"] else "Starting",
+                "ready": 1 if running["ready"] else 0,
+                "total": 1,
+                "restarts": row.restarts,
+                "age_s": int(now - (row.started_at or now)),
+            }
+        ]
+
+    async def tunnel_route(self, org: str, db: str, credential: str) -> tuple[str, int, str]:
+        """Who may open the database tunnel, and where it leads: (host, port, who). The same credentials as the
+        control plane; the database must exist and not be stopped, and its server starts on first use."""
+        caller = await self.auth.credential(credential, bearer=True)
+        org_id, slug = await self.auth.resolve_org(caller, org)
+        await databases.require(self.core.store, org_id, slug, db)
+        host, port = await self.reconciler.route(org_id, slug, db)
+        return host, port, caller.label

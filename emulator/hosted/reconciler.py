@@ -1,0 +1,417 @@
+"""The reconciler: the jobs that make a database's or a service's desired state true, and settle its receipt.
+
+Every accepted generation (lifecycle.py, updates.py) schedules a job here. A job asks the supervisor
+(emulator.runtime) to build, start or stop workloads, moves the resource's state, writes the outcome into the
+generation's receipt and publishes it. Jobs on one database run one at a time; a database not asked for yet
+starts on first use (a tunnel connection). The reconciler is also the supervisor's reporter: it keeps the
+workloads' output as log lines, notices a server that died or a disk that filled, and says who may call a
+service through the gateway.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from emulator.core import kinds
+from emulator.core.context import Core
+from emulator.core.errors import ApiError
+from emulator.core.kinds import Kind
+from emulator.core.tasks import cancel
+from emulator.hosted import databases, logs, plans, receipts, secrets, services
+from emulator.hosted.auth import Authenticator
+from emulator.hosted.blobs import Blobs
+from emulator.hosted.records import Database, Service, service_label
+from emulator.hosted.secrets import SecretBox
+from emulator.runtime.environments import BuildFailed
+from emulator.runtime.supervisor import Environment, Place, Release, ServiceRelease, Supervisor
+from emulator.runtime.workload import SIZES, Launcher, resized
+
+log = logging.getLogger("emulator.runtime")
+
+
+class Reconciler:
+    def __init__(
+        self,
+        core: Core,
+        box: SecretBox,
+        blobs: Blobs,
+        auth: Authenticator,
+        api_url: str,
+        root: Path,
+        launcher: Launcher,
+    ) -> None:
+        self.core = core
+        self.box = box
+        self.blobs = blobs
+        self.auth = auth
+        self.api_url = api_url
+        self.supervisor = Supervisor(root, launcher, self)
+        self._locks: dict[tuple[str, str], asyncio.Lock] = {}
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._starting: dict[tuple[str, str], asyncio.Task[None]] = {}
+
+    @property
+    def kind(self) -> str:
+        return self.supervisor.kind
+
+    @property
+    def unenforced(self) -> tuple[str, ...]:
+        return self.supervisor.unenforced
+
+    async def open(self) -> None:
+        await self.supervisor.open()
+
+    async def close(self) -> None:
+        for task in list(self._tasks):
+            await cancel(task)
+        await self.supervisor.close()
+
+    async def resume(self) -> None:
+        """Bring back the services that were running when the emulator stopped (their databases start first)."""
+        for s in await services.every(self.core.store, state="AVAILABLE"):
+            self.schedule_service(s.org_id, s.slug, s.db, s.base_path, s.name, s.generation, "deploy")
+
+    def status(self, org_id: str, db: str) -> dict[str, Any] | None:
+        return self.supervisor.status(org_id, db)
+
+    def endpoint(self, service: Service) -> str:
+        return self.supervisor.endpoint(service.org_id, service.db, service.base_path, service.name, service.label)
+
+    def _spawn(self, job: Any, name: str) -> asyncio.Task[None]:
+        task = asyncio.create_task(job, name=name)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return task
+
+    def _lock(self, org_id: str, key: str) -> asyncio.Lock:
+        return self._locks.setdefault((org_id, key), asyncio.Lock())
+
+    # --- the supervisor's reporter ----------------------------------------------------------------------------
+
+    async def line(self, place: Place, line: str, *, service: str = "", health: bool = False) -> None:
+        await logs.append(self.core, place.org_id, place.slug, place.db, line, service=service, health=health)
+
+    async def exited(self, place: Place, code: int) -> None:
+        await self.line(place, f"the Pixeltable server exited with status {code}")
+        self.core.bus.publish(Kind.DB_EXITED, kinds.database(place.slug, place.db), status=code)
+
+    async def disk_full(self, place: Place, service: str, limit_gb: Any) -> None:
+        size = f"{float(limit_gb):g}" if limit_gb is not None else "?"
+        what = f"service {service}" if service else f"database {place.db}"
+        message = plans.disk_full_message(what, size, bool(service))
+        await self.line(place, message, service=service)
+        subject = kinds.database(place.slug, place.db)
+        self.core.bus.publish(Kind.DISK_FULL, subject, service=service or None, limit_gb=limit_gb)
+        if not service:
+            await databases.update(
+                self.core.store, place.org_id, place.db, self.core.clock.now(), failure_reason=message
+            )
+
+    def request(self, place: Place, path: str, status: int) -> None:
+        self.core.bus.publish(Kind.GATEWAY_REQUEST, kinds.database(place.slug, place.db), path=path, status=status)
+
+    async def admits(self, place: Place, credential: str) -> tuple[int, str] | None:
+        refusal = await self.auth.admits(credential, place.slug)
+        return None if refusal is None else (refusal.status, refusal.message)
+
+    # --- databases --------------------------------------------------------------------------------------------
+
+    def schedule(self, org_id: str, slug: str, db: str, generation: int, verb: str) -> None:
+        self._spawn(self._job(org_id, slug, db, generation, verb), f"db-{verb}-{slug}-{db}")
+
+    async def route(self, org_id: str, slug: str, db: str) -> tuple[str, int]:
+        """Where the database's server listens, starting it first if it is not running (first use).
+
+        The start runs as its own task: a caller that gives up (the tunnel's authorizer has a time limit, the
+        client retries) does not cancel it, and the next caller joins it.
+        """
+        key = (org_id, db)
+        if self.supervisor.address(org_id, db) is None:
+            task = self._starting.get(key)
+            if task is None or task.done():
+                task = self._spawn(self._start_on_demand(org_id, slug, db), f"db-first-use-{slug}-{db}")
+                self._starting[key] = task
+            await asyncio.shield(task)
+        address = self.supervisor.address(org_id, db)
+        if address is None:
+            raise ApiError(503, "unavailable", f"database {slug}:{db} is not running")
+        return address
+
+    async def _start_on_demand(self, org_id: str, slug: str, db: str) -> None:
+        async with self._lock(org_id, db):
+            row = await databases.get(self.core.store, org_id, db)
+            if row is None:
+                raise ApiError(404, "not_found", f"database {db} does not exist in {slug}")
+            if row.state in ("STOPPED", "STOPPING"):
+                raise ApiError(503, "stopped", f"database {slug}:{db} is {row.state}; start it with pxt db start")
+            if self.supervisor.address(org_id, db) is None:
+                await self._launch(row)
+                await self._set(org_id, db, started_at=self.core.clock.now())
+
+    async def _job(self, org_id: str, slug: str, db: str, generation: int, verb: str) -> None:
+        async with self._lock(org_id, db):
+            place = Place(org_id, slug, db)
+            try:
+                job = {
+                    "update": self._update,
+                    "start": self._start,
+                    "restart": self._restart,
+                    "stop": self._stop,
+                    "delete": self._delete,
+                }[verb]
+                await job(place, generation)
+            except asyncio.CancelledError:
+                raise
+            except Exception as e:  # the job's failure is the receipt's, never the emulator's
+                if not isinstance(e, BuildFailed | ApiError):
+                    log.exception("%s of %s:%s failed", verb, slug, db)
+                message = e.message if isinstance(e, ApiError) else str(e)
+                await self.line(place, f"{verb} failed: {message}")
+                alive = self.supervisor.status(org_id, db) is not None
+                await self._set(
+                    org_id,
+                    db,
+                    state="AVAILABLE" if alive else "FAILED",
+                    failure_reason=message,
+                    **({"last_build_outcome": "FAILED", "last_build_error": message} if verb == "update" else {}),
+                )
+                await self._settle(place, generation, phase="FAILED", waiting_for=None, error=receipts.failure(message))
+                self.core.bus.publish(
+                    Kind.DB_STATE,
+                    kinds.database(slug, db),
+                    state="FAILED" if not alive else "AVAILABLE",
+                    error=message,
+                )
+
+    async def _update(self, place: Place, generation: int) -> None:
+        row = await self._row(place)
+        target = row.target or {}
+        fingerprint = target.get("fingerprint")
+        digest = databases.environment_digest(fingerprint)
+        warnings = []
+        forced = bool(target.get("force_build_nonce"))
+        if forced:
+            await self.line(place, f"rebuilding environment {digest[:12]}, as pxt db build-image asks")
+        built = await self.supervisor.build(place, self._release(row, digest, fingerprint, target), force=forced)
+        if not built:
+            warnings.append(f"environment {digest[:12]} unchanged: not rebuilt")
+            await self.line(place, warnings[-1])
+        changes = resized(row.current or {}, target)
+        if changes:
+            # One resize, then the one restart below with the new sizes.
+            await self.line(place, f"resizing database {place.db}: {', '.join(changes)}")
+            self.core.bus.publish(
+                Kind.DB_RESIZED, kinds.database(place.slug, place.db), changes=changes, generation=generation
+            )
+        await self._settle(place, generation, phase="PENDING", waiting_for="database restart")
+        await self._launch(row, digest=digest, fingerprint=fingerprint, resources=target)
+        await self._set(
+            place.org_id,
+            place.db,
+            current=target,
+            state="AVAILABLE",
+            last_build_outcome="SUCCEEDED",
+            last_build_error=None,
+            failure_reason=None,
+            env_digest=digest,
+            started_at=self.core.clock.now(),
+        )
+        await self._settle(place, generation, phase="READY", outcome="OBSERVED", waiting_for=None, warnings=warnings)
+        self.core.bus.publish(
+            Kind.DB_STATE,
+            kinds.database(place.slug, place.db),
+            state="AVAILABLE",
+            generation=generation,
+            environment=digest[:12],
+            rebuilt=built,
+        )
+
+    async def _start(self, place: Place, generation: int) -> None:
+        await self._launch(await self._row(place))
+        await self._set(
+            place.org_id, place.db, state="AVAILABLE", failure_reason=None, started_at=self.core.clock.now()
+        )
+        await self._settle(place, generation, phase="READY", outcome="OBSERVED", waiting_for=None)
+        self.core.bus.publish(
+            Kind.DB_STATE, kinds.database(place.slug, place.db), state="AVAILABLE", generation=generation
+        )
+
+    async def _restart(self, place: Place, generation: int) -> None:
+        row = await self._row(place)
+        await self._launch(row)
+        await self._set(
+            place.org_id,
+            place.db,
+            state="AVAILABLE",
+            restarts=row.restarts + 1,
+            failure_reason=None,
+            started_at=self.core.clock.now(),
+        )
+        await self._settle(place, generation, phase="READY", outcome="OBSERVED", waiting_for=None)
+        self.core.bus.publish(
+            Kind.DB_STATE,
+            kinds.database(place.slug, place.db),
+            state="AVAILABLE",
+            generation=generation,
+            restarted=True,
+        )
+
+    async def _stop(self, place: Place, generation: int) -> None:
+        await self.supervisor.stop_database(place)
+        await self._set(place.org_id, place.db, state="STOPPED")
+        await self.line(place, "database stopped (its data is kept)")
+        await self._settle(place, generation, phase="STOPPED", outcome="OBSERVED", waiting_for=None)
+        self.core.bus.publish(
+            Kind.DB_STATE, kinds.database(place.slug, place.db), state="STOPPED", generation=generation
+        )
+
+    async def _delete(self, place: Place, generation: int) -> None:
+        await self.supervisor.stop_database(place)
+        row = await databases.get(self.core.store, place.org_id, place.db)
+        await self._settle(place, generation, phase="DELETED", outcome="OBSERVED", waiting_for=None)
+        await databases.delete(self.core.store, place.org_id, place.db)
+        await logs.delete(self.core.store, place.org_id, place.db)
+        await self.supervisor.remove_database(place)
+        self.core.bus.publish(
+            Kind.DB_STATE,
+            kinds.database(place.slug, place.db),
+            state="DELETED",
+            generation=generation,
+            resource_id=row.id if row else None,
+        )
+
+    def _release(
+        self, row: Database, digest: str, fingerprint: Any, resources: dict[str, Any] | None = None
+    ) -> Release:
+        archive = self.blobs.path(row.archive_sha256) if row.archive_sha256 else None
+        sizes = {k: v for k, v in (resources or row.current or {}).items() if k in SIZES}
+        return Release(digest, fingerprint or None, archive, sizes)
+
+    async def _launch(
+        self,
+        row: Database,
+        *,
+        digest: str | None = None,
+        fingerprint: Any = None,
+        resources: dict[str, Any] | None = None,
+    ) -> None:
+        """(Re)start the database's server on its current release (or the given one)."""
+        current = row.current or {}
+        if fingerprint is None and digest is None:
+            fingerprint = current.get("fingerprint")
+        digest = digest or databases.environment_digest(fingerprint)
+        place = Place(row.org_id, row.slug, row.name)
+        env = await self._environment(place)
+        await self.supervisor.start_database(place, self._release(row, digest, fingerprint, resources), env)
+
+    async def _environment(self, place: Place) -> Environment:
+        key = self.auth.runtime_keys.for_org(self.core, place.org_id, place.slug)
+        return Environment(
+            {
+                "PXTCLOUD_ORG": place.slug,
+                "PXTCLOUD_DB": place.db,
+                "PIXELTABLE_API_URL": self.api_url,
+                "PIXELTABLE_API_KEY": key,
+            },
+            await secrets.environment(self.core, self.box, place.org_id, place.db),
+        )
+
+    async def _row(self, place: Place) -> Database:
+        row = await databases.get(self.core.store, place.org_id, place.db)
+        if row is None:
+            raise ApiError(404, "not_found", f"database {place.db} does not exist in {place.slug}")
+        return row
+
+    async def _set(self, org_id: str, db: str, **fields: Any) -> None:
+        await databases.update(self.core.store, org_id, db, self.core.clock.now(), **fields)
+
+    async def _settle(self, place: Place, generation: int, **changes: Any) -> None:
+        """Write the outcome of a generation into its receipt (and the database's, if still current)."""
+        async with self.core.store.transaction() as conn:
+            row = await databases.get(conn, place.org_id, place.db)
+            if row is None or row.receipt is None or row.receipt.generation != generation:
+                return  # gone, or a newer generation superseded this one
+            receipt = msgspec.structs.replace(row.receipt, **changes)
+            await databases.settle(conn, row, receipt, self.core.clock.now())
+        self.core.bus.publish(
+            Kind.DB_RECEIPT,
+            kinds.database(place.slug, place.db),
+            generation=generation,
+            phase=receipt.phase,
+            outcome=receipt.outcome,
+        )
+
+    # --- services ---------------------------------------------------------------------------------------------
+
+    def schedule_service(
+        self, org_id: str, slug: str, db: str, base: str, name: str, generation: int, verb: str
+    ) -> None:
+        job = self._service_job(Place(org_id, slug, db), base, name, generation, verb)
+        self._spawn(job, f"service-{verb}-{slug}-{db}-{name}")
+
+    async def _service_job(self, place: Place, base: str, name: str, generation: int, verb: str) -> None:
+        label = service_label(base, name)
+        subject = kinds.service(place.slug, place.db, label)
+        async with self._lock(place.org_id, f"{place.db}/{base}/{name}"):
+            row = await services.get(self.core.store, place.org_id, place.db, base, name)
+            if row is None:
+                return
+            try:
+                if verb in ("deploy", "restart"):
+                    await self._start_service(place, row)
+                    state, phase = "AVAILABLE", "READY"
+                else:
+                    await self.supervisor.stop_service((place.org_id, place.db, base, name))
+                    state, phase = ("STOPPED", "STOPPED") if verb == "stop" else ("DELETED", "DELETED")
+                    if verb == "delete":
+                        await self.supervisor.remove_service(place, base, name, label)
+                await self._settle_service(
+                    row,
+                    generation,
+                    None if verb == "delete" else state,
+                    phase=phase,
+                    outcome="OBSERVED",
+                    waiting_for=None,
+                )
+                if verb == "delete":
+                    await services.delete(self.core.store, row.id)
+                self.core.bus.publish(Kind.SERVICE_STATE, subject, state=state, generation=generation)
+            except Exception as e:
+                message = e.message if isinstance(e, ApiError) else str(e)
+                if not isinstance(e, BuildFailed | ApiError):
+                    log.exception("%s of service %s failed", verb, name)
+                await self.line(place, f"service {name}: {verb} failed: {message}", service=label)
+                await self._settle_service(
+                    row, generation, "FAILED", phase="FAILED", waiting_for=None, error=receipts.failure(message)
+                )
+                self.core.bus.publish(Kind.SERVICE_STATE, subject, state="FAILED", error=message)
+
+    async def _start_service(self, place: Place, row: Service) -> None:
+        await self.route(place.org_id, place.slug, place.db)  # the database's server (and its release) first
+        label = row.label
+        resources = dict(row.desired.get("resources") or {})
+        before = self.supervisor.service_size(place.org_id, place.db, row.base_path, row.name)
+        changes = resized(before, resources) if before is not None else []
+        if changes:
+            await self.line(place, f"resizing service {label}: {', '.join(changes)}", service=label)
+            self.core.bus.publish(Kind.SERVICE_RESIZED, kinds.service(place.slug, place.db, label), changes=changes)
+        database = await self._row(place)
+        release = ServiceRelease(row.base_path, row.name, row.desired["app_module"], resources, label)
+        port = await self.supervisor.start_service(
+            place, release, await self._environment(place), gateway_port=database.gateway_port
+        )
+        if port != database.gateway_port:
+            await self._set(place.org_id, place.db, gateway_port=port)
+
+    async def _settle_service(self, row: Service, generation: int, state: str | None, **changes: Any) -> None:
+        async with self.core.store.transaction() as conn:
+            current = await services.get(conn, row.org_id, row.db, row.base_path, row.name)
+            if current is None or current.receipt is None or current.receipt.generation != generation:
+                return
+            receipt = msgspec.structs.replace(current.receipt, **changes)
+            await services.settle(conn, current, receipt, self.core.clock.now(), state)

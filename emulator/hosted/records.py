@@ -1,0 +1,135 @@
+"""Typed records of the platform's tables, decoded once where a row is read (JSON columns included)."""
+
+from __future__ import annotations
+
+import sqlite3
+from typing import Any, TypeVar
+
+import msgspec
+
+from emulator.core.store import Db, many, one
+
+
+class Receipt(msgspec.Struct, kw_only=True):
+    """A generation's `GenerationReceipt`, as the client reads it from `get_receipts` and reports."""
+
+    kind: str  # "database" | "service"
+    resource_id: str
+    generation: int
+    db: str
+    service_name: str | None
+    base_path: str
+    attempt_id: str
+    outcome: str | None = None
+    error: dict[str, Any] | None = None
+    phase: str
+    waiting_for: str | None
+    warnings: list[str] = msgspec.field(default_factory=list)
+
+
+class Org(msgspec.Struct, kw_only=True):
+    id: str
+    slug: str
+    display_name: str | None = None
+    trial: bool
+    state: str  # "unclaimed" | "claimed" | "active"
+    registration_id: str | None = None
+    network: str | None = None
+    expires_at: float | None = None
+    claimed_at: float | None = None
+    created_at: float
+    updated_at: float
+
+
+class ApiKey(msgspec.Struct, kw_only=True):
+    id: str
+    org_id: str
+    name: str
+    key_type: str  # "user" | "runtime"
+    grants: list[str]
+    created_by: str | None = None
+    created_at: float
+
+
+class Database(msgspec.Struct, kw_only=True):
+    org_id: str
+    name: str
+    id: str
+    state: str
+    generation: int
+    target: dict[str, Any] | None = None  # the desired DatabaseResources (None: no update yet)
+    current: dict[str, Any] | None = None  # what it runs with
+    receipt: Receipt | None = None  # the current generation's
+    archive_sha256: str | None = None
+    last_build_outcome: str | None = None
+    last_build_error: str | None = None
+    failure_reason: str | None = None
+    env_digest: str | None = None
+    started_at: float | None = None
+    restarts: int = 0
+    gateway_port: int | None = None
+    created_at: float
+    updated_at: float
+    slug: str = ""  # the organization's, when read with it
+
+
+class Service(msgspec.Struct, kw_only=True):
+    id: str
+    org_id: str
+    db: str
+    base_path: str
+    name: str
+    generation: int
+    desired: dict[str, Any]  # the ServiceMutation last accepted (resources filled in)
+    state: str
+    error: str | None = None
+    fingerprint: Any = None  # what its pod reported
+    receipt: Receipt | None = None
+    created_at: float
+    updated_at: float
+    slug: str = ""
+
+    @property
+    def label(self) -> str:
+        return service_label(self.base_path, self.name)
+
+
+class LogLine(msgspec.Struct, kw_only=True):
+    id: int
+    ts_ms: int
+    service: str
+    line: str
+
+
+T = TypeVar("T", bound=msgspec.Struct)
+
+
+def service_label(base: str, name: str) -> str:
+    """How logs, events and the gateway name a service: "name", or "base/name" under a base path."""
+    return f"{base}/{name}".lstrip("/")
+
+
+_JSON_COLUMNS = {"target", "current", "receipt", "desired", "fingerprint", "grants"}
+
+
+def record(row: sqlite3.Row, kind: type[T]) -> T:
+    """A row as a record: JSON columns decoded, unknown columns (hashes, joins) left out."""
+    fields = set(kind.__struct_fields__)
+    values: dict[str, Any] = {}
+    for name in row.keys():
+        if name not in fields:
+            continue
+        value = row[name]
+        if name in _JSON_COLUMNS and isinstance(value, str | bytes):
+            value = msgspec.json.decode(value)
+        values[name] = value
+    return msgspec.convert(values, kind, strict=False)
+
+
+async def fetch_one(db: Db, kind: type[T], sql: str, params: tuple[Any, ...] = ()) -> T | None:
+    row = await one(db, sql, params)
+    return None if row is None else record(row, kind)
+
+
+async def fetch_all(db: Db, kind: type[T], sql: str, params: tuple[Any, ...] = ()) -> list[T]:
+    return [record(r, kind) for r in await many(db, sql, params)]

@@ -1,0 +1,88 @@
+"""Provider secrets: the only SQL of the `secrets` table, and the box that keeps their values.
+
+They reach a database's (and its services') processes as environment variables read once at start, so a
+new value is seen only after `db restart` / `service restart`. Unlike credentials they must be readable
+again, so they are encrypted at rest (Fernet, key in `<state-dir>/keys/`), never logged, never listed.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from cryptography.fernet import Fernet
+
+from emulator.core.context import Core
+from emulator.core.errors import ApiError
+from emulator.core.kinds import Kind
+from emulator.core.private import private_key
+from emulator.core.store import many, one, run
+
+_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
+
+
+class SecretBox:
+    def __init__(self, fernet: Fernet) -> None:
+        self._fernet = fernet
+
+    @classmethod
+    def load_or_create(cls, state_dir: Path) -> SecretBox:
+        return cls(Fernet(private_key(state_dir / "keys" / "secrets.fernet", Fernet.generate_key)))
+
+    def seal(self, value: str) -> bytes:
+        return self._fernet.encrypt(value.encode())
+
+    def open(self, token: bytes) -> str:
+        return self._fernet.decrypt(token).decode()
+
+
+def check_key(key: str) -> str:
+    if not _KEY.match(key):
+        raise ApiError(400, "bad_request", "a secret name is a letter or underscore, then letters, digits, underscores")
+    if key.upper().startswith("PIXELTABLE_"):
+        raise ApiError(400, "bad_request", f"Invalid secret name {key!r}: the PIXELTABLE_ prefix is reserved.")
+    return key
+
+
+async def set_value(core: Core, box: SecretBox, org_id: str, slug: str, db: str, key: str, value: str) -> int:
+    """Set a secret of the organization (`db` "") or of one database; returns its new revision."""
+    now = core.clock.now()
+    async with core.store.transaction() as conn:
+        row = await one(conn, "SELECT revision FROM secrets WHERE org_id = ? AND db = ? AND key = ?", (org_id, db, key))
+        revision = (row["revision"] if row else 0) + 1
+        await run(
+            conn,
+            "INSERT INTO secrets (org_id, db, key, value, revision, updated_at) VALUES (?, ?, ?, ?, ?, ?) "
+            "ON CONFLICT (org_id, db, key) DO UPDATE SET value = excluded.value, revision = excluded.revision, "
+            "updated_at = excluded.updated_at",
+            (org_id, db, key, box.seal(value), revision, now),
+        )
+    core.bus.publish(Kind.CLOUD_SECRET_SET, slug, key=key, db=db or None, revision=revision)
+    return revision
+
+
+async def delete(core: Core, org_id: str, slug: str, db: str, key: str) -> None:
+    if not await run(core.store, "DELETE FROM secrets WHERE org_id = ? AND db = ? AND key = ?", (org_id, db, key)):
+        raise ApiError(404, "not_found", f"no secret {key} in {slug}{':' + db if db else ''}")
+    core.bus.publish(Kind.CLOUD_SECRET_DELETED, slug, key=key, db=db or None)
+
+
+async def names(core: Core, org_id: str, db: str | None) -> list[tuple[str, str]]:
+    """(key, db) of the organization's secrets: all of them, or the org-wide ones and one database's."""
+    if db is not None:
+        rows = await many(
+            core.store, "SELECT key, db FROM secrets WHERE org_id = ? AND db IN ('', ?) ORDER BY db, key", (org_id, db)
+        )
+    else:
+        rows = await many(core.store, "SELECT key, db FROM secrets WHERE org_id = ? ORDER BY db, key", (org_id,))
+    return [(r["key"], r["db"]) for r in rows]
+
+
+async def environment(core: Core, box: SecretBox, org_id: str, db: str) -> dict[str, str]:
+    """The secrets a process of this database reads at start: org-wide ones, then the database's own."""
+    rows = await many(
+        core.store,
+        "SELECT key, value FROM secrets WHERE org_id = ? AND db IN ('', ?) ORDER BY db = '' DESC",
+        (org_id, db),
+    )
+    return {r["key"]: box.open(r["value"]) for r in rows}

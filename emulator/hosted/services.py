@@ -1,0 +1,144 @@
+"""Hosted services: the only SQL of the `services` table, and the instance record the client reads.
+
+A service instance is (database, base_path, name). Each accepted desired spec is a new generation with a
+receipt, like a database's; the reconciler settles it by starting the real `pixeltable.serving.pod_runner`
+behind the database's gateway. An instance is listed as soon as its submission is accepted.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from emulator.core.store import Db, one, run
+from emulator.hosted import receipts
+from emulator.hosted.records import Receipt, Service, fetch_all, fetch_one
+
+_SELECT = "SELECT s.*, o.slug FROM services s JOIN orgs o ON o.id = s.org_id"
+
+
+async def of_database(db: Db, org_id: str, name: str) -> dict[tuple[str, str], Service]:
+    """The database's services by (base_path, name), oldest first."""
+    rows = await fetch_all(
+        db, Service, f"{_SELECT} WHERE s.org_id = ? AND s.db = ? ORDER BY s.created_at", (org_id, name)
+    )
+    return {(r.base_path, r.name): r for r in rows}
+
+
+async def get(db: Db, org_id: str, database: str, base: str, name: str) -> Service | None:
+    return await fetch_one(
+        db,
+        Service,
+        f"{_SELECT} WHERE s.org_id = ? AND s.db = ? AND s.base_path = ? AND s.name = ?",
+        (org_id, database, base, name),
+    )
+
+
+async def every(db: Db, state: str | None = None) -> list[Service]:
+    where = "WHERE s.state = ? " if state else ""
+    return await fetch_all(
+        db, Service, f"{_SELECT} {where}ORDER BY o.slug, s.db, s.base_path, s.name", (state,) if state else ()
+    )
+
+
+async def count(db: Db, org_id: str) -> int:
+    row = await one(db, "SELECT COUNT(*) AS n FROM services WHERE org_id = ?", (org_id,))
+    return int(row["n"]) if row else 0
+
+
+def record(row: Service, endpoint: str) -> dict[str, Any]:
+    """A `ServiceInstanceRecord`."""
+    desired = row.desired
+    return {
+        "service_name": row.name,
+        "base_path": row.base_path,
+        "endpoint": endpoint,
+        "app_module": desired.get("app_module", ""),
+        "spec": desired.get("spec"),
+        "otel": bool(desired.get("otel")),
+        "state": row.state,
+        "created_at": row.created_at,
+        "updated_at": row.updated_at,
+        "error": row.error,
+        "fingerprint": row.fingerprint,
+        "update_pending": False,
+        "resources": desired.get("resources") or {},
+        "description": desired.get("description"),
+        "receipt": row.receipt,
+    }
+
+
+# --- writes -------------------------------------------------------------------------------------------------
+
+
+async def insert(
+    conn: Db, service_id: str, org_id: str, database: str, desired: dict[str, Any], receipt: Receipt, now: float
+) -> None:
+    await run(
+        conn,
+        "INSERT INTO services (id, org_id, db, base_path, name, generation, desired, state, receipt, "
+        "created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, 'DEPLOYING', ?, ?, ?)",
+        (
+            service_id,
+            org_id,
+            database,
+            receipt.base_path,
+            receipt.service_name,
+            receipt.generation,
+            json.dumps(desired),
+            receipts.encode(receipt),
+            now,
+            now,
+        ),
+    )
+
+
+async def accept(
+    conn: Db,
+    service: Service,
+    receipt: Receipt,
+    now: float,
+    *,
+    state: str,
+    desired: dict[str, Any] | None = None,
+    submission: str | None = None,
+) -> None:
+    """A new generation of an existing service: its receipt (here and in the receipts table) and state, and for a
+    deployment its new desired spec (which clears the last error)."""
+    if desired is not None:
+        await run(
+            conn,
+            "UPDATE services SET generation = ?, desired = ?, state = ?, error = NULL, receipt = ?, updated_at = ? "
+            "WHERE id = ?",
+            (receipt.generation, json.dumps(desired), state, receipts.encode(receipt), now, service.id),
+        )
+    else:
+        await run(
+            conn,
+            "UPDATE services SET generation = ?, state = ?, receipt = ?, updated_at = ? WHERE id = ?",
+            (receipt.generation, state, receipts.encode(receipt), now, service.id),
+        )
+    await receipts.add(conn, service.org_id, receipt, submission)
+
+
+async def settle(conn: Db, service: Service, receipt: Receipt, now: float, state: str | None) -> None:
+    """A generation's receipt as its job progresses, the state it reached (None: unchanged) and its error."""
+    error = (receipt.error or {}).get("message")
+    await run(
+        conn,
+        "UPDATE services SET receipt = ?, state = COALESCE(?, state), error = ?, updated_at = ? WHERE id = ?",
+        (receipts.encode(receipt), state, error, now, service.id),
+    )
+    await receipts.rewrite(conn, receipt)
+
+
+async def set_fingerprint(db: Db, org_id: str, database: str, base: str, name: str, fingerprint: Any) -> None:
+    await run(
+        db,
+        "UPDATE services SET fingerprint = ? WHERE org_id = ? AND db = ? AND base_path = ? AND name = ?",
+        (json.dumps(fingerprint), org_id, database, base, name),
+    )
+
+
+async def delete(db: Db, service_id: str) -> None:
+    await run(db, "DELETE FROM services WHERE id = ?", (service_id,))

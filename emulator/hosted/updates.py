@@ -1,0 +1,284 @@
+"""The update flow: `prepare_update` plans a submission, `submit_update` accepts it as new generations.
+
+A submission carries a database target (the declared resources and the project's fingerprint, with its archive
+uploaded as a blob) and/or service mutations, and the generations the client planned against. Each accepted
+part is a new generation with a PENDING receipt, accepted in one transaction with the checks that allowed it;
+a resent submission returns its original receipts.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+from typing import Any
+
+from emulator.core import kinds
+from emulator.core.context import Core
+from emulator.core.errors import ApiError
+from emulator.core.kinds import Kind
+from emulator.hosted import databases, orgs, plans, receipts, services
+from emulator.hosted.blobs import Blobs
+from emulator.hosted.reconciler import Reconciler
+from emulator.hosted.records import Database, Org, Receipt, service_label
+
+
+@dataclass(frozen=True)
+class Blob:
+    sha256: str
+    size: int
+
+
+@dataclass(frozen=True)
+class Change:
+    """What a submission asks for: a database target and its archive, and/or service mutations."""
+
+    db: str
+    target: dict[str, Any] | None
+    blob: Blob | None
+    mutations: list[Any]
+
+
+@dataclass(frozen=True)
+class Expected:
+    """The generations a submission was planned against."""
+
+    database: int | None = None
+    services: dict[tuple[str, str], int | None] = field(default_factory=dict)  # (base_path, name) → generation
+
+
+def check_target(target: dict[str, Any], trial: bool) -> dict[str, Any]:
+    for name in plans.DATABASE_SIZE:
+        value = target.get(name)
+        if value is not None and (not isinstance(value, int | float) or isinstance(value, bool) or value <= 0):
+            raise ApiError(400, "bad_request", f"database_target.{name} must be a positive number")
+    plans.check_database_size(target, trial)
+    fingerprint = target.get("fingerprint")
+    if fingerprint is not None and not isinstance(fingerprint, dict):
+        raise ApiError(400, "bad_request", "database_target.fingerprint must be an object")
+    return target
+
+
+def check_blob(blob: Blob | None) -> Blob | None:
+    if blob is None:
+        return None
+    if len(blob.sha256) != 64 or any(c not in "0123456789abcdef" for c in blob.sha256):
+        raise ApiError(400, "bad_request", "blob.sha256 must be 64 lowercase hex digits")
+    if blob.size < 0:
+        raise ApiError(400, "bad_request", "blob.size must be a non-negative integer")
+    return blob
+
+
+def mutation_key(m: Any) -> tuple[str, str]:
+    """(base_path, service_name) of a service mutation."""
+    if not isinstance(m, dict):
+        raise ApiError(400, "bad_request", "each service mutation must be an object")
+    name, base = m.get("service_name"), m.get("base_path") or ""
+    if not isinstance(name, str) or not name or not isinstance(base, str):
+        raise ApiError(400, "bad_request", "each service mutation needs a service_name (and a string base_path)")
+    return base.strip("/"), name
+
+
+def check_new_database(org: Org, db: str) -> None:
+    plans.check_new_database(org.trial, db)
+    orgs.check_name(db, "database")
+
+
+def desired(target: dict[str, Any], row: Database | None, trial: bool) -> dict[str, Any]:
+    """The resources the database is to run with: the declared ones, the rest as they are now."""
+    base = (row.current if row is not None else None) or plans.base_resources(trial)
+    wanted = {n: target.get(n) if target.get(n) is not None else base.get(n) for n in plans.DATABASE_SIZE}
+    wanted["fingerprint"] = target.get("fingerprint")
+    wanted["pxt_md_version"] = target.get("pxt_md_version") or plans.PXT_MD_VERSION
+    wanted["default_bucket"] = base.get("default_bucket")
+    # `pxt db build-image` sends a fresh nonce: the reconciler rebuilds the environment for it.
+    wanted["force_build_nonce"] = target.get("force_build_nonce")
+    return wanted
+
+
+async def _org(core: Core, org_id: str) -> Org:
+    org = await orgs.get(core.store, org_id)
+    if org is None:
+        raise ApiError(404, "not_found", "the organization no longer exists")
+    return org
+
+
+async def prepare(core: Core, blobs: Blobs, org_id: str, slug: str, change: Change) -> dict[str, Any]:
+    """The plan's answer: current generations, the database's report, the services' current specs, and where to
+    upload the archive if it is not stored yet."""
+    db, target, mutations = change.db, change.target, change.mutations
+    org = await _org(core, org_id)
+    row = await databases.get(core.store, org_id, db)
+    if row is None:
+        check_new_database(org, db)
+    if target is not None:
+        check_target(target, org.trial)
+    blob = check_blob(change.blob)
+    upload = None
+    if blob is not None and not await blobs.has(blob.sha256):
+        upload = {"url": blobs.upload_url(org_id, blob.sha256), "headers": {}}
+    existing = await services.of_database(core.store, org_id, db)
+    generations, specs = [], []
+    for m in mutations:
+        key = mutation_key(m)
+        found = existing.get(key)
+        generations.append(
+            {"service_name": key[1], "base_path": key[0], "generation": found.generation if found else 0}
+        )
+        if found is not None:
+            specs.append(found.desired)
+    return {
+        "generations": {"database": row.generation if row else 0, "services": generations},
+        "report": databases.report(row)
+        if row
+        else {"db": db, "target_resources": None, "current": None, "receipt": None},
+        "plan": None,
+        "services": specs,
+        "upload": upload,
+    }
+
+
+def digest(change: Change, expected: Expected) -> str:
+    """What identifies a submission when it is sent again."""
+    services = sorted([base, name, generation] for (base, name), generation in expected.services.items())
+    parts = [change.db, change.target, change.blob and [change.blob.sha256, change.blob.size], change.mutations]
+    return hashlib.sha256(databases.canonical([*parts, expected.database, services]).encode()).hexdigest()
+
+
+async def submit(
+    core: Core, blobs: Blobs, reconciler: Reconciler, org_id: str, slug: str, change: Change, expected: Expected
+) -> list[Receipt]:
+    """Accept a submission (its database part first), or return the receipts it got when it was first sent."""
+    if change.target is None and not change.mutations:
+        raise ApiError(400, "bad_request", "a submission needs a database_target or a service mutation")
+    submission = digest(change, expected)
+    resent = await receipts.of_submission(core.store, org_id, submission)
+    if resent:
+        return resent
+    accepted = []
+    if change.target is not None:
+        accepted.append(await _submit_database(core, blobs, reconciler, org_id, slug, change, expected, submission))
+    if change.mutations:
+        accepted += await _submit_services(core, reconciler, org_id, slug, change, expected, submission)
+    return accepted
+
+
+async def _submit_database(
+    core: Core,
+    blobs: Blobs,
+    reconciler: Reconciler,
+    org_id: str,
+    slug: str,
+    change: Change,
+    expected: Expected,
+    submission: str,
+) -> Receipt:
+    db, target = change.db, change.target or {}
+    org = await _org(core, org_id)
+    check_target(target, org.trial)
+    blob = check_blob(change.blob)
+    if blob is not None and not await blobs.has(blob.sha256):
+        raise ApiError(
+            400, "bad_request", "the project archive was not uploaded; PUT it to the URL prepare_update gave"
+        )
+    now = core.clock.now()
+    async with core.store.transaction() as conn:
+        row = await databases.get(conn, org_id, db)
+        if row is None:
+            check_new_database(org, db)
+            await databases.insert(core, conn, org_id, db, now=now, trial=org.trial, provisioning=True)
+            row = await databases.require(conn, org_id, slug, db)
+        if expected.database != row.generation:
+            raise ApiError(
+                409, "conflict", f"database {db} is at generation {row.generation}, not {expected.database}; plan again"
+            )
+        if row.state not in ("AVAILABLE", "PROVISIONING"):
+            raise ApiError(
+                400,
+                "bad_request",
+                f"database {db} is {row.state}; db update needs it AVAILABLE"
+                + (" (run pxt db start)" if row.state == "STOPPED" else ""),
+            )
+        receipt = receipts.new(
+            "database",
+            row.id,
+            row.generation + 1,
+            db,
+            phase="PENDING",
+            waiting_for="environment",
+            attempt=core.ids.ident("att_"),
+        )
+        await databases.accept(
+            conn,
+            row,
+            receipt,
+            now,
+            state=row.state if row.state == "PROVISIONING" else "UPDATING",
+            target=desired(target, row, org.trial),
+            archive_sha256=blob.sha256 if blob else None,
+            submission=submission,
+        )
+    core.bus.publish(Kind.DB_UPDATE_ACCEPTED, kinds.database(slug, db), generation=receipt.generation, state="UPDATING")
+    reconciler.schedule(org_id, slug, db, receipt.generation, "update")
+    return receipt
+
+
+async def _submit_services(
+    core: Core,
+    reconciler: Reconciler,
+    org_id: str,
+    slug: str,
+    change: Change,
+    expected: Expected,
+    submission: str,
+) -> list[Receipt]:
+    db, mutations = change.db, change.mutations
+    org = await _org(core, org_id)
+    keys = [mutation_key(m) for m in mutations]
+    now = core.clock.now()
+    accepted: list[Receipt] = []
+    async with core.store.transaction() as conn:
+        database = await databases.require(conn, org_id, slug, db)
+        if not (database.current or {}).get("fingerprint"):
+            raise ApiError(400, "bad_request", f"database {db} has no project to serve; run pxt db update first")
+        if database.state != "AVAILABLE":
+            raise ApiError(400, "bad_request", f"database {db} is {database.state}; services need it AVAILABLE")
+        existing = await services.of_database(conn, org_id, db)
+        new = [k for k in keys if k not in existing]
+        plans.check_service_count(kinds.database(slug, db), len(existing) + len(new), org.trial)
+        for m, (base, name) in zip(mutations, keys, strict=True):
+            if m.get("lifecycle", "running") != "running":
+                raise ApiError(400, "bad_request", "only lifecycle running is accepted in a submission")
+            row = existing.get((base, name))
+            have = row.generation if row else 0
+            want = expected.services.get((base, name), have)
+            if want != have:
+                raise ApiError(409, "conflict", f"service {name} is at generation {have}, not {want}")
+            spec = {
+                **m,
+                "base_path": base,
+                "resources": plans.service_resources(name, m.get("resources"), org.trial),
+                "lifecycle": "running",
+            }
+            service_id = row.id if row else core.ids.ident("svc_")
+            receipt = receipts.new(
+                "service",
+                service_id,
+                have + 1,
+                db,
+                phase="PENDING",
+                waiting_for="service start",
+                attempt=core.ids.ident("att_"),
+                service_name=name,
+                base_path=base,
+            )
+            if row is None:
+                await services.insert(conn, service_id, org_id, db, spec, receipt, now)
+                await receipts.add(conn, org_id, receipt, submission)
+            else:
+                await services.accept(conn, row, receipt, now, state="UPDATING", desired=spec, submission=submission)
+            accepted.append(receipt)
+    for r in accepted:
+        subject = kinds.service(slug, db, service_label(r.base_path, r.service_name or ""))
+        core.bus.publish(Kind.SERVICE_ACCEPTED, subject, generation=r.generation)
+        reconciler.schedule_service(org_id, slug, db, r.base_path, r.service_name or "", r.generation, "deploy")
+    return accepted

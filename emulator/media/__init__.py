@@ -1,0 +1,1 @@
+"""The media store: the databases' home buckets on a loopback S3 endpoint."""

@@ -1,0 +1,360 @@
+"""The hosted media store: every database's home bucket (`pxt://ORG:DB/buckets/home`), which the control plane's
+`get_bucket_credentials`, `get_presigned_url` and `get_presigned_urls` (emulator.cloud.media) hand out.
+
+The objects live in an S3-compatible endpoint on loopback (`s3_port`, default 8705). It is moto's S3
+server, run in a thread of `emulator up`, rather than a hand-written S3: the client drives the bucket
+with boto3 (SigV4, path-style addressing, multipart uploads, listings, range reads) and downloads through
+presigned URLs, and moto is a maintained, widely used implementation of exactly that API that runs from
+PyPI, in process, with no binary to fetch. One physical bucket per database, `pxt-<org_id>-<db>`, made on
+first use. moto accepts any key pair, so the per-organization credentials handed out are a courtesy to
+the client (which needs some), not a boundary; they are derived from a key in `<state-dir>/keys/`, never
+stored and never logged. Presigned URLs do expire: a small WSGI layer refuses them after `X-Amz-Expires`,
+which moto alone does not, so the client's re-sign on 403 is exercised.
+
+The trial's 50 GB (`media_quota_bytes`) is the sum of the object sizes in the organization's buckets, read
+with an S3 listing. At or over it, `get_bucket_credentials` answers `no_space_left: true` with a
+`no_space_detail` the client shows as is, and a presigned PUT is refused with `STORE_FULL` (a
+user-action code the client surfaces verbatim). Writes with credentials already handed out are not
+cut off by the endpoint: the client itself stops writing once it sees the flag.
+
+moto keeps objects in memory; `Mirror` saves the buckets under `<state-dir>/media/` when the emulator
+stops and restores them when it starts. `uploads/` (a request's staged files) expires after a day of
+emulator time, as the real bucket's lifecycle rule makes it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import hashlib
+import hmac
+import json
+import logging
+import math
+import re
+import shutil
+import socket
+import threading
+import time
+from collections.abc import Awaitable, Callable, Iterable
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Literal, TypeVar
+from urllib.parse import parse_qs
+
+import boto3
+import botocore.config
+from werkzeug.serving import BaseWSGIServer, WSGIRequestHandler, make_server
+
+from emulator.core.context import Core
+from emulator.core.kinds import Kind
+from emulator.core.private import private_key
+
+log = logging.getLogger("emulator.media")
+
+HOME = "home"
+CREDENTIAL_TTL = 3600
+MAX_URL_TTL = 7 * 24 * 3600  # SigV4's own limit on a presigned URL
+MAX_KEYS = 100  # keys per get_presigned_urls call (the client's MAX_PRESIGNED_URL_KEYS)
+UPLOADS_TTL = 86_400  # the real bucket's lifecycle rule expires uploads/; here after a day of emulator time
+SWEEP_EVERY = 600  # seconds of emulator time between two sweeps of uploads/
+_LABEL = re.compile(r"^[a-z0-9]+(?:-[a-z0-9]+)*$")
+_T = TypeVar("_T")
+
+
+# --- the S3 endpoint -------------------------------------------------------------------------------
+
+
+class _QuietHandler(WSGIRequestHandler):
+    """werkzeug's handler without its access log: presigned URLs carry credentials in their query."""
+
+    def log_request(self, code: int | str = "-", size: int | str = "-") -> None:
+        pass
+
+    def log(self, type: str, message: str, *args: Any) -> None:
+        log.debug("s3 endpoint %s: %s", type, message % args if args else message)
+
+
+_EXPIRED = (
+    b'<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>AccessDenied</Code>'
+    b"<Message>Request has expired</Message></Error>"
+)
+
+
+def _refuse_expired(app: Callable[..., Iterable[bytes]]) -> Callable[..., Iterable[bytes]]:
+    """Refuse a presigned request after `X-Amz-Date + X-Amz-Expires`, as S3 does (moto does not check).
+
+    The wall clock, not the emulator's: SigV4 dates come from the signers' (boto3's) wall clocks.
+    """
+
+    def wsgi(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
+        query = parse_qs(environ.get("QUERY_STRING", ""))
+        if "X-Amz-Date" in query and "X-Amz-Expires" in query:
+            try:
+                signed = datetime.strptime(query["X-Amz-Date"][0], "%Y%m%dT%H%M%SZ").replace(tzinfo=UTC)
+                expired = time.time() > signed.timestamp() + int(query["X-Amz-Expires"][0])
+            except ValueError:
+                expired = True
+            if expired:
+                start_response("403 Forbidden", [("Content-Type", "application/xml")])
+                return [_EXPIRED]
+        return app(environ, start_response)
+
+    return wsgi
+
+
+def _s3_app() -> Callable[..., Iterable[bytes]]:
+    # Imported here: moto is large, and only `emulator up` needs its server.
+    from moto.moto_server.werkzeug_app import create_backend_app
+
+    # S3 only: moto's dispatcher would also serve every other AWS service and /moto-api (which resets state).
+    return _refuse_expired(create_backend_app("s3"))
+
+
+def bucket_name(org_id: str, db: str) -> str:
+    """`pxt-<org_id>-<db>`, lowercased: a valid S3 name (3-63 characters, [a-z0-9-]).
+
+    A part that is not already such a label, or a name too long, is replaced by a digest of the exact
+    value, so two databases never share a bucket. The `pxt-<org>-` prefix always stays: it is how the
+    organization's usage is found.
+    """
+    name = f"{org_prefix(org_id)}{db}"
+    if not _LABEL.match(db) or len(name) > 63:
+        name = f"{org_prefix(org_id)}{hashlib.sha256(db.encode()).hexdigest()[:16]}"
+    return name
+
+
+def org_prefix(org_id: str) -> str:
+    """`pxt-<org_id>-`, the start of every bucket name of the organization."""
+    org = org_id.lower().replace("_", "-")
+    if not _LABEL.match(org) or len(org) > 40:
+        org = hashlib.sha256(org_id.encode()).hexdigest()[:16]
+    return f"pxt-{org}-"
+
+
+class MediaStore:
+    """The S3 endpoint (moto, in a thread) and what the control plane asks of it."""
+
+    def __init__(
+        self,
+        core: Core,
+        sock: socket.socket,
+        endpoint: str,
+        quota_bytes: int,
+        databases: Callable[[], Awaitable[list[tuple[str, str]]]],
+    ) -> None:
+        self.core = core
+        self._databases = databases  # (org id, db) of every database there is: the buckets to keep
+        self.endpoint = endpoint
+        self.quota_bytes = quota_bytes
+        self._sock = sock
+        self._server: BaseWSGIServer | None = None
+        self._thread: threading.Thread | None = None
+        self._buckets: set[str] = set()
+        self._bucket_lock = asyncio.Lock()
+        self._key = private_key(core.settings.state_dir / "keys" / "media-credentials.key")
+        self._mirror = Mirror(core.settings.state_dir / "media")
+        self._swept = -math.inf
+        access, secret = self.credentials("emulator")
+        # The emulator's own client: creates buckets, lists them for usage, signs URLs (signing is local).
+        self._s3 = boto3.client(
+            "s3",
+            endpoint_url=endpoint,
+            region_name="us-east-1",
+            aws_access_key_id=access,
+            aws_secret_access_key=secret,
+            config=botocore.config.Config(
+                signature_version="s3v4",
+                s3={"addressing_style": "path"},
+                retries={"max_attempts": 2, "mode": "standard"},
+                max_pool_connections=16,
+            ),
+        )
+
+    async def start(self) -> None:
+        """Serve on the socket bound by the caller (so port 0 is already resolved), in a daemon thread, and
+        put back what the last run saved."""
+        self._sock.listen(128)
+        host = self._sock.getsockname()[0]
+        self._server = make_server(
+            host, 0, _s3_app(), threaded=True, request_handler=_QuietHandler, fd=self._sock.fileno()
+        )
+        self._thread = threading.Thread(target=self._server.serve_forever, name="s3-endpoint", daemon=True)
+        self._thread.start()
+        objects, size = await asyncio.to_thread(self._mirror.restore, self._s3)
+        self._buckets.update(self._mirror.buckets())
+        if objects:
+            self.core.bus.publish(Kind.MEDIA_RESTORED, None, objects=objects, bytes=size)
+        self.core.clock.on_due(self.sweep)
+
+    async def close(self) -> None:
+        if self._server is not None:
+            try:
+                await asyncio.to_thread(self._mirror.save, self._s3)
+            except Exception:
+                log.exception("the media store could not be saved; objects written in this run are lost")
+            await asyncio.to_thread(self._server.shutdown)
+            self._server.server_close()
+            self._server = None
+        self._sock.close()
+
+    async def sweep(self, now: float) -> None:
+        """Due job, every ten minutes of emulator time: delete `uploads/` objects older than a day, as the
+        real bucket's lifecycle rule does (they are a request's staged files, never cell values), and the
+        buckets of databases that no longer exist (deleted, or gone with an expired trial)."""
+        if now - self._swept < SWEEP_EVERY:
+            return
+        self._swept = now
+        live = {bucket_name(org_id, db) for org_id, db in await self._databases()}
+        removed, dropped = await asyncio.to_thread(self._sweep, now - UPLOADS_TTL, live)
+        if removed:
+            self.core.bus.publish(Kind.MEDIA_UPLOADS_EXPIRED, None, objects=removed)
+        for name in dropped:
+            self._buckets.discard(name)
+            self.core.bus.publish(Kind.MEDIA_BUCKET_DROPPED, name)
+
+    def _sweep(self, cutoff: float, live: set[str]) -> tuple[int, list[str]]:
+        removed, dropped = 0, []
+        for name in (b["Name"] for b in self._s3.list_buckets().get("Buckets", [])):
+            orphan = name.startswith("pxt-") and name not in live
+            paginator = self._s3.get_paginator("list_objects_v2")
+            for page in paginator.paginate(Bucket=name, Prefix="" if orphan else "uploads/"):
+                batch = page.get("Contents", [])
+                old = [{"Key": o["Key"]} for o in batch if orphan or o["LastModified"].timestamp() < cutoff]
+                if old:
+                    self._s3.delete_objects(Bucket=name, Delete={"Objects": old, "Quiet": True})
+                    removed += 0 if orphan else len(old)
+            if orphan:
+                self._s3.delete_bucket(Bucket=name)
+                dropped.append(name)
+        return removed, dropped
+
+    # --- credentials and buckets ----------------------------------------------------------------------
+
+    def credentials(self, org_id: str) -> tuple[str, str]:
+        """A stable key pair per organization, derived (never stored): (access key id, secret)."""
+        digest = hmac.new(self._key, f"media\0{org_id}".encode(), hashlib.sha256).digest()
+        access = "PXTE" + base64.b32encode(digest[:10]).decode()[:16]
+        return access, base64.b64encode(digest[10:]).decode()[:40]
+
+    async def ensure_bucket(self, name: str) -> None:
+        if name in self._buckets:
+            return
+        async with self._bucket_lock:
+            if name not in self._buckets:
+                # us-east-1: creating a bucket one already owns succeeds, so a restart needs no special case.
+                await asyncio.to_thread(self._s3.create_bucket, Bucket=name)
+                self._buckets.add(name)
+                self.core.bus.publish(Kind.MEDIA_BUCKET_CREATED, name)
+
+    async def usage(self, org_id: str) -> int:
+        """Bytes the organization's buckets hold: the sum of the object sizes an S3 listing reports."""
+        return await asyncio.to_thread(self._usage, org_prefix(org_id))
+
+    def _usage(self, prefix: str) -> int:
+        total = 0
+        for bucket in self._s3.list_buckets().get("Buckets", []):
+            if not bucket["Name"].startswith(prefix):
+                continue
+            for page in self._s3.get_paginator("list_objects_v2").paginate(Bucket=bucket["Name"]):
+                total += sum(obj["Size"] for obj in page.get("Contents", []))
+        return total
+
+    def presign(self, bucket: str, key: str, method: Literal["get", "put"], expires: int) -> str:
+        operation = "put_object" if method == "put" else "get_object"
+        return self._s3.generate_presigned_url(operation, Params={"Bucket": bucket, "Key": key}, ExpiresIn=expires)
+
+    async def fullness(self, org_id: str, trial: bool) -> str | None:
+        """None while there is room; else the text for the user (it ends with what to do)."""
+        if not trial:
+            return None  # the emulator knows the trial's plan only
+        used = await self.usage(org_id)
+        if used < self.quota_bytes:
+            return None
+        return (
+            f"The trial's media store is full ({_size(used)} used of {_size(self.quota_bytes)}); only reads and "
+            "deletes are allowed. Delete media (drop tables or rows with media) or claim the organization."
+        )
+
+
+class Mirror:
+    """The buckets on disk, between runs: moto keeps objects in memory only.
+
+    `save` (at shutdown) writes what changed since the last save, by ETag, and drops what was deleted;
+    `restore` (at start) puts it all back. Objects written since the start are lost if the emulator is
+    killed rather than stopped. Layout: `<bucket>.json` (key → etag, size, content type) and
+    `<bucket>/<sha256 of the key>` for the bytes (keys may be 1024 bytes long, or unfit as file names).
+    """
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+
+    def buckets(self) -> list[str]:
+        return [p.stem for p in self.root.glob("*.json")]
+
+    def _path(self, bucket: str, key: str) -> Path:
+        digest = hashlib.sha256(key.encode()).hexdigest()
+        return self.root / bucket / digest[:2] / digest
+
+    def _manifest(self, bucket: str) -> dict[str, dict[str, Any]]:
+        try:
+            return json.loads((self.root / f"{bucket}.json").read_text())
+        except (OSError, ValueError):
+            return {}
+
+    def _write_manifest(self, bucket: str, entries: dict[str, dict[str, Any]]) -> None:
+        path = self.root / f"{bucket}.json"
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(entries))
+        tmp.replace(path)
+
+    def save(self, s3: Any) -> None:
+        self.root.mkdir(parents=True, exist_ok=True)
+        present = set()
+        for bucket in (b["Name"] for b in s3.list_buckets().get("Buckets", [])):
+            present.add(bucket)
+            old, new = self._manifest(bucket), {}
+            for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket):
+                for obj in page.get("Contents", []):
+                    key, path = obj["Key"], self._path(bucket, obj["Key"])
+                    if old.get(key, {}).get("etag") == obj["ETag"] and path.is_file():
+                        new[key] = old[key]
+                        continue
+                    answer = s3.get_object(Bucket=bucket, Key=key)
+                    path.parent.mkdir(parents=True, exist_ok=True)
+                    with open(path.with_suffix(".part"), "wb") as f:
+                        shutil.copyfileobj(answer["Body"], f)
+                    path.with_suffix(".part").replace(path)
+                    new[key] = {"etag": obj["ETag"], "size": obj["Size"], "content_type": answer.get("ContentType")}
+            for key in old.keys() - new.keys():
+                self._path(bucket, key).unlink(missing_ok=True)
+            self._write_manifest(bucket, new)
+        for bucket in set(self.buckets()) - present:
+            shutil.rmtree(self.root / bucket, ignore_errors=True)
+            (self.root / f"{bucket}.json").unlink(missing_ok=True)
+
+    def restore(self, s3: Any) -> tuple[int, int]:
+        objects = size = 0
+        for bucket in self.buckets():
+            s3.create_bucket(Bucket=bucket)
+            entries = self._manifest(bucket)
+            for key, entry in list(entries.items()):
+                path = self._path(bucket, key)
+                if not path.is_file():
+                    del entries[key]
+                    continue
+                extra = {"ContentType": entry["content_type"]} if entry.get("content_type") else {}
+                with open(path, "rb") as f:
+                    # A multipart object's ETag changes on a single PUT: keep the new one, or the next save
+                    # would copy the object again.
+                    entry["etag"] = s3.put_object(Bucket=bucket, Key=key, Body=f, **extra)["ETag"]
+                objects, size = objects + 1, size + entry["size"]
+            self._write_manifest(bucket, entries)
+        return objects, size
+
+
+def _size(n: int) -> str:
+    for unit, scale in (("GB", 10**9), ("MB", 10**6), ("kB", 10**3)):
+        if n >= scale:
+            return f"{n / scale:.1f} {unit}"
+    return f"{n} bytes"

