@@ -15,6 +15,7 @@ from typing import Any
 from emulator import __version__
 from emulator.admin.client import EmulatorError, Locator, Unreachable, call, follow
 from emulator.config import ConfigError, Settings, default_state_dir, load_settings
+from emulator.core.private import private_dir
 
 DESCRIPTION = """\
 Local emulator of Pixeltable Cloud: the public agent API (/ask, /mcp, /health, trials, discovery),
@@ -305,7 +306,7 @@ def _detach(args: argparse.Namespace, settings: Settings) -> int:
     # The same command line without -d, with the state dir pinned so both agree where it is.
     own = [a for a in args.argv if a not in ("-d", "--detach")]
     argv = [sys.executable, "-m", "emulator", *own, "--state-dir", str(settings.state_dir)]
-    settings.state_dir.mkdir(parents=True, exist_ok=True)
+    private_dir(settings.state_dir)
     log_path = settings.state_dir / "emulator.log"
     with open(log_path, "ab") as logf:
         proc = subprocess.Popen(argv, stdout=logf, stderr=logf, stdin=subprocess.DEVNULL, start_new_session=True)

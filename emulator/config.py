@@ -101,6 +101,12 @@ class Settings(msgspec.Struct, kw_only=True):
     proxy_connect_timeout: float = 10.0  # seconds to reach a target (or the upstream's CONNECT answer)
     proxy_idle_timeout: float = 300.0  # a relay with nothing sent either way for this long is closed
     proxy_max_relays: int = 256  # relayed connections open at once (503 beyond)
+    # The local-only boundary: extra names the origins answer to (Host), and web pages (Origin) allowed to send
+    # state-changing requests; comma-separated. Loopback names and the emulator's own origins always are.
+    # A connection waiting for (the rest of) a request is closed after this many seconds without a byte.
+    http_request_timeout: float = 30.0
+    allowed_hosts: str = ""
+    allowed_origins: str = ""
 
     @property
     def db_path(self) -> Path:
@@ -135,7 +141,7 @@ _INT = {
     "media_quota_bytes",
     "proxy_max_relays",
 }
-_FLOAT = {"proxy_connect_timeout", "proxy_idle_timeout"}
+_FLOAT = {"proxy_connect_timeout", "proxy_idle_timeout", "http_request_timeout"}
 _PATH = {"state_dir", "docs", "integrations"}
 _BOOL = {
     "trust_forwarded",
@@ -281,7 +287,7 @@ def _validate(s: Settings) -> None:
         raise ConfigError("idempotency_ttl must be at least 1 second")
     if s.runtime not in ("auto", "docker", "process"):
         raise ConfigError(f"runtime: {s.runtime!r} is not one of auto, docker, process")
-    for name in ("proxy_connect_timeout", "proxy_idle_timeout"):
+    for name in ("proxy_connect_timeout", "proxy_idle_timeout", "http_request_timeout"):
         if not 0 < getattr(s, name) <= 86_400:
             raise ConfigError(f"{name} must be more than 0 and at most 86400 seconds")
     if s.proxy_max_relays < 1:

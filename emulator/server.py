@@ -26,10 +26,13 @@ from emulator import __version__
 from emulator.cloud.app import build_cloud_app
 from emulator.config import ConfigError, Settings
 from emulator.core import kinds
+from emulator.core.boundary import Boundary
 from emulator.core.clock import iso
 from emulator.core.context import Core
 from emulator.core.errors import ApiError
+from emulator.core.httpserver import timed_protocol
 from emulator.core.kinds import Kind
+from emulator.core.private import private_dir
 from emulator.hosted import databases, trials
 from emulator.hosted.auth import Authenticator
 from emulator.hosted.blobs import Blobs
@@ -96,18 +99,12 @@ def url_of(sock: socket.socket) -> str:
 
 
 def _uvicorn_config(app: Any, settings: Settings) -> uvicorn.Config:
-    try:
-        import httptools  # noqa: F401
-
-        http = "httptools"
-    except ImportError:
-        http = "h11"
     return uvicorn.Config(
         app,
         lifespan="off",
         log_level=settings.log_level,
         access_log=False,
-        http=http,
+        http=timed_protocol(settings.http_request_timeout),
         timeout_graceful_shutdown=3,
         server_header=False,
         # The client IP is the socket's; X-Forwarded-For counts only with `trust_forwarded` (Site).
@@ -175,7 +172,7 @@ def remove_endpoints(settings: Settings) -> None:
 async def serve(settings: Settings, on_ready: Any = None) -> None:
     """Serve every origin until SIGINT/SIGTERM."""
     t0 = time.perf_counter()
-    settings.state_dir.mkdir(parents=True, exist_ok=True)
+    private_dir(settings.state_dir)  # registrations, e-mails, key hashes, the journal: the user's own
     socks = {
         "site": bind(settings.host, settings.site_port, "site"),
         "auth": bind(settings.host, settings.auth_port, "identity provider"),
@@ -244,6 +241,12 @@ async def serve(settings: Settings, on_ready: Any = None) -> None:
             idle_timeout=settings.proxy_idle_timeout,
             max_relays=settings.proxy_max_relays,
         )
+        boundary = Boundary.of(
+            settings.host,
+            [urls.site, urls.auth, urls.api],
+            settings.allowed_hosts.split(","),
+            settings.allowed_origins.split(","),
+        )
         site = Site(
             core=core,
             docs=docs,
@@ -257,13 +260,14 @@ async def serve(settings: Settings, on_ready: Any = None) -> None:
             started_at=time.time(),
             endpoints=endpoints,
             proxy=forward,
+            boundary=boundary,
         )
         register_limiter = RateLimiter(core.clock, settings.registration_rate_limit, 60, "register")
         core.clock.on_due(register_limiter.sweep)
         apps = {
             "site": build_site_app(site),
-            "auth": build_idp_app(Idp(core, identity, register_limiter, logins)),
-            "api": build_cloud_app(platform),
+            "auth": build_idp_app(Idp(core, identity, register_limiter, logins), boundary),
+            "api": build_cloud_app(platform, boundary),
         }
         servers = [(_Server(_uvicorn_config(apps[name], settings)), socks[name]) for name in socks]
 

@@ -38,7 +38,6 @@ async def test_openid_configuration(client: httpx.AsyncClient, emu: Emulator, wh
     oidc = (await client.get(base + "/.well-known/openid-configuration")).json()
     for field in (
         "issuer",
-        "authorization_endpoint",
         "jwks_uri",
         "response_types_supported",
         "subject_types_supported",
@@ -47,7 +46,12 @@ async def test_openid_configuration(client: httpx.AsyncClient, emu: Emulator, wh
     ):
         assert field in oidc
     assert oidc["issuer"] == emu.auth and oidc["jwks_uri"] == emu.auth + "/.well-known/jwks.json"
-    r = await client.get(oidc["authorization_endpoint"])
+    # No browser authorization flow is served, so none is advertised (RFC 8414 allows leaving it out when no
+    # grant type uses it); the path itself says so.
+    assert "authorization_endpoint" not in oidc and oidc["grant_types_supported"] == [
+        "urn:ietf:params:oauth:grant-type:jwt-bearer"
+    ]
+    r = await client.get(emu.auth + "/oauth2/authorize")
     assert r.status_code == 400 and r.json()["error"] == "unsupported_response_type"
 
 

@@ -570,3 +570,35 @@ def test_12_a_size_change_is_one_resize_and_one_restart(session: Session) -> Non
     assert "disk full: the service ingest has used all of its 1 GB disk" in session.run(
         "service", "logs", f"{session.db}/ingest"
     )
+
+
+def test_13_a_killed_emulator_leaves_nothing_running_after_the_next_start(session: Session) -> None:
+    """`kill -9` gives the emulator no chance to stop its workloads; the next start on the same state dir stops
+    them (the process runtime by its ledger of pids, Docker by its containers' labels) before starting anew."""
+    e = session.e
+    ledger = e.state_dir / "runtime" / "workloads"
+    if e.runtime == "docker":
+        before = containers(e)
+    else:
+        before = [int(p.name) for p in ledger.iterdir()]
+        assert all(Path(f"/proc/{pid}").exists() for pid in before)
+    assert before
+    assert e.proc is not None
+    e.proc.kill()  # SIGKILL
+    e.proc.wait(10)
+    # the workloads outlived it
+    if e.runtime == "docker":
+        assert set(containers(e)) >= set(before)
+    else:
+        assert any(Path(f"/proc/{pid}").exists() for pid in before)
+    e.start()  # the same state dir
+    if e.runtime == "docker":
+        assert not set(containers(e)) & set(before)
+    else:
+        assert not [pid for pid in before if Path(f"/proc/{pid}").exists()]
+        assert not {int(p.name) for p in ledger.iterdir()} & set(before)
+    # and the database comes back on first use, through the new emulator (one server: its data intact)
+    session.pxt.stop_daemon()  # the client's daemon keeps the environment it started with
+    session.pxt.env.update(emulator_env(e))
+    count = session.python(f"import pixeltable as pxt; print('N', pxt.get_table('{session.db}/docs').count())")
+    assert re.search(r"^N [1-9]", count, re.M), count

@@ -18,10 +18,12 @@ from litestar.exceptions import HTTPException
 
 from emulator.cloud import blobs
 from emulator.cloud.context import platform_of
-from emulator.cloud.operations import OPERATIONS
+from emulator.cloud.operations import OPERATIONS, SCOPED
 from emulator.core import jsonbody
+from emulator.core.boundary import Boundary, BoundaryGate
 from emulator.core.errors import ApiError
 from emulator.core.kinds import Kind
+from emulator.hosted.auth import require_unrestricted
 from emulator.hosted.platform import Platform
 from emulator.site.errors import log_internal
 
@@ -65,6 +67,8 @@ async def management(request: Request[Any, Any, Any]) -> Response[bytes]:
     if found is None:
         raise ApiError(400, "bad_request", f"unknown operation_type {op!r}")
     kind, handler = found
+    if op not in SCOPED:
+        require_unrestricted(caller, op)
     try:
         req = msgspec.convert(body, kind)
     except msgspec.ValidationError as e:
@@ -90,8 +94,13 @@ async def pixeltable_auth(request: Request[Any, Any, Any]) -> Response[bytes]:
     )
 
 
-def build_cloud_app(platform: Platform) -> Litestar:
-    return Litestar(
+def boundary_error(exc: ApiError) -> tuple[bytes, bytes]:
+    """A boundary refusal in the control plane's error format."""
+    return b"text/plain; charset=utf-8", f"{HTTPStatus(exc.status).phrase} : {exc.message}".encode()
+
+
+def build_cloud_app(platform: Platform, boundary: Boundary) -> BoundaryGate:
+    app = Litestar(
         route_handlers=[management, pixeltable_auth, *blobs.HANDLERS],
         exception_handlers={HTTPException: http_error, ApiError: plain_error, Exception: internal_error},
         state=State({"platform": platform}),
@@ -99,3 +108,4 @@ def build_cloud_app(platform: Platform) -> Litestar:
         logging_config=None,
         debug=False,
     )
+    return BoundaryGate(app, boundary, boundary_error)

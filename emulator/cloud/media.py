@@ -60,7 +60,7 @@ async def _home(p: Platform, caller: Caller, org: str, db: str, bucket: str) -> 
     media = p.media
     if media is None:
         raise ApiError(503, "unavailable", "the media store is not running", retryable=True)
-    org_id, slug = await p.org_of(caller, org)
+    org_id, slug = await p.scope(caller, org, "access", db)
     await databases.require(p.core.store, org_id, slug, db)
     owner = await orgs.get(p.core.store, org_id)
     if bucket != HOME:

@@ -16,6 +16,7 @@ from emulator.core.errors import ApiError
 from emulator.hosted import databases, keys, lifecycle, logs, orgs, plans, receipts, secrets, services, updates
 from emulator.hosted.auth import Caller
 from emulator.hosted.platform import Platform
+from emulator.hosted.records import service_label
 
 Handler = Callable[[Platform, Caller, Any], Awaitable[dict[str, Any]]]
 
@@ -122,7 +123,7 @@ def _db(req: rq.DbScoped) -> str:
 
 
 async def get_db(p: Platform, caller: Caller, req: rq.DbScoped) -> dict[str, Any]:
-    org_id, slug = await p.org_of(caller, req.org)
+    org_id, slug = await p.scope(caller, req.org, "access", _db(req))
     row = await databases.require(p.core.store, org_id, slug, _db(req))
     return {"report": databases.report(row), "worker_status": p.worker_status(row)}
 
@@ -144,7 +145,7 @@ async def get_receipts(p: Platform, caller: Caller, req: rq.GetReceipts) -> dict
 
 
 async def get_archive(p: Platform, caller: Caller, req: rq.DbScoped) -> dict[str, Any]:
-    org_id, slug = await p.org_of(caller, req.org)
+    org_id, slug = await p.scope(caller, req.org, "access", _db(req))
     row = await databases.require(p.core.store, org_id, slug, _db(req))
     # The release being deployed (the desired state), which is what a starting pod must run.
     release = row.target or row.current or {}
@@ -159,7 +160,7 @@ async def get_archive(p: Platform, caller: Caller, req: rq.DbScoped) -> dict[str
 
 
 async def get_logs(p: Platform, caller: Caller, req: rq.GetLogs) -> dict[str, Any]:
-    org_id, slug = await p.org_of(caller, req.org)
+    org_id, slug = await p.scope(caller, req.org, "access", _db(req))
     row = await databases.require(p.core.store, org_id, slug, _db(req))
     since = 3600 if req.since_seconds is None else req.since_seconds
     limit = 200 if req.limit is None else req.limit
@@ -256,8 +257,9 @@ def _service_key(name: str | None, base: str | None) -> tuple[str, str]:
 
 
 async def list_services(p: Platform, caller: Caller, req: rq.ListServices) -> dict[str, Any]:
-    org_id, _ = await p.org_of(caller, req.org)
-    found = await services.of_database(p.core.store, org_id, req.db or plans.DEFAULT_DB)
+    db = req.db or plans.DEFAULT_DB
+    org_id, _ = await p.scope(caller, req.org, "access", db, service="")  # "": any of its services
+    found = await services.of_database(p.core.store, org_id, db)
     return {"instances": [services.record(s, p.reconciler.endpoint(s)) for s in found.values()]}
 
 
@@ -265,9 +267,9 @@ def _service_verb(verb: str) -> Handler:
     """`stop_service`, `restart_service`, `delete_service`: the same lifecycle rule as a database's."""
 
     async def handle(p: Platform, caller: Caller, req: rq.ServiceRef) -> dict[str, Any]:
-        org_id, slug = await p.org_of(caller, req.org)
         base, name = _service_key(req.service_name, req.base_path)
         db = req.db or plans.DEFAULT_DB
+        org_id, slug = await p.scope(caller, req.org, "manage", db, service_label(base, name))
         service, receipt = await lifecycle.service_verb(p.core, p.reconciler, org_id, slug, db, base, name, verb)
         if service is None:
             return {"service_name": name, "receipt": receipt}
@@ -278,11 +280,31 @@ def _service_verb(verb: str) -> Handler:
 
 async def report_service_instance(p: Platform, caller: Caller, req: rq.ReportServiceInstance) -> dict[str, Any]:
     """A service pod says which project it loaded (before serving); kept as the instance's fingerprint."""
-    org_id, _ = await p.org_of(caller, req.org)
     base, name = _service_key(req.service_name, req.base_path)
+    org_id, _ = await p.scope(caller, req.org, "manage", req.db or plans.DEFAULT_DB, service_label(base, name))
     await services.set_fingerprint(p.core.store, org_id, req.db or plans.DEFAULT_DB, base, name, req.fingerprint)
     return {}
 
+
+# What a key created with grants may call at all (each checks its grants against the database or service it
+# names); every other operation needs an unrestricted credential.
+SCOPED = frozenset(
+    {
+        "list_orgs",
+        "get_receipts",
+        "get_db",
+        "get_archive",
+        "get_logs",
+        "list_services",
+        "stop_service",
+        "restart_service",
+        "delete_service",
+        "report_service_instance",
+        "get_bucket_credentials",
+        "get_presigned_url",
+        "get_presigned_urls",
+    }
+)
 
 OPERATIONS: dict[str, tuple[type[rq.Request], Handler]] = {
     "list_orgs": (rq.Empty, list_orgs),

@@ -17,6 +17,7 @@ from emulator.core.context import Core
 from emulator.core.errors import ApiError
 from emulator.core.store import one
 from emulator.hosted import keys, orgs
+from emulator.hosted.keys import GRANT
 from emulator.idp.keys import ACCESS_TOKEN_TYP, InvalidToken, Signer
 
 
@@ -29,6 +30,7 @@ class Caller:
     org: str | None
     key_name: str | None = None
     trial: bool = False
+    grants: tuple[str, ...] | None = None  # a key created with grants acts as nothing but them; None: unrestricted
 
     @property
     def label(self) -> str:
@@ -92,7 +94,8 @@ class Authenticator:
                 401, "unauthorized", "the API key is not valid (a trial's key stops working when the trial expires)"
             )
         org, key = found
-        return Caller("api_key", None, None, org.id, org.slug, key.name, org.trial)
+        grants = tuple(key.grants) if key.grants else None
+        return Caller("api_key", None, None, org.id, org.slug, key.name, org.trial, grants)
 
     async def _session(self, token: str) -> Caller:
         try:
@@ -138,12 +141,47 @@ class Authenticator:
             raise ApiError(403, "forbidden", f"{caller.email} is not a member of {org}")
         return found.id, found.slug
 
-    async def admits(self, credential: str, slug: str) -> ApiError | None:
-        """Whether `credential` may act in organization `slug` (the tunnel's and the gateways' check): None if so,
-        else the refusal."""
+    async def admits(self, credential: str, slug: str, db: str, service: str) -> ApiError | None:
+        """Whether `credential` may call a service of `slug:db` (the gateways' check): None if so, else the refusal."""
         try:
             caller = await self.credential(credential, bearer=True)
             await self.resolve_org(caller, slug)
+            require(caller, "access", slug, db, service)
         except ApiError as e:
             return e
         return None
+
+
+def _grant_allows(grant: str, verb: str, org: str, db: str, service: str | None) -> bool:
+    """A grant `access|manage:pxt://org:db[/services[/label]]` against an act on a database (service None) or on a
+    service (its label); `manage` of services includes calling them."""
+    m = GRANT.match(grant)
+    if m is None or m.group(2) != org or m.group(3) != db:
+        return False
+    if service is None:
+        return m.group(1) == "access" and not m.group(4)
+    if not m.group(4) or (verb == "manage" and m.group(1) != "manage"):
+        return False
+    scoped = (m.group(5) or "").strip("/")
+    return not scoped or scoped == service
+
+
+def require(caller: Caller, verb: str, org: str, db: str, service: str | None = None) -> None:
+    """Refuse (403) an act a grant-scoped key's grants do not name; unrestricted credentials pass."""
+    if caller.grants is None:
+        return
+    if not any(_grant_allows(g, verb, org, db, service) for g in caller.grants):
+        what = f"{verb} pxt://{org}:{db}" + (f"/services/{service}" if service else "")
+        raise ApiError(
+            403, "forbidden", f"key {caller.key_name}'s grants ({', '.join(caller.grants)}) do not allow {what}"
+        )
+
+
+def require_unrestricted(caller: Caller, operation: str) -> None:
+    if caller.grants is not None:
+        raise ApiError(
+            403,
+            "forbidden",
+            f"key {caller.key_name} acts only as its grants ({', '.join(caller.grants)}), "
+            f"which do not allow {operation}",
+        )

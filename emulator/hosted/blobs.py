@@ -64,5 +64,6 @@ class Blobs:
         return f"{self.api_url}/blobs/{sha256}?exp={exp}&sig={self._sign('get', sha256, str(exp))}"
 
     def check(self, sig: str, *parts: str) -> None:
-        if not hmac.compare_digest(sig, self._sign(*parts)):
+        # bytes, not str: compare_digest refuses a str that is not ASCII (`?sig=%C3%A9` was a 500)
+        if not hmac.compare_digest(sig.encode(), self._sign(*parts).encode()):
             raise ApiError(403, "forbidden", "the signature of this URL is not valid")

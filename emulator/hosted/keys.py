@@ -21,7 +21,7 @@ from emulator.core.store import Db, run
 from emulator.hosted.records import ApiKey, Org, fetch_all, fetch_one, record
 
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
-_GRANT = re.compile(r"^(access|manage):pxt://([a-z0-9-]+):([a-z0-9_-]+)(/services(/[A-Za-z0-9_./-]+)?)?$")
+GRANT = re.compile(r"^(access|manage):pxt://([a-z0-9-]+):([a-z0-9_-]+)(/services(/[A-Za-z0-9_./-]+)?)?$")
 
 
 def check_name(name: str) -> str:
@@ -32,7 +32,7 @@ def check_name(name: str) -> str:
 
 def check_grants(grants: list[str], org: str) -> list[str]:
     for grant in grants:
-        m = _GRANT.match(grant)
+        m = GRANT.match(grant)
         if m is None:
             raise ApiError(
                 400,

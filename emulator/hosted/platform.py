@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 from emulator.core.context import Core
 from emulator.core.errors import ApiError
 from emulator.hosted import databases, orgs
-from emulator.hosted.auth import Authenticator, Caller
+from emulator.hosted.auth import Authenticator, Caller, require
 from emulator.hosted.blobs import Blobs
 from emulator.hosted.reconciler import Reconciler
 from emulator.hosted.records import Database, Org
@@ -33,6 +33,14 @@ class Platform:
 
     async def org_of(self, caller: Caller, org: str | None) -> tuple[str, str]:
         return await self.auth.resolve_org(caller, org)
+
+    async def scope(
+        self, caller: Caller, org: str | None, verb: str, db: str, service: str | None = None
+    ) -> tuple[str, str]:
+        """(org id, slug) for an act a grant-scoped key may be allowed: on a database, or on one of its services."""
+        org_id, slug = await self.auth.resolve_org(caller, org)
+        require(caller, verb, slug, db, service)
+        return org_id, slug
 
     async def operator(self, ref: str) -> tuple[Caller, Org]:
         """The platform operator inside one organization (by slug or id): the emulator's own acts use the same
@@ -64,6 +72,7 @@ class Platform:
         control plane; the database must exist and not be stopped, and its server starts on first use."""
         caller = await self.auth.credential(credential, bearer=True)
         org_id, slug = await self.auth.resolve_org(caller, org)
+        require(caller, "access", slug, db)
         await databases.require(self.core.store, org_id, slug, db)
         host, port = await self.reconciler.route(org_id, slug, db)
         return host, port, caller.label

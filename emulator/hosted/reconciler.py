@@ -115,8 +115,8 @@ class Reconciler:
     def request(self, place: Place, path: str, status: int) -> None:
         self.core.bus.publish(Kind.GATEWAY_REQUEST, kinds.database(place.slug, place.db), path=path, status=status)
 
-    async def admits(self, place: Place, credential: str) -> tuple[int, str] | None:
-        refusal = await self.auth.admits(credential, place.slug)
+    async def admits(self, place: Place, credential: str, service: str) -> tuple[int, str] | None:
+        refusal = await self.auth.admits(credential, place.slug, place.db, service)
         return None if refusal is None else (refusal.status, refusal.message)
 
     # --- databases --------------------------------------------------------------------------------------------

@@ -19,6 +19,10 @@ from emulator.core.private import private_key
 from emulator.core.store import many, one, run
 
 _KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
+# A value reaches a process as one environment variable, and Linux refuses one over 128 KiB (and an environment
+# of a few MiB) at exec: refuse it here, where the person can still act on it, not at the next start.
+MAX_VALUE = 64 * 1024
+MAX_TOTAL = 1024 * 1024  # all of an organization's secrets, org-wide and per database
 
 
 class SecretBox:
@@ -46,8 +50,27 @@ def check_key(key: str) -> str:
 
 async def set_value(core: Core, box: SecretBox, org_id: str, slug: str, db: str, key: str, value: str) -> int:
     """Set a secret of the organization (`db` "") or of one database; returns its new revision."""
+    size = len(value.encode())
+    if size > MAX_VALUE:
+        raise ApiError(
+            400,
+            "bad_request",
+            f"the value of {key} is {size // 1024} KiB; a secret is at most {MAX_VALUE // 1024} KiB "
+            "(it reaches the processes as an environment variable)",
+        )
     now = core.clock.now()
     async with core.store.transaction() as conn:
+        others = await many(
+            conn, "SELECT value FROM secrets WHERE org_id = ? AND NOT (db = ? AND key = ?)", (org_id, db, key)
+        )
+        total = size + sum(len(box.open(r["value"]).encode()) for r in others)
+        if total > MAX_TOTAL:
+            raise ApiError(
+                400,
+                "bad_request",
+                f"{slug}'s secrets would hold {total // 1024} KiB; an organization's secrets hold at most "
+                f"{MAX_TOTAL // 1024} KiB together (they reach the processes as environment variables)",
+            )
         row = await one(conn, "SELECT revision FROM secrets WHERE org_id = ? AND db = ? AND key = ?", (org_id, db, key))
         revision = (row["revision"] if row else 0) + 1
         await run(

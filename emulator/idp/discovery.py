@@ -29,7 +29,6 @@ def authorization_server(urls: Urls) -> dict[str, Any]:
     auth = urls.auth
     return {
         "issuer": auth,
-        "authorization_endpoint": f"{auth}/oauth2/authorize",
         "token_endpoint": f"{auth}/oauth2/token",
         "revocation_endpoint": f"{auth}/oauth2/revoke",
         "jwks_uri": f"{auth}/.well-known/jwks.json",

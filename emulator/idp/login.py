@@ -21,7 +21,7 @@ from emulator.core.ids import secret_hash
 from emulator.core.kinds import Kind
 from emulator.hosted import orgs
 from emulator.idp.identity import Identity, valid_email
-from emulator.idp.keys import ACCESS_TOKEN_TYP
+from emulator.idp.keys import ACCESS_TOKEN_TYP, InvalidToken
 
 CLIENT_ID = "client_pxt_emulator"
 DEVICE_CODE_TTL = 600
@@ -119,6 +119,27 @@ class Logins:
             org_id = organization_id
         user = await self.core.store.fetchone("SELECT * FROM users WHERE id = ?", (row["user_id"],))
         return await self._session(user, org_id, row["id"])
+
+    async def revoke(self, token: str) -> bool:
+        """RFC 7009 for `pxt login` sessions: a session's access token or refresh token ends the whole session
+        (its tokens stop working at once: the control plane checks the session on every call)."""
+        now = self.core.clock.now()
+        try:
+            typ, claims = self.identity.signer.verify(token)
+        except InvalidToken:
+            sid = None
+        else:
+            sid = claims.get("sid") if typ == ACCESS_TOKEN_TYP else None
+        if sid is not None:
+            where, arg = "id = ?", str(sid)
+        else:
+            where, arg = "refresh_token_hash = ?", secret_hash(token)
+        row = await self.core.store.fetchone(f"SELECT id FROM sessions WHERE {where} AND revoked_at IS NULL", (arg,))
+        if row is None:
+            return False
+        await self.core.store.execute("UPDATE sessions SET revoked_at = ? WHERE id = ?", (now, row["id"]))
+        self.core.bus.publish(Kind.IDP_TOKEN_REVOKED, row["id"], token_type="session")
+        return True
 
     async def _session(self, user: Any, org_id: str | None, sid: str | None) -> dict[str, Any]:
         """Issue an access token and a fresh refresh token (the old one, if any, is spent)."""

@@ -19,6 +19,7 @@ from litestar.datastructures import State
 from litestar.exceptions import HTTPException
 
 from emulator.core import html, jsonbody
+from emulator.core.boundary import Boundary, BoundaryGate
 from emulator.core.clientip import client_ip
 from emulator.core.context import Core
 from emulator.core.errors import ApiError
@@ -189,7 +190,9 @@ async def revoke(request: Request[Any, Any, Any]) -> Response[bytes]:
     value = _one(form, "token")
     if not value:
         raise ApiError(400, "invalid_request", "token is required")
-    await idp_of(request).identity.revoke(value)
+    idp = idp_of(request)
+    if not await idp.logins.revoke(value):  # a pxt login session's token, or else an agent's
+        await idp.identity.revoke(value)
     return Response(b"", status_code=200, headers=_NO_STORE)
 
 
@@ -287,8 +290,13 @@ HANDLERS = [
 ]
 
 
-def build_idp_app(idp: Idp) -> Litestar:
-    return Litestar(
+def boundary_error(exc: ApiError) -> tuple[bytes, bytes]:
+    """A boundary refusal in the identity provider's error format."""
+    return b"application/json", _encode({"code": exc.code, "message": exc.message, "error": exc.code})
+
+
+def build_idp_app(idp: Idp, boundary: Boundary) -> BoundaryGate:
+    app = Litestar(
         route_handlers=[*HANDLERS, *login.HANDLERS],
         exception_handlers={HTTPException: http_error, ApiError: registration_error, Exception: internal_error},
         state=State({"idp": idp}),
@@ -296,3 +304,4 @@ def build_idp_app(idp: Idp) -> Litestar:
         logging_config=None,
         debug=False,
     )
+    return BoundaryGate(app, boundary, boundary_error)

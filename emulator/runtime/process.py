@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
+import logging
 import os
 import shutil
 import signal
@@ -20,6 +22,7 @@ from typing import Any
 from emulator.runtime.environments import Environments
 from emulator.runtime.workload import Log, Spec
 
+log = logging.getLogger("emulator.runtime")
 STOP_TIMEOUT = 20.0
 UNENFORCED = ("cpu", "memory_mb", "disk_gb", "workers", "egress")
 
@@ -38,13 +41,70 @@ def child_env(extra: dict[str, str]) -> dict[str, str]:
     return {**env, **extra}
 
 
+def _starttime(pid: int) -> str | None:
+    """When the process started (in clock ticks since boot): with the pid, what tells it from a later one."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return stat.rsplit(")", 1)[1].split()[19]  # field 22 of proc(5), counted after the command's name
+
+
+class Ledger:
+    """Every workload process this launcher started, one file each under `<runtime>/workloads/`, so that the next
+    start can stop what a killed emulator (`kill -9`) left running: a process would otherwise keep serving a
+    database while the new emulator starts a second server for it."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+
+    def record(self, pid: int, base: Path) -> Path:
+        self.root.mkdir(parents=True, exist_ok=True)
+        path = self.root / str(pid)
+        path.write_text(json.dumps({"starttime": _starttime(pid), "base": str(base)}))
+        return path
+
+    async def sweep(self) -> list[int]:
+        """Stop every recorded process group still running (and the Postgres of its database); returns their pids."""
+        stopped, bases = [], set()
+        for path in sorted(self.root.glob("*")) if self.root.is_dir() else []:
+            try:
+                pid, entry = int(path.name), json.loads(path.read_text())
+            except (ValueError, OSError):
+                path.unlink(missing_ok=True)
+                continue
+            if entry.get("starttime") is not None and _starttime(pid) == entry["starttime"]:
+                await _kill_group(pid)
+                stopped.append(pid)
+                bases.add(entry.get("base") or "")
+            path.unlink(missing_ok=True)
+        for base in filter(None, bases):
+            await stop_postgres(Path(base) / "home" / "pgdata")
+        return stopped
+
+
+async def _kill_group(pgid: int) -> None:
+    """SIGTERM to a process group, SIGKILL what is left after STOP_TIMEOUT."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, signal.SIGTERM)
+    for _ in range(int(STOP_TIMEOUT * 10)):
+        if not _alive(pgid):
+            return
+        await asyncio.sleep(0.1)
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, signal.SIGKILL)
+
+
 class ProcessWorkload:
-    def __init__(self, proc: asyncio.subprocess.Process, port: int, digest: str, resources: dict[str, Any]) -> None:
+    def __init__(
+        self, proc: asyncio.subprocess.Process, port: int, digest: str, resources: dict[str, Any], record: Path
+    ) -> None:
         self.proc = proc
         self.port = port
         self.digest = digest
         self.resources = resources
         self.ready = False
+        self._record = record
 
     @property
     def address(self) -> tuple[str, int]:
@@ -59,7 +119,9 @@ class ProcessWorkload:
             yield raw.decode(errors="replace").rstrip()
 
     async def wait(self) -> int:
-        return await self.proc.wait()
+        code = await self.proc.wait()
+        self._record.unlink(missing_ok=True)
+        return code
 
     async def stop(self) -> None:
         """SIGTERM (uvicorn drains and exits cleanly), then SIGKILL to the whole process group."""
@@ -73,6 +135,7 @@ class ProcessWorkload:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(self.proc.pid, signal.SIGKILL)
             await self.proc.wait()
+        self._record.unlink(missing_ok=True)
 
 
 class ProcessLauncher:
@@ -81,9 +144,12 @@ class ProcessLauncher:
 
     def __init__(self, root: Path) -> None:
         self.builds = Environments(root / "envs")
+        self.ledger = Ledger(root / "workloads")
 
     async def open(self) -> None:
-        return None
+        stopped = await self.ledger.sweep()
+        if stopped:
+            log.warning("stopped %d hosted processes a previous run left behind: %s", len(stopped), stopped)
 
     def view(self, base: Path) -> str:
         return str(base)
@@ -116,7 +182,7 @@ class ProcessLauncher:
             stderr=asyncio.subprocess.STDOUT,
             start_new_session=True,
         )
-        return ProcessWorkload(proc, port, spec.digest, spec.resources)
+        return ProcessWorkload(proc, port, spec.digest, spec.resources, self.ledger.record(proc.pid, spec.base))
 
     async def remove_service(self, base: Path, label: str) -> None:
         return None  # a service's file cache is the database's home, shared by its processes

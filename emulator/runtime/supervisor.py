@@ -88,8 +88,8 @@ class Reporter(Protocol):
         """A request a gateway answered (or refused)."""
         ...
 
-    async def admits(self, place: Place, credential: str) -> tuple[int, str] | None:
-        """None if the credential may call the database's services, else the refusal's (status, reason)."""
+    async def admits(self, place: Place, credential: str, service: str) -> tuple[int, str] | None:
+        """None if the credential may call the service (its label), else the refusal's (status, reason)."""
         ...
 
 
@@ -388,7 +388,7 @@ class Supervisor:
                 return target  # the client's readiness probe carries no credential
             if credential is None:
                 return 401, "an API key (X-api-key) or a bearer token is required"
-            refusal = await self.reporter.admits(place, credential)
+            refusal = await self.reporter.admits(place, credential, match[2].lstrip("/"))
             return target if refusal is None else refusal
 
         return resolve

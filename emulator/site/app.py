@@ -40,4 +40,4 @@ def build_site_app(site: Site) -> Any:
         logging_config=None,
         debug=False,
     )
-    return SiteGate(app, site.core.settings)
+    return SiteGate(app, site.core.settings, site.boundary)

@@ -4,6 +4,7 @@ It does what applies to every public path, before routing and at the cost of a f
 - `/v1/<path>` is the same resource as `/<path>` (except `/api/...`, which carries its own version);
 - the `API-Version` request header must name a served version (absent means 1);
 - every response says `API-Version`, plus `Deprecation`/`Sunset` once the version is deprecated;
+- the local-only boundary (emulator.core.boundary): Host, Origin and JSON bodies;
 - CORS: any origin may call the public API and read its rate-limit and version headers; preflights
   are answered here, so they never count against a rate limit.
 """
@@ -14,6 +15,7 @@ from email.utils import format_datetime
 from typing import Any
 
 from emulator.config import SUPPORTED_API_VERSIONS, Settings
+from emulator.core.boundary import Boundary, asgi_headers
 from emulator.core.errors import ApiError
 from emulator.site.errors import error_bytes
 
@@ -27,8 +29,9 @@ _INTERNAL = "/_emulator"
 
 
 class SiteGate:
-    def __init__(self, app: ASGIApp, settings: Settings) -> None:
+    def __init__(self, app: ASGIApp, settings: Settings, boundary: Boundary) -> None:
         self.app = app
+        self.boundary = boundary
         served = ", ".join(SUPPORTED_API_VERSIONS)
         self._served = {v.encode() for v in SUPPORTED_API_VERSIONS}
         self._served_text = served
@@ -48,6 +51,10 @@ class SiteGate:
             await self.app(scope, receive, send)
             return
         path: str = scope["path"]
+        refusal = self.boundary.check(scope["method"], path, asgi_headers(scope["headers"]))
+        if refusal is not None:
+            await _send(send, refusal.status, error_bytes(refusal), self._extra)
+            return
         if path.startswith(_INTERNAL):
             await self.app(scope, receive, send)
             return

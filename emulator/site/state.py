@@ -7,6 +7,7 @@ from typing import Any
 
 from litestar import Request
 
+from emulator.core.boundary import Boundary
 from emulator.core.clientip import client_ip
 from emulator.core.context import Core
 from emulator.hosted.platform import Platform
@@ -29,6 +30,7 @@ class Site:
     logins: Logins  # the `pxt login` sign-ins
     platform: Platform  # the hosted platform (trials, and the admin API's views and acts)
     proxy: ForwardProxy  # the exported proxy's forward half, for status
+    boundary: Boundary  # the local-only boundary, which the site's gate applies
     integrations: list[dict[str, Any]] = field(default_factory=list)
     started_at: float = 0.0
     endpoints: dict[str, str] = field(default_factory=dict)

@@ -1,0 +1,160 @@
+"""The local-only boundary every origin applies before routing: no web page can drive the emulator.
+
+- **Host** must name the emulator: a loopback name (`127.0.0.1`, `localhost`, `::1`), the configured `host`, or
+  one of `allowed_hosts`. A page on another name that DNS points at 127.0.0.1 (DNS rebinding) is refused.
+- **Origin**, when a browser sends one, must be one of the emulator's own origins or one of `allowed_origins`,
+  for every request that changes state and for everything under `/_emulator` and `/mcp` (the MCP transport
+  requires it). Public documents and `/ask` stay readable from any page (CORS `*`): they carry no credential and
+  change nothing.
+- **A body must be JSON** on `/_emulator` and on the identity provider's agent endpoints, which a page cannot send
+  cross-site without a preflight (a form or `text/plain` POST needs none).
+
+Each origin renders the refusal in its own error format.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urlsplit
+
+from emulator.core.errors import ApiError
+
+_SAFE = frozenset({"GET", "HEAD", "OPTIONS"})
+_LOOPBACK_NAMES = ("127.0.0.1", "localhost", "::1")
+_WILDCARDS = ("0.0.0.0", "::", "")
+# Paths any page may call with any method: the public agent API, which changes no state.
+_OPEN_PATHS = ("/ask", "/v1/ask")
+# Paths whose every request needs an allowed Origin (besides every unsafe request).
+_GUARDED_PREFIXES = ("/_emulator", "/mcp", "/v1/mcp", "/.well-known/mcp")
+# Paths whose bodies must be JSON.
+_JSON_PREFIXES = ("/_emulator", "/agent/identity")
+
+
+def _hostname(value: str) -> str:
+    """The name part of a Host header (`[::1]:8700` → `::1`, `Example.COM.:80` → `example.com`)."""
+    value = value.strip().lower()
+    if value.startswith("["):
+        return value[1 : value.find("]")] if "]" in value else value
+    if value.count(":") == 1:
+        value = value.rsplit(":", 1)[0]
+    return value.rstrip(".")
+
+
+def _origin(url: str) -> str:
+    parts = urlsplit(url.strip().lower())
+    return f"{parts.scheme}://{parts.netloc}"
+
+
+def _loopback_aliases(origin: str) -> set[str]:
+    """An origin on 127.0.0.1 (or another loopback name) is also reached as localhost and [::1] on its port."""
+    parts = urlsplit(origin)
+    host = (parts.hostname or "").lower()
+    try:
+        loopback = host == "localhost" or ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        loopback = False
+    if not loopback or parts.port is None:
+        return {origin}
+    return {origin} | {f"{parts.scheme}://{name}:{parts.port}" for name in ("127.0.0.1", "localhost", "[::1]")}
+
+
+@dataclass(frozen=True)
+class Boundary:
+    hosts: frozenset[str]  # empty: any Host (the emulator listens on every address and names none)
+    origins: frozenset[str]
+
+    @classmethod
+    def of(
+        cls, host: str, own_origins: Iterable[str], allowed_hosts: Iterable[str], allowed_origins: Iterable[str]
+    ) -> Boundary:
+        extra = {_hostname(h) for h in allowed_hosts if h.strip()}
+        if host in _WILDCARDS and not extra:
+            hosts: frozenset[str] = frozenset()
+        else:
+            hosts = frozenset({*_LOOPBACK_NAMES, _hostname(host), *extra} - {""})
+        origins: set[str] = set()
+        for o in own_origins:
+            origins |= _loopback_aliases(_origin(o))
+        origins |= {_origin(o) for o in allowed_origins if o.strip()}
+        return cls(hosts, frozenset(origins))
+
+    def check(self, method: str, path: str, headers: Mapping[str, str]) -> ApiError | None:
+        """None if the request may go on, else the refusal (403; 415 for a body that is not JSON)."""
+        host = headers.get("host")
+        if self.hosts and host is not None and _hostname(host) not in self.hosts:
+            return ApiError(
+                403,
+                "forbidden",
+                f"the Host {host[:100]!r} is not this emulator's; it answers to {', '.join(sorted(self.hosts))} "
+                "(add a name with the allowed_hosts setting)",
+            )
+        origin = headers.get("origin")
+        open_path = path in _OPEN_PATHS
+        guarded = (method not in _SAFE and not open_path) or path.startswith(_GUARDED_PREFIXES)
+        if origin is not None and guarded and _origin(origin) not in self.origins:
+            return ApiError(
+                403,
+                "forbidden",
+                f"requests from the web page at {origin[:100]!r} are refused: only the emulator's own pages may "
+                "send them (add an origin with the allowed_origins setting)",
+            )
+        if method not in _SAFE and path.startswith(_JSON_PREFIXES) and _has_body(headers):
+            kind = headers.get("content-type", "").split(";", 1)[0].strip().lower()
+            if kind != "application/json":
+                return ApiError(
+                    415, "unsupported_media_type", f"send the body as application/json, not {kind or 'untyped'}"
+                )
+        return None
+
+
+def _has_body(headers: Mapping[str, str]) -> bool:
+    length = headers.get("content-length")
+    if length is not None:
+        return length.strip() not in ("", "0")
+    return "transfer-encoding" in headers
+
+
+def asgi_headers(raw: Iterable[tuple[bytes, bytes]]) -> dict[str, str]:
+    """An ASGI scope's headers as a dict of lowercase names (the first of a repeated header)."""
+    headers: dict[str, str] = {}
+    for name, value in raw:
+        headers.setdefault(name.decode("latin-1").lower(), value.decode("latin-1"))
+    return headers
+
+
+Render = Callable[[ApiError], tuple[bytes, bytes]]  # a refusal → (content type, body) in the origin's format
+_CORS_READABLE = ("/.well-known/",)  # what any page may read from the identity provider: metadata, JWKS
+
+
+class BoundaryGate:
+    """The boundary as an ASGI layer in front of an origin's app (the site applies it in its own gate)."""
+
+    def __init__(self, app: Any, boundary: Boundary, render: Render) -> None:
+        self.app = app
+        self.boundary = boundary
+        self.render = render
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        refusal = self.boundary.check(scope["method"], scope["path"], asgi_headers(scope["headers"]))
+        if refusal is not None:
+            kind, body = self.render(refusal)
+            head = [(b"content-type", kind), (b"content-length", str(len(body)).encode())]
+            await send({"type": "http.response.start", "status": refusal.status, "headers": head})
+            await send({"type": "http.response.body", "body": body})
+            return
+        if scope["method"] in ("GET", "HEAD") and scope["path"].startswith(_CORS_READABLE):
+
+            async def send_cors(message: dict[str, Any]) -> None:
+                if message["type"] == "http.response.start":
+                    message["headers"] = [*message.get("headers", ()), (b"access-control-allow-origin", b"*")]
+                await send(message)
+
+            await self.app(scope, receive, send_cors)
+            return
+        await self.app(scope, receive, send)
