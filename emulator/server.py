@@ -208,7 +208,13 @@ async def serve(settings: Settings, on_ready: Any = None) -> None:
         runtime_root = settings.state_dir / "runtime"
         way_home = [s.getsockname()[1] for s in (socks["api"], s3_sock)]
         launcher = make_launcher(settings, runtime_root, way_home)
-        reconciler = Reconciler(core, box, blobs, auth, urls.api, runtime_root, launcher)
+        boundary = Boundary.of(
+            settings.host,
+            [urls.site, urls.auth, urls.api],
+            settings.allowed_hosts.split(","),
+            settings.allowed_origins.split(","),
+        )
+        reconciler = Reconciler(core, box, blobs, auth, urls.api, runtime_root, launcher, boundary.host_ok)
         platform = Platform(core, auth, box, blobs, reconciler, api_url=urls.api, auth_url=urls.auth)
         await reconciler.open()
 
@@ -240,12 +246,6 @@ async def serve(settings: Settings, on_ready: Any = None) -> None:
             connect_timeout=settings.proxy_connect_timeout,
             idle_timeout=settings.proxy_idle_timeout,
             max_relays=settings.proxy_max_relays,
-        )
-        boundary = Boundary.of(
-            settings.host,
-            [urls.site, urls.auth, urls.api],
-            settings.allowed_hosts.split(","),
-            settings.allowed_origins.split(","),
         )
         site = Site(
             core=core,

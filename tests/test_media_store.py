@@ -252,6 +252,46 @@ async def test_objects_survive_a_restart(start_emulator, tmp_path: Path) -> None
     assert e.journal("media.restored")[-1]["data"] == {"objects": 1, "bytes": 900}
 
 
+async def test_an_acknowledged_write_survives_a_killed_emulator(start_emulator, tmp_path: Path) -> None:
+    """Every write the endpoint answered is on disk before the answer: `kill -9` loses none of them."""
+    state = tmp_path / "killed"
+    e: Emulator = start_emulator("--no-watch", state_dir=state)
+    c, t = await trial(e)
+    bucket = (await credentials(c, e, t)).json()["resolved_bucket_name"]
+    url = (await presign(c, e, t, "photos/kept.png", "put")).json()["url"]
+    assert (await c.put(url, content=b"png" * 300, headers={"Content-Type": "image/png"})).status_code == 200
+    client = s3(e)
+    client.put_object(Bucket=bucket, Key="photos/gone.bin", Body=b"x" * 10)
+    client.delete_object(Bucket=bucket, Key="photos/gone.bin")
+    # a multipart upload: its parts are not objects, its completion is
+    upload = client.create_multipart_upload(Bucket=bucket, Key="big.bin")
+    parts = [
+        {
+            "PartNumber": n,
+            "ETag": client.upload_part(
+                Bucket=bucket, Key="big.bin", UploadId=upload["UploadId"], PartNumber=n, Body=bytes([n]) * 5 * 2**20
+            )["ETag"],
+        }
+        for n in (1, 2)
+    ]
+    client.complete_multipart_upload(
+        Bucket=bucket, Key="big.bin", UploadId=upload["UploadId"], MultipartUpload={"Parts": parts}
+    )
+    await c.aclose()
+    assert e.proc is not None
+    e.proc.kill()  # no chance to save anything at shutdown
+    e.proc.wait(10)
+
+    e = start_emulator("--no-watch", state_dir=state)
+    async with e.client() as c:
+        back = await c.get((await presign(c, e, t, "photos/kept.png", "get")).json()["url"])
+        assert back.content == b"png" * 300 and back.headers["content-type"] == "image/png"
+        assert (await c.get((await presign(c, e, t, "photos/gone.bin", "get")).json()["url"])).status_code == 404
+    big = s3(e).get_object(Bucket=bucket, Key="big.bin")["Body"].read()
+    assert big == bytes([1]) * 5 * 2**20 + bytes([2]) * 5 * 2**20
+    assert e.journal("media.restored")[-1]["data"]["objects"] == 2
+
+
 async def test_uploads_expire_after_a_day_and_a_bucket_goes_with_its_database(start_emulator) -> None:
     e: Emulator = start_emulator("--no-watch")
     c, t = await trial(e)

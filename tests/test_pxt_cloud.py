@@ -506,6 +506,9 @@ def test_11_a_second_service_and_its_removal_by_prune(session: Session) -> None:
         assert inside(container(session.e, "service", "extra"), f"test -f {lock} && echo ok") == "ok"
         assert inside(container(session.e, "service", "ingest"), f"test -f {lock} && echo ok") == "ok"
 
+    # the gateway is behind the same local-only boundary: a page on a rebound name gets nothing
+    rebound = httpx.post(endpoint + "/shout", json={"title": "hi"}, headers={**key, "Host": "evil.example"}, timeout=60)
+    assert rebound.status_code == 403
     # get_usage counts the services; a retry of a generation that is not the service's current one is 409,
     # as it is for a database
     usage = httpx.post(session.e.api, json={"operation_type": "get_usage"}, headers=key, timeout=30).json()

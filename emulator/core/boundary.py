@@ -81,10 +81,14 @@ class Boundary:
         origins |= {_origin(o) for o in allowed_origins if o.strip()}
         return cls(hosts, frozenset(origins))
 
+    def host_ok(self, host: str | None) -> bool:
+        return not self.hosts or host is None or _hostname(host) in self.hosts
+
     def check(self, method: str, path: str, headers: Mapping[str, str]) -> ApiError | None:
         """None if the request may go on, else the refusal (403; 415 for a body that is not JSON)."""
         host = headers.get("host")
-        if self.hosts and host is not None and _hostname(host) not in self.hosts:
+        if not self.host_ok(host):
+            assert host is not None
             return ApiError(
                 403,
                 "forbidden",

@@ -56,9 +56,15 @@ async def _reply(writer: asyncio.StreamWriter, status: int, reason: str, detail:
 
 
 class DatabaseGateway:
-    def __init__(self, resolve: Resolve, on_request: Callable[[str, int], None] | None = None) -> None:
+    def __init__(
+        self,
+        resolve: Resolve,
+        on_request: Callable[[str, int], None] | None = None,
+        host_ok: Callable[[str | None], bool] | None = None,
+    ) -> None:
         self.resolve = resolve
         self.on_request = on_request
+        self.host_ok = host_ok  # the local-only boundary's Host rule (a page on a rebound name is refused)
         self.server: asyncio.Server | None = None
 
     async def start(self, host: str, port: int) -> int:
@@ -108,6 +114,12 @@ class DatabaseGateway:
             await _reply(writer, 413, "Content Too Large", f"the body is larger than {MAX_BODY} bytes")
             return
         path, _, query = target.partition("?")
+        host = dict(headers).get(b"host")
+        if self.host_ok is not None and not self.host_ok(host.decode("latin-1") if host is not None else None):
+            await _reply(writer, 403, "Forbidden", "this Host is not the emulator's (see the allowed_hosts setting)")
+            if self.on_request:
+                self.on_request(path, 403)
+            return
         decision = await self.resolve(_credential(headers), path)
         if not isinstance(decision, Target):
             status, reason = decision
@@ -116,7 +128,7 @@ class DatabaseGateway:
             if self.on_request:
                 self.on_request(path, status)
             return
-        body = await reader.readexactly(length) if length else b""
+        body = await asyncio.wait_for(reader.readexactly(length), 60) if length else b""
         rest = path[len(decision.prefix) :] or "/"
         upstream_target = rest + (f"?{query}" if query else "")
         try:

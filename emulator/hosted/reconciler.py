@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -44,13 +45,14 @@ class Reconciler:
         api_url: str,
         root: Path,
         launcher: Launcher,
+        host_ok: Callable[[str | None], bool] | None = None,
     ) -> None:
         self.core = core
         self.box = box
         self.blobs = blobs
         self.auth = auth
         self.api_url = api_url
-        self.supervisor = Supervisor(root, launcher, self)
+        self.supervisor = Supervisor(root, launcher, self, host_ok)
         self._locks: dict[tuple[str, str], asyncio.Lock] = {}
         self._tasks: set[asyncio.Task[None]] = set()
         self._starting: dict[tuple[str, str], asyncio.Task[None]] = {}

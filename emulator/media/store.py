@@ -31,6 +31,7 @@ import hmac
 import json
 import logging
 import math
+import os
 import re
 import shutil
 import socket
@@ -103,12 +104,47 @@ def _refuse_expired(app: Callable[..., Iterable[bytes]]) -> Callable[..., Iterab
     return wsgi
 
 
-def _s3_app() -> Callable[..., Iterable[bytes]]:
+def _write_through(
+    app: Callable[..., Iterable[bytes]], changed: Callable[[str, str, str], None]
+) -> Callable[..., Iterable[bytes]]:
+    """Tell `changed(method, bucket, key)` of every object a request wrote or deleted, before the client hears that
+    it succeeded: an acknowledged write is on disk (the mirror), so it survives a killed emulator. Parts of a
+    multipart upload are not objects yet; its completion is."""
+
+    def wsgi(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
+        method = environ.get("REQUEST_METHOD", "")
+        if method not in ("PUT", "POST", "DELETE"):
+            return app(environ, start_response)
+        seen: list[str] = []
+
+        def capture(status: str, headers: list[tuple[str, str]], exc_info: Any = None) -> Any:
+            seen.append(status)
+            return start_response(status, headers, exc_info)
+
+        result = app(environ, capture)
+        try:
+            body = b"".join(result)  # the answer is held until the write is mirrored
+        finally:
+            close = getattr(result, "close", None)
+            if close is not None:
+                close()
+        query = parse_qs(environ.get("QUERY_STRING", ""), keep_blank_values=True)
+        bucket, _, key = environ.get("PATH_INFO", "").lstrip("/").partition("/")
+        ok = bool(seen) and seen[0][:1] == "2"
+        part = "partNumber" in query or (method == "POST" and "uploads" in query)
+        if ok and bucket and (key or "delete" in query) and not part:
+            changed(method, bucket, key)
+        return [body]
+
+    return wsgi
+
+
+def _s3_app(changed: Callable[[str, str, str], None]) -> Callable[..., Iterable[bytes]]:
     # Imported here: moto is large, and only `emulator up` needs its server.
     from moto.moto_server.werkzeug_app import create_backend_app
 
     # S3 only: moto's dispatcher would also serve every other AWS service and /moto-api (which resets state).
-    return _refuse_expired(create_backend_app("s3"))
+    return _refuse_expired(_write_through(create_backend_app("s3"), changed))
 
 
 def bucket_name(org_id: str, db: str) -> str:
@@ -155,6 +191,7 @@ class MediaStore:
         self._key = private_key(core.settings.state_dir / "keys" / "media-credentials.key")
         self._mirror = Mirror(core.settings.state_dir / "media")
         self._swept = -math.inf
+        self._restoring = False
         access, secret = self.credentials("emulator")
         # The emulator's own client: creates buckets, lists them for usage, signs URLs (signing is local).
         self._s3 = boto3.client(
@@ -177,15 +214,31 @@ class MediaStore:
         self._sock.listen(128)
         host = self._sock.getsockname()[0]
         self._server = make_server(
-            host, 0, _s3_app(), threaded=True, request_handler=_QuietHandler, fd=self._sock.fileno()
+            host, 0, _s3_app(self._changed), threaded=True, request_handler=_QuietHandler, fd=self._sock.fileno()
         )
         self._thread = threading.Thread(target=self._server.serve_forever, name="s3-endpoint", daemon=True)
         self._thread.start()
-        objects, size = await asyncio.to_thread(self._mirror.restore, self._s3)
+        self._restoring = True  # the restore's own writes are on disk already
+        try:
+            objects, size = await asyncio.to_thread(self._mirror.restore, self._s3)
+        finally:
+            self._restoring = False
         self._buckets.update(self._mirror.buckets())
         if objects:
             self.core.bus.publish(Kind.MEDIA_RESTORED, None, objects=objects, bytes=size)
         self.core.clock.on_due(self.sweep)
+
+    def _changed(self, method: str, bucket: str, key: str) -> None:
+        """An object was written or deleted (in the S3 endpoint's thread, before the client is answered)."""
+        if self._restoring:
+            return
+        try:
+            if method == "DELETE" or (method == "POST" and not key):  # one object, or a multi-object delete
+                self._mirror.sync_bucket(self._s3, bucket)
+            else:
+                self._mirror.save_object(self._s3, bucket, key)
+        except Exception:
+            log.exception("media store: %s %s/%s was not mirrored to disk", method, bucket, key[:200])
 
     async def close(self) -> None:
         if self._server is not None:
@@ -280,14 +333,48 @@ class MediaStore:
 class Mirror:
     """The buckets on disk, between runs: moto keeps objects in memory only.
 
-    `save` (at shutdown) writes what changed since the last save, by ETag, and drops what was deleted;
-    `restore` (at start) puts it all back. Objects written since the start are lost if the emulator is
-    killed rather than stopped. Layout: `<bucket>.json` (key → etag, size, content type) and
+    Every acknowledged write is written through (`save_object`, `sync_bucket`), so it survives a killed emulator;
+    `save` (at shutdown) catches up with anything else, by ETag, and drops what was deleted; `restore` (at start)
+    puts it all back. Layout: `<bucket>.json` (key → etag, size, content type) and
     `<bucket>/<sha256 of the key>` for the bytes (keys may be 1024 bytes long, or unfit as file names).
     """
 
     def __init__(self, root: Path) -> None:
         self.root = root
+        self._lock = threading.Lock()  # the S3 endpoint's threads write manifests too
+
+    def save_object(self, s3: Any, bucket: str, key: str) -> None:
+        """Write one object through to disk (it was just written to the endpoint)."""
+        with self._lock:
+            entries = self._manifest(bucket)
+            entries[key] = self._copy(s3, bucket, key)
+            self._write_manifest(bucket, entries)
+
+    def sync_bucket(self, s3: Any, bucket: str) -> None:
+        """Drop from disk what the bucket no longer holds (after a delete)."""
+        with self._lock:
+            entries = self._manifest(bucket)
+            live = {
+                obj["Key"]
+                for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket)
+                for obj in page.get("Contents", [])
+            }
+            for key in entries.keys() - live:
+                self._path(bucket, key).unlink(missing_ok=True)
+                del entries[key]
+            self._write_manifest(bucket, entries)
+
+    def _copy(self, s3: Any, bucket: str, key: str) -> dict[str, Any]:
+        answer = s3.get_object(Bucket=bucket, Key=key)
+        path = self._path(bucket, key)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        part = path.with_name(f"{path.name}.{threading.get_ident()}.part")
+        with open(part, "wb") as f:
+            shutil.copyfileobj(answer["Body"], f)
+            f.flush()
+            os.fsync(f.fileno())
+        part.replace(path)
+        return {"etag": answer["ETag"], "size": answer["ContentLength"], "content_type": answer.get("ContentType")}
 
     def buckets(self) -> list[str]:
         return [p.stem for p in self.root.glob("*.json")]
@@ -303,12 +390,20 @@ class Mirror:
             return {}
 
     def _write_manifest(self, bucket: str, entries: dict[str, dict[str, Any]]) -> None:
+        self.root.mkdir(parents=True, exist_ok=True)
         path = self.root / f"{bucket}.json"
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(entries))
+        tmp = path.with_name(f"{bucket}.{threading.get_ident()}.tmp")
+        with open(tmp, "w") as f:
+            f.write(json.dumps(entries))
+            f.flush()
+            os.fsync(f.fileno())
         tmp.replace(path)
 
     def save(self, s3: Any) -> None:
+        with self._lock:
+            self._save(s3)
+
+    def _save(self, s3: Any) -> None:
         self.root.mkdir(parents=True, exist_ok=True)
         present = set()
         for bucket in (b["Name"] for b in s3.list_buckets().get("Buckets", [])):
@@ -320,12 +415,7 @@ class Mirror:
                     if old.get(key, {}).get("etag") == obj["ETag"] and path.is_file():
                         new[key] = old[key]
                         continue
-                    answer = s3.get_object(Bucket=bucket, Key=key)
-                    path.parent.mkdir(parents=True, exist_ok=True)
-                    with open(path.with_suffix(".part"), "wb") as f:
-                        shutil.copyfileobj(answer["Body"], f)
-                    path.with_suffix(".part").replace(path)
-                    new[key] = {"etag": obj["ETag"], "size": obj["Size"], "content_type": answer.get("ContentType")}
+                    new[key] = self._copy(s3, bucket, key)
             for key in old.keys() - new.keys():
                 self._path(bucket, key).unlink(missing_ok=True)
             self._write_manifest(bucket, new)

@@ -99,10 +99,13 @@ def workload_label(slug: str, db: str, service: str) -> str:
 
 
 class Supervisor:
-    def __init__(self, root: Path, launcher: Launcher, reporter: Reporter) -> None:
+    def __init__(
+        self, root: Path, launcher: Launcher, reporter: Reporter, host_ok: Callable[[str | None], bool] | None = None
+    ) -> None:
         self.root = root
         self.launcher = launcher
         self.reporter = reporter
+        self.host_ok = host_ok  # the gateways' Host rule
         self.running: dict[tuple[str, str], Workload] = {}  # (org_id, db) → its server
         self.services: dict[tuple[str, str, str, str], Workload] = {}  # (org_id, db, base_path, name)
         self.gateways: dict[tuple[str, str], tuple[DatabaseGateway, int]] = {}
@@ -363,7 +366,7 @@ class Supervisor:
         if found is not None:
             return found[1]
         gateway = DatabaseGateway(
-            self._resolver(place), lambda path, status: self.reporter.request(place, path, status)
+            self._resolver(place), lambda path, status: self.reporter.request(place, path, status), self.host_ok
         )
         try:
             port = await gateway.start("127.0.0.1", port_hint or 0)
