@@ -18,6 +18,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from emulator.runtime.process import running
 from tests.conftest import Emulator
 from tests.pxt_client import Pxt, ensure_client
 from tests.test_pxt_client import emulator_env
@@ -584,7 +585,7 @@ def test_13_a_killed_emulator_leaves_nothing_running_after_the_next_start(sessio
         before = containers(e)
     else:
         before = [int(p.name) for p in ledger.iterdir()]
-        assert all(Path(f"/proc/{pid}").exists() for pid in before)
+        assert all(running(pid) for pid in before)
     assert before
     assert e.proc is not None
     e.proc.kill()  # SIGKILL
@@ -593,15 +594,19 @@ def test_13_a_killed_emulator_leaves_nothing_running_after_the_next_start(sessio
     if e.runtime == "docker":
         assert set(containers(e)) >= set(before)
     else:
-        assert any(Path(f"/proc/{pid}").exists() for pid in before)
-    e.start()  # the same state dir
+        assert any(running(pid) for pid in before)
+    # the same state dir and ports: the client keeps its trial's key by the control plane's URL
+    ports = [u.rsplit(":", 1)[1].rstrip("/") for u in (e.url, e.auth, e.api, e.endpoints["tunnel"], e.endpoints["s3"])]
+    flags = ("--site-port", "--auth-port", "--api-port", "--tunnel-port", "--s3-port")
+    e.args = [*e.args, *(x for pair in zip(flags, ports, strict=True) for x in pair)]
+    e.start()
     if e.runtime == "docker":
         assert not set(containers(e)) & set(before)
     else:
-        assert not [pid for pid in before if Path(f"/proc/{pid}").exists()]
+        assert not [pid for pid in before if running(pid)]  # an unreaped zombie does not run
         assert not {int(p.name) for p in ledger.iterdir()} & set(before)
     # and the database comes back on first use, through the new emulator (one server: its data intact)
-    session.pxt.stop_daemon()  # the client's daemon keeps the environment it started with
-    session.pxt.env.update(emulator_env(e))
+    session.pxt.stop_daemon()  # the client's daemon held connections to the killed emulator
+    assert emulator_env(e)["PIXELTABLE_API_URL"] == session.pxt.env["PIXELTABLE_API_URL"]
     count = session.python(f"import pixeltable as pxt; print('N', pxt.get_table('{session.db}/docs').count())")
     assert re.search(r"^N [1-9]", count, re.M), count

@@ -41,6 +41,15 @@ def child_env(extra: dict[str, str]) -> dict[str, str]:
     return {**env, **extra}
 
 
+def running(pid: int) -> bool:
+    """Whether the process runs: a zombie (exited, its parent gone, not yet reaped by init) does not."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
 def _starttime(pid: int) -> str | None:
     """When the process started (in clock ticks since boot): with the pid, what tells it from a later one."""
     try:
@@ -73,7 +82,7 @@ class Ledger:
             except (ValueError, OSError):
                 path.unlink(missing_ok=True)
                 continue
-            if entry.get("starttime") is not None and _starttime(pid) == entry["starttime"]:
+            if entry.get("starttime") is not None and _starttime(pid) == entry["starttime"] and running(pid):
                 await _kill_group(pid)
                 stopped.append(pid)
                 bases.add(entry.get("base") or "")
@@ -88,7 +97,7 @@ async def _kill_group(pgid: int) -> None:
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pgid, signal.SIGTERM)
     for _ in range(int(STOP_TIMEOUT * 10)):
-        if not _alive(pgid):
+        if not running(pgid):
             return
         await asyncio.sleep(0.1)
     with contextlib.suppress(ProcessLookupError, PermissionError):
@@ -207,14 +216,6 @@ def postmaster_of(pgdata: Path) -> int | None:
     return pid if str(pgdata) in cmdline else None  # else the pid was reused: not ours
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return True
-
-
 async def stop_postgres(pgdata: Path) -> None:
     """Stop the embedded Postgres a database's server started: it outlives the server by design (it is
     shared by every process of that data directory), but a stopped database must leave nothing running."""
@@ -225,6 +226,6 @@ async def stop_postgres(pgdata: Path) -> None:
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, sig)
         for _ in range(int(wait * 10)):
-            if not _alive(pid):
+            if not running(pid):
                 return
             await asyncio.sleep(0.1)
