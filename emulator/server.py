@@ -50,18 +50,10 @@ from emulator.site.idempotency import Idempotency
 from emulator.site.ratelimit import RateLimiter
 from emulator.site.search import DocsIndex
 from emulator.site.state import Site
-from emulator.tunnel import (
-    Authorize,
-    EgressError,
-    EgressPolicy,
-    ForwardProxy,
-    LocalCA,
-    Refusal,
-    Route,
-    TunnelServer,
-    Upstream,
-    resolve_upstream,
-)
+from emulator.tunnel.ca import LocalCA
+from emulator.tunnel.egress import EgressError, EgressPolicy, Upstream, resolve_upstream
+from emulator.tunnel.forward import ForwardProxy
+from emulator.tunnel.server import Authorize, Refusal, Route, TunnelServer
 
 log = logging.getLogger("emulator")
 

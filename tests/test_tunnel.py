@@ -23,8 +23,9 @@ from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 from cryptography.x509.oid import ExtendedKeyUsageOID
 
-from emulator.tunnel import LocalCA, Refusal, Route, TunnelServer
 from emulator.tunnel import ca as ca_module
+from emulator.tunnel.ca import LocalCA
+from emulator.tunnel.server import Refusal, Route, TunnelServer
 from tests.pxt_client import ensure_client
 
 DOMAIN = "pxt.test"

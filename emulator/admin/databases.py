@@ -51,7 +51,7 @@ async def database_logs(request: Request[Any, Any, Any], org: str, db: str, sinc
 
 async def _verb(request: Request[Any, Any, Any], org: str, db: str, verb: str) -> Response[bytes]:
     platform = site_of(request).platform
-    _, owner = await platform.operator(org)
+    owner = await platform.org(org)
     receipt = await lifecycle.database_verb(platform.core, platform.reconciler, owner.id, owner.slug, db, verb)
     return json_response({"org": owner.slug, "db": db, "verb": verb, "receipt": receipt})
 

@@ -121,11 +121,16 @@ def _has_body(headers: Mapping[str, str]) -> bool:
     return "transfer-encoding" in headers
 
 
+_READ = frozenset({b"host", b"origin", b"content-type", b"content-length", b"transfer-encoding"})
+
+
 def asgi_headers(raw: Iterable[tuple[bytes, bytes]]) -> dict[str, str]:
-    """An ASGI scope's headers as a dict of lowercase names (the first of a repeated header)."""
+    """The headers the boundary reads, from an ASGI scope's (lowercase names, the first of a repeated header): on
+    every request of every origin, so nothing else is decoded."""
     headers: dict[str, str] = {}
     for name, value in raw:
-        headers.setdefault(name.decode("latin-1").lower(), value.decode("latin-1"))
+        if name in _READ:
+            headers.setdefault(name.decode("latin-1"), value.decode("latin-1"))
     return headers
 
 

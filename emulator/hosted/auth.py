@@ -36,11 +36,6 @@ class Caller:
     def label(self) -> str:
         return f"key {self.key_name}" if self.credential == "api_key" else f"session of {self.email}"
 
-    @classmethod
-    def operator(cls, org_id: str, slug: str, trial: bool) -> Caller:
-        """The platform operator acting inside one organization (the emulator's own acts: `emulator db stop`)."""
-        return cls("api_key", None, None, org_id, slug, "emulator operator", trial)
-
 
 @dataclass
 class RuntimeKeys:

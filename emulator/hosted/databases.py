@@ -17,9 +17,6 @@ from emulator.core.store import Db, one, run
 from emulator.hosted import plans, receipts
 from emulator.hosted.records import Database, Receipt, fetch_all, fetch_one
 
-STATES = ("PROVISIONING", "STARTING", "UPDATING", "AVAILABLE", "STOPPING", "STOPPED", "FAILED")
-SETTLING = ("UPDATING", "PROVISIONING", "STARTING", "STOPPING")  # a job is making a desired state true
-
 _SELECT = "SELECT d.*, o.slug FROM databases d JOIN orgs o ON o.id = d.org_id"
 
 
@@ -129,35 +126,29 @@ _COLUMNS = {
     "restarts",
     "gateway_port",
     "generation",
+    "receipt",
 }
 
 
 async def update(db: Db, org_id: str, name: str, now: float, **fields: Any) -> None:
-    """Set columns of a database (dicts for `current`/`target` are stored as JSON)."""
+    """Set columns of a database (dicts for `current`/`target` and the receipt are stored as JSON)."""
     unknown = set(fields) - _COLUMNS
     if unknown:
         raise ValueError(f"not a database column: {', '.join(sorted(unknown))}")
-    values = [json.dumps(v) if k in _JSON and v is not None else v for k, v in fields.items()]
+    values = [
+        receipts.encode(v) if isinstance(v, Receipt) else json.dumps(v) if k in _JSON and v is not None else v
+        for k, v in fields.items()
+    ]
     sets = "".join(f"{k} = ?, " for k in fields)
     await run(
         db, f"UPDATE databases SET {sets}updated_at = ? WHERE org_id = ? AND name = ?", (*values, now, org_id, name)
     )
 
 
-async def _write(conn: Db, database: Database, receipt: Receipt, now: float, fields: dict[str, Any]) -> None:
-    values = [json.dumps(v) if k in _JSON and v is not None else v for k, v in fields.items()]
-    sets = "".join(f"{k} = ?, " for k in fields)
-    await run(
-        conn,
-        f"UPDATE databases SET {sets}receipt = ?, updated_at = ? WHERE org_id = ? AND name = ?",
-        (*values, receipts.encode(receipt), now, database.org_id, database.name),
-    )
-
-
 async def settle(conn: Db, database: Database, receipt: Receipt, now: float, **fields: Any) -> None:
     """A generation's receipt as its job progresses (and any columns that change with it): the database's copy
     and the receipts table's, together."""
-    await _write(conn, database, receipt, now, fields)
+    await update(conn, database.org_id, database.name, now, **fields, receipt=receipt)
     await receipts.rewrite(conn, receipt)
 
 
@@ -179,7 +170,7 @@ async def accept(
         fields["target"] = target
     if archive_sha256 is not None:
         fields["archive_sha256"] = archive_sha256
-    await _write(conn, database, receipt, now, fields)
+    await update(conn, database.org_id, database.name, now, **fields, receipt=receipt)
     await receipts.add(conn, database.org_id, receipt, submission)
 
 

@@ -17,7 +17,7 @@ from emulator.core.context import Core
 from emulator.core.errors import ApiError
 from emulator.core.ids import secret_hash
 from emulator.core.kinds import Kind
-from emulator.core.store import Db, run
+from emulator.core.store import Db, one, run
 from emulator.hosted.records import ApiKey, Org, fetch_all, fetch_one, record
 
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
@@ -85,8 +85,6 @@ async def insert(
 
 async def owner(db: Db, secret: str) -> tuple[Org, ApiKey] | None:
     """The organization an API key belongs to, and the key (None if no such key)."""
-    from emulator.core.store import one
-
     row = await one(
         db,
         "SELECT o.*, k.id AS key_id, k.name AS key_name, k.key_type, k.grants, k.created_by AS key_created_by, "

@@ -24,16 +24,15 @@ from emulator.hosted.records import Receipt, Service, service_label
 
 @dataclass(frozen=True)
 class Verb:
-    name: str
     state: str  # the state while its job runs
     waiting_for: dict[str, str]  # per resource kind: what the receipt says it waits for
 
 
 VERBS = {
-    "start": Verb("start", "STARTING", {"database": "start"}),
-    "stop": Verb("stop", "STOPPING", {"database": "stop", "service": "stop"}),
-    "restart": Verb("restart", "STARTING", {"database": "start", "service": "restart"}),
-    "delete": Verb("delete", "STOPPING", {"database": "deletion", "service": "delete"}),
+    "start": Verb("STARTING", {"database": "start"}),
+    "stop": Verb("STOPPING", {"database": "stop", "service": "stop"}),
+    "restart": Verb("STARTING", {"database": "start", "service": "restart"}),
+    "delete": Verb("STOPPING", {"database": "deletion", "service": "delete"}),
 }
 SETTLING = {
     "database": ("UPDATING", "PROVISIONING", "STARTING", "STOPPING"),

@@ -42,13 +42,12 @@ class Platform:
         require(caller, verb, slug, db, service)
         return org_id, slug
 
-    async def operator(self, ref: str) -> tuple[Caller, Org]:
-        """The platform operator inside one organization (by slug or id): the emulator's own acts use the same
-        rules as a client's, under this caller."""
+    async def org(self, ref: str) -> Org:
+        """An organization by slug or id, for the operator's acts (which call the same rules a client's do)."""
         org = await orgs.find(self.core.store, ref)
         if org is None:
             raise ApiError(404, "not_found", f"no organization {ref!r}")
-        return Caller.operator(org.id, org.slug, org.trial), org
+        return org
 
     def worker_status(self, row: Database) -> list[dict[str, Any]]:
         """The `worker_status` of `get_db`: the database's server, as a pod would be listed."""

@@ -82,7 +82,7 @@ class Reconciler:
         return self.supervisor.status(org_id, db)
 
     def endpoint(self, service: Service) -> str:
-        return self.supervisor.endpoint(service.org_id, service.db, service.base_path, service.name, service.label)
+        return self.supervisor.endpoint(service.org_id, service.db, service.label)
 
     def _spawn(self, job: Any, name: str) -> asyncio.Task[None]:
         task = asyncio.create_task(job, name=name)
@@ -397,15 +397,15 @@ class Reconciler:
         await self.route(place.org_id, place.slug, place.db)  # the database's server (and its release) first
         label = row.label
         resources = dict(row.desired.get("resources") or {})
-        before = self.supervisor.service_size(place.org_id, place.db, row.base_path, row.name)
-        changes = resized(before, resources) if before is not None else []
+        release = ServiceRelease(row.base_path, row.name, row.desired["app_module"], resources, label)
+        changes = self.supervisor.service_resize(place.org_id, place.db, release)
         if changes:
             await self.line(place, f"resizing service {label}: {', '.join(changes)}", service=label)
             self.core.bus.publish(Kind.SERVICE_RESIZED, kinds.service(place.slug, place.db, label), changes=changes)
         database = await self._row(place)
-        release = ServiceRelease(row.base_path, row.name, row.desired["app_module"], resources, label)
+        env = await self._environment(place)
         port = await self.supervisor.start_service(
-            place, release, await self._environment(place), gateway_port=database.gateway_port
+            place, release, env, gateway_port=database.gateway_port, resize=bool(changes)
         )
         if port != database.gateway_port:
             await self._set(place.org_id, place.db, gateway_port=port)

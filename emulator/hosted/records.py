@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import sqlite3
 from typing import Any, TypeVar
 
@@ -112,9 +113,14 @@ def service_label(base: str, name: str) -> str:
 _JSON_COLUMNS = {"target", "current", "receipt", "desired", "fingerprint", "grants"}
 
 
+@functools.cache
+def _fields(kind: type[msgspec.Struct]) -> frozenset[str]:
+    return frozenset(kind.__struct_fields__)
+
+
 def record(row: sqlite3.Row, kind: type[T]) -> T:
     """A row as a record: JSON columns decoded, unknown columns (hashes, joins) left out."""
-    fields = set(kind.__struct_fields__)
+    fields = _fields(kind)
     values: dict[str, Any] = {}
     for name in row.keys():
         if name not in fields:

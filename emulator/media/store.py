@@ -233,7 +233,9 @@ class MediaStore:
         if self._restoring:
             return
         try:
-            if method == "DELETE" or (method == "POST" and not key):  # one object, or a multi-object delete
+            if method == "DELETE":
+                self._mirror.drop_object(bucket, key)
+            elif method == "POST" and not key:  # a multi-object delete
                 self._mirror.sync_bucket(self._s3, bucket)
             else:
                 self._mirror.save_object(self._s3, bucket, key)
@@ -349,6 +351,14 @@ class Mirror:
             entries = self._manifest(bucket)
             entries[key] = self._copy(s3, bucket, key)
             self._write_manifest(bucket, entries)
+
+    def drop_object(self, bucket: str, key: str) -> None:
+        """Drop one object from disk (it was just deleted from the endpoint)."""
+        with self._lock:
+            entries = self._manifest(bucket)
+            if entries.pop(key, None) is not None:
+                self._path(bucket, key).unlink(missing_ok=True)
+                self._write_manifest(bucket, entries)
 
     def sync_bucket(self, s3: Any, bucket: str) -> None:
         """Drop from disk what the bucket no longer holds (after a delete)."""

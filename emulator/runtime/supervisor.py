@@ -148,11 +148,7 @@ class Supervisor:
         running = self.running.get((org_id, db))
         return running.address if running is not None and running.ready else None
 
-    def service_size(self, org_id: str, db: str, base: str, name: str) -> dict[str, Any] | None:
-        """The resources the service was last started with (None: not started since the emulator started)."""
-        return self._sizes.get((org_id, db, base, name))
-
-    def endpoint(self, org_id: str, db: str, base_path: str, name: str, label: str) -> str:
+    def endpoint(self, org_id: str, db: str, label: str) -> str:
         gateway = self.gateways.get((org_id, db))
         return "" if gateway is None else f"http://127.0.0.1:{gateway[1]}/{label}"
 
@@ -274,18 +270,21 @@ class Supervisor:
 
     # --- services ---------------------------------------------------------------------------------------------
 
+    def service_resize(self, org_id: str, db: str, service: ServiceRelease) -> list[str]:
+        """The size changes since the service was last started (none when it has not been, since this start)."""
+        before = self._sizes.get((org_id, db, service.base_path, service.name))
+        return resized(before, service.resources) if before is not None else []
+
     async def start_service(
-        self, place: Place, service: ServiceRelease, env: Environment, *, gateway_port: int | None
+        self, place: Place, service: ServiceRelease, env: Environment, *, gateway_port: int | None, resize: bool
     ) -> int:
         """Start a service's new generation behind the database's gateway (whose port is returned). A size change
-        is a stop and a start (a file-cache disk changes size only while unused); otherwise the new generation
-        starts beside the old one, which answers the routes until the new one is ready."""
+        (`resize`) is a stop and a start (a file-cache disk changes size only while unused); otherwise the new
+        generation starts beside the old one, which answers the routes until the new one is ready."""
         database = self.running[place.key]
         key = (place.org_id, place.db, service.base_path, service.name)
         label = service.label
-        before = self._sizes.get(key)
         self._sizes[key] = service.resources
-        resize = before is not None and resized(before, service.resources)
         old = self.services.get(key)
         if resize or old is None or not old.ready or old.returncode() is not None:
             await self.stop_service(key)
