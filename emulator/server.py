@@ -132,10 +132,10 @@ def tunnel_authorizer(platform: Platform) -> Authorize:
 
     async def authorize(org: str, db: str, credential: str) -> Route | Refusal:
         try:
-            host, port, who = await platform.tunnel_route(org, db, credential)
+            address, who = await platform.tunnel_route(org, db, credential)
         except ApiError as e:
             return Refusal(e.status if 400 <= e.status <= 599 else 503, e.message)
-        return Route(host, port, who)
+        return Route(address, who)
 
     return authorize
 

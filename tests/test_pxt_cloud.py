@@ -8,7 +8,10 @@ asserts on what the commands print and on the emulator's state.
 from __future__ import annotations
 
 import json
+import os
 import re
+import socket
+import stat
 import subprocess
 import textwrap
 import threading
@@ -246,6 +249,55 @@ def inside(c: dict, command: str) -> str:
     return subprocess.check_output(["docker", "exec", c["Id"], "sh", "-c", command], text=True).strip()
 
 
+def tcp_listeners(groups: list[int]) -> list[str]:
+    """The TCP sockets that processes of these process groups listen on, as `pid: local address`."""
+    listening = {}
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        for line in Path(table).read_text().splitlines()[1:]:
+            fields = line.split()
+            if fields[3] == "0A":  # LISTEN
+                listening[fields[9]] = fields[1]
+    found = []
+    for proc in Path("/proc").iterdir():
+        try:
+            if not proc.name.isdigit() or os.getpgid(int(proc.name)) not in groups:
+                continue
+            inodes = [os.readlink(fd).removeprefix("socket:[").rstrip("]") for fd in (proc / "fd").iterdir()]
+        except OSError:
+            continue
+        found += [f"{proc.name}: {listening[i]}" for i in inodes if i in listening]
+    return found
+
+
+def container_addresses(e: Emulator) -> list[str]:
+    """The network addresses of this emulator's database and service containers."""
+    names = [
+        n
+        for role in ("database", "service")
+        for n in subprocess.run(
+            ["docker", "ps", "-q", "--filter", f"label=pxt-emulator={_tag(e)}", "--filter", f"label=role={role}"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.split()
+    ]
+    out = subprocess.run(
+        ["docker", "inspect", "--format", "{{range .NetworkSettings.Networks}}{{.IPAddress}} {{end}}", *names],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    return out.split()
+
+
+def port_open(host: str, port: int) -> bool:
+    try:
+        socket.create_connection((host, port), timeout=3).close()
+    except OSError:
+        return False
+    return True
+
+
 def containers(e: Emulator) -> list[str]:
     """The names of the running containers of this emulator (its state directory's tag)."""
     out = subprocess.run(
@@ -434,8 +486,24 @@ def test_9_services_behind_the_gateway(session: Session) -> None:
 
     logs = session.run("service", "logs", f"{session.db}/ingest")
     assert "service ingest is ready" in logs
+    # Hosted servers listen on Unix sockets in a directory of this user's alone, never on a TCP port that any
+    # local program or web page could reach past the gateway's and the tunnel's credentials.
     if session.e.runtime == "docker":
         assert "RuntimeDirWarning" not in logs  # the database's runtime dir is private, as platformdirs requires
+        addresses = container_addresses(session.e)
+        assert len(addresses) >= 2  # the database's server and the service
+        assert not [a for a in addresses if port_open(a, 8000)]
+    else:
+        groups = [int(p.name) for p in (session.e.state_dir / "runtime" / "workloads").iterdir()]
+        assert len(groups) >= 2
+        assert not tcp_listeners(groups)
+    sockets = Path((session.e.state_dir / "runtime" / "sockets").read_text())
+    assert stat.S_IMODE(sockets.stat().st_mode) == 0o700 and len(list(sockets.glob("*/*.sock"))) >= 2
+    assert "listening on a private socket" in session.run("db", "logs", session.db)
+    [view] = [
+        d for d in session.admin("/_emulator/databases")["databases"] if (d["org"], d["db"]) == (session.org, "main")
+    ]
+    assert view["server"] == {"ready": True}  # no address is published
 
 
 def test_10_a_secret_reaches_a_service_only_after_a_restart(session: Session) -> None:

@@ -23,6 +23,7 @@ from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 from cryptography.x509.oid import ExtendedKeyUsageOID
 
+from emulator.core.address import Address
 from emulator.tunnel import ca as ca_module
 from emulator.tunnel.ca import LocalCA
 from emulator.tunnel.server import Refusal, Route, TunnelServer
@@ -150,7 +151,7 @@ async def start_tunnel(ca: LocalCA, backend: Backend, dead_port: int) -> Tunnel:
             return Refusal(401, "the credential is not valid")
         if db == "boom":
             raise RuntimeError("the authorizer broke")
-        return Route("127.0.0.1", backend.port if db == "main" else dead_port, subject="user-1")
+        return Route(Address("127.0.0.1", backend.port if db == "main" else dead_port), subject="user-1")
 
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.bind(("127.0.0.1", 0))

@@ -17,6 +17,8 @@ import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
+from emulator.core.address import Address
+
 log = logging.getLogger("emulator.gateway")
 MAX_HEAD = 64 * 1024
 MAX_BODY = 256 * 1024 * 1024
@@ -25,8 +27,7 @@ _STRIP = {b"x-api-key", b"authorization", b"connection", b"keep-alive", b"proxy-
 
 @dataclass(frozen=True)
 class Target:
-    host: str  # where the service listens: loopback for a process, the container's address for a container
-    port: int
+    address: Address  # where the service listens: a private socket for a process, its address for a container
     prefix: str  # the prefix to strip, "/name" or "/base/name"
 
 
@@ -132,7 +133,7 @@ class DatabaseGateway:
         rest = path[len(decision.prefix) :] or "/"
         upstream_target = rest + (f"?{query}" if query else "")
         try:
-            up_reader, up_writer = await asyncio.wait_for(asyncio.open_connection(decision.host, decision.port), 10)
+            up_reader, up_writer = await asyncio.wait_for(decision.address.connect(), 10)
         except (OSError, TimeoutError):
             await _reply(writer, 503, "Service Unavailable", "the service is not running")
             return

@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from emulator.core.address import Address
 from emulator.core.context import Core
 from emulator.core.errors import ApiError
 from emulator.hosted import databases, orgs
@@ -66,12 +67,11 @@ class Platform:
             }
         ]
 
-    async def tunnel_route(self, org: str, db: str, credential: str) -> tuple[str, int, str]:
-        """Who may open the database tunnel, and where it leads: (host, port, who). The same credentials as the
+    async def tunnel_route(self, org: str, db: str, credential: str) -> tuple[Address, str]:
+        """Who may open the database tunnel, and where it leads: (address, who). The same credentials as the
         control plane; the database must exist and not be stopped, and its server starts on first use."""
         caller = await self.auth.credential(credential, bearer=True)
         org_id, slug = await self.auth.resolve_org(caller, org)
         require(caller, "access", slug, db)
         await databases.require(self.core.store, org_id, slug, db)
-        host, port = await self.reconciler.route(org_id, slug, db)
-        return host, port, caller.label
+        return await self.reconciler.route(org_id, slug, db), caller.label

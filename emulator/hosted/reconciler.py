@@ -19,6 +19,7 @@ from typing import Any
 import msgspec
 
 from emulator.core import kinds
+from emulator.core.address import Address
 from emulator.core.context import Core
 from emulator.core.errors import ApiError
 from emulator.core.kinds import Kind
@@ -126,7 +127,7 @@ class Reconciler:
     def schedule(self, org_id: str, slug: str, db: str, generation: int, verb: str) -> None:
         self._spawn(self._job(org_id, slug, db, generation, verb), f"db-{verb}-{slug}-{db}")
 
-    async def route(self, org_id: str, slug: str, db: str) -> tuple[str, int]:
+    async def route(self, org_id: str, slug: str, db: str) -> Address:
         """Where the database's server listens, starting it first if it is not running (first use).
 
         The start runs as its own task: a caller that gives up (the tunnel's authorizer has a time limit, the

@@ -24,11 +24,13 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
+from emulator.core.address import Address
 from emulator.core.tasks import cancel
 from emulator.runtime import disks, egress
 from emulator.runtime.bridge import Relays
 from emulator.runtime.environments import BuildFailed
 from emulator.runtime.images import Images, tag_of
+from emulator.runtime.sockets import LISTEN_PRIVATE, SocketDir
 from emulator.runtime.workload import Log, Spec
 
 log = logging.getLogger("emulator.runtime.docker")
@@ -36,6 +38,7 @@ PORT = 8000
 DATA = "/data"
 HELPER_DIR = Path(__file__).resolve().parent  # pod_helper.py is mounted from here, read-only
 HELPER = "/opt/emulator/pod_helper.py"
+SOCKET_DIR = "/run/pxt-emulator"  # a server's private socket dir, as its container sees it
 STOP_TIMEOUT = 15
 DISK_POLL = 2.0
 DISK_FULL_BELOW = 1_000_000  # bytes free
@@ -62,9 +65,18 @@ def _name(text: str) -> str:
 
 
 class ContainerWorkload:
-    def __init__(self, container: Any, network: str, digest: str, resources: dict[str, Any], role: str) -> None:
+    def __init__(
+        self,
+        container: Any,
+        network: str,
+        digest: str,
+        resources: dict[str, Any],
+        role: str,
+        socket: Path | None = None,
+    ) -> None:
         self.container = container
         self.network = network
+        self.socket = socket  # where this machine reaches its server (None for a container without one)
         self.digest = digest
         self.resources = resources
         self.role = role
@@ -94,8 +106,8 @@ class ContainerWorkload:
         self._ip = (networks.get(self.network) or {}).get("IPAddress", "")
 
     @property
-    def address(self) -> tuple[str, int]:
-        return self._ip, PORT
+    def address(self) -> Address:
+        return Address(socket=str(self.socket)) if self.socket is not None else Address(self._ip, PORT)
 
     def returncode(self) -> int | None:
         return self._code
@@ -153,6 +165,8 @@ class ContainerWorkload:
             self.container.remove(force=True)
         except docker.errors.DockerException:
             pass
+        if self.socket is not None:
+            shutil.rmtree(self.socket.parent, ignore_errors=True)
 
 
 class DockerLauncher:
@@ -179,6 +193,7 @@ class DockerLauncher:
         self._watcher: asyncio.Task[None] | None = None
         self._lock = asyncio.Lock()
         self._serial = 0
+        self.sockets = SocketDir(root / "sockets")
 
     @property
     def unenforced(self) -> tuple[str, ...]:
@@ -189,6 +204,7 @@ class DockerLauncher:
 
     async def open(self) -> None:
         await asyncio.to_thread(self._remove_leftovers)
+        self.sockets.open()
         network, self.gateway = await asyncio.to_thread(egress.ensure_network, self.client, self.network_name)
         try:
             await egress.install(egress.bridge_of(network))
@@ -298,6 +314,15 @@ class DockerLauncher:
             str(spec.base): {"bind": DATA, "mode": "rw"},
             str(HELPER_DIR): {"bind": str(Path(HELPER).parent), "mode": "ro"},
         }
+        run = ["python3", "-m", spec.module]
+        socket = None
+        if spec.role != "prepare":
+            # The server listens on a socket in a directory of its own, which only this container mounts: not on
+            # the network, where any local program (or another organization's container) could reach it.
+            own = self.sockets.new()
+            volumes[str(own)] = {"bind": SOCKET_DIR, "mode": "rw"}
+            socket = own / "server.sock"
+            run = ["python3", "-c", LISTEN_PRIVATE, f"{SOCKET_DIR}/server.sock", spec.module]
         if spec.role == "service":
             cache = self._caches(spec.base) / spec.label
             owner = (spec.base, spec.service)
@@ -326,9 +351,7 @@ class DockerLauncher:
                     _ENTRY,
                     self.gateway,
                     " ".join(str(p) for p in self.forward),
-                    "python3",
-                    "-m",
-                    spec.module,
+                    *run,
                     *spec.args,
                 ],
                 name=name,
@@ -346,7 +369,7 @@ class DockerLauncher:
             )
         except docker.errors.DockerException as e:
             raise BuildFailed(f"the {spec.role} container could not start: {e}") from None
-        workload = ContainerWorkload(container, self.network_name, spec.digest, spec.resources, spec.role)
+        workload = ContainerWorkload(container, self.network_name, spec.digest, spec.resources, spec.role, socket)
         await workload.attach()
         return workload
 
@@ -392,6 +415,7 @@ class DockerLauncher:
         for mountpoint in list(self.mounts):
             await asyncio.to_thread(disks.release, mountpoint)
         self.mounts.clear()
+        self.sockets.close()
 
 
 def _larger(image: Path, size_gb: float) -> bool:

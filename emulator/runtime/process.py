@@ -2,7 +2,8 @@
 
 This is the embedded default where no Docker engine answers. It runs exactly what a pod runs, but it
 cannot hold a process to a CPU, memory or disk size, a worker count or an egress rule: it records them and
-`emulator status` names them.
+`emulator status` names them. Its servers listen on Unix sockets in a directory private to this user
+(listen_private.py), so only the tunnel and the gateway, with their credentials, lead to them.
 """
 
 from __future__ import annotations
@@ -14,23 +15,18 @@ import logging
 import os
 import shutil
 import signal
-import socket
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
+from emulator.core.address import Address
 from emulator.runtime.environments import Environments
+from emulator.runtime.sockets import LISTEN_PRIVATE, SocketDir
 from emulator.runtime.workload import Log, Spec
 
 log = logging.getLogger("emulator.runtime")
 STOP_TIMEOUT = 20.0
 UNENFORCED = ("cpu", "memory_mb", "disk_gb", "workers", "egress")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def child_env(extra: dict[str, str]) -> dict[str, str]:
@@ -106,18 +102,22 @@ async def _kill_group(pgid: int) -> None:
 
 class ProcessWorkload:
     def __init__(
-        self, proc: asyncio.subprocess.Process, port: int, digest: str, resources: dict[str, Any], record: Path
+        self, proc: asyncio.subprocess.Process, socket: Path, digest: str, resources: dict[str, Any], record: Path
     ) -> None:
         self.proc = proc
-        self.port = port
+        self.socket = socket
         self.digest = digest
         self.resources = resources
         self.ready = False
         self._record = record
 
     @property
-    def address(self) -> tuple[str, int]:
-        return "127.0.0.1", self.port
+    def address(self) -> Address:
+        return Address(socket=str(self.socket))
+
+    def _gone(self) -> None:
+        self._record.unlink(missing_ok=True)
+        shutil.rmtree(self.socket.parent, ignore_errors=True)
 
     def returncode(self) -> int | None:
         return self.proc.returncode
@@ -129,7 +129,7 @@ class ProcessWorkload:
 
     async def wait(self) -> int:
         code = await self.proc.wait()
-        self._record.unlink(missing_ok=True)
+        self._gone()
         return code
 
     async def stop(self) -> None:
@@ -144,7 +144,7 @@ class ProcessWorkload:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(self.proc.pid, signal.SIGKILL)
             await self.proc.wait()
-        self._record.unlink(missing_ok=True)
+        self._gone()
 
 
 class ProcessLauncher:
@@ -154,11 +154,13 @@ class ProcessLauncher:
     def __init__(self, root: Path) -> None:
         self.builds = Environments(root / "envs")
         self.ledger = Ledger(root / "workloads")
+        self.sockets = SocketDir(root / "sockets")
 
     async def open(self) -> None:
         stopped = await self.ledger.sweep()
         if stopped:
             log.warning("stopped %d hosted processes a previous run left behind: %s", len(stopped), stopped)
+        self.sockets.open()  # removes a killed emulator's
 
     def view(self, base: Path) -> str:
         return str(base)
@@ -170,7 +172,7 @@ class ProcessLauncher:
         return None
 
     def listen(self) -> tuple[str, int]:
-        return "127.0.0.1", free_port()
+        return "127.0.0.1", 0  # fixed-address mode (no lock file); start() moves the server to its socket
 
     async def prepare_dir(self, base: Path, resources: dict[str, Any], log: Log) -> None:
         await asyncio.to_thread(base.mkdir, parents=True, exist_ok=True)
@@ -180,10 +182,11 @@ class ProcessLauncher:
 
     async def start(self, spec: Spec, port: int, log: Log) -> ProcessWorkload:
         home = spec.base / "home"
+        socket = self.sockets.new() / "server.sock"
+        run = ["-m", spec.module] if spec.role == "prepare" else ["-c", LISTEN_PRIVATE, str(socket), spec.module]
         proc = await asyncio.create_subprocess_exec(
             str(self.builds.python(spec.digest)),
-            "-m",
-            spec.module,
+            *run,
             *spec.args,
             env=child_env(spec.env),
             cwd=str(home),
@@ -191,7 +194,7 @@ class ProcessLauncher:
             stderr=asyncio.subprocess.STDOUT,
             start_new_session=True,
         )
-        return ProcessWorkload(proc, port, spec.digest, spec.resources, self.ledger.record(proc.pid, spec.base))
+        return ProcessWorkload(proc, socket, spec.digest, spec.resources, self.ledger.record(proc.pid, spec.base))
 
     async def remove_service(self, base: Path, label: str) -> None:
         return None  # a service's file cache is the database's home, shared by its processes
@@ -203,7 +206,7 @@ class ProcessLauncher:
         return None  # no disk of its own: a process writes to this machine's
 
     async def close(self) -> None:
-        return None
+        self.sockets.close()
 
 
 def postmaster_of(pgdata: Path) -> int | None:

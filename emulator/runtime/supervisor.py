@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from emulator.core.address import Address
 from emulator.core.tasks import cancel
 from emulator.gateway.server import DatabaseGateway, Target
 from emulator.runtime.environments import Build, BuildFailed
@@ -30,7 +31,7 @@ log = logging.getLogger("emulator.runtime")
 HEALTH_TIMEOUT = 300.0
 DISK_FULL = "No space left on device"
 
-Probe = Callable[[tuple[str, int]], Awaitable[bool]]
+Probe = Callable[[Address], Awaitable[bool]]
 
 
 @dataclass(frozen=True)
@@ -141,9 +142,9 @@ class Supervisor:
 
     def status(self, org_id: str, db: str) -> dict[str, Any] | None:
         running = self.running.get((org_id, db))
-        return None if running is None else {"ready": running.ready, "address": "{}:{}".format(*running.address)}
+        return None if running is None else {"ready": running.ready}
 
-    def address(self, org_id: str, db: str) -> tuple[str, int] | None:
+    def address(self, org_id: str, db: str) -> Address | None:
         """Where the database's server answers, if it runs and is ready."""
         running = self.running.get((org_id, db))
         return running.address if running is not None and running.ready else None
@@ -249,7 +250,7 @@ class Supervisor:
         running = await self.launcher.start(spec, port, db_log)
         self._follow(place, running)
         self.running[place.key] = running
-        await db_log(f"the Pixeltable server started, listening on {bind}:{port}")
+        await db_log(f"the Pixeltable server started, listening on {running.address}")
         await self._await_ready(running, healthy, "the Pixeltable server", db_log)
 
     async def stop_database(self, place: Place) -> None:
@@ -332,7 +333,7 @@ class Supervisor:
 
         running = await self.launcher.start(spec, port, service_log)
         self._follow(place, running, label)
-        await service_log(f"service {label} started, listening on {bind}:{port}")
+        await service_log(f"service {label} started, listening on {running.address}")
         gateway = await self._gateway(place, gateway_port)
         try:
             # A service app has no /health of its own: any HTTP answer (its 404) means it serves.
@@ -385,7 +386,7 @@ class Supervisor:
             if match is None:
                 return 404, f"no running service of {place.slug}:{place.db} answers {path}"
             running = self.services[(place.org_id, place.db, match[0], match[1])]
-            target = Target(*running.address, match[2])
+            target = Target(running.address, match[2])
             if path == f"{match[2]}/health":
                 return target  # the client's readiness probe carries no credential
             if credential is None:

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
+from emulator.core.address import Address
 from emulator.runtime.environments import Builds, Log
 
 Role = Literal["prepare", "database", "service"]
@@ -50,7 +51,7 @@ class Workload(Protocol):
     resources: dict[str, Any]
 
     @property
-    def address(self) -> tuple[str, int]:
+    def address(self) -> Address:
         """Where this machine reaches the workload's HTTP server."""
         ...
 
@@ -88,7 +89,8 @@ class Launcher(Protocol):
         ...
 
     def listen(self) -> tuple[str, int]:
-        """The (bind address, port) a workload's server is told to listen on."""
+        """The (bind address, port) a workload's server is told to listen on (a local process is then moved to a
+        private socket: see listen_private.py)."""
         ...
 
     async def prepare_dir(self, base: Path, resources: dict[str, Any], log: Log) -> None:
@@ -117,14 +119,14 @@ class Launcher(Protocol):
     async def close(self) -> None: ...
 
 
-async def status_line(host: str, port: int) -> bytes | None:
+async def status_line(address: Address) -> bytes | None:
     """The status line an HTTP server gives `GET /health`, or None if nothing answers."""
     try:
-        reader, writer = await asyncio.wait_for(asyncio.open_connection(host, port), 2)
+        reader, writer = await asyncio.wait_for(address.connect(), 2)
     except (OSError, TimeoutError):
         return None
     try:
-        writer.write(f"GET /health HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n".encode())
+        writer.write(f"GET /health HTTP/1.1\r\nHost: {address.http_host}\r\nConnection: close\r\n\r\n".encode())
         await writer.drain()
         return await asyncio.wait_for(reader.readline(), 5)
     except (OSError, TimeoutError):
@@ -135,10 +137,10 @@ async def status_line(host: str, port: int) -> bytes | None:
             await writer.wait_closed()
 
 
-async def answers(address: tuple[str, int]) -> bool:
+async def answers(address: Address) -> bool:
     """Whether an HTTP server answers at all (a service app has no /health: its 404 is an answer)."""
-    return (await status_line(*address) or b"").startswith(b"HTTP/1.1 ")
+    return (await status_line(address) or b"").startswith(b"HTTP/1.1 ")
 
 
-async def healthy(address: tuple[str, int]) -> bool:
-    return (await status_line(*address) or b"").startswith(b"HTTP/1.1 200")
+async def healthy(address: Address) -> bool:
+    return (await status_line(address) or b"").startswith(b"HTTP/1.1 200")

@@ -29,6 +29,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
+from emulator.core.address import Address
 from emulator.tunnel.ca import LocalCA, normalize_domain
 from emulator.tunnel.egress import EgressPolicy, valid_host
 from emulator.tunnel.forward import ForwardProxy
@@ -54,8 +55,7 @@ _CONTROL = re.compile(r"[\x00-\x1f\x7f]+")
 class Route:
     """Where the database's server listens, and who was let in (for logs and events)."""
 
-    host: str
-    port: int
+    address: Address
     subject: str
 
 
@@ -437,11 +437,9 @@ class TunnelServer:
                 raise _Refused(decision.status, decision.reason)
             try:
                 async with asyncio.timeout(BACKEND_CONNECT_TIMEOUT):
-                    backend_reader, backend_writer = await asyncio.open_connection(
-                        decision.host, decision.port, limit=_CHUNK
-                    )
+                    backend_reader, backend_writer = await decision.address.connect(limit=_CHUNK)
             except (OSError, TimeoutError) as e:
-                log.warning("tunnel %s/%s: backend %s:%s unreachable: %s", org, db, decision.host, decision.port, e)
+                log.warning("tunnel %s/%s: backend %s unreachable: %s", org, db, decision.address, e)
                 raise _Refused(503, "the database is not reachable") from None
         except _Refused as r:
             await self._refuse_pxt(tls, tunnel, r.status, r.reason)
