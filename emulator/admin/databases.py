@@ -3,9 +3,10 @@ a database as the operator (the same generation, receipt and events as `pxt db s
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
 from litestar import Request, Response, get, post
+from litestar.params import Parameter
 
 from emulator.admin.emulator import json_response
 from emulator.admin.wire import DatabaseView, LogLineView, ServiceView
@@ -39,7 +40,9 @@ async def databases_list(request: Request[Any, Any, Any]) -> Response[bytes]:
 
 
 @get("/_emulator/databases/{org:str}/{db:str}/logs")
-async def database_logs(request: Request[Any, Any, Any], org: str, db: str, since: int = 0) -> Response[bytes]:
+async def database_logs(
+    request: Request[Any, Any, Any], org: str, db: str, since: Annotated[int, Parameter(ge=0, le=2**63 - 1)] = 0
+) -> Response[bytes]:
     """A database's log lines (its server's output and the emulator's notes), after line id `since`."""
     site = site_of(request)
     found = await orgs.find(site.core.store, org)

@@ -13,12 +13,13 @@ from litestar.response import Stream
 from emulator import __version__
 from emulator.admin.wire import ClockMove, ClockView, EventView, FaultRelease, FaultRule
 from emulator.config import parse_when
-from emulator.core import jsonbody
+from emulator.core import jsonbody, openapi
 from emulator.core.clock import MAX_TIME, parse_duration
 from emulator.core.errors import ApiError
 from emulator.site.state import site_of
 
 _encode = msgspec.json.Encoder().encode
+MAX_EVENT = 2**63 - 1
 
 
 def json_response(value: Any, status: int = 200) -> Response[bytes]:
@@ -64,7 +65,7 @@ async def clock_get(request: Request[Any, Any, Any]) -> Response[bytes]:
     return json_response(ClockView.of(site_of(request).core.clock.state()))
 
 
-@post("/_emulator/clock", status_code=200)
+@post("/_emulator/clock", status_code=200, opt=openapi.body(ClockMove))
 async def clock_move(request: Request[Any, Any, Any]) -> Response[bytes]:
     core = site_of(request).core
     move = decode(await request.body(), ClockMove)
@@ -94,9 +95,12 @@ def _since(request: Request[Any, Any, Any]) -> int | None:
     if raw is None:
         return None
     try:
-        return max(0, int(raw))
+        since: int | None = max(0, int(raw))
     except ValueError:
-        raise ApiError(400, "bad_request", "since / Last-Event-ID must be an event number") from None
+        since = None
+    if since is None or since > MAX_EVENT:  # events are numbered in SQLite's 64-bit integers
+        raise ApiError(400, "bad_request", f"since / Last-Event-ID must be an event number (0 to {MAX_EVENT})")
+    return since
 
 
 def _kinds(request: Request[Any, Any, Any]) -> tuple[str, ...]:
@@ -104,7 +108,7 @@ def _kinds(request: Request[Any, Any, Any]) -> tuple[str, ...]:
     return tuple(k.strip() for k in raw.split(",") if k.strip())
 
 
-@get("/_emulator/journal")
+@get("/_emulator/journal", opt=openapi.query(since=int, kinds=str, limit=int))
 async def journal(request: Request[Any, Any, Any]) -> Response[bytes]:
     """Events after `since` (default 0), oldest first, at most `limit` (default 500, max 5000)."""
     core = site_of(request).core
@@ -116,7 +120,7 @@ async def journal(request: Request[Any, Any, Any]) -> Response[bytes]:
     return json_response({"events": [EventView.of(e) for e in events], "last_seq": core.bus.last_seq})
 
 
-@get("/_emulator/events")
+@get("/_emulator/events", opt=openapi.query(since=int, kinds=str))
 async def events(request: Request[Any, Any, Any]) -> Stream:
     """Live SSE feed: history after `since` / `Last-Event-ID` first (if given), then new events."""
     core = site_of(request).core
@@ -135,7 +139,7 @@ async def faults_get(request: Request[Any, Any, Any]) -> Response[bytes]:
     return json_response(site_of(request).core.faults.snapshot())
 
 
-@post("/_emulator/faults", status_code=200)
+@post("/_emulator/faults", status_code=200, opt=openapi.body(FaultRule))
 async def faults_add(request: Request[Any, Any, Any]) -> Response[bytes]:
     faults = site_of(request).core.faults
     rule = decode(await request.body(), FaultRule)
@@ -145,7 +149,7 @@ async def faults_add(request: Request[Any, Any, Any]) -> Response[bytes]:
     return json_response(faults.snapshot())
 
 
-@post("/_emulator/faults/release", status_code=200)
+@post("/_emulator/faults/release", status_code=200, opt=openapi.body(FaultRelease))
 async def faults_release(request: Request[Any, Any, Any]) -> Response[bytes]:
     faults = site_of(request).core.faults
     release = decode(await request.body(), FaultRelease)
@@ -157,7 +161,7 @@ async def switches_get(request: Request[Any, Any, Any]) -> Response[bytes]:
     return json_response(site_of(request).core.switches.snapshot())
 
 
-@post("/_emulator/switches", status_code=200)
+@post("/_emulator/switches", status_code=200, opt=openapi.body(dict[str, bool]))
 async def switches_set(request: Request[Any, Any, Any]) -> Response[bytes]:
     switches = site_of(request).core.switches
     body = decode(await request.body(), dict[str, bool])

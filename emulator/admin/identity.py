@@ -10,6 +10,7 @@ from litestar import Request, Response, get, post
 
 from emulator.admin.emulator import decode, json_response
 from emulator.admin.wire import ClaimDecision, LoginDecision
+from emulator.core import openapi
 from emulator.core.clock import iso
 from emulator.idp.identity import POST_CLAIM_SCOPES, PRE_CLAIM_SCOPES
 from emulator.site.state import site_of
@@ -30,13 +31,13 @@ async def _decide(request: Request[Any, Any, Any], approve: bool) -> Response[by
     return json_response({**answer, "user_code": code} if code else answer)
 
 
-@post("/_emulator/claims/approve", status_code=200)
+@post("/_emulator/claims/approve", status_code=200, opt=openapi.body(ClaimDecision))
 async def claims_approve(request: Request[Any, Any, Any]) -> Response[bytes]:
     """The person signs in and approves: the answer shows the 6-digit user code, once."""
     return await _decide(request, True)
 
 
-@post("/_emulator/claims/deny", status_code=200)
+@post("/_emulator/claims/deny", status_code=200, opt=openapi.body(ClaimDecision))
 async def claims_deny(request: Request[Any, Any, Any]) -> Response[bytes]:
     return await _decide(request, False)
 
@@ -72,7 +73,7 @@ async def registrations_list(request: Request[Any, Any, Any]) -> Response[bytes]
     )
 
 
-@post("/_emulator/logins/approve", status_code=200)
+@post("/_emulator/logins/approve", status_code=200, opt=openapi.body(LoginDecision))
 async def logins_approve(request: Request[Any, Any, Any]) -> Response[bytes]:
     body = decode(await request.body(), LoginDecision)
     await site_of(request).logins.decide(body.user_code, body.email, not body.deny)

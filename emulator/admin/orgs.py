@@ -10,6 +10,7 @@ from litestar import Request, Response, get, post
 from emulator.admin.databases import database_views
 from emulator.admin.emulator import decode, json_response
 from emulator.admin.wire import OrgView, TrialClaim
+from emulator.core import openapi
 from emulator.core.errors import ApiError
 from emulator.hosted import orgs, trials
 from emulator.site.state import Site, site_of
@@ -36,7 +37,7 @@ async def trials_list(request: Request[Any, Any, Any]) -> Response[bytes]:
     return json_response({"trials": await org_views(site_of(request), trials_only=True)})
 
 
-@post("/_emulator/trials/claim", status_code=200)
+@post("/_emulator/trials/claim", status_code=200, opt=openapi.body(TrialClaim))
 async def trials_claim(request: Request[Any, Any, Any]) -> Response[bytes]:
     site = site_of(request)
     body = decode(await request.body(), TrialClaim)

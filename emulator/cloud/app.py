@@ -19,13 +19,13 @@ from litestar.exceptions import HTTPException
 from emulator.cloud import blobs
 from emulator.cloud.context import platform_of
 from emulator.cloud.operations import OPERATIONS, SCOPED
-from emulator.core import jsonbody
+from emulator.core import jsonbody, openapi
 from emulator.core.boundary import Boundary, BoundaryGate
 from emulator.core.errors import ApiError
 from emulator.core.kinds import Kind
 from emulator.hosted.auth import require_unrestricted
 from emulator.hosted.platform import Platform
-from emulator.site.errors import log_internal
+from emulator.site.errors import http_detail, log_internal
 
 _encode = msgspec.json.Encoder().encode
 PLAN_CODES = ("PLAN_LIMIT", "PAYMENT_REQUIRED", "STORE_FULL")
@@ -36,14 +36,12 @@ def plain_error(_: Request[Any, Any, Any], exc: ApiError) -> Response[str]:
     headers = dict(exc.headers)
     if exc.code in PLAN_CODES:
         headers["X-Pixeltable-Error-Code"] = exc.code
-    return Response(
-        f"{phrase} : {exc.message}", status_code=exc.status, media_type="text/plain; charset=utf-8", headers=headers
-    )
+    return Response(f"{phrase} : {exc.message}", status_code=exc.status, media_type="text/plain", headers=headers)
 
 
 def http_error(request: Request[Any, Any, Any], exc: HTTPException) -> Response[str]:
     status = exc.status_code if exc.status_code < 500 else 500
-    detail = "the management API is one POST to this URL" if status in (404, 405) else str(exc.detail)
+    detail = "the management API is one POST to this URL" if status in (404, 405) else http_detail(exc)
     return plain_error(request, ApiError(status, "bad_request", detail))
 
 
@@ -52,7 +50,29 @@ def internal_error(request: Request[Any, Any, Any], exc: Exception) -> Response[
     return plain_error(request, ApiError(500, "internal", "the control plane failed; see the emulator's log"))
 
 
-@post("/", status_code=200, exception_handlers={ApiError: plain_error})
+def operations_body() -> openapi.Body:
+    """The management API's body as the document shows it: one object per operation, told apart by its
+    `operation_type` (the request types of emulator.cloud.requests, which the handler decodes strictly)."""
+    kinds = list(dict.fromkeys(kind for kind, _ in OPERATIONS.values()))
+    _, components = openapi.schema_of(*kinds)
+    variants = []
+    for op, (kind, _) in OPERATIONS.items():
+        shape = components[kind.__name__]
+        properties = {**shape["properties"], "operation_type": {"type": "string", "enum": [op]}}
+        components[f"op_{op}"] = {**shape, "title": op, "properties": properties}
+        variants.append({"$ref": f"#/components/schemas/op_{op}"})
+    for kind in kinds:  # each operation has its own copy, with its operation_type
+        del components[kind.__name__]
+    return openapi.Body({openapi.JSON: {"schema": {"oneOf": variants}}}, components)
+
+
+@post(
+    "/",
+    status_code=200,
+    exception_handlers={ApiError: plain_error},
+    opt=openapi.custom_body(operations_body()),
+    security=[{"api_key": []}, {"bearer": []}],
+)
 async def management(request: Request[Any, Any, Any]) -> Response[bytes]:
     platform = platform_of(request)
     caller = await platform.auth.from_headers(request.headers)
@@ -104,7 +124,10 @@ def build_cloud_app(platform: Platform, boundary: Boundary) -> BoundaryGate:
         route_handlers=[management, pixeltable_auth, *blobs.HANDLERS],
         exception_handlers={HTTPException: http_error, ApiError: plain_error, Exception: internal_error},
         state=State({"platform": platform}),
-        openapi_config=None,
+        openapi_config=openapi.openapi_config(
+            "Pixeltable Cloud emulator: control plane",
+            "The management API (one POST to `/`, the operation in `operation_type`), blob uploads and downloads.",
+        ),
         logging_config=None,
         debug=False,
     )

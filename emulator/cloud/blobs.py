@@ -12,6 +12,7 @@ from litestar import Request, Response, get, put
 from litestar.response import File
 
 from emulator.cloud.context import platform_of
+from emulator.core import openapi
 from emulator.core.errors import ApiError
 from emulator.hosted.blobs import MAX_BLOB, Blobs, is_sha
 
@@ -20,7 +21,12 @@ def _blobs(request: Request[Any, Any, Any]) -> Blobs:
     return platform_of(request).blobs
 
 
-@put("/blobs/{org_id:str}/{sha256:str}", status_code=201, request_max_body_size=MAX_BLOB)
+@put(
+    "/blobs/{org_id:str}/{sha256:str}",
+    status_code=201,
+    request_max_body_size=MAX_BLOB,
+    opt=openapi.raw_body("application/octet-stream", {"type": "string", "format": "binary"}, "the project archive"),
+)
 async def upload(request: Request[Any, Any, Any], org_id: str, sha256: str, sig: str = "") -> Response[bytes]:
     blobs = _blobs(request)
     if not is_sha(sha256):

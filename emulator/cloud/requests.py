@@ -1,17 +1,23 @@
 """One request type per control-plane operation: the body of `POST {api_url}` decoded strictly before any rule
 runs, so a wrongly typed field is a 400 that names it. Fields the client sends that no rule reads are ignored.
 
+Integers that name a stored row (generations) lie in SQLite's range. The parts of a submission that are kept as
+the client sent them (a database target with its project fingerprint, service mutations) are checked against the
+shape the emulator reads from them, and handed on unchanged.
+
 Shapes follow the 0.7.21 client's management client (pixeltable/service/management_client.py and
 pxtfs_protocol.py): `org` is optional everywhere (the credential's organization), `db` names a database.
 """
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import msgspec
 
 HOME = "home"
+# A generation: a counter kept in SQLite, so within its 64-bit signed integers.
+Generation = Annotated[int, msgspec.Meta(ge=0, le=2**63 - 1)]
 
 
 class Request(msgspec.Struct, kw_only=True):
@@ -77,7 +83,7 @@ class ListSecrets(OrgScoped, kw_only=True):
 class ReceiptRef(msgspec.Struct):
     kind: str
     resource_id: str
-    generation: int
+    generation: Generation
 
 
 class GetReceipts(OrgScoped, kw_only=True):
@@ -100,18 +106,72 @@ class Blob(msgspec.Struct):
 class ServiceGeneration(msgspec.Struct):
     service_name: str | None = None
     base_path: str | None = None
-    generation: int | None = None
+    generation: Generation | None = None
 
 
 class ExpectedGenerations(msgspec.Struct):
-    database: int | None = None
+    database: Generation | None = None
     services: list[ServiceGeneration] | None = None
+
+
+class Fingerprint(msgspec.Struct):
+    """What the emulator reads of a ProjectFingerprint (the environment's digest, the archive's, the build)."""
+
+    files: dict[str, str] = {}
+    python_version: str | None = None
+    system_dependencies: list[str] | None = None
+    pixeltable_version: str | None = None
+    uv_options: str | None = None
+    installed_from_project: dict[str, str] | None = None
+    config: dict[str, dict[str, Any]] | None = None
+
+
+class DatabaseTarget(msgspec.Struct):
+    cpu: float | None = None
+    memory_mb: float | None = None
+    workers: float | None = None
+    disk_gb: float | None = None
+    fingerprint: Fingerprint | None = None
+    pxt_md_version: int | None = None
+    force_build_nonce: str | None = None
+
+
+class ServiceResources(msgspec.Struct):
+    cpu: float | None = None
+    memory_mb: float | None = None
+    workers: float | None = None
+    file_cache_gb: float | None = None
+
+
+class ServiceMutation(msgspec.Struct):
+    service_name: str
+    app_module: str
+    base_path: str | None = None
+    lifecycle: str = "running"
+    resources: ServiceResources | None = None
+
+
+def check_shape(value: Any, shape: Any, at: str) -> None:
+    """Refuse `value` (found at `$.<at>`) unless it decodes as `shape`; a ValueError becomes the 400 naming it."""
+    try:
+        msgspec.convert(value, shape)
+    except msgspec.ValidationError as e:
+        message = str(e)
+        if " - at `$" in message:
+            raise ValueError(message.replace(" - at `$", f" - at `$.{at}", 1)) from None
+        raise ValueError(f"{message} - at `$.{at}`") from None
 
 
 class PrepareUpdate(DbScoped, kw_only=True):
     database_target: dict[str, Any] | None = None
     blob: Blob | None = None
     service_mutations: list[dict[str, Any]] | None = None
+
+    def __post_init__(self) -> None:
+        if self.database_target is not None:
+            check_shape(self.database_target, DatabaseTarget, "database_target")
+        for i, mutation in enumerate(self.service_mutations or ()):
+            check_shape(mutation, ServiceMutation, f"service_mutations[{i}]")
 
 
 class SubmitUpdate(PrepareUpdate, kw_only=True):
@@ -120,7 +180,7 @@ class SubmitUpdate(PrepareUpdate, kw_only=True):
 
 class Retry(DbScoped, kw_only=True):
     kind: str | None = None
-    generation: int
+    generation: Generation
     service_name: str | None = None
     base_path: str | None = None
 

@@ -1,9 +1,11 @@
 """The event bus: every state change and every served agent call is an event.
 
-`publish` never blocks the request that publishes: it numbers the event, hands it to live subscribers
-and queues it for the journal writer, which appends batches to the capped `events` table. A subscriber
-that asks for history first waits for the writer to catch up, then reads the journal, then follows the
-live feed, so nothing is missed or repeated between the two.
+`publish` never blocks the request that publishes: it numbers the event and queues it for the journal
+writer, which appends batches to the capped `events` table and then hands them to live subscribers. A
+subscriber thus never sees an event that is not in the journal: after a killed emulator, numbering goes on
+from the journal, and no number a follower saw is given again. A subscriber that asks for history first
+waits for the writer to catch up, then reads the journal, then follows the live feed, so nothing is missed
+or repeated between the two.
 """
 
 from __future__ import annotations
@@ -100,8 +102,6 @@ class EventBus:
         event = Event(self._seq, self._clock.now(), kind, subject, data)
         self._pending.append(event)
         self._wake.set()
-        for sub in list(self._subs):
-            sub.offer(event)
         return event
 
     async def flush(self) -> None:
@@ -129,6 +129,11 @@ class EventBus:
             except Exception:
                 # The journal is a record, not the source of truth: losing a batch must not stop the bus.
                 log.exception("event journal: a batch of %d events was not written", len(batch))
+            for sub in list(self._subs):
+                for event in batch:
+                    if sub not in self._subs:
+                        break  # it lagged too far behind and was cut off
+                    sub.offer(event)
             async with self._flushed:
                 self._written = batch[-1].seq
                 self._flushed.notify_all()

@@ -24,9 +24,7 @@ def page(title: str, body_html: str, status: int = 200) -> Response[str]:
         '<p class="note">Pixeltable Cloud emulator: no password is asked; any e-mail signs in.</p>'
         "</main></body></html>"
     )
-    return Response(
-        html, status_code=status, media_type="text/html; charset=utf-8", headers={"Cache-Control": "no-store"}
-    )
+    return Response(html, status_code=status, media_type="text/html", headers={"Cache-Control": "no-store"})
 
 
 def hidden(name: str, value: str) -> str:

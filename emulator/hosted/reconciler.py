@@ -153,7 +153,12 @@ class Reconciler:
             if row.state in ("STOPPED", "STOPPING"):
                 raise ApiError(503, "stopped", f"database {slug}:{db} is {row.state}; start it with pxt db start")
             if self.supervisor.address(org_id, db) is None:
-                await self._launch(row)
+                try:
+                    await self._launch(row)
+                except BuildFailed as e:
+                    # The caller (the tunnel, the gateway's first use) refuses with the reason, as a client reads it.
+                    await self.supervisor.stop_database(Place(org_id, slug, db))
+                    raise ApiError(503, "unavailable", f"database {slug}:{db} could not start: {e}") from None
                 await self._set(org_id, db, started_at=self.core.clock.now())
 
     async def _job(self, org_id: str, slug: str, db: str, generation: int, verb: str) -> None:

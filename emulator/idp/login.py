@@ -11,11 +11,12 @@ a refresh with `organization_id` rescopes the session to another organization of
 from __future__ import annotations
 
 from html import escape
-from typing import Any
+from typing import Any, Literal
 
+import msgspec
 from litestar import Request, Response, get, post
 
-from emulator.core import html
+from emulator.core import html, openapi
 from emulator.core.errors import ApiError
 from emulator.core.ids import secret_hash
 from emulator.core.kinds import Kind
@@ -180,6 +181,26 @@ class Logins:
         }
 
 
+class DeviceAuthorization(msgspec.Struct):
+    client_id: str
+
+
+class Authentication(msgspec.Struct):
+    """Poll with the device code, or refresh a session (optionally into another organization)."""
+
+    grant_type: Literal["urn:ietf:params:oauth:grant-type:device_code", "refresh_token"]
+    client_id: str
+    device_code: str | None = None
+    refresh_token: str | None = None
+    organization_id: str | None = None
+
+
+class DeviceForm(msgspec.Struct):
+    user_code: str
+    email: str
+    decision: Literal["approve", "deny"] = "approve"
+
+
 def _logins(request: Request[Any, Any, Any]) -> Logins:
     return request.app.state["idp"].logins
 
@@ -192,7 +213,12 @@ def _oauth_error(_: Request[Any, Any, Any], exc: ApiError) -> Response[dict[str,
     )
 
 
-@post("/user_management/authorize/device", status_code=200, exception_handlers={ApiError: _oauth_error})
+@post(
+    "/user_management/authorize/device",
+    status_code=200,
+    exception_handlers={ApiError: _oauth_error},
+    opt=openapi.body(DeviceAuthorization, openapi.FORM),
+)
 async def authorize_device(request: Request[Any, Any, Any]) -> dict[str, Any]:
     form = html.form_fields(await request.body())
     if form.get("client_id") != CLIENT_ID:
@@ -200,7 +226,12 @@ async def authorize_device(request: Request[Any, Any, Any]) -> dict[str, Any]:
     return await _logins(request).start(form["client_id"])
 
 
-@post("/user_management/authenticate", status_code=200, exception_handlers={ApiError: _oauth_error})
+@post(
+    "/user_management/authenticate",
+    status_code=200,
+    exception_handlers={ApiError: _oauth_error},
+    opt=openapi.body(Authentication, openapi.FORM),
+)
 async def authenticate(request: Request[Any, Any, Any]) -> Response[dict[str, Any]]:
     form = html.form_fields(await request.body())
     grant = form.get("grant_type", "")
@@ -231,7 +262,9 @@ async def device_page(user_code: str = "") -> Response[str]:
     return html.page("Sign in to Pixeltable Cloud", body)
 
 
-@post("/device", status_code=200, exception_handlers={ApiError: _page_error})
+@post(
+    "/device", status_code=200, exception_handlers={ApiError: _page_error}, opt=openapi.body(DeviceForm, openapi.FORM)
+)
 async def device_decide(request: Request[Any, Any, Any]) -> Response[str]:
     form = html.form_fields(await request.body())
     approve = html.approved(form)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from html import escape
-from typing import Any
+from typing import Any, Literal
 from urllib.parse import parse_qs
 
 import msgspec
@@ -18,7 +18,7 @@ from litestar import Litestar, Request, Response, get, post, route
 from litestar.datastructures import State
 from litestar.exceptions import HTTPException
 
-from emulator.core import html, jsonbody
+from emulator.core import html, jsonbody, openapi
 from emulator.core.boundary import Boundary, BoundaryGate
 from emulator.core.clientip import client_ip
 from emulator.core.context import Core
@@ -26,7 +26,7 @@ from emulator.core.errors import ApiError
 from emulator.idp import discovery, login
 from emulator.idp.identity import JWT_BEARER, Identity
 from emulator.idp.login import Logins
-from emulator.site.errors import log_internal
+from emulator.site.errors import http_detail, log_internal
 from emulator.site.ratelimit import RateLimiter
 
 _encode = msgspec.json.Encoder().encode
@@ -52,6 +52,44 @@ def idp_of(request: Request[Any, Any, Any]) -> Idp:
 
 def _json(value: Any, status: int = 200, headers: dict[str, str] | None = None) -> Response[bytes]:
     return Response(_encode(value), status_code=status, media_type="application/json", headers=headers)
+
+
+# --- what the endpoints take (as the OpenAPI document shows them; each handler checks its body itself) ----
+
+
+class Registration(msgspec.Struct):
+    """POST /agent/identity: `anonymous`, `service_auth` (with `login_hint`) or `refresh` (with `refresh_token`)."""
+
+    type: Literal["anonymous", "service_auth", "refresh"]
+    login_hint: str | None = None
+    refresh_token: str | None = None
+
+
+class ClaimStart(msgspec.Struct):
+    type: Literal["service_auth"]
+    claim_token: str
+    login_hint: str | None = None
+
+
+class ClaimCompletion(msgspec.Struct):
+    claim_token: str
+    user_code: str
+
+
+class TokenForm(msgspec.Struct):
+    grant_type: str
+    assertion: str
+    scope: str | None = None
+
+
+class RevokeForm(msgspec.Struct):
+    token: str
+
+
+class ClaimPageForm(msgspec.Struct):
+    token: str
+    email: str
+    decision: Literal["approve", "deny"] = "approve"
 
 
 # --- error renderers ------------------------------------------------------------------------------
@@ -80,7 +118,7 @@ def internal_error(request: Request[Any, Any, Any], exc: Exception) -> Response[
 def http_error(request: Request[Any, Any, Any], exc: HTTPException) -> Response[bytes]:
     if exc.status_code == 404:
         return registration_error(request, ApiError(404, "not_found", f"nothing is served at {request.url.path}"))
-    return registration_error(request, ApiError(exc.status_code, "invalid_request", str(exc.detail)))
+    return registration_error(request, ApiError(exc.status_code, "invalid_request", http_detail(exc)))
 
 
 # --- registration ---------------------------------------------------------------------------------
@@ -96,7 +134,12 @@ async def _json_object(request: Request[Any, Any, Any]) -> dict[str, Any]:
     return body
 
 
-@post("/agent/identity", status_code=200, exception_handlers={ApiError: registration_error})
+@post(
+    "/agent/identity",
+    status_code=200,
+    exception_handlers={ApiError: registration_error},
+    opt=openapi.body(Registration),
+)
 async def register(request: Request[Any, Any, Any]) -> Response[bytes]:
     idp = idp_of(request)
     body = await _json_object(request)
@@ -112,12 +155,22 @@ async def register(request: Request[Any, Any, Any]) -> Response[bytes]:
     return _json(await idp.identity.register(body, idp.client_ip(request)))
 
 
-@post("/agent/identity/claim", status_code=200, exception_handlers={ApiError: registration_error})
+@post(
+    "/agent/identity/claim",
+    status_code=200,
+    exception_handlers={ApiError: registration_error},
+    opt=openapi.body(ClaimStart),
+)
 async def start_claim(request: Request[Any, Any, Any]) -> Response[bytes]:
     return _json(await idp_of(request).identity.start_claim(await _json_object(request)))
 
 
-@post("/agent/identity/claim/complete", status_code=200, exception_handlers={ApiError: registration_error})
+@post(
+    "/agent/identity/claim/complete",
+    status_code=200,
+    exception_handlers={ApiError: registration_error},
+    opt=openapi.body(ClaimCompletion),
+)
 async def complete_claim(request: Request[Any, Any, Any]) -> Response[bytes]:
     return _json(await idp_of(request).identity.complete_claim(await _json_object(request)))
 
@@ -162,7 +215,12 @@ def _one(form: dict[str, list[str]], name: str) -> str | None:
     return values[0]
 
 
-@post("/oauth2/token", status_code=200, exception_handlers={ApiError: oauth_error})
+@post(
+    "/oauth2/token",
+    status_code=200,
+    exception_handlers={ApiError: oauth_error},
+    opt=openapi.body(TokenForm, openapi.FORM),
+)
 async def token(request: Request[Any, Any, Any]) -> Response[bytes]:
     idp = idp_of(request)
     if request.headers.get("authorization", "").lower().startswith("bearer "):
@@ -184,7 +242,12 @@ async def token(request: Request[Any, Any, Any]) -> Response[bytes]:
     return _json(await idp.identity.exchange(assertion, _one(form, "scope")), headers=_NO_STORE)
 
 
-@post("/oauth2/revoke", status_code=200, exception_handlers={ApiError: oauth_error})
+@post(
+    "/oauth2/revoke",
+    status_code=200,
+    exception_handlers={ApiError: oauth_error},
+    opt=openapi.body(RevokeForm, openapi.FORM),
+)
 async def revoke(request: Request[Any, Any, Any]) -> Response[bytes]:
     form = await _form(request)
     value = _one(form, "token")
@@ -257,7 +320,9 @@ async def claim_page(request: Request[Any, Any, Any], token: str = "") -> Respon
     return html.page("Claim an agent", body)
 
 
-@post("/claim", status_code=200, exception_handlers={ApiError: page_error})
+@post(
+    "/claim", status_code=200, exception_handlers={ApiError: page_error}, opt=openapi.body(ClaimPageForm, openapi.FORM)
+)
 async def claim_decide(request: Request[Any, Any, Any]) -> Response[str]:
     form = html.form_fields(await request.body())
     email = form.get("email", "")
@@ -300,7 +365,10 @@ def build_idp_app(idp: Idp, boundary: Boundary) -> BoundaryGate:
         route_handlers=[*HANDLERS, *login.HANDLERS],
         exception_handlers={HTTPException: http_error, ApiError: registration_error, Exception: internal_error},
         state=State({"idp": idp}),
-        openapi_config=None,
+        openapi_config=openapi.openapi_config(
+            "Pixeltable Cloud emulator: identity provider",
+            "Agent registration and claims, OAuth token and revocation, discovery, pxt login.",
+        ),
         logging_config=None,
         debug=False,
     )

@@ -33,6 +33,7 @@ import logging
 import math
 import os
 import re
+import secrets
 import shutil
 import socket
 import threading
@@ -42,6 +43,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 from urllib.parse import parse_qs
+from xml.etree import ElementTree
+from xml.parsers.expat import ExpatError
+from xml.sax.saxutils import escape as xml_escape
 
 import boto3
 import botocore.config
@@ -104,10 +108,73 @@ def _refuse_expired(app: Callable[..., Iterable[bytes]]) -> Callable[..., Iterab
     return wsgi
 
 
+def _refuse_unreadable(app: Callable[..., Iterable[bytes]]) -> Callable[..., Iterable[bytes]]:
+    """A request moto cannot read (malformed XML, a subresource with nonsense arguments, an odd header) raises
+    inside it; S3 answers such a request with a 400 in its XML error format, and so does this layer, naming what
+    it could not read. The write-through mirror never sees it (it is not a 2xx)."""
+
+    def wsgi(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
+        started: list[str] = []
+
+        def capture(status: str, headers: list[tuple[str, str]], exc_info: Any = None) -> Any:
+            started.append(status)
+            return start_response(status, headers, exc_info)
+
+        try:
+            return app(environ, capture)
+        except Exception as e:
+            if started:
+                raise
+            code = "MalformedXML" if isinstance(e, ExpatError | ElementTree.ParseError) else "InvalidRequest"
+            what = f"{environ.get('REQUEST_METHOD', '')} {environ.get('PATH_INFO', '')[:200]}"
+            log.info("s3 endpoint: %s refused: %s: %s", what, type(e).__name__, str(e)[:200])
+            message = f"The media store cannot read this request ({type(e).__name__}: {str(e)[:200]})"
+            start_response("400 Bad Request", [("Content-Type", "application/xml")])
+            return [_s3_error(code, message)]
+
+    return wsgi
+
+
+def _s3_error(code: str, message: str) -> bytes:
+    return (
+        '<?xml version="1.0" encoding="UTF-8"?>\n'
+        f"<Error><Code>{code}</Code><Message>{xml_escape(message)}</Message></Error>"
+    ).encode()
+
+
+# Query parameters that sign, address or label a request rather than name a subresource (another operation).
+_NOT_SUBRESOURCES = frozenset(
+    {
+        "X-Amz-Algorithm",
+        "X-Amz-Credential",
+        "X-Amz-Date",
+        "X-Amz-Expires",
+        "X-Amz-SignedHeaders",
+        "X-Amz-Signature",
+        "X-Amz-Security-Token",
+        "x-id",
+        "versionId",
+    }
+)
+Change = Literal["object", "bucket"]
+
+
+def object_change(method: str, key: str, query: Iterable[str]) -> Change | None:
+    """What a successful request changed that the mirror keeps: an object's bytes (`PutObject`, `CopyObject`,
+    `CompleteMultipartUpload`, `DeleteObject`), the bucket's list (`DeleteObjects`), or nothing it keeps (parts of a
+    multipart upload, and subresources: tagging, ACLs, retention, an aborted upload...)."""
+    sub = set(query) - _NOT_SUBRESOURCES
+    if not key:
+        return "bucket" if method == "POST" and sub == {"delete"} else None
+    if (method in ("PUT", "DELETE") and not sub) or (method == "POST" and sub == {"uploadId"}):
+        return "object"
+    return None
+
+
 def _write_through(
-    app: Callable[..., Iterable[bytes]], changed: Callable[[str, str, str], None]
+    app: Callable[..., Iterable[bytes]], changed: Callable[[Change, str, str], None]
 ) -> Callable[..., Iterable[bytes]]:
-    """Tell `changed(method, bucket, key)` of every object a request wrote or deleted, before the client hears that
+    """Tell `changed(what, bucket, key)` of every object a request wrote or deleted, before the client hears that
     it succeeded: an acknowledged write is on disk (the mirror), so it survives a killed emulator. Parts of a
     multipart upload are not objects yet; its completion is."""
 
@@ -129,22 +196,53 @@ def _write_through(
             if close is not None:
                 close()
         query = parse_qs(environ.get("QUERY_STRING", ""), keep_blank_values=True)
-        bucket, _, key = environ.get("PATH_INFO", "").lstrip("/").partition("/")
-        ok = bool(seen) and seen[0][:1] == "2"
-        part = "partNumber" in query or (method == "POST" and "uploads" in query)
-        if ok and bucket and (key or "delete" in query) and not part:
-            changed(method, bucket, key)
+        # PATH_INFO holds the path's bytes as latin-1 (PEP 3333); keys are UTF-8.
+        path = environ.get("PATH_INFO", "").encode("latin-1", "replace").decode("utf-8", "replace")
+        bucket, _, key = path.lstrip("/").partition("/")
+        what = object_change(method, key, query)
+        if seen and seen[0][:1] == "2" and bucket and what is not None:
+            changed(what, bucket, key)
         return [body]
 
     return wsgi
 
 
-def _s3_app(changed: Callable[[str, str, str], None]) -> Callable[..., Iterable[bytes]]:
+def _until_restored(
+    app: Callable[..., Iterable[bytes]], restored: threading.Event, own: str
+) -> Callable[..., Iterable[bytes]]:
+    """Hold every request but the restore's own (signed with the emulator's access key, which no client has) until
+    the restore at start is done: a write taken before would be overwritten by the restore, and not written through.
+    The port is the same across restarts, so a client that holds a signed URL may well call in that window."""
+
+    def wsgi(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
+        if not restored.is_set() and f"Credential={own}/" not in environ.get("HTTP_AUTHORIZATION", ""):
+            restored.wait()
+        return app(environ, start_response)
+
+    return wsgi
+
+
+def _s3_app(
+    changed: Callable[[Change, str, str], None], restored: threading.Event, own: str
+) -> Callable[..., Iterable[bytes]]:
     # Imported here: moto is large, and only `emulator up` needs its server.
+    from flask import Request
     from moto.moto_server.werkzeug_app import create_backend_app
 
+    class S3Request(Request):
+        """S3 takes a body as bytes whatever its Content-Type says; only a browser's upload form (a POST to the
+        bucket) is a form. moto's server would parse any form-typed body (curl's `-d` default) as form fields: an
+        object PUT that way was stored empty and acknowledged, and its fields read as query parameters."""
+
+        @property
+        def want_form_data_parsed(self) -> bool:
+            to_bucket = "/" not in self.path.strip("/")
+            return self.method == "POST" and to_bucket and super().want_form_data_parsed
+
     # S3 only: moto's dispatcher would also serve every other AWS service and /moto-api (which resets state).
-    return _refuse_expired(_write_through(create_backend_app("s3"), changed))
+    app = create_backend_app("s3")
+    app.request_class = S3Request
+    return _until_restored(_refuse_expired(_write_through(_refuse_unreadable(app), changed)), restored, own)
 
 
 def bucket_name(org_id: str, db: str) -> str:
@@ -192,7 +290,9 @@ class MediaStore:
         self._mirror = Mirror(core.settings.state_dir / "media")
         self._swept = -math.inf
         self._restoring = False
+        self._restored = threading.Event()  # clients' requests wait for it (see _until_restored)
         access, secret = self.credentials("emulator")
+        self._access = access
         # The emulator's own client: creates buckets, lists them for usage, signs URLs (signing is local).
         self._s3 = boto3.client(
             "s3",
@@ -214,7 +314,12 @@ class MediaStore:
         self._sock.listen(128)
         host = self._sock.getsockname()[0]
         self._server = make_server(
-            host, 0, _s3_app(self._changed), threaded=True, request_handler=_QuietHandler, fd=self._sock.fileno()
+            host,
+            0,
+            _s3_app(self._changed, self._restored, self._access),
+            threaded=True,
+            request_handler=_QuietHandler,
+            fd=self._sock.fileno(),
         )
         self._thread = threading.Thread(target=self._server.serve_forever, name="s3-endpoint", daemon=True)
         self._thread.start()
@@ -223,24 +328,23 @@ class MediaStore:
             objects, size = await asyncio.to_thread(self._mirror.restore, self._s3)
         finally:
             self._restoring = False
+            self._restored.set()
         self._buckets.update(self._mirror.buckets())
         if objects:
             self.core.bus.publish(Kind.MEDIA_RESTORED, None, objects=objects, bytes=size)
         self.core.clock.on_due(self.sweep)
 
-    def _changed(self, method: str, bucket: str, key: str) -> None:
+    def _changed(self, what: Change, bucket: str, key: str) -> None:
         """An object was written or deleted (in the S3 endpoint's thread, before the client is answered)."""
         if self._restoring:
             return
         try:
-            if method == "DELETE":
-                self._mirror.drop_object(bucket, key)
-            elif method == "POST" and not key:  # a multi-object delete
+            if what == "bucket":  # a multi-object delete
                 self._mirror.sync_bucket(self._s3, bucket)
             else:
-                self._mirror.save_object(self._s3, bucket, key)
+                self._mirror.refresh_object(self._s3, bucket, key)
         except Exception:
-            log.exception("media store: %s %s/%s was not mirrored to disk", method, bucket, key[:200])
+            log.exception("media store: a change to %s/%s was not mirrored to disk", bucket, key[:200])
 
     async def close(self) -> None:
         if self._server is not None:
@@ -335,30 +439,31 @@ class MediaStore:
 class Mirror:
     """The buckets on disk, between runs: moto keeps objects in memory only.
 
-    Every acknowledged write is written through (`save_object`, `sync_bucket`), so it survives a killed emulator;
+    Every acknowledged write is written through (`refresh_object`, `sync_bucket`), so it survives a killed emulator;
     `save` (at shutdown) catches up with anything else, by ETag, and drops what was deleted; `restore` (at start)
-    puts it all back. Layout: `<bucket>.json` (key → etag, size, content type) and
-    `<bucket>/<sha256 of the key>` for the bytes (keys may be 1024 bytes long, or unfit as file names).
+    puts it all back. Layout: `<bucket>.json` (key → etag, size, content type, file) and
+    `<bucket>/<sha256 of the key>.<version>` for the bytes (keys may be 1024 bytes long, or unfit as file names).
+    Each write of a key goes to a file of its own, and the manifest's rename is the one commit point: a kill
+    before it leaves the previous version whole (its bytes and its content type), never a mix of the two.
     """
 
     def __init__(self, root: Path) -> None:
         self.root = root
         self._lock = threading.Lock()  # the S3 endpoint's threads write manifests too
 
-    def save_object(self, s3: Any, bucket: str, key: str) -> None:
-        """Write one object through to disk (it was just written to the endpoint)."""
+    def refresh_object(self, s3: Any, bucket: str, key: str) -> None:
+        """Make the disk hold what the endpoint holds for one key, which a request just wrote or deleted."""
         with self._lock:
             entries = self._manifest(bucket)
-            entries[key] = self._copy(s3, bucket, key)
+            old = entries.get(key)
+            try:
+                entries[key] = self._copy(s3, bucket, key)
+            except s3.exceptions.NoSuchKey:
+                if entries.pop(key, None) is None:
+                    return
             self._write_manifest(bucket, entries)
-
-    def drop_object(self, bucket: str, key: str) -> None:
-        """Drop one object from disk (it was just deleted from the endpoint)."""
-        with self._lock:
-            entries = self._manifest(bucket)
-            if entries.pop(key, None) is not None:
-                self._path(bucket, key).unlink(missing_ok=True)
-                self._write_manifest(bucket, entries)
+            if old is not None:
+                self._file(bucket, key, old).unlink(missing_ok=True)
 
     def sync_bucket(self, s3: Any, bucket: str) -> None:
         """Drop from disk what the bucket no longer holds (after a delete)."""
@@ -369,29 +474,36 @@ class Mirror:
                 for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket)
                 for obj in page.get("Contents", [])
             }
-            for key in entries.keys() - live:
-                self._path(bucket, key).unlink(missing_ok=True)
-                del entries[key]
+            gone = {key: entries.pop(key) for key in entries.keys() - live}
             self._write_manifest(bucket, entries)
+            for key, entry in gone.items():
+                self._file(bucket, key, entry).unlink(missing_ok=True)
 
     def _copy(self, s3: Any, bucket: str, key: str) -> dict[str, Any]:
+        """Write the object's current bytes to a new file; the entry that names it, for the manifest."""
         answer = s3.get_object(Bucket=bucket, Key=key)
-        path = self._path(bucket, key)
+        name = f"{_digest(key)}.{secrets.token_hex(6)}"
+        path = self.root / bucket / name[:2] / name
         path.parent.mkdir(parents=True, exist_ok=True)
-        part = path.with_name(f"{path.name}.{threading.get_ident()}.part")
+        part = path.with_name(f"{name}.part")
         with open(part, "wb") as f:
             shutil.copyfileobj(answer["Body"], f)
             f.flush()
             os.fsync(f.fileno())
         part.replace(path)
-        return {"etag": answer["ETag"], "size": answer["ContentLength"], "content_type": answer.get("ContentType")}
+        return {
+            "etag": answer["ETag"],
+            "size": answer["ContentLength"],
+            "content_type": answer.get("ContentType"),
+            "file": name,
+        }
 
     def buckets(self) -> list[str]:
         return [p.stem for p in self.root.glob("*.json")]
 
-    def _path(self, bucket: str, key: str) -> Path:
-        digest = hashlib.sha256(key.encode()).hexdigest()
-        return self.root / bucket / digest[:2] / digest
+    def _file(self, bucket: str, key: str, entry: dict[str, Any]) -> Path:
+        name = entry.get("file") or _digest(key)  # an entry written before versions had none
+        return self.root / bucket / name[:2] / name
 
     def _manifest(self, bucket: str) -> dict[str, dict[str, Any]]:
         try:
@@ -421,14 +533,15 @@ class Mirror:
             old, new = self._manifest(bucket), {}
             for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket):
                 for obj in page.get("Contents", []):
-                    key, path = obj["Key"], self._path(bucket, obj["Key"])
-                    if old.get(key, {}).get("etag") == obj["ETag"] and path.is_file():
-                        new[key] = old[key]
+                    key, was = obj["Key"], old.get(obj["Key"])
+                    if was is not None and was.get("etag") == obj["ETag"] and self._file(bucket, key, was).is_file():
+                        new[key] = was
                         continue
                     new[key] = self._copy(s3, bucket, key)
-            for key in old.keys() - new.keys():
-                self._path(bucket, key).unlink(missing_ok=True)
             self._write_manifest(bucket, new)
+            for key, entry in old.items():
+                if new.get(key, {}).get("file") != entry.get("file"):
+                    self._file(bucket, key, entry).unlink(missing_ok=True)
         for bucket in set(self.buckets()) - present:
             shutil.rmtree(self.root / bucket, ignore_errors=True)
             (self.root / f"{bucket}.json").unlink(missing_ok=True)
@@ -439,7 +552,7 @@ class Mirror:
             s3.create_bucket(Bucket=bucket)
             entries = self._manifest(bucket)
             for key, entry in list(entries.items()):
-                path = self._path(bucket, key)
+                path = self._file(bucket, key, entry)
                 if not path.is_file():
                     del entries[key]
                     continue
@@ -450,7 +563,17 @@ class Mirror:
                     entry["etag"] = s3.put_object(Bucket=bucket, Key=key, Body=f, **extra)["ETag"]
                 objects, size = objects + 1, size + entry["size"]
             self._write_manifest(bucket, entries)
+            # What a killed emulator left half done: files the manifest does not name (a write it never committed,
+            # a version it replaced), and their parts.
+            kept = {self._file(bucket, key, entry) for key, entry in entries.items()}
+            for path in (self.root / bucket).glob("*/*"):
+                if path not in kept:
+                    path.unlink(missing_ok=True)
         return objects, size
+
+
+def _digest(key: str) -> str:
+    return hashlib.sha256(key.encode()).hexdigest()
 
 
 def _size(n: int) -> str:

@@ -9,6 +9,7 @@ from litestar import Litestar, Response, get
 from litestar.datastructures import State
 
 from emulator.admin import routes as admin
+from emulator.core import openapi
 from emulator.site import ask, discovery, mcp, pages, trials
 from emulator.site.errors import EXCEPTION_HANDLERS
 from emulator.site.gate import SiteGate
@@ -36,7 +37,11 @@ def build_site_app(site: Site) -> Any:
         ],
         exception_handlers=EXCEPTION_HANDLERS,
         state=State({"site": site}),
-        openapi_config=None,
+        openapi_config=openapi.openapi_config(
+            "Pixeltable Cloud emulator: site",
+            "The public agent API (/ask, /mcp), discovery, the trial endpoint, docs pages and the emulator's "
+            "/_emulator control API.",
+        ),
         logging_config=None,
         debug=False,
     )

@@ -21,7 +21,7 @@ import msgspec
 from litestar import Request, Response, get, post
 from litestar.response import Stream
 
-from emulator.core import jsonbody
+from emulator.core import jsonbody, openapi
 from emulator.core.errors import ApiError
 from emulator.core.kinds import Kind
 from emulator.site.errors import bad_request, error_bytes
@@ -260,12 +260,15 @@ async def _ask(request: Request[Any, Any, Any]) -> Response[bytes] | Stream:
     return Response(answer.body, status_code=answer.status, media_type=media, headers=headers)
 
 
-@get(["/ask"])
+_ASK_QUERY = openapi.query(query=str, q=str, streaming=bool, query_id=str)
+
+
+@get(["/ask"], opt=_ASK_QUERY)
 async def ask_get(request: Request[Any, Any, Any]) -> Response[bytes] | Stream:
     return await _ask(request)
 
 
-@post(["/ask"], status_code=200)
+@post(["/ask"], status_code=200, opt={**_ASK_QUERY, **openapi.body(AskRequest, required=False)})
 async def ask_post(request: Request[Any, Any, Any]) -> Response[bytes] | Stream:
     return await _ask(request)
 

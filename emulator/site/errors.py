@@ -71,7 +71,18 @@ def on_http_error(request: Request[Any, Any, Any], exc: HTTPException) -> Respon
         return error_response(ApiError(405, "bad_request", msg, headers={"Allow": allowed} if allowed else None))
     if status >= 500:
         return on_internal_error(request, exc)
-    return error_response(ApiError(status, "bad_request", str(exc.detail)))
+    return error_response(ApiError(status, "bad_request", http_detail(exc)))
+
+
+def http_detail(exc: HTTPException) -> str:
+    """Litestar's refusal as a sentence; a parameter that failed validation is named, with what was wrong."""
+    extra = exc.extra if isinstance(exc.extra, list) else []
+    problems = [
+        f"{p['key']} ({getattr(p.get('source'), 'value', p.get('source')) or 'parameter'}): {p['message']}"
+        for p in extra
+        if isinstance(p, dict) and "key" in p and "message" in p
+    ]
+    return f"{exc.detail}: {'; '.join(problems)}" if problems else str(exc.detail)
 
 
 def log_internal(request: Request[Any, Any, Any], exc: Exception) -> None:

@@ -16,7 +16,7 @@ from typing import Any
 import msgspec
 from litestar import Request, Response, delete, get, post
 
-from emulator.core import jsonbody
+from emulator.core import jsonbody, openapi
 from emulator.core.errors import ApiError
 from emulator.core.kinds import Kind
 from emulator.site.idempotency import Answer, fingerprint, guarded, read_key
@@ -109,6 +109,15 @@ TOOLS: list[dict[str, Any]] = [
 ]
 
 _encode = msgspec.json.Encoder().encode
+
+
+class JsonRpcRequest(msgspec.Struct):
+    """The documented body of POST /mcp (read by hand in `dispatch`, which answers each flaw as JSON-RPC does)."""
+
+    jsonrpc: str
+    method: str
+    id: str | int | None = None
+    params: dict[str, Any] | None = None
 
 
 class JsonRpcError(msgspec.Struct, omit_defaults=True):
@@ -351,7 +360,12 @@ def on_api_error(request: Request[Any, Any, Any], exc: ApiError) -> Response[byt
     )
 
 
-@post(["/mcp", "/mcp/"], status_code=200, exception_handlers={ApiError: on_api_error})
+@post(
+    ["/mcp", "/mcp/"],
+    status_code=200,
+    exception_handlers={ApiError: on_api_error},
+    opt=openapi.body(JsonRpcRequest),
+)
 async def mcp_post(request: Request[Any, Any, Any]) -> Response[bytes]:
     site = site_of(request)
     accept = request.headers.get("accept", "")

@@ -95,10 +95,10 @@ async def page(request: Request[Any, Any, Any]) -> Response[str]:
         )
     body: str = row["body"]
     if as_markdown:
-        return Response(body, media_type="text/markdown; charset=utf-8")
+        return Response(body, media_type="text/markdown")
     if body.lstrip().startswith("<"):
-        return Response(body, media_type="text/html; charset=utf-8")
-    return Response(markdown_to_html(row["title"], body), media_type="text/html; charset=utf-8")
+        return Response(body, media_type="text/html")
+    return Response(markdown_to_html(row["title"], body), media_type="text/html")
 
 
 @get("/llms.txt")
@@ -113,7 +113,7 @@ async def llms_txt(request: Request[Any, Any, Any]) -> Response[str]:
     ]
     for row in site.docs.pages():
         lines.append(f"- [{row['title']}]({site.base_url}{row['url']}): {row['description']}")
-    return Response("\n".join(lines) + "\n", media_type="text/plain; charset=utf-8")
+    return Response("\n".join(lines) + "\n", media_type="text/plain")
 
 
 HANDLERS = [page, llms_txt]

@@ -11,7 +11,7 @@ from typing import Any
 import msgspec
 from litestar import Request, Response, get, post
 
-from emulator.core import html
+from emulator.core import html, openapi
 from emulator.core.clock import iso
 from emulator.core.errors import ApiError
 from emulator.hosted import plans, trials
@@ -28,6 +28,12 @@ class TrialOrg(msgspec.Struct):
     api_url: str
     claim_url: str
     expires_at: str
+
+
+class ClaimForm(msgspec.Struct):
+    """The form a person posts on a trial's claim page."""
+
+    email: str
 
 
 class Message(msgspec.Struct):
@@ -47,7 +53,12 @@ def message_error(request: Request[Any, Any, Any], exc: ApiError) -> Response[by
     )
 
 
-@post("/api/v1/trial-orgs", status_code=201, exception_handlers={ApiError: message_error})
+@post(
+    "/api/v1/trial-orgs",
+    status_code=201,
+    exception_handlers={ApiError: message_error},
+    security=[{"bearer": []}],
+)
 async def create_trial(request: Request[Any, Any, Any]) -> Response[bytes]:
     site = site_of(request)
     scheme, _, token = request.headers.get("authorization", "").partition(" ")
@@ -93,7 +104,12 @@ async def claim_page(request: Request[Any, Any, Any], token: str) -> Response[st
     return html.page(f"Claim {org.slug}", body)
 
 
-@post("/claim/{token:str}", status_code=200, exception_handlers={ApiError: _page_error})
+@post(
+    "/claim/{token:str}",
+    status_code=200,
+    exception_handlers={ApiError: _page_error},
+    opt=openapi.body(ClaimForm, openapi.FORM),
+)
 async def claim_submit(request: Request[Any, Any, Any], token: str) -> Response[str]:
     site = site_of(request)
     org = await trials.by_claim_token(site.core, token)

@@ -33,24 +33,21 @@ def migrations() -> list[tuple[int, str, str]]:
 
 
 class Store:
-    def __init__(self, path: Path, conn: aiosqlite.Connection) -> None:
+    """One writer connection, whose transactions are serialized, and one reader connection: a read outside a
+    transaction sees only what is committed, never the rows of a transaction still in progress (which may yet
+    roll back). A read that must see its own transaction's writes runs on that transaction's connection."""
+
+    def __init__(self, path: Path, conn: aiosqlite.Connection, reader: aiosqlite.Connection) -> None:
         self.path = path
         self._conn = conn
+        self._read = reader
         self._lock = asyncio.Lock()
 
     @classmethod
     async def open(cls, path: Path) -> Store:
         path.parent.mkdir(parents=True, exist_ok=True)
-        conn = await aiosqlite.connect(path, isolation_level=None)
-        conn.row_factory = sqlite3.Row
-        for pragma in (
-            "journal_mode=WAL",
-            "synchronous=NORMAL",
-            "foreign_keys=ON",
-            "busy_timeout=5000",
-        ):
-            await conn.execute(f"PRAGMA {pragma}")
-        store = cls(path, conn)
+        conn = await _connect(path, "journal_mode=WAL", "synchronous=NORMAL", "foreign_keys=ON")
+        store = cls(path, conn, await _connect(path, "query_only=ON"))
         await store._migrate()
         return store
 
@@ -69,6 +66,7 @@ class Store:
                 raise RuntimeError(f"migration {name} failed: {e}") from e
 
     async def close(self) -> None:
+        await self._read.close()
         await self._conn.close()
 
     @asynccontextmanager
@@ -91,12 +89,13 @@ class Store:
             return cur.rowcount
 
     async def fetchone(self, sql: str, params: Iterable[Any] = ()) -> sqlite3.Row | None:
-        async with self._conn.execute(sql, tuple(params)) as cur:
-            return await cur.fetchone()
+        rows = await self.fetchall(sql, params)
+        return rows[0] if rows else None
 
     async def fetchall(self, sql: str, params: Iterable[Any] = ()) -> list[sqlite3.Row]:
-        async with self._conn.execute(sql, tuple(params)) as cur:
-            return list(await cur.fetchall())
+        # One call on the reader's thread, run to its end: two reads interleaved on one connection would share the
+        # first one's snapshot, and the second could miss a row committed in between.
+        return list(await self._read.execute_fetchall(sql, tuple(params)))
 
     async def get_meta(self, key: str) -> str | None:
         row = await self.fetchone("SELECT value FROM meta WHERE key = ?", (key,))
@@ -113,6 +112,14 @@ class Store:
         conn = sqlite3.connect(f"file:{self.path}?mode=ro", uri=True, check_same_thread=False)
         conn.row_factory = sqlite3.Row
         return conn
+
+
+async def _connect(path: Path, *pragmas: str) -> aiosqlite.Connection:
+    conn = await aiosqlite.connect(path, isolation_level=None)
+    conn.row_factory = sqlite3.Row
+    for pragma in (*pragmas, "busy_timeout=5000"):
+        await conn.execute(f"PRAGMA {pragma}")
+    return conn
 
 
 Db = Store | aiosqlite.Connection
