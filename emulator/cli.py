@@ -181,6 +181,15 @@ def parser() -> argparse.ArgumentParser:
     switch.add_argument("name", nargs="?")
     switch.add_argument("value", nargs="?", choices=["on", "off"])
 
+    reset = sub.add_parser(
+        "reset",
+        help="return a running emulator to an empty state",
+        description="Return a running emulator to an empty state without a restart: registrations, trials, "
+        "organizations, keys, secrets, sessions, databases and services (their workloads stopped and removed), "
+        "media, the journal, rate-limit and idempotency windows, fault holds, switches and the clock.",
+    )
+    _add_locator(reset)
+
     for name, text in (
         ("trials", "list trial organizations and their time left"),
         ("registrations", "list agent registrations"),
@@ -539,6 +548,12 @@ def cmd_switch(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_reset(args: argparse.Namespace) -> int:
+    done = _call(_endpoints(args)["site"] + "/_emulator/reset", {"to": "empty"})
+    print(f"reset in {done['seconds']:.2f} s; the clock reads {done['clock']}")
+    return 0
+
+
 def cmd_trials(args: argparse.Namespace) -> int:
     for t in _call(_endpoints(args)["site"] + "/_emulator/trials")["trials"]:
         left = f"{t['seconds_left'] // 3600}h{t['seconds_left'] % 3600 // 60:02d}m left" if t["expires_at"] else ""
@@ -571,6 +586,7 @@ COMMANDS = {
     "tui": cmd_tui,
     "db": cmd_db,
     "switch": cmd_switch,
+    "reset": cmd_reset,
     "trials": cmd_trials,
     "registrations": cmd_registrations,
     "up": cmd_up,

@@ -216,6 +216,8 @@ async def serve(settings: Settings, on_ready: Any = None) -> None:
         # Before the origins serve: the first get_bucket_credentials may come as soon as they do.
         platform.media = MediaStore(core, s3_sock, url_of(s3_sock), settings.media_quota_bytes, live_databases)
         await platform.media.start()
+        core.on_reset(platform.reset)  # first: no workload may run on while its rows go
+        core.on_reset(limiter.reset)
         core.clock.on_due(limiter.sweep)
         core.clock.on_due(idem.sweep)
         core.clock.on_due(lambda now: trials.expire(core, now))
@@ -256,6 +258,7 @@ async def serve(settings: Settings, on_ready: Any = None) -> None:
         )
         register_limiter = RateLimiter(core.clock, settings.registration_rate_limit, 60, "register")
         core.clock.on_due(register_limiter.sweep)
+        core.on_reset(register_limiter.reset)
         apps = {
             "site": build_site_app(site),
             "auth": build_idp_app(Idp(core, identity, register_limiter, logins), boundary),

@@ -13,6 +13,7 @@ import re
 import socket
 import stat
 import subprocess
+import sys
 import textwrap
 import threading
 from collections.abc import Iterator
@@ -678,3 +679,27 @@ def test_13_a_killed_emulator_leaves_nothing_running_after_the_next_start(sessio
     assert emulator_env(e)["PIXELTABLE_API_URL"] == session.pxt.env["PIXELTABLE_API_URL"]
     count = session.python(f"import pixeltable as pxt; print('N', pxt.get_table('{session.db}/docs').count())")
     assert re.search(r"^N [1-9]", count, re.M), count
+
+
+def test_14_a_reset_stops_and_removes_every_workload(session: Session) -> None:
+    """`emulator reset` between tests: the hosted databases and services stop, their directories go, and the
+    client's key names nothing any more; the emulator serves on, as new."""
+    e = session.e
+    done = subprocess.run(
+        [sys.executable, "-m", "emulator", "reset", "--state-dir", str(e.state_dir)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+    if e.runtime == "docker":
+        assert containers(e) == []
+    else:
+        assert not [p for p in (e.state_dir / "runtime" / "workloads").glob("*") if running(int(p.name))]
+    assert not (e.state_dir / "runtime" / "databases").exists()
+    sockets = Path((e.state_dir / "runtime" / "sockets").read_text())
+    assert list(sockets.glob("*/*.sock")) == []
+    assert session.admin("/_emulator/databases")["databases"] == []
+    gone = httpx.post(e.api, json={"operation_type": "get_db", "db": "main"}, headers={"X-api-key": session.trial_key})
+    assert gone.status_code == 401
+    assert httpx.get(e.url + "/health").status_code == 200

@@ -75,6 +75,7 @@ _AFFECTS: dict[str, frozenset[str]] = {
     # Pending claims and sign-ins lapse with time.
     Kind.CLOCK_MOVED: frozenset({"claims", "logins"}),
     Kind.EMULATOR_STARTED: ALL,
+    Kind.EMULATOR_RESET: ALL,
 }
 
 
@@ -132,8 +133,10 @@ class Model:
 
     def note_event(self, kind: str, subject: str | None, data: dict[str, Any]) -> None:
         """What an event tells directly, without a fetch."""
-        if kind == Kind.CLOCK_MOVED:
+        if kind in (Kind.CLOCK_MOVED, Kind.EMULATOR_RESET):
             self.clock.set(float(data["now"]), bool(data["frozen"]))
+        if kind == Kind.EMULATOR_RESET:
+            self.expired = {}
         elif kind == Kind.TRIAL_EXPIRED and subject:
             self.expired[subject] = {"org": subject, **data}
             self.orgs = [o for o in self.orgs if o["org"] != subject]

@@ -62,6 +62,10 @@ class Clock:
         else:
             self._offset = ts - time.time()
 
+    def restore(self, *, offset: float, frozen_at: float | None) -> None:
+        """Put the clock back in a given state (a reset, a snapshot loaded)."""
+        self._offset, self._frozen_at = offset, frozen_at
+
     def advance(self, seconds: float) -> None:
         self.set(self.now() + seconds)
 

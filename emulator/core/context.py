@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
+from collections.abc import Awaitable, Callable
 
 import msgspec
 
@@ -25,6 +27,10 @@ class _SavedClock(msgspec.Struct):
     frozen_at: float | None = None
 
 
+# What a reset keeps: the clock's state (rewritten), the docs index (derived from the docs, not from use).
+_KEPT_TABLES = ("meta", "docs_")
+
+
 class Core:
     def __init__(self, settings: Settings, store: Store, clock: Clock, bus: EventBus) -> None:
         self.settings = settings
@@ -36,6 +42,8 @@ class Core:
         self.switches = Switches(settings, bus)
         self._ticker: asyncio.Task[None] | None = None
         self._due_lock = asyncio.Lock()
+        self._on_reset: list[Callable[[], Awaitable[None]]] = []
+        self._reset_lock = asyncio.Lock()
 
     @classmethod
     async def open(cls, settings: Settings) -> Core:
@@ -78,6 +86,34 @@ class Core:
         self.bus.publish(Kind.CLOCK_MOVED, None, before=before, now=state.now, frozen=state.frozen, iso=state.iso)
         await self.run_due()
         return state
+
+    def on_reset(self, hook: Callable[[], Awaitable[None]]) -> None:
+        """Have `hook` run at every reset, before the store is emptied, in the order registered: the hosted
+        platform's (its workloads stopped and removed) first, then what other parts keep in memory."""
+        self._on_reset.append(hook)
+
+    async def reset(self) -> float:
+        """Back to an empty emulator without a restart: every registration, trial, organization, key, secret,
+        session, database and service (their workloads gone), media, the journal, the rate-limit and idempotency
+        windows, fault holds and switches, and the clock as it was at start. What makes this installation itself
+        stays: signing keys, the CA, the secrets' key, built environments, and the docs index. Returns how long it
+        took, in seconds."""
+        async with self._reset_lock:
+            began = time.perf_counter()
+            self.faults.release()
+            for hook in self._on_reset:
+                await hook()
+            await self.store.wipe(keep=_KEPT_TABLES)
+            self.switches.reset()
+            frozen = self.settings.freeze_clock.timestamp() if self.settings.freeze_clock is not None else None
+            self.clock.restore(offset=0.0, frozen_at=frozen)
+            await self._save_clock()
+            seconds = round(time.perf_counter() - began, 3)
+            state = self.clock.state()
+            self.bus.publish(
+                Kind.EMULATOR_RESET, None, seconds=seconds, now=state.now, frozen=state.frozen, iso=state.iso
+            )
+            return seconds
 
     def start_ticker(self, every: float = 1.0) -> None:
         """While the clock runs by itself, due jobs run about once a second."""

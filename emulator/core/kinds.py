@@ -13,6 +13,7 @@ from enum import StrEnum
 class Kind(StrEnum):
     # the emulator itself
     EMULATOR_STARTED = "emulator.started"
+    EMULATOR_RESET = "emulator.reset"
     CLOCK_MOVED = "clock.moved"
     SWITCH_CHANGED = "switch.changed"
     FAULT_ARMED = "fault.armed"

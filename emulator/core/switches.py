@@ -17,7 +17,12 @@ SWITCHES = ("anonymous_registration", "service_auth_registration", "trials_enabl
 class Switches:
     def __init__(self, settings: Settings, bus: EventBus) -> None:
         self._bus = bus
+        self._settings = settings
         self._values = {name: bool(getattr(settings, name)) for name in SWITCHES}
+
+    def reset(self) -> None:
+        """Back to the values the emulator was started with."""
+        self._values = {name: bool(getattr(self._settings, name)) for name in SWITCHES}
 
     def __getitem__(self, name: str) -> bool:
         return self._values[name]

@@ -44,6 +44,9 @@ class RuntimeKeys:
 
     _owners: dict[str, tuple[str, str]] = field(default_factory=dict)
 
+    def clear(self) -> None:
+        self._owners.clear()
+
     def owner(self, key: str) -> tuple[str, str] | None:
         return self._owners.get(key)
 

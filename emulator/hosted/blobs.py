@@ -7,8 +7,10 @@ the `blobs` table, and the signed URLs they are uploaded and fetched through.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import hmac
+import shutil
 from pathlib import Path
 
 from emulator.core.context import Core
@@ -32,6 +34,11 @@ class Blobs:
         self.api_url = api_url
         root.mkdir(parents=True, exist_ok=True)
         self._key = private_key(core.settings.state_dir / "keys" / "blob-signing.key")
+
+    async def reset(self) -> None:
+        """Every uploaded archive gone (their rows go with the store's)."""
+        await asyncio.to_thread(shutil.rmtree, self.root, True)
+        self.root.mkdir(parents=True, exist_ok=True)
 
     def path(self, sha256: str) -> Path:
         return self.root / sha256[:2] / sha256

@@ -32,6 +32,14 @@ class Platform:
     auth_url: str
     media: MediaStore | None = None  # the home buckets' S3 endpoint, once started
 
+    async def reset(self) -> None:
+        """The hosted side of a reset: workloads stopped, database directories, archives and media deleted (the
+        rows go with the store's)."""
+        await self.reconciler.reset()
+        await self.blobs.reset()
+        if self.media is not None:
+            await self.media.reset()
+
     async def org_of(self, caller: Caller, org: str | None) -> tuple[str, str]:
         return await self.auth.resolve_org(caller, org)
 

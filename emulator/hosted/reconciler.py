@@ -74,6 +74,15 @@ class Reconciler:
             await cancel(task)
         await self.supervisor.close()
 
+    async def reset(self) -> None:
+        """No job, no workload, no database directory, no runtime key left (the emulator is reset)."""
+        for task in list(self._tasks):
+            await cancel(task)
+        await self.supervisor.reset()
+        self._locks.clear()
+        self._starting.clear()
+        self.auth.runtime_keys.clear()
+
     async def resume(self) -> None:
         """Bring back the services that were running when the emulator stopped (their databases start first)."""
         for s in await services.every(self.core.store, state="AVAILABLE"):

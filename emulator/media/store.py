@@ -388,6 +388,20 @@ class MediaStore:
                 dropped.append(name)
         return removed, dropped
 
+    async def reset(self) -> None:
+        """Every bucket and object gone, from the endpoint and from disk (a reset of the emulator)."""
+        await asyncio.to_thread(self._drop_all)
+        self._buckets.clear()
+
+    def _drop_all(self) -> None:
+        for name in (b["Name"] for b in self._s3.list_buckets().get("Buckets", [])):
+            for page in self._s3.get_paginator("list_objects_v2").paginate(Bucket=name):
+                keys = [{"Key": o["Key"]} for o in page.get("Contents", [])]
+                if keys:
+                    self._s3.delete_objects(Bucket=name, Delete={"Objects": keys, "Quiet": True})
+            self._s3.delete_bucket(Bucket=name)
+        self._mirror.clear()
+
     # --- credentials and buckets ----------------------------------------------------------------------
 
     def credentials(self, org_id: str) -> tuple[str, str]:
@@ -524,6 +538,10 @@ class Mirror:
     def save(self, s3: Any) -> None:
         with self._lock:
             self._save(s3)
+
+    def clear(self) -> None:
+        with self._lock:
+            shutil.rmtree(self.root, ignore_errors=True)
 
     def _save(self, s3: Any) -> None:
         self.root.mkdir(parents=True, exist_ok=True)

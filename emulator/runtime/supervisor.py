@@ -135,6 +135,23 @@ class Supervisor:
             await self._stop_database(key)
         await self.launcher.close()
 
+    async def reset(self) -> None:
+        """Stop every workload and gateway, and delete every database's directory (the emulator is reset)."""
+        for key in list(self.services):
+            await self.stop_service(key)
+        for gateway, _ in list(self.gateways.values()):
+            await gateway.close()
+        self.gateways.clear()
+        for key in list(self.running):
+            await self._stop_database(key)
+        root = self.root / "databases"
+        for base in sorted(root.glob("*/*")) if root.is_dir() else []:
+            if base.is_dir() and not base.name.endswith(".services"):
+                await self.launcher.remove_dir(base)
+        await asyncio.to_thread(shutil.rmtree, root, True)
+        self._places.clear()
+        self._sizes.clear()
+
     def directory(self, org_id: str, db: str) -> Path:
         return self.root / "databases" / org_id / db
 

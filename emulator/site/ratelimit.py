@@ -63,6 +63,9 @@ class RateLimiter:
     def headers(self, quota: Quota) -> dict[str, str]:
         return quota.headers(self.policy, self.window)
 
+    async def reset(self) -> None:
+        self._windows.clear()
+
     async def sweep(self, now: float) -> None:
         """Forget closed windows, so the table holds only clients seen in the last window."""
         for client in [c for c, w in self._windows.items() if now >= w[0] + self.window or now < w[0]]:

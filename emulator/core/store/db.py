@@ -97,6 +97,16 @@ class Store:
         # first one's snapshot, and the second could miss a row committed in between.
         return list(await self._read.execute_fetchall(sql, tuple(params)))
 
+    async def wipe(self, keep: tuple[str, ...]) -> None:
+        """Delete every row of every table but those whose names start with one of `keep` (the FTS shadows of a
+        kept table included), in one transaction. Foreign keys are checked at the commit, when all are empty."""
+        rows = await self.fetchall("SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'")
+        tables = [r["name"] for r in rows if not r["name"].startswith(keep)]
+        async with self.transaction() as conn:
+            await conn.execute("PRAGMA defer_foreign_keys = ON")
+            for table in tables:
+                await conn.execute(f'DELETE FROM "{table}"')
+
     async def get_meta(self, key: str) -> str | None:
         row = await self.fetchone("SELECT value FROM meta WHERE key = ?", (key,))
         return row["value"] if row else None
