@@ -158,7 +158,7 @@ def main(argv: list[str] | None = None) -> int:
         "samples": times,
     }
     for k, f in figures.items():
-        print(f"{k:<22} {f['median_s']:.3f} s   {f['ratio_to_restart']:.2f}× a restart")
+        print(f"{k:<22} {f['median_s']:.3f} s   {f['ratio_to_restart']:.3f}× a restart")
     write_report(args.out, report)
     return 0
 

@@ -1,8 +1,8 @@
 """Where the emulator reaches a hosted workload's HTTP server: a TCP host and port, or a Unix socket.
 
-A local process listens on a Unix socket in a directory only this user can enter: a loopback port would let any
-local program, and any web page the developer visits, reach a database's server or a service directly, past
-the tunnel's and the gateway's credentials. A container listens on its own network's address.
+A hosted server (a local process or a container) listens on a Unix socket in a directory only this user can
+enter: a TCP port would let any local program, and any web page the developer visits, reach a database's server
+or a service directly, past the tunnel's and the gateway's credentials. TCP remains for what has no socket.
 """
 
 from __future__ import annotations

@@ -98,12 +98,17 @@ class Core:
         windows, fault holds and switches, and the clock as it was at start. What makes this installation itself
         stays: signing keys, the CA, the secrets' key, built environments, and the docs index. Returns how long it
         took, in seconds."""
-        async with self._reset_lock:
+        async with self._reset_lock, self._due_lock:  # no due job (a sweep, an expiry) runs meanwhile
             began = time.perf_counter()
-            self.faults.release()
             for hook in self._on_reset:
-                await hook()
+                try:
+                    await hook()
+                except Exception:
+                    # The rest of the reset must still happen: a run's rows must not outlive it.
+                    log.exception("reset: %s failed", getattr(hook, "__qualname__", hook))
+            await self.bus.flush()  # the events the hooks published are written before the journal is emptied
             await self.store.wipe(keep=_KEPT_TABLES)
+            self.faults.release()  # after the wipe: a held request that goes on now writes to the new state
             self.switches.reset()
             frozen = self.settings.freeze_clock.timestamp() if self.settings.freeze_clock is not None else None
             self.clock.restore(offset=0.0, frozen_at=frozen)

@@ -27,7 +27,7 @@ _STRIP = {b"x-api-key", b"authorization", b"connection", b"keep-alive", b"proxy-
 
 @dataclass(frozen=True)
 class Target:
-    address: Address  # where the service listens: a private socket for a process, its address for a container
+    address: Address  # where the service listens: its private socket
     prefix: str  # the prefix to strip, "/name" or "/base/name"
 
 

@@ -148,7 +148,12 @@ class Reconciler:
             if task is None or task.done():
                 task = self._spawn(self._start_on_demand(org_id, slug, db), f"db-first-use-{slug}-{db}")
                 self._starting[key] = task
-            await asyncio.shield(task)
+            try:
+                await asyncio.shield(task)
+            except asyncio.CancelledError:
+                if not task.cancelled():
+                    raise  # the caller itself was cancelled
+                raise ApiError(503, "unavailable", f"database {slug}:{db} stopped while starting") from None
         address = self.supervisor.address(org_id, db)
         if address is None:
             raise ApiError(503, "unavailable", f"database {slug}:{db} is not running")

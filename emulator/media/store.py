@@ -17,8 +17,9 @@ with an S3 listing. At or over it, `get_bucket_credentials` answers `no_space_le
 user-action code the client surfaces verbatim). Writes with credentials already handed out are not
 cut off by the endpoint: the client itself stops writing once it sees the flag.
 
-moto keeps objects in memory; `Mirror` saves the buckets under `<state-dir>/media/` when the emulator
-stops and restores them when it starts. `uploads/` (a request's staged files) expires after a day of
+moto keeps objects in memory; `Mirror` writes every acknowledged change through to `<state-dir>/media/`
+before the client hears of it (so it survives `kill -9`) and restores the buckets at start, while clients'
+requests wait. `uploads/` (a request's staged files) expires after a day of
 emulator time, as the real bucket's lifecycle rule makes it.
 """
 
@@ -392,6 +393,7 @@ class MediaStore:
         """Every bucket and object gone, from the endpoint and from disk (a reset of the emulator)."""
         await asyncio.to_thread(self._drop_all)
         self._buckets.clear()
+        self._swept = -math.inf  # the clock is back at its start: the next due sweep runs
 
     def _drop_all(self) -> None:
         for name in (b["Name"] for b in self._s3.list_buckets().get("Buckets", [])):

@@ -314,6 +314,11 @@ class DockerLauncher:
             str(spec.base): {"bind": DATA, "mode": "rw"},
             str(HELPER_DIR): {"bind": str(Path(HELPER).parent), "mode": "ro"},
         }
+        if spec.role == "service":
+            cache = self._caches(spec.base) / spec.label
+            owner = (spec.base, spec.service)
+            await self._disk(cache, spec.resources.get("file_cache_gb"), log, owner, disposable=True)
+            volumes[str(cache)] = {"bind": f"{DATA}/home/file_cache", "mode": "rw"}
         run = ["python3", "-m", spec.module]
         socket = None
         if spec.role != "prepare":
@@ -323,11 +328,6 @@ class DockerLauncher:
             volumes[str(own)] = {"bind": SOCKET_DIR, "mode": "rw"}
             socket = own / "server.sock"
             run = ["python3", "-c", LISTEN_PRIVATE, f"{SOCKET_DIR}/server.sock", spec.module]
-        if spec.role == "service":
-            cache = self._caches(spec.base) / spec.label
-            owner = (spec.base, spec.service)
-            await self._disk(cache, spec.resources.get("file_cache_gb"), log, owner, disposable=True)
-            volumes[str(cache)] = {"bind": f"{DATA}/home/file_cache", "mode": "rw"}
         limits: dict[str, Any] = {}
         if spec.role != "prepare":
             cpu, memory = spec.resources.get("cpu"), spec.resources.get("memory_mb")
@@ -368,6 +368,8 @@ class DockerLauncher:
                 **limits,
             )
         except docker.errors.DockerException as e:
+            if socket is not None:
+                shutil.rmtree(socket.parent, ignore_errors=True)
             raise BuildFailed(f"the {spec.role} container could not start: {e}") from None
         workload = ContainerWorkload(container, self.network_name, spec.digest, spec.resources, spec.role, socket)
         await workload.attach()

@@ -117,7 +117,8 @@ class ProcessWorkload:
 
     def _gone(self) -> None:
         self._record.unlink(missing_ok=True)
-        shutil.rmtree(self.socket.parent, ignore_errors=True)
+        if self.socket != Path():
+            shutil.rmtree(self.socket.parent, ignore_errors=True)
 
     def returncode(self) -> int | None:
         return self.proc.returncode
@@ -178,12 +179,16 @@ class ProcessLauncher:
         await asyncio.to_thread(base.mkdir, parents=True, exist_ok=True)
 
     async def remove_dir(self, base: Path) -> None:
+        await stop_postgres(base / "home" / "pgdata")  # still up if the server died on its own, its services not
         await asyncio.to_thread(shutil.rmtree, base, True)
 
     async def start(self, spec: Spec, port: int, log: Log) -> ProcessWorkload:
         home = spec.base / "home"
-        socket = self.sockets.new() / "server.sock"
-        run = ["-m", spec.module] if spec.role == "prepare" else ["-c", LISTEN_PRIVATE, str(socket), spec.module]
+        if spec.role == "prepare":  # no server: nothing to listen on
+            socket, run = Path(), ["-m", spec.module]
+        else:
+            socket = self.sockets.new() / "server.sock"
+            run = ["-c", LISTEN_PRIVATE, str(socket), spec.module]
         proc = await asyncio.create_subprocess_exec(
             str(self.builds.python(spec.digest)),
             *run,

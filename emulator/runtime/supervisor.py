@@ -246,10 +246,12 @@ class Supervisor:
                 0,
                 db_log,
             )
-            async for line in prep.lines():
-                await db_log(line)
-            code = await prep.wait()
-            await prep.stop()  # a container is removed once done
+            try:
+                async for line in prep.lines():
+                    await db_log(line)
+                code = await prep.wait()
+            finally:
+                await prep.stop()  # a container is removed once done; a cancelled job (a reset) leaves none
             if code != 0 or not (project / "project").is_dir():
                 raise BuildFailed("prepare_project could not unpack the project (see pxt db logs)")
             project_args = ["--project-dir", f"{seen}/release/project"]
@@ -350,9 +352,9 @@ class Supervisor:
 
         running = await self.launcher.start(spec, port, service_log)
         self._follow(place, running, label)
-        await service_log(f"service {label} started, listening on {running.address}")
-        gateway = await self._gateway(place, gateway_port)
-        try:
+        try:  # from here on, a failure or a cancel (a reset) must not leave the new generation running unowned
+            await service_log(f"service {label} started, listening on {running.address}")
+            gateway = await self._gateway(place, gateway_port)
             # A service app has no /health of its own: any HTTP answer (its 404) means it serves.
             await self._await_ready(running, answers, f"service {label}", service_log, " (pxt service logs)")
         except BaseException:

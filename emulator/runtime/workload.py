@@ -89,8 +89,8 @@ class Launcher(Protocol):
         ...
 
     def listen(self) -> tuple[str, int]:
-        """The (bind address, port) a workload's server is told to listen on (a local process is then moved to a
-        private socket: see listen_private.py)."""
+        """The (bind address, port) a workload's server is told on its command line (fixed-address mode, no lock
+        file); listen_private.py then moves it to its private socket."""
         ...
 
     async def prepare_dir(self, base: Path, resources: dict[str, Any], log: Log) -> None:

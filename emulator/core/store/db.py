@@ -1,8 +1,9 @@
 """The SQLite store: one file in the state directory, WAL mode, numbered migrations.
 
 All writes go through one aiosqlite connection and `transaction()`, one transaction per state change,
-so a crash never leaves half an operation. Hot read paths that must not pay the thread hop (the docs
-search) open their own read-only connection with `reader()`; WAL lets it read while writes go on.
+so a crash never leaves half an operation. Reads outside a transaction (`fetchone`, `fetchall`) go to a
+second connection and see only committed rows. Hot read paths that must not pay the thread hop (the docs
+search) open their own read-only connection with `reader()`; WAL lets them read while writes go on.
 """
 
 from __future__ import annotations
