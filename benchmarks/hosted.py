@@ -117,8 +117,9 @@ def scratch(name: str) -> Iterator[Path]:
 
 @contextlib.contextmanager
 def emulator(state_dir: Path, extra: Sequence[str] = ()) -> Iterator[dict[str, Any]]:
-    """`emulator up` on free ports, `state_dir`, `extra` flags; yields endpoints.json; SIGTERM (then SIGKILL) after."""
-    state_dir.mkdir(parents=True)
+    """`emulator up` on free ports, `state_dir` (new, or an earlier run's: a restart), `extra` flags; yields
+    endpoints.json once it names this process; SIGTERM (then SIGKILL) after."""
+    state_dir.mkdir(parents=True, exist_ok=True)
     log_path = state_dir.parent / "emulator.log"
     argv = [*emulator_cmd(), "up", "--site-port", "0", "--auth-port", "0", "--api-port", "0", "--tunnel-port", "0"]
     argv += ["--s3-port", "0"]

@@ -18,7 +18,6 @@ import json
 import os
 import signal
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -32,7 +31,7 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
-from benchmarks.hosted import BenchError, emulator_cmd, wait_endpoints, write_report  # noqa: E402
+from benchmarks.hosted import BenchError, emulator, write_report  # noqa: E402
 
 LIMITS = {  # the limits that would refuse a hundred agents from one machine
     "EMULATOR_REGISTRATION_RATE_LIMIT": "1000000",
@@ -92,30 +91,14 @@ def env(values: dict[str, str]) -> Iterator[None]:
 
 @contextlib.contextmanager
 def up(state_dir: Path) -> Iterator[dict[str, Any]]:
-    """`emulator up` (process runtime) on free ports and `state_dir`, new or not; SIGTERM (then SIGKILL) after."""
-    state_dir.mkdir(parents=True, exist_ok=True)
-    (state_dir / "endpoints.json").unlink(missing_ok=True)
-    log_path = state_dir.parent / f"{state_dir.name}.log"
-    ports = [x for flag in ("site", "auth", "api", "tunnel", "s3") for x in (f"--{flag}-port", "0")]
-    argv = [*emulator_cmd(), "up", *ports, "--state-dir", str(state_dir), "--no-watch", "--runtime", "process"]
-    with open(log_path, "ab") as log:
-        proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-        try:
-            endpoints = wait_endpoints(proc, state_dir / "endpoints.json", log_path)
-            deadline = time.monotonic() + TIMEOUT_S
-            while not healthy(endpoints["site"]):
-                if time.monotonic() > deadline:
-                    raise BenchError("the emulator did not become healthy")
-                time.sleep(0.01)
-            yield endpoints
-        finally:
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGTERM)
-                try:
-                    proc.wait(TIMEOUT_S)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
-                    proc.wait(10)
+    """The emulator (process runtime) on `state_dir`, yielded once its /health answers 200."""
+    with emulator(state_dir, ["--runtime", "process"]) as endpoints:
+        deadline = time.monotonic() + TIMEOUT_S
+        while not healthy(endpoints["site"]):
+            if time.monotonic() > deadline:
+                raise BenchError("the emulator did not become healthy")
+            time.sleep(0.01)
+        yield endpoints
 
 
 def run(runs: int, trials: int) -> dict[str, list[float]]:

@@ -373,10 +373,11 @@ class MediaStore:
             self._buckets.discard(name)
             self.core.bus.publish(Kind.MEDIA_BUCKET_DROPPED, name)
 
-    def _sweep(self, cutoff: float, live: set[str]) -> tuple[int, list[str]]:
+    def _sweep(self, cutoff: float, live: set[str], *, every: bool = False) -> tuple[int, list[str]]:
+        """Expire `uploads/` before `cutoff`; drop the databases' buckets not in `live` (`every`: any bucket)."""
         removed, dropped = 0, []
         for name in (b["Name"] for b in self._s3.list_buckets().get("Buckets", [])):
-            orphan = name.startswith("pxt-") and name not in live
+            orphan = (every or name.startswith("pxt-")) and name not in live
             paginator = self._s3.get_paginator("list_objects_v2")
             for page in paginator.paginate(Bucket=name, Prefix="" if orphan else "uploads/"):
                 batch = page.get("Contents", [])
@@ -396,12 +397,7 @@ class MediaStore:
         self._swept = -math.inf  # the clock is back at its start: the next due sweep runs
 
     def _drop_all(self) -> None:
-        for name in (b["Name"] for b in self._s3.list_buckets().get("Buckets", [])):
-            for page in self._s3.get_paginator("list_objects_v2").paginate(Bucket=name):
-                keys = [{"Key": o["Key"]} for o in page.get("Contents", [])]
-                if keys:
-                    self._s3.delete_objects(Bucket=name, Delete={"Objects": keys, "Quiet": True})
-            self._s3.delete_bucket(Bucket=name)
+        self._sweep(math.inf, set(), every=True)
         self._mirror.clear()
 
     # --- credentials and buckets ----------------------------------------------------------------------

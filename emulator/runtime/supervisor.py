@@ -127,16 +127,11 @@ class Supervisor:
         self.launcher.watch_disks(self._disk_filled)
 
     async def close(self) -> None:
-        for key in list(self.services):
-            await self.stop_service(key)
-        for gateway, _ in list(self.gateways.values()):
-            await gateway.close()
-        for key in list(self.running):
-            await self._stop_database(key)
+        await self._stop_all()
         await self.launcher.close()
 
-    async def reset(self) -> None:
-        """Stop every workload and gateway, and delete every database's directory (the emulator is reset)."""
+    async def _stop_all(self) -> None:
+        """Every service, gateway and database server stopped."""
         for key in list(self.services):
             await self.stop_service(key)
         for gateway, _ in list(self.gateways.values()):
@@ -144,6 +139,10 @@ class Supervisor:
         self.gateways.clear()
         for key in list(self.running):
             await self._stop_database(key)
+
+    async def reset(self) -> None:
+        """Stop every workload and gateway, and delete every database's directory (the emulator is reset)."""
+        await self._stop_all()
         root = self.root / "databases"
         for base in sorted(root.glob("*/*")) if root.is_dir() else []:
             if base.is_dir() and not base.name.endswith(".services"):
