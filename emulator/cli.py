@@ -13,7 +13,9 @@ from pathlib import Path
 from typing import Any
 
 from emulator import __version__
-from emulator.admin.client import EmulatorError, Locator, Unreachable, call, follow
+from emulator.admin.client import Locator, Unreachable, follow
+from emulator.commands import common
+from emulator.commands.common import add_locator, call_or_exit, locator, state_dir
 from emulator.config import ConfigError, Settings, default_state_dir, load_settings
 from emulator.core.private import private_dir
 
@@ -36,15 +38,6 @@ examples:
   emulator tui                         the live dashboard (registrations, trials, databases, logs)
   emulator down                        stop the emulator started with -d
 """
-
-
-def _add_locator(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
-        "--state-dir",
-        type=Path,
-        help=f"state directory of the emulator to talk to (default {default_state_dir()}; env EMULATOR_STATE_DIR)",
-    )
-    p.add_argument("--url", help="site URL of the emulator to talk to (default: from endpoints.json; env EMULATOR_URL)")
 
 
 def parser() -> argparse.ArgumentParser:
@@ -128,7 +121,7 @@ def parser() -> argparse.ArgumentParser:
         ("status", "show whether the emulator runs, its endpoints and its clock"),
         ("env", "print the shell exports that point clients at the emulator"),
     ):
-        _add_locator(sub.add_parser(name, help=text, description=text[0].upper() + text[1:] + "."))
+        add_locator(sub.add_parser(name, help=text, description=text[0].upper() + text[1:] + "."))
 
     clock = sub.add_parser(
         "clock",
@@ -136,7 +129,7 @@ def parser() -> argparse.ArgumentParser:
         description="Read or move the emulator's clock. Moving it runs every job that falls due "
         "(expiries, replay windows) before the command returns.",
     )
-    _add_locator(clock)
+    add_locator(clock)
     clock.add_argument("action", nargs="?", default="show", choices=["show", "advance", "set", "freeze", "resume"])
     clock.add_argument("value", nargs="?", help="advance: 90s, 15m, 48h, 2d; set/freeze: ISO 8601 instant")
 
@@ -146,7 +139,7 @@ def parser() -> argparse.ArgumentParser:
         description="Sign in as EMAIL on a pending claim's verification page and approve it (or --deny). "
         "Prints the 6-digit user code the agent needs for /agent/identity/claim/complete.",
     )
-    _add_locator(approve)
+    add_locator(approve)
     approve.add_argument("claim", help="the claim's verification_uri, or the registration id (agent_reg_…)")
     approve.add_argument("--email", required=True, help="the person's e-mail")
     approve.add_argument("--deny", action="store_true", help="deny the claim instead")
@@ -157,7 +150,7 @@ def parser() -> argparse.ArgumentParser:
         description="Approve (or --deny) the pxt login sign-in that shows CODE, signed in as EMAIL. "
         "Without CODE, the only pending sign-in is approved.",
     )
-    _add_locator(login)
+    add_locator(login)
     login.add_argument("code", nargs="?", help="the code pxt login prints (XXXX-XXXX)")
     login.add_argument("--email", required=True, help="the person's e-mail")
     login.add_argument("--deny", action="store_true", help="deny the sign-in instead")
@@ -167,7 +160,7 @@ def parser() -> argparse.ArgumentParser:
         help="play the person who opens a trial's claim_url",
         description="Sign in as EMAIL and become the admin of a trial organization; it then never expires.",
     )
-    _add_locator(claim)
+    add_locator(claim)
     claim.add_argument("org", help="the trial's organization slug (agent-…)")
     claim.add_argument("--email", required=True, help="the person's e-mail")
 
@@ -177,7 +170,7 @@ def parser() -> argparse.ArgumentParser:
         description="Show the switches, or set one: anonymous_registration, service_auth_registration, "
         "trials_enabled, cloud_reachable.",
     )
-    _add_locator(switch)
+    add_locator(switch)
     switch.add_argument("name", nargs="?")
     switch.add_argument("value", nargs="?", choices=["on", "off"])
 
@@ -188,13 +181,13 @@ def parser() -> argparse.ArgumentParser:
         "organizations, keys, secrets, sessions, databases and services (their workloads stopped and removed), "
         "media, the journal, rate-limit and idempotency windows, fault holds, switches and the clock.",
     )
-    _add_locator(reset)
+    add_locator(reset)
 
     for name, text in (
         ("trials", "list trial organizations and their time left"),
         ("registrations", "list agent registrations"),
     ):
-        _add_locator(sub.add_parser(name, help=text, description=text[0].upper() + text[1:] + "."))
+        add_locator(sub.add_parser(name, help=text, description=text[0].upper() + text[1:] + "."))
 
     tui = sub.add_parser(
         "tui",
@@ -202,7 +195,7 @@ def parser() -> argparse.ArgumentParser:
         description="Open the live dashboard of a running emulator (any number can watch one emulator). "
         "Press ? in it for every key.",
     )
-    _add_locator(tui)
+    add_locator(tui)
     tui.add_argument("--readonly", action="store_true", help="hide every act that changes the emulator")
 
     db = sub.add_parser(
@@ -211,17 +204,20 @@ def parser() -> argparse.ArgumentParser:
         description="List hosted databases with their states, or stop or start one as the operator "
         "(the same generation, receipt and events as pxt db stop/start).",
     )
-    _add_locator(db)
+    add_locator(db)
     db.add_argument("action", nargs="?", default="list", choices=["list", "stop", "start"])
     db.add_argument("org", nargs="?", help="the organization's slug")
     db.add_argument("db", nargs="?", help="the database's name (default main)")
 
     events = sub.add_parser("events", help="print the event journal", description="Print the event journal.")
-    _add_locator(events)
+    add_locator(events)
     events.add_argument("-f", "--follow", action="store_true", help="keep printing new events")
     events.add_argument("--since", type=int, default=0, help="only events after this number")
     events.add_argument("--kinds", default="", help="comma-separated kind prefixes, e.g. site.ask,clock")
     events.add_argument("--json", action="store_true", help="one JSON object per line")
+
+    for module in EXTENSIONS:
+        COMMANDS.update(module.register(sub))
 
     base = sub.add_parser(
         "base-image",
@@ -232,32 +228,6 @@ def parser() -> argparse.ArgumentParser:
     base.add_argument("--suite", default="bookworm", help="Debian release (default %(default)s: Python 3.11)")
     base.add_argument("--mirror", default="http://deb.debian.org/debian", help="Debian mirror (default %(default)s)")
     return root
-
-
-# --- talking to a running emulator ------------------------------------------------------------
-
-
-def _state_dir(args: argparse.Namespace) -> Path:
-    return Path(args.state_dir or os.environ.get("EMULATOR_STATE_DIR") or default_state_dir()).expanduser()
-
-
-def _locator(args: argparse.Namespace) -> Locator:
-    url = getattr(args, "url", None) or os.environ.get("EMULATOR_URL")
-    return Locator(url=url) if url else Locator(state_dir=_state_dir(args))
-
-
-def _endpoints(args: argparse.Namespace) -> dict[str, Any]:
-    try:
-        return _locator(args).endpoints()
-    except Unreachable as e:
-        raise SystemExit(f"emulator: {e}") from None
-
-
-def _call(url: str, body: dict[str, Any] | None = None, timeout: float = 10) -> Any:
-    try:
-        return call(url, body, timeout)
-    except (EmulatorError, Unreachable) as e:
-        raise SystemExit(f"emulator: {e}") from None
 
 
 # --- commands ---------------------------------------------------------------------------------------
@@ -369,14 +339,14 @@ def _stop_child(pid: int) -> None:
 
 
 def cmd_down(args: argparse.Namespace) -> int:
-    endpoints = _endpoints(args)
+    endpoints = common.endpoints(args)
     pid = endpoints.get("pid")
     if not pid:
         raise SystemExit("emulator: endpoints.json names no process to stop")
     try:
         os.kill(pid, signal.SIGTERM)
     except ProcessLookupError:
-        (_state_dir(args) / "endpoints.json").unlink(missing_ok=True)
+        (state_dir(args) / "endpoints.json").unlink(missing_ok=True)
         print("emulator: it was not running (stale endpoints.json removed)")
         return 0
     for _ in range(200):
@@ -391,8 +361,8 @@ def cmd_down(args: argparse.Namespace) -> int:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    endpoints = _endpoints(args)
-    status = _call(endpoints["site"] + "/_emulator/status")
+    endpoints = common.endpoints(args)
+    status = call_or_exit(endpoints["site"] + "/_emulator/status")
     clock = status["clock"]
     print(f"emulator {status['version']}: running")
     for name, url in status["endpoints"].items():
@@ -416,9 +386,9 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 
 def cmd_env(args: argparse.Namespace) -> int:
-    endpoints = _endpoints(args)
+    endpoints = common.endpoints(args)
     if "api" not in endpoints:
-        endpoints = {**endpoints, **_call(endpoints["site"] + "/_emulator/status")["endpoints"]}
+        endpoints = {**endpoints, **call_or_exit(endpoints["site"] + "/_emulator/status")["endpoints"]}
     exports = {
         "EMULATOR_URL": endpoints["site"],
         "EMULATOR_AUTH_URL": endpoints["auth"],
@@ -440,7 +410,7 @@ def cmd_env(args: argparse.Namespace) -> int:
 
 
 def cmd_clock(args: argparse.Namespace) -> int:
-    site = _endpoints(args)["site"]
+    site = common.endpoints(args)["site"]
     body: dict[str, Any] | None = None
     if args.action == "advance":
         if not args.value:
@@ -454,13 +424,13 @@ def cmd_clock(args: argparse.Namespace) -> int:
         body = {"freeze": True, **({"set": args.value} if args.value else {})}
     elif args.action == "resume":
         body = {"freeze": False}
-    state = _call(site + "/_emulator/clock", body)
+    state = call_or_exit(site + "/_emulator/clock", body)
     print(f"{state['iso']}{' (frozen)' if state['frozen'] else ''}")
     return 0
 
 
 def cmd_events(args: argparse.Namespace) -> int:
-    site = _endpoints(args)["site"]
+    site = common.endpoints(args)["site"]
 
     def show(event: dict[str, Any]) -> None:
         if args.json:
@@ -472,7 +442,7 @@ def cmd_events(args: argparse.Namespace) -> int:
 
     query = f"since={args.since}" + (f"&kinds={args.kinds}" if args.kinds else "")
     if not args.follow:
-        for event in _call(f"{site}/_emulator/journal?{query}&limit=5000")["events"]:
+        for event in call_or_exit(f"{site}/_emulator/journal?{query}&limit=5000")["events"]:
             show(event)
         return 0
     try:
@@ -486,10 +456,10 @@ def cmd_events(args: argparse.Namespace) -> int:
 
 
 def cmd_approve_claim(args: argparse.Namespace) -> int:
-    site = _endpoints(args)["site"]
+    site = common.endpoints(args)["site"]
     key = "registration" if args.claim.startswith("agent_reg_") else "claim"
     path = "/_emulator/claims/deny" if args.deny else "/_emulator/claims/approve"
-    answer = _call(site + path, {key: args.claim, "email": args.email})
+    answer = call_or_exit(site + path, {key: args.claim, "email": args.email})
     if args.deny:
         print(f"denied: {answer['registration']} stays unclaimed")
     else:
@@ -498,20 +468,24 @@ def cmd_approve_claim(args: argparse.Namespace) -> int:
 
 
 def cmd_approve_login(args: argparse.Namespace) -> int:
-    site = _endpoints(args)["site"]
+    site = common.endpoints(args)["site"]
     code = args.code
     if code is None:
-        pending = _call(site + "/_emulator/logins")["pending"]
+        pending = call_or_exit(site + "/_emulator/logins")["pending"]
         if len(pending) != 1:
             raise SystemExit(f"emulator: {len(pending)} sign-ins are pending; name the code")
         code = pending[0]["user_code"]
-    answer = _call(site + "/_emulator/logins/approve", {"user_code": code, "email": args.email, "deny": args.deny})
+    answer = call_or_exit(
+        site + "/_emulator/logins/approve", {"user_code": code, "email": args.email, "deny": args.deny}
+    )
     print(f"{answer['user_code']}: {'approved' if answer['approved'] else 'denied'} as {answer['email']}")
     return 0
 
 
 def cmd_claim_trial(args: argparse.Namespace) -> int:
-    answer = _call(_endpoints(args)["site"] + "/_emulator/trials/claim", {"org": args.org, "email": args.email})
+    answer = call_or_exit(
+        common.endpoints(args)["site"] + "/_emulator/trials/claim", {"org": args.org, "email": args.email}
+    )
     print(f"{answer['org']} is claimed by {answer['email']}; it no longer expires")
     return 0
 
@@ -519,50 +493,50 @@ def cmd_claim_trial(args: argparse.Namespace) -> int:
 def cmd_tui(args: argparse.Namespace) -> int:
     from tui.app import run
 
-    run(_locator(args), readonly=args.readonly)
+    run(locator(args), readonly=args.readonly)
     return 0
 
 
 def cmd_db(args: argparse.Namespace) -> int:
-    site = _endpoints(args)["site"]
+    site = common.endpoints(args)["site"]
     if args.action == "list":
-        for d in _call(site + "/_emulator/databases")["databases"]:
+        for d in call_or_exit(site + "/_emulator/databases")["databases"]:
             note = f"  {d['failure_reason']}" if d.get("failure_reason") else ""
             print(f"{d['org']:<16} {d['db']:<12} {d['state']:<12} generation {d['generation']}{note}")
         return 0
     if not args.org:
         raise SystemExit(f"emulator: db {args.action} needs ORG [DB]")
     db = args.db or "main"
-    answer = _call(f"{site}/_emulator/databases/{args.org}/{db}/{args.action}", {})
+    answer = call_or_exit(f"{site}/_emulator/databases/{args.org}/{db}/{args.action}", {})
     print(f"{answer['org']}:{db}: {args.action} accepted (generation {answer['receipt']['generation']})")
     return 0
 
 
 def cmd_switch(args: argparse.Namespace) -> int:
-    site = _endpoints(args)["site"]
+    site = common.endpoints(args)["site"]
     if args.name and not args.value:
         raise SystemExit("emulator: switch NAME needs on or off")
     body = {args.name: args.value == "on"} if args.name else None
-    for name, value in _call(site + "/_emulator/switches", body).items():
+    for name, value in call_or_exit(site + "/_emulator/switches", body).items():
         print(f"{name:<28} {'on' if value else 'off'}")
     return 0
 
 
 def cmd_reset(args: argparse.Namespace) -> int:
-    done = _call(_endpoints(args)["site"] + "/_emulator/reset", {"to": "empty"})
+    done = call_or_exit(common.endpoints(args)["site"] + "/_emulator/reset", {"to": "empty"})
     print(f"reset in {done['seconds']:.2f} s; the clock reads {done['clock']}")
     return 0
 
 
 def cmd_trials(args: argparse.Namespace) -> int:
-    for t in _call(_endpoints(args)["site"] + "/_emulator/trials")["trials"]:
+    for t in call_or_exit(common.endpoints(args)["site"] + "/_emulator/trials")["trials"]:
         left = f"{t['seconds_left'] // 3600}h{t['seconds_left'] % 3600 // 60:02d}m left" if t["expires_at"] else ""
         print(f"{t['org']:<14} {t['state']:<10} {left:<12} keys: {', '.join(t['api_keys'])}")
     return 0
 
 
 def cmd_registrations(args: argparse.Namespace) -> int:
-    for r in _call(_endpoints(args)["site"] + "/_emulator/registrations")["registrations"]:
+    for r in call_or_exit(common.endpoints(args)["site"] + "/_emulator/registrations")["registrations"]:
         who = r["claimed_email"] or r["login_hint"] or ""
         print(
             f"{r['id']}  {r['type']:<12} {r['status']:<10} tokens {r['tokens_issued']:<3} "
@@ -596,6 +570,10 @@ COMMANDS = {
     "clock": cmd_clock,
     "events": cmd_events,
 }
+
+
+EXTENSIONS: tuple[Any, ...] = ()
+"""Modules of `emulator.commands` whose subcommands `emulator` offers (see that package)."""
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,0 +1,44 @@
+"""What every `emulator` subcommand shares: finding the running emulator and calling it, with errors turned into
+a one-line message and exit status (SystemExit)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+from pathlib import Path
+from typing import Any
+
+from emulator.admin.client import EmulatorError, Locator, Unreachable, call
+from emulator.config import default_state_dir
+
+
+def add_locator(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--state-dir",
+        type=Path,
+        help=f"state directory of the emulator to talk to (default {default_state_dir()}; env EMULATOR_STATE_DIR)",
+    )
+    p.add_argument("--url", help="site URL of the emulator to talk to (default: from endpoints.json; env EMULATOR_URL)")
+
+
+def state_dir(args: argparse.Namespace) -> Path:
+    return Path(args.state_dir or os.environ.get("EMULATOR_STATE_DIR") or default_state_dir()).expanduser()
+
+
+def locator(args: argparse.Namespace) -> Locator:
+    url = getattr(args, "url", None) or os.environ.get("EMULATOR_URL")
+    return Locator(url=url) if url else Locator(state_dir=state_dir(args))
+
+
+def endpoints(args: argparse.Namespace) -> dict[str, Any]:
+    try:
+        return locator(args).endpoints()
+    except Unreachable as e:
+        raise SystemExit(f"emulator: {e}") from None
+
+
+def call_or_exit(url: str, body: dict[str, Any] | None = None, timeout: float = 10) -> Any:
+    try:
+        return call(url, body, timeout)
+    except (EmulatorError, Unreachable) as e:
+        raise SystemExit(f"emulator: {e}") from None
