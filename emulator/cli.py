@@ -14,7 +14,7 @@ from typing import Any
 
 from emulator import __version__
 from emulator.admin.client import Locator, Unreachable, follow
-from emulator.commands import common
+from emulator.commands import common, snapshots, throwaway
 from emulator.commands.common import add_locator, call_or_exit, locator, state_dir
 from emulator.config import ConfigError, Settings, default_state_dir, load_settings
 from emulator.core.private import private_dir
@@ -108,6 +108,26 @@ def parser() -> argparse.ArgumentParser:
         help="announce API version V as deprecated (Deprecation and Sunset headers), e.g. 1=2026-12-01,2027-06-01",
     )
     up.add_argument("--log-level", choices=["critical", "error", "warning", "info", "debug"])
+    up.add_argument(
+        "--import",
+        dest="import_file",
+        type=Path,
+        metavar="FILE",
+        help="start from the export FILE (emulator snapshot export); `reset --to start` returns to it",
+    )
+    up.add_argument(
+        "--apply",
+        dest="apply_file",
+        type=Path,
+        metavar="FILE",
+        help="apply the declared state FILE (TOML, see emulator apply) at start; `reset --to start` returns to it",
+    )
+    up.add_argument(
+        "--export-on-exit",
+        type=Path,
+        metavar="FILE",
+        help="when the emulator stops (Ctrl-C, SIGTERM, emulator down), export its state to FILE",
+    )
     up.add_argument("-d", "--detach", action="store_true", help="run in the background and return once healthy")
     up.add_argument(
         "--tui",
@@ -174,15 +194,6 @@ def parser() -> argparse.ArgumentParser:
     switch.add_argument("name", nargs="?")
     switch.add_argument("value", nargs="?", choices=["on", "off"])
 
-    reset = sub.add_parser(
-        "reset",
-        help="return a running emulator to an empty state",
-        description="Return a running emulator to an empty state without a restart: registrations, trials, "
-        "organizations, keys, secrets, sessions, databases and services (their workloads stopped and removed), "
-        "media, the journal, rate-limit and idempotency windows, fault holds, switches and the clock.",
-    )
-    add_locator(reset)
-
     for name, text in (
         ("trials", "list trial organizations and their time left"),
         ("registrations", "list agent registrations"),
@@ -233,8 +244,12 @@ def parser() -> argparse.ArgumentParser:
 # --- commands ---------------------------------------------------------------------------------------
 
 
+START_FLAGS = ("import_file", "apply_file", "export_on_exit")
+
+
 def _settings_from(args: argparse.Namespace) -> Settings:
-    flags = {k: v for k, v in vars(args).items() if k not in ("command", "detach", "argv")}
+    skip = ("command", "detach", "argv", *START_FLAGS)
+    flags = {k: v for k, v in vars(args).items() if k not in skip}
     try:
         return load_settings(flags)
     except ConfigError as e:
@@ -258,7 +273,10 @@ def cmd_up(args: argparse.Namespace) -> int:
         return _up_with_tui(args, settings)
     if args.detach:
         return _detach(args, settings)
-    from emulator.server import PortInUse, serve
+    from emulator.server import PortInUse, Start, serve
+
+    paths = {k: (getattr(args, k, None) or None) for k in START_FLAGS}
+    start = Start(**{k: Path(v).expanduser().absolute() for k, v in paths.items() if v is not None})
 
     try:
         import uvloop
@@ -268,7 +286,7 @@ def cmd_up(args: argparse.Namespace) -> int:
         runner = asyncio_runner(None)
     try:
         with runner:
-            runner.run(serve(settings, on_ready=lambda ep: _print_ready(ep, settings)))
+            runner.run(serve(settings, on_ready=lambda ep: _print_ready(ep, settings), start=start))
     except (PortInUse, ConfigError) as e:
         print(f"emulator: {e}", file=sys.stderr)
         return 1
@@ -389,21 +407,7 @@ def cmd_env(args: argparse.Namespace) -> int:
     endpoints = common.endpoints(args)
     if "api" not in endpoints:
         endpoints = {**endpoints, **call_or_exit(endpoints["site"] + "/_emulator/status")["endpoints"]}
-    exports = {
-        "EMULATOR_URL": endpoints["site"],
-        "EMULATOR_AUTH_URL": endpoints["auth"],
-        # What the unmodified pixeltable client reads: `pxt new` asks the site for a trial, and every
-        # later command sends the trial's key to the control plane.
-        "PIXELTABLE_SITE_URL": endpoints["site"],
-        "PIXELTABLE_API_URL": endpoints["api"],
-        # Hosted databases: <org>-<db>.<domain> through the emulator's CONNECT proxy (no /etc/hosts edit),
-        # over TLS that the emulator's local CA signs (the bundle also holds the system's CAs).
-        "PIXELTABLE_CLOUD_HOST": endpoints["tunnel"],
-        "HTTPS_PROXY": endpoints["proxy"],
-        "NO_PROXY": "127.0.0.1,localhost,::1",
-        "SSL_CERT_FILE": endpoints["ca_bundle"],
-        "REQUESTS_CA_BUNDLE": endpoints["ca_bundle"],
-    }
+    exports = common.exports(endpoints)
     for name, value in exports.items():
         print(f"export {name}={value}")
     return 0
@@ -522,12 +526,6 @@ def cmd_switch(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_reset(args: argparse.Namespace) -> int:
-    done = call_or_exit(common.endpoints(args)["site"] + "/_emulator/reset", {"to": "empty"})
-    print(f"reset in {done['seconds']:.2f} s; the clock reads {done['clock']}")
-    return 0
-
-
 def cmd_trials(args: argparse.Namespace) -> int:
     for t in call_or_exit(common.endpoints(args)["site"] + "/_emulator/trials")["trials"]:
         left = f"{t['seconds_left'] // 3600}h{t['seconds_left'] % 3600 // 60:02d}m left" if t["expires_at"] else ""
@@ -560,7 +558,6 @@ COMMANDS = {
     "tui": cmd_tui,
     "db": cmd_db,
     "switch": cmd_switch,
-    "reset": cmd_reset,
     "trials": cmd_trials,
     "registrations": cmd_registrations,
     "up": cmd_up,
@@ -572,7 +569,7 @@ COMMANDS = {
 }
 
 
-EXTENSIONS: tuple[Any, ...] = ()
+EXTENSIONS: tuple[Any, ...] = (snapshots, throwaway)
 """Modules of `emulator.commands` whose subcommands `emulator` offers (see that package)."""
 
 

@@ -12,10 +12,12 @@ import contextlib
 import json
 import logging
 import os
+import shutil
 import signal
 import socket
 import time
-from collections.abc import Generator
+from collections.abc import Callable, Generator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +34,8 @@ from emulator.core.context import Core
 from emulator.core.errors import ApiError
 from emulator.core.httpserver import timed_protocol
 from emulator.core.kinds import Kind
-from emulator.core.private import private_dir
+from emulator.core.private import private_dir, write_private
+from emulator.core.snapshots import EXIT, START, Part
 from emulator.hosted import databases, trials
 from emulator.hosted.auth import Authenticator
 from emulator.hosted.blobs import Blobs
@@ -60,6 +63,51 @@ log = logging.getLogger("emulator")
 
 class PortInUse(RuntimeError):
     pass
+
+
+@dataclass(frozen=True)
+class Start:
+    """What `emulator up` does beyond serving: start from an export, apply a declared state, export at the end."""
+
+    import_file: Path | None = None
+    apply_file: Path | None = None
+    export_on_exit: Path | None = None
+
+
+def key_files(settings: Settings, reload: Callable[[], None]) -> Part:
+    """The snapshot part of what signs and encrypts: the keys folder and the CA (its leaf is issued again for this
+    emulator's domain). A load that brings other keys than the running ones has every holder reload them."""
+    keys, tls = settings.state_dir / "keys", settings.state_dir / "tls"
+    ca_files = ("ca.pem", "ca-key.pem")
+
+    async def save(folder: Path) -> None:
+        def copy() -> None:
+            shutil.copytree(keys, folder / "keys")
+            (folder / "tls").mkdir()
+            for name in ca_files:
+                shutil.copy2(tls / name, folder / "tls" / name)
+
+        await asyncio.to_thread(copy)
+
+    async def load(folder: Path) -> None:
+        def put() -> bool:
+            changed = False
+            pairs = [(p, keys / p.name) for p in sorted((folder / "keys").iterdir())]
+            pairs += [(folder / "tls" / n, tls / n) for n in ca_files]
+            for source, target in pairs:
+                data = source.read_bytes()
+                if not target.is_file() or target.read_bytes() != data:
+                    write_private(target, data)
+                    changed = True
+            if changed:
+                for leaf in ("server.pem", "server-key.pem"):
+                    (tls / leaf).unlink(missing_ok=True)
+            return changed
+
+        if await asyncio.to_thread(put):
+            reload()
+
+    return Part("keys", save, load)
 
 
 class _Server(uvicorn.Server):
@@ -140,6 +188,30 @@ def tunnel_authorizer(platform: Platform) -> Authorize:
     return authorize
 
 
+async def begin_from(core: Core, start: Start) -> None:
+    """The state `up` was asked to start from, kept as the target of `reset --to start` when it is not empty."""
+    if start.import_file is not None:
+        try:
+            view = await core.snapshots.import_file(start.import_file)
+            await core.snapshots.load(view.name, resume=False)  # serve() resumes the services once it serves
+        except ApiError as e:
+            raise ConfigError(f"--import {start.import_file}: {e.message}") from None
+    if start.apply_file is not None:
+        raise ConfigError("--apply: not available yet")
+    if not await core.snapshots.is_empty():
+        await core.snapshots.save(START, internal=True)
+        core.start_snapshot = START
+
+
+async def export_on_exit(core: Core, target: Path) -> None:
+    try:
+        await core.snapshots.save(EXIT, internal=True)
+        await core.snapshots.export_to(EXIT, target)
+        log.warning("exported the emulator's state to %s", target)
+    except Exception as e:
+        log.error("--export-on-exit %s failed: %s", target, e)
+
+
 def write_endpoints(settings: Settings, endpoints: dict[str, str]) -> None:
     record = {
         "pid": os.getpid(),
@@ -161,8 +233,9 @@ def remove_endpoints(settings: Settings) -> None:
         pass
 
 
-async def serve(settings: Settings, on_ready: Any = None) -> None:
+async def serve(settings: Settings, on_ready: Any = None, start: Start | None = None) -> None:
     """Serve every origin until SIGINT/SIGTERM."""
+    start = start or Start()
     t0 = time.perf_counter()
     private_dir(settings.state_dir)  # registrations, e-mails, key hashes, the journal: the user's own
     socks = {
@@ -218,6 +291,8 @@ async def serve(settings: Settings, on_ready: Any = None) -> None:
         await platform.media.start()
         core.on_reset(platform.reset)  # first: no workload may run on while its rows go
         core.on_reset(limiter.reset)
+        core.after_load(idem.recover)
+        core.after_load(reconciler.resume)
         core.clock.on_due(limiter.sweep)
         core.clock.on_due(idem.sweep)
         core.clock.on_due(lambda now: trials.expire(core, now))
@@ -287,6 +362,21 @@ async def serve(settings: Settings, on_ready: Any = None) -> None:
             forward=forward,
         )
         await tunnel.start(tunnel_sock)
+
+        def reload_keys() -> None:
+            signer.reload(settings.state_dir)
+            box.reload(settings.state_dir)
+            blobs.reload_key()
+            assert tunnel is not None
+            tunnel.use_ca(LocalCA.load_or_create(settings.state_dir / "tls", settings.cloud_domain))
+
+        snapshots = core.snapshots
+        snapshots.add_part(key_files(settings, reload_keys))
+        snapshots.add_part(Part("blobs", blobs.save_to, blobs.load_from))
+        snapshots.add_part(Part("media", platform.media.save_to, platform.media.load_from))
+        supervisor = reconciler.supervisor
+        snapshots.add_part(Part("databases", supervisor.save_to, supervisor.load_from, pause=reconciler.paused))
+        await begin_from(core, start)
         tasks = [asyncio.create_task(server.serve(sockets=[sock])) for server, sock in servers]
         while not all(server.started for server, _ in servers):
             if any(t.done() for t in tasks):
@@ -306,6 +396,8 @@ async def serve(settings: Settings, on_ready: Any = None) -> None:
         if on_ready:
             on_ready(endpoints)
         await asyncio.gather(*tasks)
+        if start.export_on_exit is not None:
+            await export_on_exit(core, start.export_on_exit)
     finally:
         if tunnel is not None:
             await tunnel.close()

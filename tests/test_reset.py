@@ -53,7 +53,7 @@ async def test_reset_forgets_everything_a_run_made(start_emulator: Callable[...,
 
         done = cli(e, "reset")
         assert done.returncode == 0, done.stderr
-        assert done.stdout.startswith("reset in ") and "2030-01-01T00:00:00" in done.stdout
+        assert done.stdout.startswith("reset to empty in ") and "2030-01-01T00:00:00" in done.stdout
 
         admin = e.admin()
         assert admin.get("/_emulator/registrations").json()["registrations"] == []

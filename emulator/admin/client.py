@@ -9,6 +9,7 @@ CLI calls synchronously (standard library only, so a command starts fast); the d
 from __future__ import annotations
 
 import json
+import shutil
 import urllib.error
 import urllib.request
 from collections.abc import AsyncIterator, Iterator
@@ -64,15 +65,48 @@ def error_message(status: int, body: str) -> str:
         return body.strip() or f"HTTP {status}"
 
 
-def call(url: str, body: dict[str, Any] | None = None, timeout: float = 10) -> Any:
-    """One synchronous call (a POST when there is a body): the decoded answer, or EmulatorError / Unreachable."""
+def call(url: str, body: dict[str, Any] | None = None, timeout: float = 10, method: str | None = None) -> Any:
+    """One synchronous call (a POST when there is a body, unless `method` says otherwise): the decoded answer, or
+    EmulatorError / Unreachable."""
     data = json.dumps(body).encode() if body is not None else None
-    req = urllib.request.Request(url, data=data, headers={"Content-Type": "application/json"})
+    req = urllib.request.Request(url, data=data, headers={"Content-Type": "application/json"}, method=method)
     try:
         with urllib.request.urlopen(req, timeout=timeout) as resp:
             return json.loads(resp.read() or b"null")
     except urllib.error.HTTPError as e:
         raise EmulatorError(error_message(e.code, e.read().decode(errors="replace"))) from None
+    except (urllib.error.URLError, OSError) as e:
+        raise Unreachable(f"cannot reach {url} ({e}); is it running?") from None
+
+
+def download(url: str, target: Path, timeout: float = 600) -> int:
+    """GET `url` into the file `target` (written whole or not at all); returns its size."""
+    tmp = target.with_name(f".{target.name}.part")
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as resp, open(tmp, "wb") as f:
+            shutil.copyfileobj(resp, f, 1024 * 1024)
+        tmp.replace(target)
+    except urllib.error.HTTPError as e:
+        raise EmulatorError(error_message(e.code, e.read().decode(errors="replace"))) from None
+    except (urllib.error.URLError, OSError) as e:
+        raise Unreachable(f"cannot reach {url} ({e}); is it running?") from None
+    finally:
+        tmp.unlink(missing_ok=True)
+    return target.stat().st_size
+
+
+def upload(url: str, source: Path, media_type: str, timeout: float = 600) -> Any:
+    """POST the file `source` as the body (streamed); the decoded answer."""
+    try:
+        with open(source, "rb") as f:
+            headers = {"Content-Type": media_type, "Content-Length": str(source.stat().st_size)}
+            req = urllib.request.Request(url, data=f, headers=headers, method="POST")
+            with urllib.request.urlopen(req, timeout=timeout) as resp:
+                return json.loads(resp.read() or b"null")
+    except urllib.error.HTTPError as e:
+        raise EmulatorError(error_message(e.code, e.read().decode(errors="replace"))) from None
+    except FileNotFoundError:
+        raise EmulatorError(f"{source}: no such file") from None
     except (urllib.error.URLError, OSError) as e:
         raise Unreachable(f"cannot reach {url} ({e}); is it running?") from None
 

@@ -11,7 +11,7 @@ from litestar import Request, Response, get, post
 from litestar.response import Stream
 
 from emulator import __version__
-from emulator.admin.wire import ClockMove, ClockView, EventView, FaultRelease, FaultRule, ResetRequest, ResetView
+from emulator.admin.wire import ClockMove, ClockView, EventView, FaultRelease, FaultRule
 from emulator.config import parse_when
 from emulator.core import jsonbody, openapi
 from emulator.core.clock import MAX_TIME, parse_duration
@@ -170,18 +170,8 @@ async def switches_set(request: Request[Any, Any, Any]) -> Response[bytes]:
     return json_response(switches.snapshot())
 
 
-@post("/_emulator/reset", status_code=200, opt=openapi.body(ResetRequest))
-async def reset(request: Request[Any, Any, Any]) -> Response[bytes]:
-    """Everything a run made is gone, without a restart (see Core.reset)."""
-    decode(await request.body() or b"{}", ResetRequest)
-    core = site_of(request).core
-    seconds = await core.reset()
-    return json_response(ResetView(reset=True, seconds=seconds, clock=core.clock.state().iso))
-
-
 HANDLERS = [
     status,
-    reset,
     clock_get,
     clock_move,
     journal,

@@ -3,7 +3,7 @@ these same types, so a field renamed here is renamed for every consumer at once.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any
 
 import msgspec
 
@@ -145,18 +145,6 @@ class FaultRule(msgspec.Struct, forbid_unknown_fields=True):
 
 class FaultRelease(msgspec.Struct, forbid_unknown_fields=True):
     path: str | None = None
-
-
-class ResetRequest(msgspec.Struct, forbid_unknown_fields=True):
-    """`POST /_emulator/reset`: back to an empty emulator (the only target until snapshots exist)."""
-
-    to: Literal["empty"] = "empty"
-
-
-class ResetView(msgspec.Struct):
-    reset: bool
-    seconds: float  # how long the reset took
-    clock: str  # the clock after it, ISO 8601
 
 
 class ClaimDecision(msgspec.Struct, forbid_unknown_fields=True):

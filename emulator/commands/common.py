@@ -37,8 +37,28 @@ def endpoints(args: argparse.Namespace) -> dict[str, Any]:
         raise SystemExit(f"emulator: {e}") from None
 
 
-def call_or_exit(url: str, body: dict[str, Any] | None = None, timeout: float = 10) -> Any:
+def call_or_exit(url: str, body: dict[str, Any] | None = None, timeout: float = 10, method: str | None = None) -> Any:
     try:
-        return call(url, body, timeout)
+        return call(url, body, timeout, method)
     except (EmulatorError, Unreachable) as e:
         raise SystemExit(f"emulator: {e}") from None
+
+
+def exports(found: dict[str, Any]) -> dict[str, str]:
+    """The environment that points clients at the emulator whose endpoints are `found` (what `emulator env`
+    prints and `emulator exec` sets)."""
+    return {
+        "EMULATOR_URL": found["site"],
+        "EMULATOR_AUTH_URL": found["auth"],
+        # What the unmodified pixeltable client reads: `pxt new` asks the site for a trial, and every
+        # later command sends the trial's key to the control plane.
+        "PIXELTABLE_SITE_URL": found["site"],
+        "PIXELTABLE_API_URL": found["api"],
+        # Hosted databases: <org>-<db>.<domain> through the emulator's CONNECT proxy (no /etc/hosts edit),
+        # over TLS that the emulator's local CA signs (the bundle also holds the system's CAs).
+        "PIXELTABLE_CLOUD_HOST": found["tunnel"],
+        "HTTPS_PROXY": found["proxy"],
+        "NO_PROXY": "127.0.0.1,localhost,::1",
+        "SSL_CERT_FILE": found["ca_bundle"],
+        "REQUESTS_CA_BUNDLE": found["ca_bundle"],
+    }

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 
 import msgspec
 
@@ -15,6 +16,7 @@ from emulator.core.events import EventBus
 from emulator.core.faults import Faults
 from emulator.core.ids import Ids
 from emulator.core.kinds import Kind
+from emulator.core.snapshots import Snapshots
 from emulator.core.store import Store
 from emulator.core.switches import Switches
 from emulator.core.tasks import cancel
@@ -43,7 +45,11 @@ class Core:
         self._ticker: asyncio.Task[None] | None = None
         self._due_lock = asyncio.Lock()
         self._on_reset: list[Callable[[], Awaitable[None]]] = []
+        self._after_load: list[Callable[[], Awaitable[None]]] = []
         self._reset_lock = asyncio.Lock()
+        self.snapshots = Snapshots(self, settings.state_dir / "snapshots")
+        # What `reset --to start` goes back to: a snapshot taken at start, or nothing (an empty emulator).
+        self.start_snapshot: str | None = None
 
     @classmethod
     async def open(cls, settings: Settings) -> Core:
@@ -92,22 +98,53 @@ class Core:
         platform's (its workloads stopped and removed) first, then what other parts keep in memory."""
         self._on_reset.append(hook)
 
-    async def reset(self) -> float:
+    def after_load(self, hook: Callable[[], Awaitable[None]]) -> None:
+        """Have `hook` run after a snapshot is loaded (services that were running in it start again)."""
+        self._after_load.append(hook)
+
+    @contextlib.asynccontextmanager
+    async def exclusive(self) -> AsyncIterator[None]:
+        """Nothing else resets, saves or loads, and no due job (a sweep, an expiry) runs meanwhile."""
+        async with self._reset_lock, self._due_lock:
+            yield
+
+    async def clear_run(self) -> None:
+        """The reset's hooks: every workload stopped, every file a run made removed, what parts keep in memory
+        emptied (held by `exclusive`)."""
+        for hook in self._on_reset:
+            try:
+                await hook()
+            except Exception:
+                # The rest of the reset must still happen: a run's rows must not outlive it.
+                log.exception("reset: %s failed", getattr(hook, "__qualname__", hook))
+        await self.bus.flush()  # the events the hooks published are written before the journal is emptied
+
+    async def reload_clock(self) -> None:
+        saved = await self.store.get_meta("clock")
+        state = msgspec.json.decode(saved, type=_SavedClock) if saved else _SavedClock()
+        self.clock.restore(offset=state.offset, frozen_at=state.frozen_at)
+
+    async def run_after_load(self) -> None:
+        for hook in self._after_load:
+            try:
+                await hook()
+            except Exception:
+                log.exception("after a load: %s failed", getattr(hook, "__qualname__", hook))
+
+    async def reset(self, to: str = "empty") -> float:
         """Back to an empty emulator without a restart: every registration, trial, organization, key, secret,
         session, database and service (their workloads gone), media, the journal, the rate-limit and idempotency
         windows, fault holds and switches, and the clock as it was at start. What makes this installation itself
-        stays: signing keys, the CA, the secrets' key, built environments, and the docs index. Returns how long it
-        took, in seconds."""
-        async with self._reset_lock, self._due_lock:  # no due job (a sweep, an expiry) runs meanwhile
+        stays: signing keys, the CA, the secrets' key, built environments, and the docs index. With `to="start"`,
+        back to the state the emulator was started from (the snapshot taken at start, when it was not empty).
+        Returns how long it took, in seconds."""
+        if to == "start" and self.start_snapshot is not None:
+            return await self.snapshots.load(self.start_snapshot, internal=True)
+        async with self.exclusive():
             began = time.perf_counter()
-            for hook in self._on_reset:
-                try:
-                    await hook()
-                except Exception:
-                    # The rest of the reset must still happen: a run's rows must not outlive it.
-                    log.exception("reset: %s failed", getattr(hook, "__qualname__", hook))
-            await self.bus.flush()  # the events the hooks published are written before the journal is emptied
+            await self.clear_run()
             await self.store.wipe(keep=_KEPT_TABLES)
+            self.ids.reseed()
             self.faults.release()  # after the wipe: a held request that goes on now writes to the new state
             self.switches.reset()
             frozen = self.settings.freeze_clock.timestamp() if self.settings.freeze_clock is not None else None

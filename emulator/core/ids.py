@@ -7,16 +7,35 @@ import hmac
 import random
 import secrets
 import uuid
+from typing import Any
 
 _CROCKFORD = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
 
 
 class Ids:
     def __init__(self, seed: int | None = None) -> None:
+        self._seed = seed
         self._rng: random.Random | None = random.Random(seed) if seed is not None else None
         # Identifiers (not secrets) come from a fast generator seeded from the OS once: a uuid per
         # request must not cost a system call.
         self._fast = self._rng or random.Random(secrets.randbits(128))
+
+    def state(self) -> list[Any] | None:
+        """Where a seeded generator is in its sequence (for a snapshot), or None without a seed."""
+        if self._rng is None:
+            return None
+        version, internal, gauss = self._rng.getstate()
+        return [version, list(internal), gauss]
+
+    def restore(self, state: list[Any] | None) -> None:
+        """Continue a seeded sequence where a snapshot left it, so a loaded world never repeats its ids."""
+        if self._rng is not None and state is not None:
+            self._rng.setstate((state[0], tuple(state[1]), state[2]))
+
+    def reseed(self) -> None:
+        """Back to the start of the seeded sequence (a reset: the same test gets the same ids)."""
+        if self._rng is not None:
+            self._rng.seed(self._seed)
 
     def _bits(self, n: int) -> int:
         return self._rng.getrandbits(n) if self._rng else secrets.randbits(n)

@@ -14,6 +14,10 @@ class Kind(StrEnum):
     # the emulator itself
     EMULATOR_STARTED = "emulator.started"
     EMULATOR_RESET = "emulator.reset"
+    SNAPSHOT_SAVED = "snapshot.saved"
+    SNAPSHOT_LOADED = "snapshot.loaded"
+    SNAPSHOT_DELETED = "snapshot.deleted"
+    SNAPSHOT_IMPORTED = "snapshot.imported"
     CLOCK_MOVED = "clock.moved"
     SWITCH_CHANGED = "switch.changed"
     FAULT_ARMED = "fault.armed"

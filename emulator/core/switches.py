@@ -24,6 +24,11 @@ class Switches:
         """Back to the values the emulator was started with."""
         self._values = {name: bool(getattr(self._settings, name)) for name in SWITCHES}
 
+    def restore(self, saved: dict[str, bool]) -> None:
+        """The values a snapshot saved (a switch it does not name keeps its start value)."""
+        self.reset()
+        self._values.update({k: bool(v) for k, v in saved.items() if k in self._values})
+
     def __getitem__(self, name: str) -> bool:
         return self._values[name]
 

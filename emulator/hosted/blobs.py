@@ -17,6 +17,7 @@ from emulator.core.context import Core
 from emulator.core.errors import ApiError
 from emulator.core.kinds import Kind
 from emulator.core.private import private_key
+from emulator.core.snapshots import copy_tree
 from emulator.core.store import one, run
 
 MAX_BLOB = 2 * 1024**3
@@ -39,6 +40,18 @@ class Blobs:
         """Every uploaded archive gone (their rows go with the store's)."""
         await asyncio.to_thread(shutil.rmtree, self.root, True)
         self.root.mkdir(parents=True, exist_ok=True)
+
+    def reload_key(self) -> None:
+        """Sign with the key now in the state dir (a loaded snapshot brought its own)."""
+        self._key = private_key(self.core.settings.state_dir / "keys" / "blob-signing.key")
+
+    async def save_to(self, folder: Path) -> None:
+        await asyncio.to_thread(copy_tree, self.root, folder / "files")
+
+    async def load_from(self, folder: Path) -> None:
+        """The archives a snapshot holds (after a reset emptied the folder)."""
+        await asyncio.to_thread(shutil.rmtree, self.root, True)
+        await asyncio.to_thread(copy_tree, folder / "files", self.root)
 
     def path(self, sha256: str) -> Path:
         return self.root / sha256[:2] / sha256

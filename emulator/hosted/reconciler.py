@@ -11,8 +11,9 @@ service through the gateway.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +35,7 @@ from emulator.runtime.supervisor import Environment, Place, Release, ServiceRele
 from emulator.runtime.workload import SIZES, Launcher, resized
 
 log = logging.getLogger("emulator.runtime")
+PAUSE_WAIT = 120.0  # seconds a snapshot waits for database and service jobs under way
 
 
 class Reconciler:
@@ -56,6 +58,8 @@ class Reconciler:
         self.supervisor = Supervisor(root, launcher, self, host_ok)
         self._locks: dict[tuple[str, str], asyncio.Lock] = {}
         self._tasks: set[asyncio.Task[None]] = set()
+        self._running = asyncio.Event()  # cleared while a snapshot copies the databases' files
+        self._running.set()
         self._starting: dict[tuple[str, str], asyncio.Task[None]] = {}
 
     @property
@@ -82,6 +86,29 @@ class Reconciler:
         self._locks.clear()
         self._starting.clear()
         self.auth.runtime_keys.clear()
+
+    @contextlib.asynccontextmanager
+    async def paused(self) -> AsyncIterator[None]:
+        """No workload runs while a snapshot copies the databases' files: jobs under way finish first, nothing
+        starts meanwhile (a tunnel connection waits), and the services that ran start again after."""
+        if self._tasks:
+            _, pending = await asyncio.wait(set(self._tasks), timeout=PAUSE_WAIT)
+            if pending:
+                raise ApiError(
+                    409,
+                    "conflict",
+                    f"{len(pending)} database or service job(s) still running; try again once they settle",
+                )
+        self._running.clear()
+        ran = set(self.supervisor.services)
+        try:
+            await self.supervisor.quiesce()
+            yield
+        finally:
+            self._running.set()
+            for s in await services.every(self.core.store, state="AVAILABLE"):
+                if (s.org_id, s.db, s.base_path, s.name) in ran:
+                    self.schedule_service(s.org_id, s.slug, s.db, s.base_path, s.name, s.generation, "deploy")
 
     async def resume(self) -> None:
         """Bring back the services that were running when the emulator stopped (their databases start first)."""
@@ -143,6 +170,7 @@ class Reconciler:
         client retries) does not cancel it, and the next caller joins it.
         """
         key = (org_id, db)
+        await self._running.wait()
         if self.supervisor.address(org_id, db) is None:
             task = self._starting.get(key)
             if task is None or task.done():
@@ -176,6 +204,7 @@ class Reconciler:
                 await self._set(org_id, db, started_at=self.core.clock.now())
 
     async def _job(self, org_id: str, slug: str, db: str, generation: int, verb: str) -> None:
+        await self._running.wait()
         async with self._lock(org_id, db):
             place = Place(org_id, slug, db)
             try:
@@ -379,6 +408,7 @@ class Reconciler:
     async def _service_job(self, place: Place, base: str, name: str, generation: int, verb: str) -> None:
         label = service_label(base, name)
         subject = kinds.service(place.slug, place.db, label)
+        await self._running.wait()
         async with self._lock(place.org_id, f"{place.db}/{base}/{name}"):
             row = await services.get(self.core.store, place.org_id, place.db, base, name)
             if row is None:

@@ -33,6 +33,10 @@ class SecretBox:
     def load_or_create(cls, state_dir: Path) -> SecretBox:
         return cls(Fernet(private_key(state_dir / "keys" / "secrets.fernet", Fernet.generate_key)))
 
+    def reload(self, state_dir: Path) -> None:
+        """Use the key now in the state dir (a loaded snapshot brought its own)."""
+        self._fernet = SecretBox.load_or_create(state_dir)._fernet
+
     def seal(self, value: str) -> bytes:
         return self._fernet.encrypt(value.encode())
 

@@ -39,6 +39,11 @@ class Signer:
         write_private(path, json.dumps(key.as_dict(private=True)).encode())
         return cls(key)
 
+    def reload(self, state_dir: Path) -> None:
+        """Sign with the key now in the state dir (a loaded snapshot brought its own)."""
+        other = Signer.load_or_create(state_dir)
+        self._key, self.kid = other._key, other.kid
+
     def sign(self, typ: str, claims: dict[str, Any]) -> str:
         header = {"alg": "ES256", "typ": typ, "kid": self.kid}
         return jwt.encode(header, claims, self._key, algorithms=["ES256"])

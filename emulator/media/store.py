@@ -55,6 +55,7 @@ from werkzeug.serving import BaseWSGIServer, WSGIRequestHandler, make_server
 from emulator.core.context import Core
 from emulator.core.kinds import Kind
 from emulator.core.private import private_key
+from emulator.core.snapshots import copy_tree
 
 log = logging.getLogger("emulator.media")
 
@@ -402,6 +403,20 @@ class MediaStore:
 
     # --- credentials and buckets ----------------------------------------------------------------------
 
+    async def save_to(self, folder: Path) -> None:
+        """The media as the mirror holds it (every write is mirrored before the client hears back)."""
+        await asyncio.to_thread(self._mirror.copy_to, folder / "mirror")
+
+    async def load_from(self, folder: Path) -> None:
+        """The media a snapshot holds, into the endpoint and its mirror (after a reset emptied both)."""
+        await asyncio.to_thread(self._mirror.replace_with, folder / "mirror")
+        self._restoring = True  # the restore's own writes are on disk already
+        try:
+            await asyncio.to_thread(self._mirror.restore, self._s3)
+        finally:
+            self._restoring = False
+        self._buckets.update(self._mirror.buckets())
+
     def credentials(self, org_id: str) -> tuple[str, str]:
         """A stable key pair per organization, derived (never stored): (access key id, secret)."""
         digest = hmac.new(self._key, f"media\0{org_id}".encode(), hashlib.sha256).digest()
@@ -540,6 +555,18 @@ class Mirror:
     def clear(self) -> None:
         with self._lock:
             shutil.rmtree(self.root, ignore_errors=True)
+
+    def copy_to(self, target: Path) -> None:
+        with self._lock:  # no manifest changes while its files are copied
+            if self.root.is_dir():
+                copy_tree(self.root, target)
+            else:
+                target.mkdir(parents=True)
+
+    def replace_with(self, source: Path) -> None:
+        with self._lock:
+            shutil.rmtree(self.root, ignore_errors=True)
+            copy_tree(source, self.root)
 
     def _save(self, s3: Any) -> None:
         self.root.mkdir(parents=True, exist_ok=True)

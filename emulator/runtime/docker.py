@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import logging
+import os
 import re
 import shutil
 import threading
@@ -386,6 +387,20 @@ class DockerLauncher:
         if pod is not None and not await asyncio.to_thread(members):
             del self.pods[base]
             await asyncio.to_thread(_remove, pod)
+
+    async def readable(self, base: Path) -> None:
+        image = self._disk_image(base)
+
+        def mount() -> bool:
+            if not image.is_file() or os.path.ismount(base):
+                return False
+            # A disk is mounted at the database's first start in a run; a snapshot before it needs it now.
+            disks.ensure(image, base, image.stat().st_size / disks.GB)
+            return True
+
+        if await asyncio.to_thread(mount):
+            self.mounts.add(base)
+            self.disk_owner[base] = (base, "")
 
     def watch_disks(self, full: Callable[[Path, str], Awaitable[None]]) -> None:
         """Call `full(database dir, service label or "")` once when one of the disks fills up."""

@@ -207,6 +207,9 @@ class ProcessLauncher:
     async def stopped(self, base: Path) -> None:
         await stop_postgres(base / "home" / "pgdata")
 
+    async def readable(self, base: Path) -> None:
+        return None  # its files are plain files in `base`
+
     def watch_disks(self, full: Callable[[Path, str], Awaitable[None]]) -> None:
         return None  # no disk of its own: a process writes to this machine's
 

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from emulator.core.address import Address
+from emulator.core.snapshots import copy_tree
 from emulator.core.tasks import cancel
 from emulator.gateway.server import DatabaseGateway, Target
 from emulator.runtime.environments import Build, BuildFailed
@@ -150,6 +151,30 @@ class Supervisor:
         await asyncio.to_thread(shutil.rmtree, root, True)
         self._places.clear()
         self._sizes.clear()
+
+    def _database_dirs(self) -> list[Path]:
+        root = self.root / "databases"
+        found = sorted(root.glob("*/*")) if root.is_dir() else []
+        return [d for d in found if d.is_dir() and not d.name.endswith(".services")]
+
+    async def quiesce(self) -> None:
+        """Every workload stopped and every database's files at rest and readable (a snapshot copies them)."""
+        await self._stop_all()
+        for base in self._database_dirs():
+            await self.launcher.stopped(base)  # the process runtime's Postgres, even of a server that died
+            await self.launcher.readable(base)
+
+    async def save_to(self, folder: Path) -> None:
+        """Copy every database's directory (its Pixeltable home: Postgres's data, files, media cache); the
+        services' file caches are disposable and stay behind."""
+        for base in self._database_dirs():
+            await asyncio.to_thread(copy_tree, base, folder / base.parent.name / base.name)
+
+    async def load_from(self, folder: Path) -> None:
+        """Put back the databases' directories a snapshot holds (after a reset removed them all); each goes onto
+        its disk at its server's next start."""
+        for saved in await asyncio.to_thread(lambda: sorted(folder.glob("*/*"))):
+            await asyncio.to_thread(copy_tree, saved, self.directory(saved.parent.name, saved.name))
 
     def directory(self, org_id: str, db: str) -> Path:
         return self.root / "databases" / org_id / db

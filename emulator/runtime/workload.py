@@ -111,6 +111,10 @@ class Launcher(Protocol):
         """Called once a database's workloads are all gone (the process launcher stops its Postgres)."""
         ...
 
+    async def readable(self, base: Path) -> None:
+        """Make a stopped database's files readable at `base` (a snapshot copies them): its disk mounted."""
+        ...
+
     def watch_disks(self, full: Callable[[Path, str], Awaitable[None]]) -> None:
         """Have `full(database dir, service label or "")` called when a disk it enforces fills up (a launcher that
         enforces none never calls it)."""

@@ -224,10 +224,7 @@ class TunnelServer:
         self._authorize = authorize
         self._on_event = on_event
         self._server_names: weakref.WeakKeyDictionary[ssl.SSLObject, str] = weakref.WeakKeyDictionary()
-        self._context = ca.server_context()
-        self._context.sni_callback = self._remember_server_name
-        # the client never resumes sessions (a new context per tunnel), so tickets would only be extra records
-        self._context.num_tickets = 0
+        self.use_ca(ca)
         self._server: asyncio.Server | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
         self._closing = False
@@ -253,6 +250,14 @@ class TunnelServer:
                 await asyncio.wait_for(self._server.wait_closed(), CLOSE_TIMEOUT)
 
     # -- plumbing -------------------------------------------------------------------------------------------
+
+    def use_ca(self, ca: LocalCA) -> None:
+        """Serve the leaf `ca` issued (at start, and when a loaded snapshot brought its own CA)."""
+        context = ca.server_context()
+        context.sni_callback = self._remember_server_name
+        # the client never resumes sessions (a new context per tunnel), so tickets would only be extra records
+        context.num_tickets = 0
+        self._context = context
 
     def _remember_server_name(self, obj: ssl.SSLObject, name: str | None, ctx: ssl.SSLContext) -> None:
         # a server-side SSLObject does not expose the SNI it was sent; this callback is the only place to see it

@@ -108,6 +108,51 @@ class Store:
             for table in tables:
                 await conn.execute(f'DELETE FROM "{table}"')
 
+    async def backup_to(self, path: Path) -> None:
+        """A consistent copy of the committed store in a new file, through SQLite's backup API (a file copy of a
+        live WAL database may catch it mid-checkpoint). Taken under the write lock: no transaction runs meanwhile."""
+        async with self._lock:
+            target = await aiosqlite.connect(path, isolation_level=None)
+            try:
+                await self._conn.backup(target)
+                await target.execute("PRAGMA journal_mode=DELETE")  # one self-contained file
+            finally:
+                await target.close()
+
+    async def schema_version(self) -> int:
+        row = await self.fetchone("PRAGMA user_version")
+        return int(row[0]) if row else 0
+
+    async def restore_from(self, path: Path, keep: tuple[str, ...], skip: tuple[str, ...] = ()) -> None:
+        """Make every table but those named in `keep` (a prefix) hold exactly the rows it has in the store file at
+        `path` (same schema), in one transaction; tables named in `skip` are emptied instead. Either all of it
+        happens or none."""
+        rows = await self.fetchall("SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'")
+        tables = [r["name"] for r in rows if not r["name"].startswith(keep)]
+        async with self._lock:
+            # ATTACH cannot run inside a transaction; nothing else writes while the lock is held.
+            await self._conn.execute("ATTACH DATABASE ? AS snap", (str(path),))
+            try:
+                await self._conn.execute("BEGIN IMMEDIATE")
+                try:
+                    await self._conn.execute("PRAGMA defer_foreign_keys = ON")
+                    for table in tables:
+                        await self._conn.execute(f'DELETE FROM main."{table}"')
+                        if table in skip:
+                            continue
+                        async with self._conn.execute(f'PRAGMA main.table_info("{table}")') as cur:
+                            cols = ", ".join(f'"{c[1]}"' for c in await cur.fetchall())
+                        await self._conn.execute(
+                            f'INSERT INTO main."{table}" ({cols}) SELECT {cols} FROM snap."{table}"'
+                        )
+                except BaseException:
+                    await self._conn.execute("ROLLBACK")
+                    raise
+                else:
+                    await self._conn.execute("COMMIT")
+            finally:
+                await self._conn.execute("DETACH DATABASE snap")
+
     async def get_meta(self, key: str) -> str | None:
         row = await self.fetchone("SELECT value FROM meta WHERE key = ?", (key,))
         return row["value"] if row else None

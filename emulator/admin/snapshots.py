@@ -1,0 +1,111 @@
+"""`/_emulator/snapshots`: save, list, load, delete, export and import snapshots of the running emulator (see
+emulator.core.snapshots), and `POST /_emulator/reset` back to an empty emulator or to the state it started from."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any, Literal
+
+import msgspec
+from litestar import Request, Response, delete, get, post
+from litestar.background_tasks import BackgroundTask
+from litestar.response import File
+
+from emulator.admin.emulator import decode, json_response
+from emulator.core import openapi
+from emulator.core.snapshots import MAX_IMPORT_BYTES, SnapshotView, check_name
+from emulator.site.state import site_of
+
+
+class SnapshotSave(msgspec.Struct, forbid_unknown_fields=True):
+    name: str
+
+
+class SnapshotLoaded(msgspec.Struct):
+    loaded: str
+    seconds: float  # how long the load took
+    clock: str  # the clock after it (the snapshot's), ISO 8601
+
+
+class ResetRequest(msgspec.Struct, forbid_unknown_fields=True):
+    """`empty`: nothing a run made is left; `start`: the state the emulator was started from (`up --import`, or the
+    state dir it found), which is `empty` when it started empty."""
+
+    to: Literal["empty", "start"] = "empty"
+
+
+class ResetView(msgspec.Struct):
+    reset: bool
+    to: str
+    seconds: float  # how long the reset took
+    clock: str  # the clock after it, ISO 8601
+
+
+@get("/_emulator/snapshots")
+async def snapshots_list(request: Request[Any, Any, Any]) -> Response[bytes]:
+    return json_response({"snapshots": await site_of(request).core.snapshots.list()})
+
+
+@post("/_emulator/snapshots", status_code=201, opt=openapi.body(SnapshotSave))
+async def snapshot_save(request: Request[Any, Any, Any]) -> Response[bytes]:
+    body = decode(await request.body(), SnapshotSave)
+    view = await site_of(request).core.snapshots.save(check_name(body.name))
+    return json_response(view, 201)
+
+
+@post("/_emulator/snapshots/{name:str}/load", status_code=200)
+async def snapshot_load(request: Request[Any, Any, Any], name: str) -> Response[bytes]:
+    core = site_of(request).core
+    seconds = await core.snapshots.load(name)
+    return json_response(SnapshotLoaded(name, seconds, core.clock.state().iso))
+
+
+@delete("/_emulator/snapshots/{name:str}", status_code=200)
+async def snapshot_delete(request: Request[Any, Any, Any], name: str) -> Response[bytes]:
+    await site_of(request).core.snapshots.delete(name)
+    return json_response({"deleted": name})
+
+
+@get("/_emulator/snapshots/{name:str}/export")
+async def snapshot_export(request: Request[Any, Any, Any], name: str) -> File:
+    packed = await site_of(request).core.snapshots.export(name)
+    return File(
+        packed,
+        media_type="application/gzip",
+        filename=f"{name}.tar.gz",
+        background=BackgroundTask(asyncio.to_thread, packed.unlink, True),
+    )
+
+
+@post(
+    "/_emulator/snapshots/import",
+    status_code=201,
+    request_max_body_size=MAX_IMPORT_BYTES,
+    opt={
+        **openapi.raw_body("application/gzip", {"type": "string", "format": "binary"}, "an export (.tar.gz)"),
+        **openapi.query(name=str),
+    },
+)
+async def snapshot_import(request: Request[Any, Any, Any]) -> Response[bytes]:
+    snapshots = site_of(request).core.snapshots
+    name = request.query_params.get("name")
+    if name is not None:
+        check_name(name)
+    archive = await snapshots.receive(request.stream())
+    try:
+        view: SnapshotView = await snapshots.import_file(archive, name)
+    finally:
+        await asyncio.to_thread(archive.unlink, True)
+    return json_response(view, 201)
+
+
+@post("/_emulator/reset", status_code=200, opt=openapi.body(ResetRequest))
+async def reset(request: Request[Any, Any, Any]) -> Response[bytes]:
+    """Everything a run made is gone, without a restart (see Core.reset)."""
+    body = decode(await request.body() or b"{}", ResetRequest)
+    core = site_of(request).core
+    seconds = await core.reset(body.to)
+    return json_response(ResetView(reset=True, to=body.to, seconds=seconds, clock=core.clock.state().iso))
+
+
+HANDLERS = [reset, snapshots_list, snapshot_save, snapshot_load, snapshot_delete, snapshot_export, snapshot_import]

@@ -1,0 +1,420 @@
+"""Snapshots: a named, consistent copy of everything a later load needs, kept in `<state-dir>/snapshots/NAME/`.
+
+A snapshot holds the store (through SQLite's backup API, taken while no transaction runs), the clock, the
+switches and the seeded id generator's position, and one folder per part that keeps files of its own: the keys and
+the CA, the archives (blobs), the media store, and the hosted databases' directories (their servers are stopped
+for the copy, so Postgres's files are at rest, and come back after). A part registers how to pause, save and load
+itself; this module knows none of them. A load runs the reset's hooks (every workload stopped, every file of the
+run removed), puts the store's rows back in one transaction and then each part's files; the journal starts afresh.
+
+On disk a snapshot is a folder with `manifest.json`; an export is that folder as a `.tar.gz`. The manifest's
+`format` and `schema` say who can read it: a newer format or store schema is refused, an older schema is migrated.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import re
+import shutil
+import subprocess
+import tarfile
+import tempfile
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import AbstractAsyncContextManager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import msgspec
+
+from emulator import __version__
+from emulator.core.clock import iso
+from emulator.core.errors import ApiError
+from emulator.core.kinds import Kind
+from emulator.core.private import private_dir
+from emulator.core.store import Store
+
+if TYPE_CHECKING:
+    from emulator.core.context import Core
+
+FORMAT = 1
+START = ".start"  # the state the emulator was started from (a name no user can give: it starts with a dot)
+EXIT = ".exit"  # what `up --export-on-exit` exports
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+# Tables a load leaves as they are: the docs index is derived from the docs this emulator serves, not from use.
+_KEEP = ("docs_",)
+# ... and the journal, which starts afresh (event numbers never go back: followers would miss what comes next).
+_EMPTIED = ("events",)
+MAX_IMPORT_BYTES = 50 * 1024**3
+
+
+class Manifest(msgspec.Struct, kw_only=True):
+    format: int
+    emulator: str
+    schema: int
+    name: str
+    created_at: str  # wall-clock time of the save
+    clock: str  # the emulator's clock at the save
+    parts: list[str]
+    switches: dict[str, bool] = {}
+    ids: list[Any] | None = None  # the seeded id generator's state (None without a seed)
+    counts: dict[str, int] = {}
+
+
+class SnapshotView(msgspec.Struct):
+    name: str
+    created_at: str
+    clock: str
+    emulator: str
+    size_bytes: int
+    counts: dict[str, int]
+
+
+@dataclass(frozen=True)
+class Part:
+    """What one component keeps outside the store. `pause` (optional) holds it still while the snapshot is taken."""
+
+    name: str
+    save: Callable[[Path], Awaitable[None]]
+    load: Callable[[Path], Awaitable[None]]
+    pause: Callable[[], AbstractAsyncContextManager[None]] | None = None
+
+
+def check_name(name: str) -> str:
+    if not _NAME.match(name):
+        raise ApiError(
+            400,
+            "bad_request",
+            f"snapshot name {name[:80]!r}: use 1-64 letters, digits, dots, dashes or underscores, starting with a "
+            "letter or digit",
+        )
+    return name
+
+
+def copy_tree(source: Path, target: Path) -> None:
+    """Copy a directory with owners, modes and times (a database's files must stay its server's), sparse files
+    sparse; `cp -a` does all of it, and reflinks where the filesystem can."""
+    target.mkdir(parents=True, exist_ok=True)
+    if shutil.which("cp"):
+        args = ["cp", "-a", "--reflink=auto"] if os.uname().sysname == "Linux" else ["cp", "-a"]
+        subprocess.run([*args, f"{source}/.", str(target)], check=True, capture_output=True)
+    else:
+        shutil.copytree(source, target, symlinks=True, dirs_exist_ok=True)
+
+
+def _put(source: Path, final: Path) -> None:
+    """`source` becomes `final`; a snapshot already there is replaced only now that the new one is complete."""
+    old = final.with_name(f".old-{final.name}-{os.getpid()}")
+    if final.exists():
+        final.rename(old)
+    source.rename(final)
+    shutil.rmtree(old, True)
+
+
+def _size(folder: Path) -> int:
+    return sum(p.lstat().st_size for p in folder.rglob("*") if p.is_file() and not p.is_symlink())
+
+
+class Snapshots:
+    def __init__(self, core: Core, root: Path) -> None:
+        self.core = core
+        self.root = root
+        self._parts: list[Part] = []
+
+    def add_part(self, part: Part) -> None:
+        self._parts.append(part)
+
+    def _folder(self, name: str) -> Path:
+        return self.root / name
+
+    def _existing(self, name: str) -> Path:
+        folder = self._folder(name)
+        if not (folder / "manifest.json").is_file():
+            known = ", ".join(sorted(v.name for v in self._views())) or "none saved yet"
+            raise ApiError(404, "not_found", f"no snapshot named {name!r} (snapshots: {known})")
+        return folder
+
+    # --- listing ------------------------------------------------------------------------------------------------
+
+    def _views(self) -> list[SnapshotView]:
+        views = []
+        for folder in sorted(self.root.iterdir()) if self.root.is_dir() else []:
+            if folder.name.startswith(".") or not folder.is_dir():
+                continue
+            try:
+                m = read_manifest(folder)
+            except ApiError:
+                continue
+            views.append(SnapshotView(folder.name, m.created_at, m.clock, m.emulator, _size(folder), m.counts))
+        return views
+
+    async def list(self) -> list[SnapshotView]:
+        return await asyncio.to_thread(self._views)
+
+    async def view(self, name: str) -> SnapshotView:
+        folder = self._existing(check_name(name))
+        m = read_manifest(folder)
+        return SnapshotView(name, m.created_at, m.clock, m.emulator, await asyncio.to_thread(_size, folder), m.counts)
+
+    # --- save -------------------------------------------------------------------------------------------------
+
+    async def save(self, name: str, *, internal: bool = False) -> SnapshotView:
+        """Save the running emulator as `name` (replacing a snapshot of that name once the new one is complete)."""
+        if not internal:
+            check_name(name)
+        core = self.core
+        private_dir(self.root)
+        async with core.exclusive():
+            began = time.perf_counter()
+            tmp = Path(tempfile.mkdtemp(prefix=".saving-", dir=self.root))
+            try:
+                await core.bus.flush()
+                async with contextlib.AsyncExitStack() as stack:
+                    for part in self._parts:
+                        if part.pause is not None:
+                            await stack.enter_async_context(part.pause())
+                    await core.store.backup_to(tmp / "store.sqlite3")
+                    for part in self._parts:
+                        (tmp / part.name).mkdir()
+                        await part.save(tmp / part.name)
+                manifest = Manifest(
+                    format=FORMAT,
+                    emulator=__version__,
+                    schema=await core.store.schema_version(),
+                    name=name,
+                    created_at=iso(time.time()),
+                    clock=core.clock.state().iso,
+                    parts=[p.name for p in self._parts],
+                    switches=core.switches.snapshot(),
+                    ids=core.ids.state(),
+                    counts=await _counts(core.store),
+                )
+                (tmp / "manifest.json").write_bytes(msgspec.json.format(msgspec.json.encode(manifest)))
+                await asyncio.to_thread(_put, tmp, self._folder(name))
+            except BaseException:
+                await asyncio.to_thread(shutil.rmtree, tmp, True)
+                raise
+            seconds = round(time.perf_counter() - began, 3)
+        view = (
+            await self.view(name)
+            if not internal
+            else SnapshotView(name, manifest.created_at, manifest.clock, __version__, 0, manifest.counts)
+        )
+        if not internal:
+            core.bus.publish(Kind.SNAPSHOT_SAVED, name, seconds=seconds, bytes=view.size_bytes, **manifest.counts)
+        return view
+
+    # --- load -------------------------------------------------------------------------------------------------
+
+    async def load(self, name: str, *, internal: bool = False, resume: bool = True) -> float:
+        """Make the running emulator what snapshot `name` holds; returns the seconds it took."""
+        folder = self._existing(name if internal else check_name(name))
+        manifest = read_manifest(folder)
+        core = self.core
+        current = await core.store.schema_version()
+        if manifest.schema > current:
+            raise ApiError(
+                409,
+                "conflict",
+                f"snapshot {name!r} was saved by emulator {manifest.emulator}, whose store is newer (schema "
+                f"{manifest.schema}) than this emulator's (schema {current}, emulator {__version__}); "
+                "upgrade to load it",
+            )
+        missing = [p.name for p in self._parts if not (folder / p.name).is_dir()]
+        if missing:
+            raise ApiError(422, "unprocessable", f"snapshot {name!r} is incomplete: it lacks {', '.join(missing)}")
+        began = time.perf_counter()
+        with tempfile.TemporaryDirectory(dir=self.root) as work:
+            store_file = Path(work) / "store.sqlite3"
+            await asyncio.to_thread(shutil.copyfile, folder / "store.sqlite3", store_file)
+            if manifest.schema < current:
+                await (await Store.open(store_file)).close()  # its migrations bring it to this emulator's schema
+            async with core.exclusive():
+                fingerprint = await core.store.get_meta("docs_fingerprint")
+                await core.clear_run()
+                await core.store.restore_from(store_file, keep=_KEEP, skip=_EMPTIED)
+                if fingerprint is not None:
+                    await core.store.set_meta("docs_fingerprint", fingerprint)
+                for part in self._parts:
+                    await part.load(folder / part.name)
+                await core.reload_clock()
+                core.switches.restore(manifest.switches)
+                core.ids.restore(manifest.ids)
+                core.faults.release()
+                seconds = round(time.perf_counter() - began, 3)
+                state = core.clock.state()
+                core.bus.publish(
+                    Kind.SNAPSHOT_LOADED,
+                    None if internal else name,
+                    seconds=seconds,
+                    now=state.now,
+                    frozen=state.frozen,
+                    iso=state.iso,
+                )
+        if resume:
+            await core.run_after_load()
+        return seconds
+
+    # --- delete, export, import -------------------------------------------------------------------------------
+
+    async def delete(self, name: str) -> None:
+        folder = self._existing(check_name(name))
+        gone = folder.with_name(f".deleting-{name}-{os.getpid()}")
+        folder.rename(gone)
+        await asyncio.to_thread(shutil.rmtree, gone, True)
+        self.core.bus.publish(Kind.SNAPSHOT_DELETED, name)
+
+    async def export(self, name: str, *, internal: bool = False) -> Path:
+        """The snapshot as a .tar.gz in a temporary file (the caller streams it, then deletes it)."""
+        folder = self._existing(name if internal else check_name(name))
+        fd, path = tempfile.mkstemp(prefix=".export-", suffix=".tar.gz", dir=self.root)
+        os.close(fd)
+
+        def pack() -> None:
+            with tarfile.open(path, "w:gz", compresslevel=1) as tar:
+                tar.add(folder, arcname="snapshot")
+
+        try:
+            await asyncio.to_thread(pack)
+        except BaseException:
+            os.unlink(path)
+            raise
+        return Path(path)
+
+    async def receive(self, chunks: AsyncIterator[bytes]) -> Path:
+        """Write an uploaded export to a temporary file, refusing one larger than MAX_IMPORT_BYTES."""
+        private_dir(self.root)
+        fd, path = tempfile.mkstemp(prefix=".import-", suffix=".tar.gz", dir=self.root)
+        size = 0
+        try:
+            with os.fdopen(fd, "wb") as f:
+                async for chunk in chunks:
+                    size += len(chunk)
+                    if size > MAX_IMPORT_BYTES:
+                        raise ApiError(413, "too_large", f"a snapshot export is at most {MAX_IMPORT_BYTES} bytes")
+                    f.write(chunk)
+        except BaseException:
+            os.unlink(path)
+            raise
+        return Path(path)
+
+    async def import_file(self, archive: Path, name: str | None = None) -> SnapshotView:
+        """Unpack an export as snapshot `name` (default: the name it was saved under). Nothing changes when the
+        file is not a complete snapshot this emulator can read."""
+        private_dir(self.root)
+        work = Path(tempfile.mkdtemp(prefix=".unpacking-", dir=self.root))
+        try:
+            manifest = await asyncio.to_thread(_unpack, archive, work)
+            target = check_name(name or manifest.name)
+            current = await self.core.store.schema_version()
+            if manifest.schema > current:
+                raise ApiError(
+                    409,
+                    "conflict",
+                    f"this export was made by emulator {manifest.emulator}, whose store is newer (schema "
+                    f"{manifest.schema}) than this emulator's (schema {current}, emulator {__version__}); "
+                    "upgrade to import it",
+                )
+            missing = [p.name for p in self._parts if not (work / "snapshot" / p.name).is_dir()]
+            if missing or not (work / "snapshot" / "store.sqlite3").is_file():
+                lacks = ", ".join(missing) or "the store"
+                raise ApiError(422, "unprocessable", f"the export is not a complete snapshot: it lacks {lacks}")
+            await asyncio.to_thread(_check_store, work / "snapshot" / "store.sqlite3")
+            await asyncio.to_thread(_put, work / "snapshot", self._folder(target))
+        finally:
+            await asyncio.to_thread(shutil.rmtree, work, True)
+        self.core.bus.publish(Kind.SNAPSHOT_IMPORTED, target, emulator=manifest.emulator)
+        return await self.view(target)
+
+    async def export_to(self, name: str, target: Path) -> None:
+        """Write the export of `name` to the file `target` (replacing it once complete)."""
+        packed = await self.export(name, internal=True)
+        try:
+            await asyncio.to_thread(shutil.move, packed, target)
+        finally:
+            await asyncio.to_thread(packed.unlink, True)
+
+    async def is_empty(self) -> bool:
+        """Whether the store holds nothing a run makes (no organization, registration or database)."""
+        return not any((await _counts(self.core.store)).values())
+
+
+def read_manifest(folder: Path) -> Manifest:
+    try:
+        raw = json.loads((folder / "manifest.json").read_bytes())
+    except (OSError, ValueError):
+        raise ApiError(
+            422, "unprocessable", f"{folder.name}: not an emulator snapshot (no readable manifest.json)"
+        ) from None
+    if not isinstance(raw, dict) or not isinstance(raw.get("format"), int):
+        raise ApiError(422, "unprocessable", f"{folder.name}: not an emulator snapshot (its manifest has no format)")
+    if raw["format"] > FORMAT:
+        raise ApiError(
+            409,
+            "conflict",
+            f"the snapshot is of format {raw['format']}, made by emulator {raw.get('emulator', '?')}; this emulator "
+            f"({__version__}) reads format {FORMAT}: upgrade it",
+        )
+    try:
+        return msgspec.convert(raw, Manifest)
+    except msgspec.ValidationError as e:
+        raise ApiError(422, "unprocessable", f"{folder.name}: the snapshot's manifest is not valid ({e})") from None
+
+
+def _unpack(archive: Path, work: Path) -> Manifest:
+    """Extract an export into `work`/snapshot: only regular files, folders and links that stay inside, owners kept
+    (a database's files must stay its server's)."""
+    try:
+        with tarfile.open(archive, "r:gz") as tar:
+            members = tar.getmembers()
+            for m in members:
+                top = m.name.split("/", 1)[0]
+                if top != "snapshot" or not (m.isfile() or m.isdir() or m.issym() or m.islnk()):
+                    raise ApiError(
+                        422, "unprocessable", f"the export holds {m.name[:120]!r}, which no emulator snapshot has"
+                    )
+
+            def keep_owner(member: tarfile.TarInfo, dest: str) -> tarfile.TarInfo:
+                safe = tarfile.data_filter(member, dest)  # no absolute paths, nothing outside, no devices
+                return safe.replace(uid=member.uid, gid=member.gid, uname=member.uname, gname=member.gname)
+
+            tar.extractall(work, members=members, filter=keep_owner, numeric_owner=True)
+    except (tarfile.TarError, EOFError, OSError, ValueError) as e:
+        raise ApiError(422, "unprocessable", f"the file is not an emulator snapshot export (a .tar.gz): {e}") from None
+    return read_manifest(work / "snapshot")
+
+
+def _check_store(path: Path) -> None:
+    import sqlite3
+
+    try:
+        conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+        try:
+            ok = conn.execute("PRAGMA quick_check").fetchone()
+        finally:
+            conn.close()
+    except sqlite3.Error as e:
+        raise ApiError(422, "unprocessable", f"the export's store is not a readable SQLite database: {e}") from None
+    if not ok or ok[0] != "ok":
+        raise ApiError(422, "unprocessable", f"the export's store is damaged: {ok[0] if ok else 'unknown'}")
+
+
+async def _counts(store: Store) -> dict[str, int]:
+    counts = {}
+    tables = (
+        ("organizations", "orgs"),
+        ("registrations", "registrations"),
+        ("users", "users"),
+        ("databases", "databases"),
+    )
+    for label, table in tables:
+        try:
+            row = await store.fetchone(f'SELECT COUNT(*) AS n FROM "{table}"')
+        except Exception:
+            continue
+        counts[label] = int(row["n"]) if row else 0
+    return counts

@@ -1,0 +1,224 @@
+"""Snapshots: save, load, list, delete, export and import; `up --import`, `--export-on-exit`, `reset --to start`;
+`emulator exec`. Each against real emulator processes (the hosted databases' data, with the real `pxt` client, is
+a step of tests/test_pxt_cloud.py)."""
+
+from __future__ import annotations
+
+import io
+import json
+import subprocess
+import sys
+import tarfile
+from collections.abc import Callable
+from pathlib import Path
+
+import httpx
+
+from tests import agent_flow as flow
+from tests.conftest import Emulator
+from tests.test_media_store import presign
+
+FROZEN = "2030-01-01T00:00:00Z"
+
+
+def cli(e: Emulator | None, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    where = ["--state-dir", str(e.state_dir)] if e is not None else []
+    return subprocess.run(
+        [sys.executable, "-m", "emulator", *args, *where], capture_output=True, text=True, timeout=timeout
+    )
+
+
+async def op(c: httpx.AsyncClient, e: Emulator, api_key: str, /, **body: object) -> httpx.Response:
+    return await c.post(e.api, json=body, headers={"X-api-key": api_key})
+
+
+def names(e: Emulator) -> list[str]:
+    return [s["name"] for s in e.admin().get("/_emulator/snapshots").json()["snapshots"]]
+
+
+async def test_a_loaded_snapshot_is_the_world_it_saved(start_emulator: Callable[..., Emulator]) -> None:
+    e = start_emulator("--no-watch", "--freeze-clock", FROZEN)
+    admin = e.admin()
+    async with e.client() as c:
+        # The world to keep: a trial with a second key, a secret, a media object, the clock 3h on, a switch off.
+        _, _, t = await flow.new_trial(c, e)
+        key = t["api_key"]
+        extra = await op(c, e, key, operation_type="create_key", name="ci")
+        assert extra.status_code in (200, 201), extra.text
+        assert (await op(c, e, key, operation_type="set_secret", db="main", key="S", value="v1")).status_code == 200
+        put = (await presign(c, e, t, "photos/a.png", "put")).json()["url"]
+        assert (await c.put(put, content=b"png" * 100)).status_code == 200
+        e.advance("3h")
+        assert admin.post("/_emulator/switches", json={"anonymous_registration": False}).status_code == 200
+
+        saved = cli(e, "snapshot", "save", "one")
+        assert saved.returncode == 0, saved.stderr
+        assert saved.stdout.startswith("saved one (") and "2030-01-01T03:00:00" in saved.stdout
+        [view] = admin.get("/_emulator/snapshots").json()["snapshots"]
+        assert view["name"] == "one" and view["counts"]["organizations"] == 1 and view["size_bytes"] > 0
+
+        # A later world: another trial, the secret gone, the object overwritten, the clock on, the switch back.
+        assert admin.post("/_emulator/switches", json={"anonymous_registration": True}).status_code == 200
+        _, _, t2 = await flow.new_trial(c, e)
+        assert (await op(c, e, key, operation_type="delete_secret", db="main", key="S")).status_code == 200
+        assert (await c.put(put, content=b"changed")).status_code == 200
+        e.advance("10h")
+
+        loaded = cli(e, "snapshot", "load", "one")
+        assert loaded.returncode == 0, loaded.stderr
+        assert loaded.stdout.startswith("loaded one in ") and "2030-01-01T03:00:00" in loaded.stdout
+
+        assert admin.get("/_emulator/clock").json()["iso"].startswith("2030-01-01T03:00:00")
+        assert admin.get("/_emulator/switches").json()["anonymous_registration"] is False
+        orgs = [o["org"] for o in admin.get("/_emulator/trials").json()["trials"]]
+        assert orgs == [t["org"]]
+        # The saved trial's keys work; the later one's are unknown.
+        assert (await flow.list_orgs(c, e, key)).status_code == 200
+        assert (await flow.list_orgs(c, e, t2["api_key"])).status_code == 401
+        secrets = (await op(c, e, key, operation_type="list_all_secrets", db="main")).json()
+        assert "S" in json.dumps(secrets)
+        get = (await presign(c, e, t, "photos/a.png", "get")).json()["url"]
+        got = await c.get(get)
+        assert got.status_code == 200 and got.content == b"png" * 100
+        # The journal starts afresh with the load.
+        assert [ev["kind"] for ev in e.journal()][:1] == ["snapshot.loaded"]
+
+        # A load is repeatable: change, load again, same world.
+        assert (await op(c, e, key, operation_type="delete_secret", db="main", key="S")).status_code == 200
+        assert admin.post("/_emulator/snapshots/one/load").status_code == 200
+        assert "S" in json.dumps((await op(c, e, key, operation_type="list_all_secrets", db="main")).json())
+
+        listed = cli(e, "snapshot", "list")
+        assert listed.returncode == 0 and listed.stdout.startswith("one ")
+        assert cli(e, "snapshot", "delete", "one").returncode == 0
+        assert names(e) == []
+
+
+async def test_bad_snapshot_input_is_refused_and_changes_nothing(
+    start_emulator: Callable[..., Emulator], tmp_path: Path
+) -> None:
+    e = start_emulator("--no-watch")
+    admin = e.admin()
+    async with e.client() as c:
+        _, _, t = await flow.new_trial(c, e)
+    assert admin.post("/_emulator/snapshots", json={"name": "good"}).status_code == 201
+
+    unknown = cli(e, "snapshot", "load", "nope")
+    assert unknown.returncode != 0 and "no snapshot named 'nope' (snapshots: good)" in unknown.stderr
+    for bad in ("../x", ".start", "", "a" * 65, "a/b"):
+        r = admin.post("/_emulator/snapshots", json={"name": bad})
+        assert r.status_code == 400 and "snapshot name" in r.json()["error"]["message"], (bad, r.text)
+    assert admin.post("/_emulator/snapshots", json={"nam": "x"}).status_code == 400
+
+    def tgz(files: dict[str, bytes], mode: int = 0o644) -> bytes:
+        out = io.BytesIO()
+        with tarfile.open(fileobj=out, mode="w:gz") as tar:
+            for name, data in files.items():
+                info = tarfile.TarInfo(name)
+                info.size, info.mode = len(data), mode
+                tar.addfile(info, io.BytesIO(data))
+        return out.getvalue()
+
+    manifest = {"format": 1, "emulator": "0", "schema": 1, "name": "x", "created_at": "", "clock": "", "parts": []}
+    cases = {
+        b"not a tarball at all": (422, "not an emulator snapshot export"),
+        tgz({"snapshot/readme": b"hi"}): (422, "not an emulator snapshot"),
+        tgz({"../evil": b"x"}): (422, "no emulator snapshot has"),
+        tgz({"snapshot/manifest.json": json.dumps({**manifest, "format": 99}).encode()}): (409, "upgrade"),
+        tgz({"snapshot/manifest.json": json.dumps({**manifest, "schema": 9999}).encode()}): (409, "upgrade"),
+        tgz({"snapshot/manifest.json": json.dumps(manifest).encode()}): (422, "not a complete snapshot"),
+    }
+    for body, (status, text) in cases.items():
+        r = admin.post("/_emulator/snapshots/import", content=body, headers={"Content-Type": "application/gzip"})
+        assert r.status_code == status and text in r.json()["error"]["message"], r.text
+    garbage = tmp_path / "garbage.tar.gz"
+    garbage.write_bytes(b"\x1f\x8b garbage")
+    imported = cli(e, "snapshot", "import", str(garbage))
+    assert imported.returncode != 0 and "not an emulator snapshot export" in imported.stderr
+    missing = cli(e, "snapshot", "import", str(tmp_path / "absent.tar.gz"))
+    assert missing.returncode != 0 and "no such file" in missing.stderr
+    # Nothing changed: the one snapshot, the one trial, no leftovers in the snapshots folder.
+    assert names(e) == ["good"]
+    assert [o["org"] for o in admin.get("/_emulator/trials").json()["trials"]] == [t["org"]]
+    assert sorted(p.name for p in (e.state_dir / "snapshots").iterdir()) == ["good"]
+    assert admin.delete("/_emulator/snapshots/nope").status_code == 404
+
+
+async def test_export_import_up_import_reset_to_start_and_export_on_exit(
+    start_emulator: Callable[..., Emulator], tmp_path: Path
+) -> None:
+    first = start_emulator("--no-watch", "--freeze-clock", FROZEN)
+    async with first.client() as c:
+        _, token, t = await flow.new_trial(c, first)
+    assert cli(first, "snapshot", "save", "seeded").returncode == 0
+    export = tmp_path / "seeded.tar.gz"
+    done = cli(first, "snapshot", "export", "seeded", str(export))
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith(f"exported seeded to {export}")
+
+    # Another emulator (its own keys and CA) starts from the export: the trial and its key are valid there. (The
+    # agent's token is not: it was issued for the first emulator's site, another URL.)
+    last_run = tmp_path / "last-run.tar.gz"
+    second = start_emulator("--no-watch", "--import", str(export), "--export-on-exit", str(last_run))
+    admin = second.admin()
+    async with second.client() as c:
+        assert (await flow.list_orgs(c, second, t["api_key"])).status_code == 200
+        refused = await flow.create_trial(c, second, token)
+        assert refused.status_code == 401 and "not issued for this site" in refused.text, refused.text
+        assert admin.get("/_emulator/clock").json()["iso"].startswith("2030-01-01T00:00:00")
+        # Changes, then back to the state it started from.
+        _, _, t2 = await flow.new_trial(c, second)
+        back = cli(second, "reset", "--to", "start")
+        assert back.returncode == 0 and back.stdout.startswith("reset to start in "), back.stderr
+        assert [o["org"] for o in admin.get("/_emulator/trials").json()["trials"]] == [t["org"]]
+        assert (await flow.list_orgs(c, second, t2["api_key"])).status_code == 401
+        # `reset` (to empty) empties it, and `--to start` brings the import back again.
+        assert admin.post("/_emulator/reset", json={"to": "empty"}).json()["to"] == "empty"
+        assert admin.get("/_emulator/trials").json()["trials"] == []
+        assert admin.post("/_emulator/reset", json={"to": "start"}).status_code == 200
+        assert (await flow.list_orgs(c, second, t["api_key"])).status_code == 200
+        _, _, t3 = await flow.new_trial(c, second)
+    assert second.stop() == 0
+    # The state at the stop was exported: importing it into the first emulator gives both trials.
+    assert last_run.is_file()
+    imported = cli(first, "snapshot", "import", str(last_run), "--name", "last", "--load")
+    assert imported.returncode == 0, imported.stderr
+    orgs = {o["org"] for o in first.admin().get("/_emulator/trials").json()["trials"]}
+    assert orgs == {t["org"], t3["org"]}
+
+    # A start from a file that is not an export fails with the reason.
+    bad = tmp_path / "bad.tar.gz"
+    bad.write_bytes(b"nope")
+    ports = ["--site-port", "0", "--auth-port", "0", "--api-port", "0", "--tunnel-port", "0", "--s3-port", "0"]
+    up = cli(None, "up", "--state-dir", str(tmp_path / "third"), *ports, "--runtime", "process", "--import", str(bad))
+    assert up.returncode == 1 and "--import" in up.stderr and "not an emulator snapshot export" in up.stderr
+
+
+def test_exec_runs_a_command_against_a_throwaway_emulator(
+    tmp_path: Path, start_emulator: Callable[..., Emulator]
+) -> None:
+    source = start_emulator("--no-watch")
+    with source.admin() as admin:
+        admin.post("/_emulator/switches", json={"trials_enabled": False}).raise_for_status()
+    assert cli(source, "snapshot", "save", "s").returncode == 0
+    export = tmp_path / "s.tar.gz"
+    assert cli(source, "snapshot", "export", "s", str(export)).returncode == 0
+    probe = (
+        "import json, os, sys, urllib.request\n"
+        "site = os.environ['EMULATOR_URL']\n"
+        "assert os.environ['PIXELTABLE_API_URL'].startswith('http://127.0.0.1:')\n"
+        "s = json.load(urllib.request.urlopen(site + '/_emulator/switches'))\n"
+        "open(sys.argv[1], 'w').write(os.environ['EMULATOR_STATE_DIR'])\n"
+        "sys.exit(7 if s['trials_enabled'] is False else 1)\n"
+    )
+    marker = tmp_path / "state-dir.txt"
+    run = cli(
+        None, "exec", "--runtime", "process", "--import", str(export), "--", sys.executable, "-c", probe, str(marker)
+    )
+    assert run.returncode == 7, run.stderr
+    state = Path(marker.read_text())
+    assert not state.exists()  # the throwaway state dir is gone, and with it the emulator
+    nothing = cli(None, "exec")
+    assert nothing.returncode != 0 and "needs a command" in nothing.stderr
+    missing = cli(None, "exec", "--runtime", "process", "--", "no-such-command-here")
+    assert missing.returncode == 127 and "command not found" in missing.stderr
