@@ -371,6 +371,7 @@ async def serve(settings: Settings, on_ready: Any = None, start: Start | None = 
             tunnel.use_ca(LocalCA.load_or_create(settings.state_dir / "tls", settings.cloud_domain))
 
         snapshots = core.snapshots
+        await asyncio.to_thread(snapshots.sweep)
         snapshots.add_part(key_files(settings, reload_keys))
         snapshots.add_part(Part("blobs", blobs.save_to, blobs.load_from))
         snapshots.add_part(Part("media", platform.media.save_to, platform.media.load_from))

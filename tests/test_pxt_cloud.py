@@ -681,7 +681,44 @@ def test_13_a_killed_emulator_leaves_nothing_running_after_the_next_start(sessio
     assert re.search(r"^N [1-9]", count, re.M), count
 
 
-def test_14_a_reset_stops_and_removes_every_workload(session: Session) -> None:
+def test_14_a_snapshot_brings_back_a_hosted_databases_rows(session: Session) -> None:
+    """A snapshot holds the hosted database's data: save, change the table, load, and the old rows are back (the
+    servers stop for the save and the load, and the database comes back on first use)."""
+    e = session.e
+
+    def cli(*args: str) -> str:
+        done = subprocess.run(
+            [sys.executable, "-m", "emulator", *args, "--state-dir", str(e.state_dir)],
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
+        assert done.returncode == 0, done.stderr
+        return done.stdout
+
+    def count() -> int:
+        session.pxt.stop_daemon()  # its connections were to a server the snapshot stopped
+        printed = session.python(f"import pixeltable as pxt; print('N', pxt.get_table('{session.db}/docs').count())")
+        return int(re.search(r"^N (\d+)", printed, re.M).group(1))  # type: ignore[union-attr]
+
+    before = count()
+    assert before >= 1
+    assert cli("snapshot", "save", "hosted").startswith("saved hosted (")
+    saved = e.state_dir / "snapshots" / "hosted" / "databases"
+    assert any(saved.glob("*/*/home/pgdata/PG_VERSION")), "the database's Postgres data is in the snapshot"
+    session.pxt.stop_daemon()
+    session.python(
+        f"import pixeltable as pxt; pxt.get_table('{session.db}/docs').insert([{{'title': 'after the save'}}])"
+    )
+    assert count() == before + 1
+    assert cli("snapshot", "load", "hosted").startswith("loaded hosted in ")
+    assert count() == before  # the row inserted after the save is gone: the database is the saved one
+    table = f"pxt.get_table('{session.db}/docs')"
+    printed = session.python(f"import pixeltable as pxt; print('T', [r['title'] for r in {table}.collect()])")
+    assert "hello hosted world" in printed and "after the save" not in printed
+
+
+def test_15_a_reset_stops_and_removes_every_workload(session: Session) -> None:
     """`emulator reset` between tests: the hosted databases and services stop, their directories go, and the
     client's key names nothing any more; the emulator serves on, as new."""
     e = session.e

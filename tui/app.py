@@ -244,7 +244,7 @@ class Dashboard(App[None]):
     def _on_event(self, event: EventView) -> None:
         self.model.last_seq = event.seq
         self.model.note_event(event.kind, event.subject, event.data)
-        if event.kind in (Kind.CLOCK_MOVED, Kind.EMULATOR_RESET):
+        if event.kind in (Kind.CLOCK_MOVED, Kind.EMULATOR_RESET, Kind.SNAPSHOT_LOADED):
             self._render_clock()
             self._render({"orgs", "registrations"})
         elif event.kind == Kind.TRIAL_EXPIRED:

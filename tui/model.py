@@ -76,6 +76,7 @@ _AFFECTS: dict[str, frozenset[str]] = {
     Kind.CLOCK_MOVED: frozenset({"claims", "logins"}),
     Kind.EMULATOR_STARTED: ALL,
     Kind.EMULATOR_RESET: ALL,
+    Kind.SNAPSHOT_LOADED: ALL,  # a whole other world: everything is fetched again
 }
 
 
@@ -133,9 +134,9 @@ class Model:
 
     def note_event(self, kind: str, subject: str | None, data: dict[str, Any]) -> None:
         """What an event tells directly, without a fetch."""
-        if kind in (Kind.CLOCK_MOVED, Kind.EMULATOR_RESET):
+        if kind in (Kind.CLOCK_MOVED, Kind.EMULATOR_RESET, Kind.SNAPSHOT_LOADED):
             self.clock.set(float(data["now"]), bool(data["frozen"]))
-        if kind == Kind.EMULATOR_RESET:
+        if kind in (Kind.EMULATOR_RESET, Kind.SNAPSHOT_LOADED):
             self.expired = {}
         elif kind == Kind.TRIAL_EXPIRED and subject:
             self.expired[subject] = {"org": subject, **data}

@@ -9,6 +9,7 @@ CLI calls synchronously (standard library only, so a command starts fast); the d
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import urllib.error
 import urllib.request
@@ -83,7 +84,9 @@ def download(url: str, target: Path, timeout: float = 600) -> int:
     """GET `url` into the file `target` (written whole or not at all); returns its size."""
     tmp = target.with_name(f".{target.name}.part")
     try:
-        with urllib.request.urlopen(url, timeout=timeout) as resp, open(tmp, "wb") as f:
+        # An export holds the emulator's keys: the file is the user's alone, as the state dir is.
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with urllib.request.urlopen(url, timeout=timeout) as resp, os.fdopen(fd, "wb") as f:
             shutil.copyfileobj(resp, f, 1024 * 1024)
         tmp.replace(target)
     except urllib.error.HTTPError as e:

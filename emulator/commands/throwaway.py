@@ -52,6 +52,8 @@ def cmd_exec(args: argparse.Namespace) -> int:
     command = args.cmd[1:] if args.cmd[:1] == ["--"] else args.cmd
     if not command:
         raise SystemExit("emulator: exec needs a command after --, e.g. emulator exec -- pytest")
+    # Stopped from outside (a CI job cancelled): the command goes, then the emulator, as at a normal end.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
     state = Path(tempfile.mkdtemp(prefix="pxt-emulator-exec-"))
     os.chmod(state, 0o700)
     argv = [sys.executable, "-m", "emulator", "up", "--state-dir", str(state)]

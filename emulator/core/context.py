@@ -119,10 +119,15 @@ class Core:
                 log.exception("reset: %s failed", getattr(hook, "__qualname__", hook))
         await self.bus.flush()  # the events the hooks published are written before the journal is emptied
 
-    async def reload_clock(self) -> None:
+    async def reload_clock(self, at: float | None = None) -> None:
+        """The clock the store saved (a snapshot's); a running one starts again from `at`, the instant of the save,
+        so a snapshot loaded later has lost no time (its trials have as long left as when it was saved)."""
         saved = await self.store.get_meta("clock")
         state = msgspec.json.decode(saved, type=_SavedClock) if saved else _SavedClock()
         self.clock.restore(offset=state.offset, frozen_at=state.frozen_at)
+        if at is not None and state.frozen_at is None:
+            self.clock.set(at)
+        await self._save_clock()
 
     async def run_after_load(self) -> None:
         for hook in self._after_load:

@@ -59,6 +59,7 @@ class Manifest(msgspec.Struct, kw_only=True):
     name: str
     created_at: str  # wall-clock time of the save
     clock: str  # the emulator's clock at the save
+    clock_now: float | None = None  # the same, as a timestamp: a load starts the clock again from it
     parts: list[str]
     switches: dict[str, bool] = {}
     ids: list[Any] | None = None  # the seeded id generator's state (None without a seed)
@@ -128,6 +129,14 @@ class Snapshots:
     def add_part(self, part: Part) -> None:
         self._parts.append(part)
 
+    def sweep(self) -> None:
+        """At start: what a stopped (or killed) emulator left half done, and its own start and exit snapshots."""
+        for leftover in self.root.glob(".*") if self.root.is_dir() else []:
+            if leftover.is_dir():
+                shutil.rmtree(leftover, ignore_errors=True)
+            else:
+                leftover.unlink(missing_ok=True)
+
     def _folder(self, name: str) -> Path:
         return self.root / name
 
@@ -188,6 +197,7 @@ class Snapshots:
                     name=name,
                     created_at=iso(time.time()),
                     clock=core.clock.state().iso,
+                    clock_now=core.clock.now(),
                     parts=[p.name for p in self._parts],
                     switches=core.switches.snapshot(),
                     ids=core.ids.state(),
@@ -241,7 +251,7 @@ class Snapshots:
                     await core.store.set_meta("docs_fingerprint", fingerprint)
                 for part in self._parts:
                     await part.load(folder / part.name)
-                await core.reload_clock()
+                await core.reload_clock(manifest.clock_now)
                 core.switches.restore(manifest.switches)
                 core.ids.restore(manifest.ids)
                 core.faults.release()
