@@ -13,6 +13,7 @@ from litestar.response import File
 
 from emulator.admin.emulator import decode, json_response
 from emulator.core import openapi
+from emulator.core.boundary import IMPORT_TYPES
 from emulator.core.snapshots import MAX_IMPORT_BYTES, SnapshotView, check_name
 from emulator.site.state import site_of
 
@@ -82,7 +83,12 @@ async def snapshot_export(request: Request[Any, Any, Any], name: str) -> File:
     status_code=201,
     request_max_body_size=MAX_IMPORT_BYTES,
     opt={
-        **openapi.raw_body("application/gzip", {"type": "string", "format": "binary"}, "an export (.tar.gz)"),
+        **openapi.custom_body(
+            openapi.Body(
+                {kind: {"schema": {"type": "string", "format": "binary"}} for kind in IMPORT_TYPES},
+                description="an export (.tar.gz)",
+            )
+        ),
         **openapi.query(name=str),
     },
 )

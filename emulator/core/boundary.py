@@ -107,15 +107,17 @@ class Boundary:
             )
         if method not in _SAFE and path.startswith(_JSON_PREFIXES) and _has_body(headers):
             kind = headers.get("content-type", "").split(";", 1)[0].strip().lower()
-            wanted = _OTHER_BODIES.get(path, "application/json")
-            if kind != wanted:
-                return ApiError(415, "unsupported_media_type", f"send the body as {wanted}, not {kind or 'untyped'}")
+            wanted = _OTHER_BODIES.get(path, ("application/json",))
+            if kind not in wanted:
+                as_ = " or ".join(wanted)
+                return ApiError(415, "unsupported_media_type", f"send the body as {as_}, not {kind or 'untyped'}")
         return None
 
 
-# The few bodies that are not JSON. Like JSON, neither is a type a page can send cross-site without the browser
+# The few bodies that are not JSON. Like JSON, none is a type a page can send cross-site without the browser
 # asking first (a CORS preflight, which nothing here answers); text/plain or a form would be.
-_OTHER_BODIES = {"/_emulator/snapshots/import": "application/gzip", "/_emulator/apply": "application/toml"}
+IMPORT_TYPES = ("application/gzip", "application/octet-stream")
+_OTHER_BODIES = {"/_emulator/snapshots/import": IMPORT_TYPES, "/_emulator/apply": ("application/toml",)}
 
 
 def _has_body(headers: Mapping[str, str]) -> bool:
