@@ -222,3 +222,23 @@ def test_exec_runs_a_command_against_a_throwaway_emulator(
     assert nothing.returncode != 0 and "needs a command" in nothing.stderr
     missing = cli(None, "exec", "--runtime", "process", "--", "no-such-command-here")
     assert missing.returncode == 127 and "command not found" in missing.stderr
+
+
+async def test_with_a_seed_a_reset_repeats_the_ids_and_a_load_continues_them(
+    start_emulator: Callable[..., Emulator],
+) -> None:
+    e = start_emulator("--no-watch", "--seed", "7")
+    admin = e.admin()
+    async with e.client() as c:
+        _, _, first = await flow.new_trial(c, e)
+        assert admin.post("/_emulator/reset", json={}).status_code == 200
+        _, _, again = await flow.new_trial(c, e)
+        assert (again["org"], again["api_key"]) == (first["org"], first["api_key"])  # the same test, the same ids
+        assert admin.post("/_emulator/snapshots", json={"name": "after-one"}).status_code == 201
+        _, _, second = await flow.new_trial(c, e)
+        assert admin.post("/_emulator/snapshots/after-one/load").status_code == 200
+        _, _, replayed = await flow.new_trial(c, e)
+        # The generator is where the snapshot left it: the next trial is the one that came next before.
+        assert (replayed["org"], replayed["api_key"]) == (second["org"], second["api_key"])
+        orgs = sorted(o["org"] for o in admin.get("/_emulator/trials").json()["trials"])
+        assert orgs == sorted([first["org"], second["org"]])
