@@ -19,6 +19,8 @@ def sse_events(text: str) -> list[dict]:
         if not block.strip():
             continue
         lines = block.split("\n")
+        if all(line.startswith("retry: ") for line in lines):
+            continue  # reconnection guidance, no event
         assert not any(line.startswith("event:") for line in lines), f"named event: {block!r}"
         data = [line[len("data: ") :] for line in lines if line.startswith("data: ")]
         assert len(data) == 1, block
@@ -158,6 +160,8 @@ async def test_curl_style_form_body_with_json_is_read_as_json(client: httpx.Asyn
 def _assert_stream(r: httpx.Response, query: str) -> list[dict]:
     assert r.status_code == 200
     assert r.headers["content-type"].startswith("text/event-stream")
+    # a reconnecting EventSource waits a whole rate window, not its default 3 s
+    assert r.text.startswith("retry: 60000\n\n")
     events = sse_events(r.text)
     kinds = [e["message_type"] for e in events]
     assert kinds == ["begin-nlweb-response", "result", "summary", "end-nlweb-response", "complete"]

@@ -197,6 +197,9 @@ def _sse(payload: dict[str, Any]) -> bytes:
 async def _stream(site: Site, ask: AskInput) -> AsyncIterator[bytes]:
     results, answer = _results(site, ask.query)
     meta = msgspec.to_builtins(_meta(site, True))
+    # An EventSource reconnects when the stream ends, after `retry` ms (3 s by default): a naive page would spend
+    # the whole rate limit asking again. One rate window between reconnects keeps it inside the limit.
+    yield f"retry: {site.core.settings.ask_rate_window * 1000}\n\n".encode()
     yield _sse({"message_type": "begin-nlweb-response", "query_id": ask.query_id, "query": ask.query, "_meta": meta})
     yield _sse({"message_type": "result", "content": msgspec.to_builtins(results)})
     yield _sse({"message_type": "summary", "message": answer})
