@@ -25,14 +25,15 @@ from textual.pilot import Pilot
 from textual.widgets import DataTable, Input
 
 from emulator.admin.client import Locator
+from emulator.core.kinds import Kind
 from emulator.idp.login import CLIENT_ID
 from tests import agent_flow as flow
 from tests.conftest import FROZEN_AT, Emulator
 from tests.test_proxy import Origin, echo_through
-from tui.app import Dashboard
+from tui.app import Dashboard, short
 from tui.filter import RowFilter
 from tui.keys import KEYS
-from tui.model import affected, fmt_left
+from tui.model import Model, affected, fmt_left, fmt_span
 from tui.screens import HelpScreen, PromptScreen
 
 SNAPSHOTS = Path(__file__).parent / "snapshots" / "test_tui"
@@ -151,6 +152,20 @@ def test_each_event_names_only_the_snapshots_it_changes() -> None:
     assert affected("emulator.started") == {"registrations", "claims", "logins", "orgs", "services"}
     shown = [fmt_left(s) for s in (172800, 3600, 3599, 59, 0, None)]
     assert shown == ["48h 00m", "1h 00m", "59m 59s", "59s", "due", "—"]
+    spans = [fmt_span(s) for s in (172801, 172800, 90, 60, 5, 0, 0.25)]
+    assert spans == ["48h 00m 01s", "48h 00m", "1m 30s", "1m", "5s", "0s", "0.25s"]
+    assert short(1795534947.25, "expired_at") == "2026-11-24T15:42:27Z" and short(3, "count") == "3"
+
+
+def test_a_replayed_clock_event_does_not_set_the_clock() -> None:
+    """Attaching replays old `clock.moved` events: their `now` is old, the status read at attach is current."""
+    model = Model()
+    model.clock.set(2000.0, True)
+    moved = {"now": 1000.0, "before": 900.0, "frozen": False, "iso": "x"}
+    model.note_event(Kind.CLOCK_MOVED, None, moved, live=False)
+    assert model.clock.current() == 2000.0 and model.clock.frozen
+    model.note_event(Kind.CLOCK_MOVED, None, moved)
+    assert not model.clock.frozen and model.clock.current() >= 1000.0
 
 
 # --- live views -------------------------------------------------------------------------------

@@ -13,6 +13,8 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import Awaitable, Callable, Iterable
+from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any, ClassVar
 
 from rich.text import Text
@@ -29,7 +31,7 @@ from emulator.admin.wire import EventView
 from emulator.core.kinds import Kind
 from tui.filter import RowFilter
 from tui.keys import ACTS, VIEWS, bindings, visible
-from tui.model import ALL, SNAPSHOTS, Model, affected, fmt_left, fmt_stamp
+from tui.model import ALL, SNAPSHOTS, Model, affected, fmt_span, fmt_stamp
 from tui.screens import HelpScreen, PromptScreen
 from tui.views.databases import DatabasesView
 from tui.views.log import Entry, LogView
@@ -243,7 +245,7 @@ class Dashboard(App[None]):
 
     def _on_event(self, event: EventView) -> None:
         self.model.last_seq = event.seq
-        self.model.note_event(event.kind, event.subject, event.data)
+        self.model.note_event(event.kind, event.subject, event.data, live=event.seq > self._snapshot_seq)
         if event.kind in (Kind.CLOCK_MOVED, Kind.EMULATOR_RESET, Kind.SNAPSHOT_LOADED):
             self._render_clock()
             self._render({"orgs", "registrations"})
@@ -264,10 +266,10 @@ class Dashboard(App[None]):
         if event.kind == Kind.CLOCK_MOVED:
             moved = float(event.data["now"]) - float(event.data["before"])
             sign = "+" if moved >= 0 else "-"
-            data = f"to {event.data['iso']} ({sign}{fmt_left(abs(moved)) if moved else '0s'})"
+            data = f"to {event.data['iso']} ({sign}{fmt_span(abs(moved))})"
             data += " frozen" if event.data.get("frozen") else ""
         else:
-            data = " ".join(f"{k}={short(v)}" for k, v in event.data.items() if v is not None)
+            data = " ".join(f"{k}={short(v, k)}" for k, v in event.data.items() if v is not None)
         subject = f" [{event.subject}]" if event.subject else ""
         return f"{stamp} {event.kind}{subject} {data}".rstrip(), None
 
@@ -512,6 +514,15 @@ class Dashboard(App[None]):
 
     # --- command palette ------------------------------------------------------------------------
 
+    def deliver_screenshot(
+        self, filename: str | None = None, path: str | None = None, time_format: str | None = None
+    ) -> str | None:
+        # Textual saves into ~/Downloads and fails where there is none (a server, a container): use the cwd then.
+        if path is None:
+            downloads = Path.home() / "Downloads"
+            path = str(downloads if downloads.is_dir() else Path.cwd())
+        return super().deliver_screenshot(filename, path, time_format)
+
     def get_system_commands(self, screen: Screen[Any]) -> Iterable[SystemCommand]:
         yield from super().get_system_commands(screen)
         for n, (name, title) in enumerate(VIEWS, 1):
@@ -556,8 +567,11 @@ class Dashboard(App[None]):
                 )
 
 
-def short(value: Any) -> str:
-    """A field of an event as one short token: nested values as compact JSON, cut at 60 characters."""
+def short(value: Any, key: str = "") -> str:
+    """A field of an event as one short token: an instant (`…_at`) as UTC time, nested values as compact JSON,
+    cut at 60 characters."""
+    if key.endswith("_at") and isinstance(value, (int, float)) and not isinstance(value, bool):
+        return datetime.fromtimestamp(value, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     text = json.dumps(value, separators=(",", ":")) if isinstance(value, (dict, list)) else str(value)
     return text if len(text) <= 60 else text[:59] + "…"
 

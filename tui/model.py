@@ -132,9 +132,10 @@ class Model:
         elif name == "services":
             self.services = body["services"]
 
-    def note_event(self, kind: str, subject: str | None, data: dict[str, Any]) -> None:
-        """What an event tells directly, without a fetch."""
-        if kind in (Kind.CLOCK_MOVED, Kind.EMULATOR_RESET, Kind.SNAPSHOT_LOADED):
+    def note_event(self, kind: str, subject: str | None, data: dict[str, Any], *, live: bool = True) -> None:
+        """What an event tells directly, without a fetch. A replayed event (`live` False: one from before the
+        snapshots we hold) must not set the clock: its `now` is old, and the status read at attach is current."""
+        if live and kind in (Kind.CLOCK_MOVED, Kind.EMULATOR_RESET, Kind.SNAPSHOT_LOADED):
             self.clock.set(float(data["now"]), bool(data["frozen"]))
         if kind in (Kind.EMULATOR_RESET, Kind.SNAPSHOT_LOADED):
             self.expired = {}
@@ -158,6 +159,19 @@ def fmt_left(seconds: float | None) -> str:
     if s >= 60:
         return f"{s // 60}m {s % 60:02d}s"
     return f"{s}s"
+
+
+def fmt_span(seconds: float) -> str:
+    """A span exactly, for a move of the clock: `48h 00m 01s`, `48h 00m`, `1m 30s`, `0.25s`."""
+    if 0 < seconds < 1:
+        return f"{seconds:.3g}s"
+    s = round(seconds)
+    h, m, sec = s // 3600, s % 3600 // 60, s % 60
+    if h:
+        return f"{h}h {m:02d}m" + (f" {sec:02d}s" if sec else "")
+    if m:
+        return f"{m}m {sec:02d}s" if sec else f"{m}m"
+    return f"{sec}s"
 
 
 def fmt_ago(then: float | None, now: float) -> str:
