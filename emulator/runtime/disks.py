@@ -75,8 +75,14 @@ def ensure(image: Path, mountpoint: Path, size_gb: float) -> bool:
             staging.mkdir(exist_ok=True)
             _run("mount", "-o", "loop", str(image), str(staging))
             try:
+                # cp -a, not shutil.move: a move across filesystems copies without owners, and Postgres refuses
+                # a data directory its user does not own.
+                _run("cp", "-a", f"{mountpoint}/.", str(staging))
                 for entry in list(mountpoint.iterdir()):
-                    shutil.move(str(entry), str(staging / entry.name))
+                    if entry.is_dir() and not entry.is_symlink():
+                        shutil.rmtree(entry)
+                    else:
+                        entry.unlink()
             finally:
                 _run("umount", str(staging))
                 staging.rmdir()

@@ -268,6 +268,11 @@ class DockerLauncher:
             await asyncio.to_thread(disks.remove, self._disk_image(mountpoint), mountpoint)
             self.mounts.discard(mountpoint)
             self.disk_owner.pop(mountpoint, None)
+        # Disks not mounted in this run (made by an earlier one) go too, or a new database of the same name
+        # would find the old one's data on its disk.
+        stale = [self._disk_image(base), *self._disk_image(caches).parent.glob(self._disk_image(caches).stem + "_*")]
+        for image in stale:
+            await asyncio.to_thread(image.unlink, True)
         await asyncio.to_thread(shutil.rmtree, base, True)
         await asyncio.to_thread(shutil.rmtree, caches, True)
 
