@@ -16,7 +16,7 @@ import shutil
 import signal
 import socket
 import time
-from collections.abc import Callable, Generator
+from collections.abc import Awaitable, Callable, Generator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -26,6 +26,7 @@ import uvicorn
 
 from emulator import __version__
 from emulator.cloud.app import build_cloud_app
+from emulator.cloud.operations import OPERATIONS
 from emulator.config import ConfigError, Settings
 from emulator.core import kinds
 from emulator.core.boundary import Boundary
@@ -36,7 +37,7 @@ from emulator.core.httpserver import timed_protocol
 from emulator.core.kinds import Kind
 from emulator.core.private import private_dir, write_private
 from emulator.core.snapshots import EXIT, START, Part
-from emulator.hosted import databases, trials
+from emulator.hosted import databases, declared, trials
 from emulator.hosted.auth import Authenticator
 from emulator.hosted.blobs import Blobs
 from emulator.hosted.platform import Platform
@@ -63,6 +64,10 @@ log = logging.getLogger("emulator")
 
 class PortInUse(RuntimeError):
     pass
+
+
+# Applies a declared state (its text, its file name for messages): emulator.hosted.declared.apply, bound.
+ApplyState = Callable[[str, str], Awaitable[object]]
 
 
 @dataclass(frozen=True)
@@ -188,17 +193,26 @@ def tunnel_authorizer(platform: Platform) -> Authorize:
     return authorize
 
 
-async def begin_from(core: Core, start: Start) -> None:
-    """The state `up` was asked to start from, kept as the target of `reset --to start` when it is not empty."""
+async def begin_from(core: Core, start: Start, apply_state: ApplyState | None = None) -> None:
+    """The state `up` was asked to start from (an export, then a declared state on top of it), kept as the target of
+    `reset --to start` when it is not empty."""
     if start.import_file is not None:
         try:
             view = await core.snapshots.import_file(start.import_file)
             await core.snapshots.load(view.name, resume=False)  # serve() resumes the services once it serves
         except ApiError as e:
             raise ConfigError(f"--import {start.import_file}: {e.message}") from None
-    if start.apply_file is not None:
-        raise ConfigError("--apply: not available yet")
-    if not await core.snapshots.is_empty():
+    if start.apply_file is not None and apply_state is not None:
+        try:
+            text = await asyncio.to_thread(start.apply_file.read_text, "utf-8")
+        except (OSError, UnicodeDecodeError) as e:
+            raise ConfigError(f"--apply {start.apply_file}: cannot read it as UTF-8 text ({e})") from None
+        try:
+            await apply_state(text, str(start.apply_file))
+        except ApiError as e:
+            raise ConfigError(f"--apply: {e.message}") from None  # the message starts FILE:LINE
+    # A declared state is kept even when it holds nothing but the clock: `reset --to start` puts that back too.
+    if start.apply_file is not None or not await core.snapshots.is_empty():
         await core.snapshots.save(START, internal=True)
         core.start_snapshot = START
 
@@ -280,6 +294,7 @@ async def serve(settings: Settings, on_ready: Any = None, start: Start | None = 
             settings.allowed_origins.split(","),
         )
         reconciler = Reconciler(core, box, blobs, auth, urls.api, runtime_root, launcher, boundary.host_ok)
+        reconciler.supervisor.gateway_fault = lambda method, path: core.faults.request("gateway", method, path)
         platform = Platform(core, auth, box, blobs, reconciler, api_url=urls.api, auth_url=urls.auth)
         await reconciler.open()
 
@@ -334,6 +349,7 @@ async def serve(settings: Settings, on_ready: Any = None, start: Start | None = 
         register_limiter = RateLimiter(core.clock, settings.registration_rate_limit, 60, "register")
         core.clock.on_due(register_limiter.sweep)
         core.on_reset(register_limiter.reset)
+        core.faults.operations = frozenset(OPERATIONS)
         apps = {
             "site": build_site_app(site),
             "auth": build_idp_app(Idp(core, identity, register_limiter, logins), boundary),
@@ -360,6 +376,7 @@ async def serve(settings: Settings, on_ready: Any = None, start: Start | None = 
                 Kind(kind), kinds.database(str(data.get("org")), str(data.get("db"))), **data
             ),
             forward=forward,
+            fault=lambda method, path: core.faults.request("tunnel", method, path),
         )
         await tunnel.start(tunnel_sock)
 
@@ -377,7 +394,7 @@ async def serve(settings: Settings, on_ready: Any = None, start: Start | None = 
         snapshots.add_part(Part("media", platform.media.save_to, platform.media.load_from))
         supervisor = reconciler.supervisor
         snapshots.add_part(Part("databases", supervisor.save_to, supervisor.load_from, pause=reconciler.paused))
-        await begin_from(core, start)
+        await begin_from(core, start, lambda text, name: declared.apply(core, box, identity, text, name))
         tasks = [asyncio.create_task(server.serve(sockets=[sock])) for server, sock in servers]
         while not all(server.started for server, _ in servers):
             if any(t.done() for t in tasks):

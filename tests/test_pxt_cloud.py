@@ -16,6 +16,7 @@ import subprocess
 import sys
 import textwrap
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -52,7 +53,7 @@ class Session:
         self.e, self.pxt, self.project = e, pxt, project
         self.org = ""
 
-    def run(self, *args: str, ok: bool = True, timeout: float = 900) -> str:
+    def run(self, *args: str, ok: bool | None = True, timeout: float = 900) -> str:
         r = subprocess.run(
             [str(self.pxt.exe), *args],
             capture_output=True,
@@ -64,7 +65,7 @@ class Session:
         out = r.stdout + r.stderr
         if ok:
             assert r.returncode == 0, f"pxt {' '.join(args)} failed ({r.returncode}):\n{out}"
-        else:
+        elif ok is False:
             assert r.returncode != 0, f"pxt {' '.join(args)} should have failed:\n{out}"
         return out
 
@@ -681,7 +682,53 @@ def test_13_a_killed_emulator_leaves_nothing_running_after_the_next_start(sessio
     assert re.search(r"^N [1-9]", count, re.M), count
 
 
-def test_14_a_snapshot_brings_back_a_hosted_databases_rows(session: Session) -> None:
+def test_14_hosted_faults_a_gateway_error_a_failed_update_and_a_killed_server(session: Session) -> None:
+    """Fault rules on the hosted cloud: the gateway answers a rule's status before the service sees the call; the
+    next db update ends FAILED with the rule's reason (and the one after succeeds); a database server killed as by
+    the OOM killer is reported, and the next use starts it again."""
+    e = session.e
+    admin = e.admin()
+
+    def fault(**rule: object) -> dict:
+        r = admin.post("/_emulator/faults", json=rule)
+        assert r.status_code == 201, r.text
+        return r.json()
+
+    # Step 10 stopped it (a resize does not start a stopped service): restart starts it, running or not.
+    assert "restarted: 1 service(s)" in session.run("service", "restart", f"{session.db}/ingest")
+    endpoint, key = session.endpoint("ingest"), {"X-api-key": session.trial_key}
+    fault(origin="gateway", path="/ingest/key", status=503, retry_after=4, count=1)
+    refused = httpx.post(endpoint + "/key", json={"text": "t"}, headers=key, timeout=60)
+    assert refused.status_code == 503 and refused.headers["retry-after"] == "4"
+    assert "injected fault" in refused.json()["detail"]  # the gateway's own error format
+    after = httpx.post(endpoint + "/key", json={"text": "t"}, headers=key, timeout=60)
+    assert after.status_code == 200, (after.text, session.run("service", "list", session.db))
+
+    app = session.project / "app.py"
+    app.write_text(app.read_text() + "\n# changed in step 14\n")  # with no change, db update submits nothing
+    fault(hosted="db_update_fails", target=f"{session.org}:main", message="disk quota exceeded (injected)")
+    failed = session.run("db", "update", session.db, "-f", ok=None)
+    shown = failed + session.run("db", "logs", session.db, "--tail", "50")
+    assert "disk quota exceeded (injected)" in shown, shown
+    session.run("db", "update", session.db, "-f")  # the rule was for the next update only
+
+    exits = len(e.journal("db.exited"))
+    killed = fault(hosted="kill_database", target=f"{session.org}:main")
+    assert killed["fired"] == 1 and admin.get("/_emulator/faults").json()["rules"] == []
+    for _ in range(240):  # the runtime reports the death by itself: poll, bounded
+        if len(e.journal("db.exited")) > exits:
+            break
+        time.sleep(0.25)
+    else:
+        raise AssertionError("no db.exited event after the kill")
+    assert "was killed: out of memory" in session.run("db", "logs", session.db, "--tail", "50")
+    session.pxt.stop_daemon()  # its connections were to the killed server
+    count = session.python(f"import pixeltable as pxt; print('N', pxt.get_table('{session.db}/docs').count())")
+    assert re.search(r"^N [1-9]", count, re.M), count
+    assert admin.post("/_emulator/faults", json={"hosted": "kill_database", "target": "nobody:main"}).status_code == 404
+
+
+def test_15_a_snapshot_brings_back_a_hosted_databases_rows(session: Session) -> None:
     """A snapshot holds the hosted database's data: save, change the table, load, and the old rows are back (the
     servers stop for the save and the load, and the database comes back on first use)."""
     e = session.e
@@ -718,7 +765,7 @@ def test_14_a_snapshot_brings_back_a_hosted_databases_rows(session: Session) -> 
     assert "hello hosted world" in printed and "after the save" not in printed
 
 
-def test_15_a_reset_stops_and_removes_every_workload(session: Session) -> None:
+def test_16_a_reset_stops_and_removes_every_workload(session: Session) -> None:
     """`emulator reset` between tests: the hosted databases and services stop, their directories go, and the
     client's key names nothing any more; the emulator serves on, as new."""
     e = session.e

@@ -49,7 +49,7 @@ async def test_reset_forgets_everything_a_run_made(start_emulator: Callable[...,
         assert (await c.post(e.url + "/ask", json=ask)).status_code == 429  # the window of 2 is used up
         e.advance("3h")
         assert e.admin().post("/_emulator/switches", json={"trials_enabled": False}).status_code == 200
-        assert e.admin().post("/_emulator/faults", json={"hold": "/ask"}).status_code == 200
+        assert e.admin().post("/_emulator/faults", json={"hold": "/ask"}).status_code == 201
 
         done = cli(e, "reset")
         assert done.returncode == 0, done.stderr
@@ -61,7 +61,7 @@ async def test_reset_forgets_everything_a_run_made(start_emulator: Callable[...,
         assert admin.get("/_emulator/databases").json()["databases"] == []
         assert admin.get("/_emulator/clock").json()["iso"].startswith("2030-01-01T00:00:00")
         assert admin.get("/_emulator/switches").json()["trials_enabled"] is True
-        assert admin.get("/_emulator/faults").json() == {"holds": {}, "waiting": []}
+        assert admin.get("/_emulator/faults").json() == {"rules": [], "holds": {}, "waiting": []}
         assert [ev["kind"] for ev in e.journal()] == ["emulator.reset"]  # the journal starts again
         # The old credentials are gone with what they named; the object and its bucket too.
         assert (

@@ -24,6 +24,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.x509.oid import ExtendedKeyUsageOID
 
 from emulator.core.address import Address
+from emulator.core.faults import Verdict
 from emulator.tunnel import ca as ca_module
 from emulator.tunnel.ca import LocalCA
 from emulator.tunnel.server import Refusal, Route, TunnelServer
@@ -375,6 +376,37 @@ async def test_failing_authorizer_is_503(tunnel: Tunnel, ca: LocalCA) -> None:
         )
     )
     assert answer.startswith(b"PXT/1.0 503 ")
+
+
+async def test_a_fault_refuses_or_drops_a_session(ca: LocalCA, backend: Backend, dead_port: int) -> None:
+    """The emulator's fault rules reach the tunnel as a hook: a status refuses the handshake in the tunnel's own
+    terms, a drop closes the session without an answer, and no verdict lets it through."""
+    verdicts = iter([Verdict("f1", 503, "injected fault f1", None, False), Verdict("f2", None, "", None, True), None])
+    seen: list[tuple[str, str]] = []
+
+    async def fault(method: str, path: str) -> Verdict | None:
+        seen.append((method, path))
+        return next(verdicts)
+
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+
+    async def authorize(org: str, db: str, credential: str) -> Route | Refusal:
+        return Route(Address("127.0.0.1", backend.port), subject="user-1")
+
+    server = TunnelServer(ca, DOMAIN, port, authorize, fault=fault)
+    await server.start(sock)
+    try:
+        answer, _ = await in_thread(lambda: refused(port, ca.bundle_path, proxy=True))
+        assert answer == b"PXT/1.0 503 injected fault f1\r\n\r\n"
+        answer, rest = await in_thread(lambda: refused(port, ca.bundle_path, proxy=True))
+        assert answer == b"" and rest == b""  # dropped: nothing at all
+        session = await in_thread(keep_alive_session, port, ca.bundle_path, True, b"ping")
+        assert session["echo"][0] == 200
+        assert seen == [("CONNECT", "/acme/main")] * 3
+    finally:
+        await asyncio.wait_for(server.close(), 3 * TIMEOUT)
 
 
 # -- the proxy's own rules ------------------------------------------------------------------------------------------

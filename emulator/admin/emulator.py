@@ -1,5 +1,5 @@
-"""`/_emulator` for the emulator itself: status, clock, the event journal and its live stream, fault holds,
-and the platform's switches."""
+"""`/_emulator` for the emulator itself: status, clock, the event journal and its live stream, and the platform's
+switches (faults are in admin/faults.py)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from litestar import Request, Response, get, post
 from litestar.response import Stream
 
 from emulator import __version__
-from emulator.admin.wire import ClockMove, ClockView, EventView, FaultRelease, FaultRule
+from emulator.admin.wire import ClockMove, ClockView, EventView
 from emulator.config import parse_when
 from emulator.core import jsonbody, openapi
 from emulator.core.clock import MAX_TIME, parse_duration
@@ -134,28 +134,6 @@ async def events(request: Request[Any, Any, Any]) -> Stream:
     return Stream(frames(), media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
 
 
-@get("/_emulator/faults")
-async def faults_get(request: Request[Any, Any, Any]) -> Response[bytes]:
-    return json_response(site_of(request).core.faults.snapshot())
-
-
-@post("/_emulator/faults", status_code=200, opt=openapi.body(FaultRule))
-async def faults_add(request: Request[Any, Any, Any]) -> Response[bytes]:
-    faults = site_of(request).core.faults
-    rule = decode(await request.body(), FaultRule)
-    if rule.count < 1:
-        raise ApiError(400, "bad_request", "faults: count must be at least 1")
-    faults.hold(rule.hold, rule.count)
-    return json_response(faults.snapshot())
-
-
-@post("/_emulator/faults/release", status_code=200, opt=openapi.body(FaultRelease))
-async def faults_release(request: Request[Any, Any, Any]) -> Response[bytes]:
-    faults = site_of(request).core.faults
-    release = decode(await request.body(), FaultRelease)
-    return json_response({"released": faults.release(release.path), **faults.snapshot()})
-
-
 @get("/_emulator/switches")
 async def switches_get(request: Request[Any, Any, Any]) -> Response[bytes]:
     return json_response(site_of(request).core.switches.snapshot())
@@ -176,9 +154,6 @@ HANDLERS = [
     clock_move,
     journal,
     events,
-    faults_get,
-    faults_add,
-    faults_release,
     switches_get,
     switches_set,
 ]

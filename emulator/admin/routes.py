@@ -1,6 +1,14 @@
 """Every `/_emulator` endpoint, grouped by resource: the emulator itself, identity, organizations, databases and
 services. Each calls the same domain the public surfaces use."""
 
-from emulator.admin import databases, emulator, identity, orgs, snapshots
+from emulator.admin import databases, declared, emulator, faults, identity, orgs, snapshots
 
-HANDLERS = [*emulator.HANDLERS, *snapshots.HANDLERS, *identity.HANDLERS, *orgs.HANDLERS, *databases.HANDLERS]
+HANDLERS = [
+    *emulator.HANDLERS,
+    *faults.HANDLERS,
+    *snapshots.HANDLERS,
+    *declared.HANDLERS,
+    *identity.HANDLERS,
+    *orgs.HANDLERS,
+    *databases.HANDLERS,
+]

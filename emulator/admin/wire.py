@@ -136,13 +136,6 @@ class ClockMove(msgspec.Struct, forbid_unknown_fields=True):
     freeze: bool | None = None  # true freezes, false lets it run again
 
 
-class FaultRule(msgspec.Struct, forbid_unknown_fields=True):
-    """Body of POST /_emulator/faults: hold the next `count` requests to the path `hold`."""
-
-    hold: str
-    count: int = 1
-
-
 class FaultRelease(msgspec.Struct, forbid_unknown_fields=True):
     path: str | None = None
 

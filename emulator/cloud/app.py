@@ -22,6 +22,7 @@ from emulator.cloud.operations import OPERATIONS, SCOPED
 from emulator.core import jsonbody, openapi
 from emulator.core.boundary import Boundary, BoundaryGate
 from emulator.core.errors import ApiError
+from emulator.core.faults import FaultGate, drop
 from emulator.core.kinds import Kind
 from emulator.hosted.auth import require_unrestricted
 from emulator.hosted.platform import Platform
@@ -87,6 +88,11 @@ async def management(request: Request[Any, Any, Any]) -> Response[bytes]:
     if found is None:
         raise ApiError(400, "bad_request", f"unknown operation_type {op!r}")
     kind, handler = found
+    verdict = await platform.core.faults.request("api", "POST", request.url.path, operation_type=op)
+    if verdict is not None:
+        if verdict.drop:
+            await drop(request.scope)  # type: ignore[arg-type]
+        raise verdict.error()
     if op not in SCOPED:
         require_unrestricted(caller, op)
     try:
@@ -131,4 +137,4 @@ def build_cloud_app(platform: Platform, boundary: Boundary) -> BoundaryGate:
         logging_config=None,
         debug=False,
     )
-    return BoundaryGate(app, boundary, boundary_error)
+    return BoundaryGate(FaultGate(app, "api", platform.core.faults, boundary_error), boundary, boundary_error)

@@ -8,22 +8,17 @@ directory removed, and the command's exit status returned, as `firebase emulator
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shutil
 import signal
 import subprocess
 import sys
 import tempfile
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from emulator.commands.common import exports
-
-START_TIMEOUT = 120.0  # seconds; a cold start with an import of hosted data can take a while
-STOP_TIMEOUT = 60.0
 
 
 def register(sub: Any) -> dict[str, Callable[[argparse.Namespace], int]]:
@@ -54,10 +49,10 @@ def cmd_exec(args: argparse.Namespace) -> int:
         raise SystemExit("emulator: exec needs a command after --, e.g. emulator exec -- pytest")
     # Stopped from outside (a CI job cancelled): the command goes, then the emulator, as at a normal end.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
+    from emulator.testkit import EmulatorError, launch, log_tail, stop_process  # the launch is shared with the kit
+
     state = Path(tempfile.mkdtemp(prefix="pxt-emulator-exec-"))
-    os.chmod(state, 0o700)
-    argv = [sys.executable, "-m", "emulator", "up", "--state-dir", str(state)]
-    argv += [f"--{name}-port=0" for name in ("site", "auth", "api", "tunnel", "s3")]
+    flags: list[str] = []
     for flag, value in (
         ("--import", args.import_file),
         ("--apply", args.apply_file),
@@ -66,15 +61,15 @@ def cmd_exec(args: argparse.Namespace) -> int:
         ("--config", args.config),
     ):
         if value is not None:
-            argv += [flag, str(Path(value).expanduser().absolute()) if isinstance(value, Path) else value]
+            flags += [flag, str(Path(value).expanduser().absolute()) if isinstance(value, Path) else value]
     log_path = state / "emulator.log"
     env = {k: v for k, v in os.environ.items() if k not in ("EMULATOR_URL", "EMULATOR_STATE_DIR")}
-    with open(log_path, "ab") as log:
-        emulator = subprocess.Popen(
-            argv, stdout=log, stderr=log, stdin=subprocess.DEVNULL, start_new_session=True, env=env
-        )
     try:
-        found = _wait_ready(emulator, state, log_path)
+        emulator, found = launch(state, flags, log_path=log_path, env=env)
+    except EmulatorError as e:
+        shutil.rmtree(state, ignore_errors=True)
+        raise SystemExit(f"emulator: {e.message}") from None
+    try:
         if not args.quiet:
             print(f"emulator: up at {found['site']} (state {state}); running {' '.join(command)}", file=sys.stderr)
         child_env = {**env, **exports(found), "EMULATOR_STATE_DIR": str(state)}
@@ -86,44 +81,9 @@ def cmd_exec(args: argparse.Namespace) -> int:
         except KeyboardInterrupt:
             code = 130
     finally:
-        stopped = _stop(emulator)
+        stopped = stop_process(emulator)
         if not stopped or emulator.returncode not in (0, -signal.SIGTERM):
             print(f"emulator: the emulator ended with status {emulator.returncode}; its log:", file=sys.stderr)
-            print(_tail(log_path), file=sys.stderr)
+            print(log_tail(log_path), file=sys.stderr)
         shutil.rmtree(state, ignore_errors=True)
     return code
-
-
-def _wait_ready(emulator: subprocess.Popen[bytes], state: Path, log_path: Path) -> dict[str, Any]:
-    deadline = time.monotonic() + START_TIMEOUT
-    while time.monotonic() < deadline:
-        if emulator.poll() is not None:
-            raise SystemExit(f"emulator: it stopped at start (exit {emulator.returncode}):\n{_tail(log_path)}")
-        try:
-            found = json.loads((state / "endpoints.json").read_text())
-            if found.get("pid") == emulator.pid:
-                return found
-        except (OSError, ValueError):
-            pass
-        time.sleep(0.05)
-    raise SystemExit(f"emulator: not healthy after {START_TIMEOUT:.0f} s:\n{_tail(log_path)}")
-
-
-def _stop(emulator: subprocess.Popen[bytes]) -> bool:
-    """SIGTERM, which stops every workload it started, then wait; SIGKILL the group if it hangs."""
-    if emulator.poll() is None:
-        emulator.send_signal(signal.SIGTERM)
-        try:
-            emulator.wait(STOP_TIMEOUT)
-        except subprocess.TimeoutExpired:
-            os.killpg(emulator.pid, signal.SIGKILL)
-            emulator.wait()
-            return False
-    return True
-
-
-def _tail(path: Path, lines: int = 30) -> str:
-    try:
-        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
-    except OSError:
-        return "(no log)"

@@ -144,13 +144,13 @@ class Core:
         back to the state the emulator was started from (the snapshot taken at start, when it was not empty).
         Returns how long it took, in seconds."""
         if to == "start" and self.start_snapshot is not None:
-            return await self.snapshots.load(self.start_snapshot, internal=True)
+            return await self.snapshots.load(self.start_snapshot, internal=True, as_reset=True)
         async with self.exclusive():
             began = time.perf_counter()
             await self.clear_run()
             await self.store.wipe(keep=_KEPT_TABLES)
             self.ids.reseed()
-            self.faults.release()  # after the wipe: a held request that goes on now writes to the new state
+            self.faults.clear()  # after the wipe: a held request that goes on now writes to the new state
             self.switches.reset()
             frozen = self.settings.freeze_clock.timestamp() if self.settings.freeze_clock is not None else None
             self.clock.restore(offset=0.0, frozen_at=frozen)
@@ -158,7 +158,7 @@ class Core:
             seconds = round(time.perf_counter() - began, 3)
             state = self.clock.state()
             self.bus.publish(
-                Kind.EMULATOR_RESET, None, seconds=seconds, now=state.now, frozen=state.frozen, iso=state.iso
+                Kind.EMULATOR_RESET, None, to=to, seconds=seconds, now=state.now, frozen=state.frozen, iso=state.iso
             )
             return seconds
 

@@ -1,31 +1,302 @@
-"""Fault injection: hold the next N requests to a path until released.
+"""Faults on purpose: rules that make calls fail, slow down or drop, and holds.
 
-A held request has passed its admission (rate limit, idempotency claim) and waits before doing its
-work, which is how a test or a person sees what clients get while a request is still running (the
-409 of a concurrent Idempotency-Key, a slow answer) without any timing luck.
+A rule matches requests by origin, path, method or control-plane `operation_type` and fires on the Nth
+match, N times, or with a seeded probability (a `random.Random(seed)` of its own, so a run repeats). When it
+fires it answers a chosen status in the origin's own error format (with `Retry-After` where asked), adds
+latency, or drops the connection; each firing is a `fault.fired` journal event. Hosted rules make the next
+`db update` fail, or its environment build; killing a workload is done once, when the rule is added.
+
+A hold keeps the next N requests to a path waiting, after their admission (rate limit, idempotency claim),
+until released: how a test sees what clients get while a request is still running (the 409 of a concurrent
+Idempotency-Key, a slow answer) without any timing luck.
+
+`/_emulator` itself is never faulted: a test must always be able to clear its faults.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import random
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from http import HTTPStatus
+from typing import Any
 
+import msgspec
+
+from emulator.core.errors import ApiError
 from emulator.core.events import EventBus
 from emulator.core.kinds import Kind
 
 # A hold that nobody releases must not pin a request forever.
 MAX_HOLD_SECONDS = 120.0
+MAX_LATENCY_MS = 60_000
+HTTP_ORIGINS = ("site", "auth", "api")
+ORIGINS = (*HTTP_ORIGINS, "gateway", "tunnel")
+METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS", "CONNECT")
+# Hosted faults: the next update (of `target`, or of any database) fails, or its environment build does;
+# a kill stops a running workload at once, as the kernel's OOM killer would.
+NEXT_UPDATE = ("db_update_fails", "build_fails")
+KILLS = ("kill_database", "kill_service")
+HOSTED = (*NEXT_UPDATE, *KILLS)
+DROP_EXTENSION = "emulator.drop"  # the ASGI scope's way to the socket (core.httpserver puts it there)
 
 
+class FaultSpec(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True):
+    """A fault rule as a test declares it (the body of POST /_emulator/faults)."""
+
+    origin: str | None = None
+    path: str | None = None  # exact, or a prefix when it ends with `*`
+    method: str | None = None
+    operation_type: str | None = None
+    status: int | None = None
+    message: str | None = None
+    retry_after: int | None = None
+    latency_ms: int | None = None
+    drop: bool = False
+    nth: int = 1
+    count: int | None = None
+    probability: float | None = None
+    seed: int | None = None
+    hosted: str | None = None
+    target: str | None = None  # a database (`DB` or `ORG:DB`), or `ORG:DB:SERVICE` for kill_service
+    hold: str | None = None  # the older form: hold the next `count` requests to this path
+
+
+@dataclass
+class Rule:
+    id: str
+    spec: FaultSpec
+    seen: int = 0  # matching calls so far
+    fired: int = 0
+    rng: random.Random | None = None
+
+    def view(self) -> dict[str, Any]:
+        return {"id": self.id, **msgspec.to_builtins(self.spec), "fired": self.fired, "seen": self.seen}
+
+    def describe(self) -> str:
+        s = self.spec
+        if s.hosted:
+            return f"{s.hosted}{' of ' + s.target if s.target else ''}"
+        where = " ".join(x for x in (s.origin, s.method, s.operation_type or s.path) if x) or "every request"
+        if s.drop:
+            effect = "drop the connection"
+        elif s.status:
+            effect = f"answer {s.status}" + (f" (Retry-After {s.retry_after})" if s.retry_after is not None else "")
+        else:
+            effect = ""
+        if s.latency_ms:
+            effect = f"{effect} after {s.latency_ms} ms" if effect else f"add {s.latency_ms} ms"
+        when = f"from call {s.nth}" if s.nth > 1 else ""
+        when += f", {s.count} time{'s' if s.count != 1 else ''}" if s.count else ""
+        when += f", with probability {s.probability:g}" if s.probability is not None else ""
+        return f"{where}: {effect}{' ' + when.lstrip(', ') if when else ''}"
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """What a fired rule does to the request in hand (latency has already been waited)."""
+
+    rule: str
+    status: int | None
+    message: str
+    retry_after: int | None
+    drop: bool
+
+    def error(self) -> ApiError:
+        status = self.status or 503
+        headers = {"Retry-After": str(self.retry_after)} if self.retry_after is not None else None
+        return ApiError(status, error_code(status), self.message, retryable=status in (429, 503), headers=headers)
+
+
+def error_code(status: int) -> str:
+    if status == 429:
+        return "rate_limited"
+    try:
+        return HTTPStatus(status).phrase.lower().replace(" ", "_").replace("-", "_")
+    except ValueError:
+        return "error"
+
+
+def _bad(message: str) -> ApiError:
+    return ApiError(400, "bad_request", f"fault: {message}")
+
+
+def _validate(spec: FaultSpec, operations: frozenset[str]) -> None:
+    """A rule must match something sensible and do something; refused whole otherwise."""
+    if spec.hold is not None:
+        if any(getattr(spec, f) not in (None, False, 1) for f in ("origin", "path", "method", "operation_type")):
+            raise _bad("hold takes only a path to hold and count")
+        if not spec.hold.startswith("/"):
+            raise _bad("hold names a path starting with /")
+        if spec.count is not None and spec.count < 1:
+            raise _bad("count must be at least 1")
+        return
+    if spec.hosted is not None:
+        if spec.hosted not in HOSTED:
+            raise _bad(f"unknown hosted fault {spec.hosted!r}; one of {', '.join(HOSTED)}")
+        other = [f for f in ("origin", "path", "method", "operation_type", "status", "latency_ms", "retry_after")]
+        given = [f for f in other if getattr(spec, f) is not None] + (["drop"] if spec.drop else [])
+        if given:
+            raise _bad(f"a hosted fault takes target, message and count only, not {', '.join(given)}")
+        if spec.hosted in KILLS and not spec.target:
+            where = "ORG:DB:SERVICE" if spec.hosted == "kill_service" else "ORG:DB"
+            raise _bad(f"{spec.hosted} needs a target ({where}) that runs now")
+    else:
+        if spec.origin is not None and spec.origin not in ORIGINS:
+            raise _bad(f"unknown origin {spec.origin!r}; one of {', '.join(ORIGINS)}")
+        if spec.path is not None and not spec.path.startswith("/"):
+            raise _bad("path must start with / (end it with * to match a prefix)")
+        if (spec.path or "").startswith("/_emulator"):
+            raise _bad("/_emulator is never faulted (a test must always be able to clear its faults)")
+        if spec.method is not None and spec.method.upper() not in METHODS:
+            raise _bad(f"unknown method {spec.method!r}; one of {', '.join(METHODS)}")
+        if spec.operation_type is not None:
+            if spec.origin not in (None, "api"):
+                raise _bad("operation_type is the control plane's (origin api)")
+            if operations and spec.operation_type not in operations:
+                raise _bad(f"unknown operation_type {spec.operation_type!r}; one of {', '.join(sorted(operations))}")
+        if spec.origin is None and spec.path is None and spec.operation_type is None:
+            raise _bad("a fault needs something to match: origin, path, operation_type (or hosted)")
+        if spec.status is None and not spec.drop and not spec.latency_ms:
+            raise _bad("a fault needs an effect: status, latency_ms or drop")
+        if spec.status is not None and not 400 <= spec.status <= 599:
+            raise _bad("status must be an error status, 400 to 599")
+        if spec.drop and spec.status is not None:
+            raise _bad("drop and status exclude each other: a dropped connection answers nothing")
+        if spec.retry_after is not None and (spec.status not in (429, 503) or not 0 <= spec.retry_after <= 86400):
+            raise _bad("retry_after (0 to 86400 s) goes with status 429 or 503")
+        if spec.latency_ms is not None and not 0 <= spec.latency_ms <= MAX_LATENCY_MS:
+            raise _bad(f"latency_ms must be 0 to {MAX_LATENCY_MS}")
+    if spec.nth < 1:
+        raise _bad("nth must be at least 1")
+    if spec.count is not None and spec.count < 1:
+        raise _bad("count must be at least 1")
+    if spec.probability is not None and not 0 < spec.probability <= 1:
+        raise _bad("probability must be above 0 and at most 1")
+    if spec.seed is not None and spec.probability is None:
+        raise _bad("seed goes with probability")
+    if spec.message is not None and len(spec.message) > 500:
+        raise _bad("message is at most 500 characters")
+
+
+@dataclass
 class Faults:
-    def __init__(self, bus: EventBus) -> None:
-        self._bus = bus
-        self._holds: dict[str, int] = {}
-        self._waiting: list[tuple[str, asyncio.Event]] = []
+    bus: EventBus
+    operations: frozenset[str] = frozenset()  # the control plane's operation types (set at start)
+    rules: dict[str, Rule] = field(default_factory=dict)
+    _next: int = 1
+    _holds: dict[str, int] = field(default_factory=dict)
+    _waiting: list[tuple[str, asyncio.Event]] = field(default_factory=list)
+
+    @property
+    def armed(self) -> bool:
+        return bool(self.rules)
+
+    # --- rules ------------------------------------------------------------------------------------------------
+
+    def check(self, spec: FaultSpec) -> FaultSpec:
+        """The rule, normalized, or a 400 saying what is wrong with it; nothing is stored."""
+        _validate(spec, self.operations)
+        if spec.method is not None:
+            spec = msgspec.structs.replace(spec, method=spec.method.upper())
+        if spec.hosted in NEXT_UPDATE and spec.count is None:
+            spec = msgspec.structs.replace(spec, count=1)  # "the next update fails", not every one after it
+        return spec
+
+    def add(self, spec: FaultSpec, *, fired: bool = False) -> Rule:
+        """Store a checked rule (a kill, done already by the caller, is recorded as fired and not kept)."""
+        rule = Rule(f"f{self._next}", spec, rng=random.Random(spec.seed) if spec.probability is not None else None)
+        self._next += 1
+        if fired:
+            rule.fired = rule.seen = 1
+            self._publish(rule, spec.target)
+            return rule
+        self.rules[rule.id] = rule
+        self.bus.publish(Kind.FAULT_ARMED, rule.id, rule=rule.describe())
+        return rule
+
+    def remove(self, rule_id: str) -> Rule:
+        rule = self.rules.pop(rule_id, None)
+        if rule is None:
+            raise ApiError(404, "not_found", f"no fault {rule_id!r}; `emulator fault list` shows them")
+        return rule
+
+    def clear(self) -> int:
+        """Every rule gone and every hold released (a reset, a snapshot load, `emulator fault clear`)."""
+        cleared = len(self.rules) + len(self._holds)
+        self.rules.clear()
+        self.release()
+        return cleared
+
+    def listed(self) -> list[dict[str, Any]]:
+        return [r.view() for r in self.rules.values()]
+
+    def _fires(self, rule: Rule) -> bool:
+        """Count a matching call and decide whether the rule fires on it (spent rules go)."""
+        s = rule.spec
+        rule.seen += 1
+        if rule.seen < s.nth:
+            return False
+        if rule.rng is not None and rule.rng.random() >= (s.probability or 0):
+            return False
+        rule.fired += 1
+        if s.count is not None and rule.fired >= s.count:
+            self.rules.pop(rule.id, None)
+        return True
+
+    def _publish(self, rule: Rule, subject: str | None, **data: Any) -> None:
+        s = rule.spec
+        effect = s.hosted or ("drop" if s.drop else f"status {s.status}" if s.status else f"latency {s.latency_ms} ms")
+        self.bus.publish(Kind.FAULT_FIRED, subject, rule=rule.id, effect=effect, fired=rule.fired, **data)
+
+    async def request(self, origin: str, method: str, path: str, operation_type: str | None = None) -> Verdict | None:
+        """The verdict of the first rule that fires on this request (after its latency), or None to go on."""
+        if not self.rules or path.startswith("/_emulator"):
+            return None
+        for rule in list(self.rules.values()):
+            s = rule.spec
+            if s.hosted is not None:
+                continue
+            if s.origin is not None and s.origin != origin:
+                continue
+            if s.method is not None and s.method != method:
+                continue
+            if s.operation_type != operation_type:
+                continue  # operation rules fire in the control plane's handler, the others at the origin's gate
+            if s.path is not None and not (path.startswith(s.path[:-1]) if s.path.endswith("*") else path == s.path):
+                continue
+            if not self._fires(rule):
+                continue
+            self._publish(rule, path, origin=origin, method=method, operation_type=operation_type)
+            if s.latency_ms:
+                await asyncio.sleep(s.latency_ms / 1000)  # real time: latency is what the client waits
+            if s.status is None and not s.drop:
+                return None
+            message = s.message or f"injected fault {rule.id}: {error_code(s.status or 503).replace('_', ' ')}"
+            return Verdict(rule.id, s.status, message, s.retry_after, s.drop)
+        return None
+
+    def next_update(self, kind: str, org: str, db: str) -> str | None:
+        """The reason the next update of `org:db` must fail (`db_update_fails` or `build_fails`), if a rule says so."""
+        for rule in list(self.rules.values()):
+            s = rule.spec
+            if s.hosted != kind or (s.target and s.target not in (db, f"{org}:{db}")):
+                continue
+            if not self._fires(rule):
+                continue
+            self._publish(rule, f"{org}:{db}")
+            return s.message or (
+                "injected fault: the environment build failed" if kind == "build_fails" else "injected fault"
+            )
+        return None
+
+    # --- holds ------------------------------------------------------------------------------------------------
 
     def hold(self, path: str, count: int = 1) -> None:
         self._holds[path] = self._holds.get(path, 0) + count
-        self._bus.publish(Kind.FAULT_ARMED, path, action="hold", count=self._holds[path])
+        self.bus.publish(Kind.FAULT_ARMED, path, action="hold", count=self._holds[path])
 
     def release(self, path: str | None = None) -> int:
         """Let held requests (of `path`, or all) go on; also disarms holds not yet used."""
@@ -37,8 +308,8 @@ class Faults:
             del self._holds[p]
         return len(released)
 
-    def snapshot(self) -> dict[str, object]:
-        return {"holds": dict(self._holds), "waiting": [p for p, _ in self._waiting]}
+    def snapshot(self) -> dict[str, Any]:
+        return {"rules": self.listed(), "holds": dict(self._holds), "waiting": [p for p, _ in self._waiting]}
 
     async def checkpoint(self, path: str) -> None:
         if not self._holds.get(path):
@@ -48,7 +319,46 @@ class Faults:
             del self._holds[path]
         event = asyncio.Event()
         self._waiting.append((path, event))
-        self._bus.publish(Kind.FAULT_HELD, path)
+        self.bus.publish(Kind.FAULT_HELD, path)
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(event.wait(), MAX_HOLD_SECONDS)
         self._waiting = [(p, e) for p, e in self._waiting if e is not event]
+
+
+Render = Callable[[ApiError], tuple[bytes, bytes]]  # an error → (content type, body) in the origin's format
+
+
+async def drop(scope: dict[str, Any]) -> None:
+    """Close the request's connection without an answer (the server's protocol put the means in the scope)."""
+    abort = scope.get("extensions", {}).get(DROP_EXTENSION)
+    if abort is not None:
+        abort()
+        await asyncio.sleep(0)  # the server sees the connection lost, and sends nothing more
+        await asyncio.sleep(0)
+
+
+class FaultGate:
+    """The rules as an ASGI layer in front of an origin's app: one place for every HTTP origin."""
+
+    def __init__(self, app: Any, origin: str, faults: Faults, render: Render) -> None:
+        self.app = app
+        self.origin = origin
+        self.faults = faults
+        self.render = render
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "http" or not self.faults.armed:
+            await self.app(scope, receive, send)
+            return
+        verdict = await self.faults.request(self.origin, scope["method"], scope["path"])
+        if verdict is None:
+            await self.app(scope, receive, send)
+        elif verdict.drop:
+            await drop(scope)
+        else:
+            kind, body = self.render(verdict.error())
+            head = [(b"content-type", kind), (b"content-length", str(len(body)).encode())]
+            if verdict.retry_after is not None:
+                head.append((b"retry-after", str(verdict.retry_after).encode()))
+            await send({"type": "http.response.start", "status": verdict.status, "headers": head})
+            await send({"type": "http.response.body", "body": body})

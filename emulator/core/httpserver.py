@@ -14,6 +14,8 @@ from typing import Any
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
+from emulator.core.faults import DROP_EXTENSION
+
 
 def timed_protocol(request_timeout: float) -> type[HttpToolsProtocol]:
     class TimedHttpToolsProtocol(HttpToolsProtocol):
@@ -36,6 +38,11 @@ def timed_protocol(request_timeout: float) -> type[HttpToolsProtocol]:
         def connection_made(self, transport: Any) -> None:
             super().connection_made(transport)
             self._arm()
+
+        def on_message_begin(self) -> None:
+            super().on_message_begin()
+            # A fault that drops the connection needs the socket, which ASGI does not hand to the app.
+            self.scope["extensions"] = {DROP_EXTENSION: self.transport.abort}  # type: ignore[typeddict-unknown-key]
 
         def data_received(self, data: bytes) -> None:
             self._arm()  # bytes of a request: it has another `request_timeout` to finish

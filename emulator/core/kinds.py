@@ -18,10 +18,12 @@ class Kind(StrEnum):
     SNAPSHOT_LOADED = "snapshot.loaded"
     SNAPSHOT_DELETED = "snapshot.deleted"
     SNAPSHOT_IMPORTED = "snapshot.imported"
+    STATE_APPLIED = "state.applied"  # subject: the declared state's file name
     CLOCK_MOVED = "clock.moved"
     SWITCH_CHANGED = "switch.changed"
     FAULT_ARMED = "fault.armed"
     FAULT_HELD = "fault.held"
+    FAULT_FIRED = "fault.fired"
     DOCS_INDEXED = "docs.indexed"
     # the site's agent API (subject: the client's IP)
     SITE_ASK = "site.ask"

@@ -220,8 +220,9 @@ class Snapshots:
 
     # --- load -------------------------------------------------------------------------------------------------
 
-    async def load(self, name: str, *, internal: bool = False, resume: bool = True) -> float:
-        """Make the running emulator what snapshot `name` holds; returns the seconds it took."""
+    async def load(self, name: str, *, internal: bool = False, resume: bool = True, as_reset: bool = False) -> float:
+        """Make the running emulator what snapshot `name` holds; returns the seconds it took. `as_reset`: this is
+        `reset --to start` from a declared start, so watchers see an `emulator.reset` rather than a snapshot."""
         folder = self._existing(name if internal else check_name(name))
         manifest = read_manifest(folder)
         core = self.core
@@ -254,17 +255,28 @@ class Snapshots:
                 await core.reload_clock(manifest.clock_now)
                 core.switches.restore(manifest.switches)
                 core.ids.restore(manifest.ids)
-                core.faults.release()
+                core.faults.clear()
                 seconds = round(time.perf_counter() - began, 3)
                 state = core.clock.state()
-                core.bus.publish(
-                    Kind.SNAPSHOT_LOADED,
-                    None if internal else name,
-                    seconds=seconds,
-                    now=state.now,
-                    frozen=state.frozen,
-                    iso=state.iso,
-                )
+                if as_reset:
+                    core.bus.publish(
+                        Kind.EMULATOR_RESET,
+                        None,
+                        to="start",
+                        seconds=seconds,
+                        now=state.now,
+                        frozen=state.frozen,
+                        iso=state.iso,
+                    )
+                else:
+                    core.bus.publish(
+                        Kind.SNAPSHOT_LOADED,
+                        None if internal else name,
+                        seconds=seconds,
+                        now=state.now,
+                        frozen=state.frozen,
+                        iso=state.iso,
+                    )
         if resume:
             await core.run_after_load()
         return seconds

@@ -16,8 +16,10 @@ import json
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from http import HTTPStatus
 
 from emulator.core.address import Address
+from emulator.core.faults import Verdict
 
 log = logging.getLogger("emulator.gateway")
 MAX_HEAD = 64 * 1024
@@ -31,6 +33,7 @@ class Target:
     prefix: str  # the prefix to strip, "/name" or "/base/name"
 
 
+FaultHook = Callable[[str, str], Awaitable[Verdict | None]]
 # (credential or None, path) → Target, or (status, reason) to refuse
 Resolve = Callable[[str | None, str], Awaitable["Target | tuple[int, str]"]]
 
@@ -44,9 +47,19 @@ def _credential(headers: list[tuple[bytes, bytes]]) -> str | None:
     return token.strip() if scheme.lower() == "bearer" and token.strip() else None
 
 
-async def _reply(writer: asyncio.StreamWriter, status: int, reason: str, detail: str) -> None:
+def _phrase(status: int) -> str:
+    try:
+        return HTTPStatus(status).phrase
+    except ValueError:
+        return "Error"
+
+
+async def _reply(
+    writer: asyncio.StreamWriter, status: int, reason: str, detail: str, headers: dict[str, str] | None = None
+) -> None:
     body = json.dumps({"detail": detail}).encode()
     extra = b'WWW-Authenticate: Bearer realm="pixeltable"\r\n' if status == 401 else b""
+    extra += "".join(f"{k}: {v}\r\n" for k, v in (headers or {}).items()).encode("latin-1")
     writer.write(
         f"HTTP/1.1 {status} {reason}\r\nContent-Type: application/json\r\nContent-Length: {len(body)}\r\n".encode()
         + extra
@@ -62,8 +75,10 @@ class DatabaseGateway:
         resolve: Resolve,
         on_request: Callable[[str, int], None] | None = None,
         host_ok: Callable[[str | None], bool] | None = None,
+        fault: FaultHook | None = None,
     ) -> None:
         self.resolve = resolve
+        self.fault = fault  # (method, path) → a fault's verdict for this request, if a rule fires
         self.on_request = on_request
         self.host_ok = host_ok  # the local-only boundary's Host rule (a page on a rebound name is refused)
         self.server: asyncio.Server | None = None
@@ -121,6 +136,14 @@ class DatabaseGateway:
             if self.on_request:
                 self.on_request(path, 403)
             return
+        verdict = await self.fault(method, path) if self.fault is not None else None
+        if verdict is not None:
+            if not verdict.drop:
+                extra = {"Retry-After": str(verdict.retry_after)} if verdict.retry_after is not None else {}
+                await _reply(writer, verdict.status or 503, _phrase(verdict.status or 503), verdict.message, extra)
+            if self.on_request:
+                self.on_request(path, 0 if verdict.drop else verdict.status or 503)
+            return  # a drop: the connection closes without an answer
         decision = await self.resolve(_credential(headers), path)
         if not isinstance(decision, Target):
             status, reason = decision

@@ -18,9 +18,13 @@ from emulator.core.errors import ApiError
 from emulator.core.ids import secret_hash
 from emulator.core.kinds import Kind
 from emulator.core.store import Db, one, run
-from emulator.hosted.records import ApiKey, Org, fetch_all, fetch_one, record
+from emulator.hosted.records import ApiKey, Org, Outcome, fetch_all, fetch_one, record
 
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+# A key's secret as the product shapes it: `pxtk_` and an opaque tail (this emulator makes 48 hex digits). The
+# tunnel and the gateways recognise a key by that prefix; `pxtk_runtime_` is the hosted workloads' own.
+SECRET = re.compile(r"^pxtk_[A-Za-z0-9_]{16,128}$")
+RUNTIME_PREFIX = "pxtk_runtime_"
 GRANT = re.compile(r"^(access|manage):pxt://([a-z0-9-]+):([a-z0-9_-]+)(/services(/[A-Za-z0-9_./-]+)?)?$")
 
 
@@ -28,6 +32,18 @@ def check_name(name: str) -> str:
     if not NAME.match(name):
         raise ApiError(400, "bad_request", "a key name is 1 to 64 letters, digits, dots, dashes or underscores")
     return name
+
+
+def check_secret(secret: str) -> str:
+    """A fixed secret (a declared state's) must look like the keys the product issues."""
+    if not SECRET.match(secret) or secret.startswith(RUNTIME_PREFIX):
+        raise ApiError(
+            400,
+            "bad_request",
+            "a key's secret is pxtk_ followed by 16 to 128 letters, digits or underscores "
+            f"(not {RUNTIME_PREFIX}, which hosted workloads use)",
+        )
+    return secret
 
 
 def check_grants(grants: list[str], org: str) -> list[str]:
@@ -60,10 +76,19 @@ def wire(key: ApiKey, secret: str | None = None) -> dict[str, Any]:
 
 
 async def insert(
-    core: Core, conn: Db, org_id: str, name: str, *, created_by: str | None, now: float, grants: list[str] | None = None
+    core: Core,
+    conn: Db,
+    org_id: str,
+    name: str,
+    *,
+    created_by: str | None,
+    now: float,
+    grants: list[str] | None = None,
+    secret: str | None = None,
 ) -> tuple[str, str]:
-    """A new API key: (key id, secret). The secret is returned once; only its hash is stored."""
-    secret = core.ids.token("pxtk_", 24)
+    """A new API key: (key id, secret). The secret is returned once; only its hash is stored. A declared state
+    gives its own `secret` (checked with `check_secret`); otherwise one is made."""
+    secret = secret or core.ids.token("pxtk_", 24)
     key_id = core.ids.ident("key_")
     await run(
         conn,
@@ -103,6 +128,35 @@ async def owner(db: Db, secret: str) -> tuple[Org, ApiKey] | None:
         created_at=row["key_created_at"],
     )
     return record(row, Org), key
+
+
+async def named(db: Db, org_id: str, name: str) -> ApiKey | None:
+    return await fetch_one(db, ApiKey, "SELECT * FROM api_keys WHERE org_id = ? AND name = ?", (org_id, name))
+
+
+async def declare(
+    core: Core, conn: Db, org_id: str, slug: str, name: str, secret: str, grants: list[str], now: float
+) -> Outcome:
+    """Make the key `name` of the organization have this fixed secret and these grants (a declared state); inside
+    the caller's transaction. A secret that is another key's is refused: key hashes are unique."""
+    check_name(name)
+    check_secret(secret)
+    grants = check_grants(grants, slug)
+    existing = await named(conn, org_id, name)
+    holder = await owner(conn, secret)
+    if holder is not None and (existing is None or holder[1].id != existing.id):
+        raise ApiError(400, "bad_request", f"this secret is already the key {holder[1].name} of {holder[0].slug}")
+    if existing is None:
+        await insert(core, conn, org_id, name, created_by=None, now=now, grants=grants, secret=secret)
+        return "created"
+    if holder is not None and existing.grants == grants:
+        return "unchanged"
+    await run(
+        conn,
+        "UPDATE api_keys SET key_hash = ?, grants = ?, key_type = ? WHERE id = ?",
+        (secret_hash(secret), json.dumps(grants), "runtime" if grants else "user", existing.id),
+    )
+    return "updated"
 
 
 async def of_org(db: Db, org_id: str) -> list[ApiKey]:

@@ -18,7 +18,7 @@ from emulator.core.ids import secret_hash
 from emulator.core.kinds import Kind
 from emulator.core.store import Db, many, one, run
 from emulator.hosted import databases, plans
-from emulator.hosted.records import Org, fetch_all, fetch_one, record
+from emulator.hosted.records import Org, Outcome, fetch_all, fetch_one, record
 
 ORG_NAME = re.compile(r"^[a-z0-9](?:[a-z0-9-]{0,27}[a-z0-9])?$")
 
@@ -88,6 +88,90 @@ async def create_for(
         await add_member(conn, org_id, user_id, "admin")
     core.bus.publish(Kind.CLOUD_ORG_CREATED, slug, org_id=org_id, by=email)
     return org_id, now
+
+
+async def declare(
+    core: Core,
+    conn: Db,
+    slug: str,
+    *,
+    trial: bool,
+    claimed: bool,
+    display_name: str | None,
+    expires_at: float | None,
+    claim_token: str | None,
+    registration_id: str | None,
+    now: float,
+    exact: bool,
+) -> tuple[str, Outcome]:
+    """Make the organization `slug` be as a declared state says (its id, and what was done), inside the caller's
+    transaction. An unclaimed trial expires at `expires_at`; an existing one keeps its expiry unless `exact` (the
+    state declares the clock) or it had lapsed. Whether an organization is a trial is not changed: its databases
+    were made on its plan."""
+    check_name(slug)
+    state = "active" if not trial else "claimed" if claimed else "unclaimed"
+    token_hash = secret_hash(claim_token) if claim_token and state == "unclaimed" else None
+    if token_hash is not None:
+        other = await one(conn, "SELECT slug FROM orgs WHERE claim_token_hash = ? AND slug != ?", (token_hash, slug))
+        if other is not None:
+            raise ApiError(400, "bad_request", f"this claim token is already the claim link of {other['slug']}")
+    org = await fetch_one(conn, Org, "SELECT * FROM orgs WHERE slug = ?", (slug,))
+    if org is None:
+        org_id = await insert(
+            core,
+            conn,
+            slug,
+            trial=trial,
+            now=now,
+            display_name=display_name,
+            expires_at=expires_at if state == "unclaimed" else None,
+            registration_id=registration_id,
+            claim_token=claim_token if token_hash else None,
+        )
+        if state == "claimed":
+            await claim(conn, org_id, now)
+        return org_id, "created"
+    if org.trial != trial:
+        raise ApiError(
+            400,
+            "bad_request",
+            f"the organization {slug} exists and is {'a trial' if org.trial else 'not a trial'}; a declared state "
+            "does not change that (reset the emulator first)",
+        )
+    expiry = expires_at if state == "unclaimed" else None
+    if state == org.state == "unclaimed" and not exact and (org.expires_at or 0) > now:
+        expiry = org.expires_at  # its time left counts from the apply that made it
+    claimed_at = (org.claimed_at or now) if state == "claimed" else None
+    row = await one(conn, "SELECT claim_token_hash FROM orgs WHERE id = ?", (org.id,))
+    want = (display_name, state, expiry, claimed_at, token_hash, registration_id)
+    have = (
+        org.display_name,
+        org.state,
+        org.expires_at,
+        org.claimed_at,
+        row and row["claim_token_hash"],
+        org.registration_id,
+    )
+    if want == have:
+        return org.id, "unchanged"
+    await run(
+        conn,
+        "UPDATE orgs SET display_name = ?, state = ?, expires_at = ?, claimed_at = ?, claim_token_hash = ?, "
+        "registration_id = ?, updated_at = ? WHERE id = ?",
+        (*want, now, org.id),
+    )
+    return org.id, "updated"
+
+
+async def set_member(conn: Db, org_id: str, user_id: str, role: str) -> bool:
+    """The person is a member of the organization with this role (a declared state); whether anything changed."""
+    changed = await run(
+        conn,
+        "INSERT INTO org_members (org_id, user_id, role) VALUES (?, ?, ?) "
+        "ON CONFLICT (org_id, user_id) DO UPDATE SET role = excluded.role WHERE role != excluded.role",
+        (org_id, user_id, role),
+    )
+    return changed > 0
 
 
 async def get(db: Db, org_id: str) -> Org | None:

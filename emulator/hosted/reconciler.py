@@ -187,6 +187,12 @@ class Reconciler:
             raise ApiError(503, "unavailable", f"database {slug}:{db} is not running")
         return address
 
+    async def kill(self, org_id: str, slug: str, db: str, service: str | None) -> None:
+        """Kill a running database server or service as an OOM kill would (a fault a test injects)."""
+        if not await self.supervisor.kill(Place(org_id, slug, db), service):
+            what = f"service {service} of {slug}:{db}" if service else f"database {slug}:{db}"
+            raise ApiError(409, "conflict", f"fault: {what} is not running, so there is nothing to kill")
+
     async def _start_on_demand(self, org_id: str, slug: str, db: str) -> None:
         async with self._lock(org_id, db):
             row = await databases.get(self.core.store, org_id, db)
@@ -245,9 +251,16 @@ class Reconciler:
         fingerprint = target.get("fingerprint")
         digest = databases.environment_digest(fingerprint)
         warnings = []
+        failed = self.core.faults.next_update("db_update_fails", place.slug, place.db)
+        if failed is not None:
+            raise ApiError(500, "failed", failed)  # the job's failure: FAILED, with the reason, as any other
         forced = bool(target.get("force_build_nonce"))
         if forced:
             await self.line(place, f"rebuilding environment {digest[:12]}, as pxt db build-image asks")
+        build_failed = self.core.faults.next_update("build_fails", place.slug, place.db)
+        if build_failed is not None:
+            await self.line(place, f"building environment {digest[:12]}: {build_failed}")
+            raise BuildFailed(build_failed)
         built = await self.supervisor.build(place, self._release(row, digest, fingerprint, target), force=forced)
         if not built:
             warnings.append(f"environment {digest[:12]} unchanged: not rebuilt")

@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import functools
 import sqlite3
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 import msgspec
 
 from emulator.core.store import Db, many, one
+
+# What a declared state did to one row: made it, changed it, or found it as declared.
+Outcome = Literal["created", "updated", "unchanged"]
 
 
 class Receipt(msgspec.Struct, kw_only=True):

@@ -16,7 +16,8 @@ from emulator.core.context import Core
 from emulator.core.errors import ApiError
 from emulator.core.kinds import Kind
 from emulator.core.private import private_key
-from emulator.core.store import many, one, run
+from emulator.core.store import Db, many, one, run
+from emulator.hosted.records import Outcome
 
 _KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
 # A value reaches a process as one environment variable, and Linux refuses one over 128 KiB (and an environment
@@ -52,8 +53,8 @@ def check_key(key: str) -> str:
     return key
 
 
-async def set_value(core: Core, box: SecretBox, org_id: str, slug: str, db: str, key: str, value: str) -> int:
-    """Set a secret of the organization (`db` "") or of one database; returns its new revision."""
+def check_value(key: str, value: str) -> int:
+    """The value's size in bytes, refused beyond MAX_VALUE."""
     size = len(value.encode())
     if size > MAX_VALUE:
         raise ApiError(
@@ -62,30 +63,62 @@ async def set_value(core: Core, box: SecretBox, org_id: str, slug: str, db: str,
             f"the value of {key} is {size // 1024} KiB; a secret is at most {MAX_VALUE // 1024} KiB "
             "(it reaches the processes as an environment variable)",
         )
+    return size
+
+
+async def _check_total(conn: Db, box: SecretBox, org_id: str, slug: str, db: str, key: str, size: int) -> None:
+    """The organization's secrets with this one at `size` must stay within MAX_TOTAL (inside the write)."""
+    others = await many(
+        conn, "SELECT value FROM secrets WHERE org_id = ? AND NOT (db = ? AND key = ?)", (org_id, db, key)
+    )
+    total = size + sum(len(box.open(r["value"]).encode()) for r in others)
+    if total > MAX_TOTAL:
+        raise ApiError(
+            400,
+            "bad_request",
+            f"{slug}'s secrets would hold {total // 1024} KiB; an organization's secrets hold at most "
+            f"{MAX_TOTAL // 1024} KiB together (they reach the processes as environment variables)",
+        )
+
+
+async def _write(conn: Db, box: SecretBox, org_id: str, db: str, key: str, value: str, now: float) -> int:
+    """Insert or replace the secret with the next revision; returns it."""
+    row = await one(conn, "SELECT revision FROM secrets WHERE org_id = ? AND db = ? AND key = ?", (org_id, db, key))
+    revision = (row["revision"] if row else 0) + 1
+    await run(
+        conn,
+        "INSERT INTO secrets (org_id, db, key, value, revision, updated_at) VALUES (?, ?, ?, ?, ?, ?) "
+        "ON CONFLICT (org_id, db, key) DO UPDATE SET value = excluded.value, revision = excluded.revision, "
+        "updated_at = excluded.updated_at",
+        (org_id, db, key, box.seal(value), revision, now),
+    )
+    return revision
+
+
+async def set_value(core: Core, box: SecretBox, org_id: str, slug: str, db: str, key: str, value: str) -> int:
+    """Set a secret of the organization (`db` "") or of one database; returns its new revision."""
+    size = check_value(key, value)
     now = core.clock.now()
     async with core.store.transaction() as conn:
-        others = await many(
-            conn, "SELECT value FROM secrets WHERE org_id = ? AND NOT (db = ? AND key = ?)", (org_id, db, key)
-        )
-        total = size + sum(len(box.open(r["value"]).encode()) for r in others)
-        if total > MAX_TOTAL:
-            raise ApiError(
-                400,
-                "bad_request",
-                f"{slug}'s secrets would hold {total // 1024} KiB; an organization's secrets hold at most "
-                f"{MAX_TOTAL // 1024} KiB together (they reach the processes as environment variables)",
-            )
-        row = await one(conn, "SELECT revision FROM secrets WHERE org_id = ? AND db = ? AND key = ?", (org_id, db, key))
-        revision = (row["revision"] if row else 0) + 1
-        await run(
-            conn,
-            "INSERT INTO secrets (org_id, db, key, value, revision, updated_at) VALUES (?, ?, ?, ?, ?, ?) "
-            "ON CONFLICT (org_id, db, key) DO UPDATE SET value = excluded.value, revision = excluded.revision, "
-            "updated_at = excluded.updated_at",
-            (org_id, db, key, box.seal(value), revision, now),
-        )
+        await _check_total(conn, box, org_id, slug, db, key, size)
+        revision = await _write(conn, box, org_id, db, key, value, now)
     core.bus.publish(Kind.CLOUD_SECRET_SET, slug, key=key, db=db or None, revision=revision)
     return revision
+
+
+async def declare(
+    conn: Db, box: SecretBox, org_id: str, slug: str, db: str, key: str, value: str, now: float
+) -> Outcome:
+    """Make the secret hold `value` (a declared state), inside the caller's transaction; the same value already there
+    is left alone, revision included, so applying a state twice changes nothing."""
+    check_key(key)
+    size = check_value(key, value)
+    row = await one(conn, "SELECT value FROM secrets WHERE org_id = ? AND db = ? AND key = ?", (org_id, db, key))
+    if row is not None and box.open(row["value"]) == value:
+        return "unchanged"
+    await _check_total(conn, box, org_id, slug, db, key, size)
+    await _write(conn, box, org_id, db, key, value, now)
+    return "created" if row is None else "updated"
 
 
 async def delete(core: Core, org_id: str, slug: str, db: str, key: str) -> None:

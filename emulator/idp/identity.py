@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 import sqlite3
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from emulator.core.clock import iso
 from emulator.core.context import Core
@@ -443,6 +443,116 @@ class Identity:
             "WHERE id = ? AND status = 'registered'",
             (email, now, registration_id),
         )
+
+    async def declare_registration(
+        self,
+        conn: Any,
+        reg_id: str,
+        *,
+        kind: str,
+        login_hint: str | None,
+        claimed_email: str | None,
+        claim_token: str | None,
+        refresh_token: str | None,
+        trial_org_id: str | None,
+        now: float,
+        exact: bool,
+    ) -> Literal["created", "updated", "unchanged"]:
+        """Make the registration be as a declared state says, inside the caller's transaction. Its claim window
+        (`claim_ttl`) and a declared refresh token's life start at `now` when made; an existing one keeps them unless
+        `exact` (the state declares the clock) or they lapsed. Without a declared claim token it keeps its own."""
+        status = "claimed" if claimed_email else "registered"
+        token_hash = secret_hash(claim_token) if claim_token else None
+        if token_hash is not None:
+            async with conn.execute(
+                "SELECT id FROM registrations WHERE claim_token_hash = ? AND id != ?", (token_hash, reg_id)
+            ) as cur:
+                if await cur.fetchone() is not None:
+                    raise ApiError(400, "bad_request", "this claim token is already another registration's")
+        if claimed_email:
+            await self.ensure_user(conn, claimed_email, now)  # as a completed claim does
+        reg = await self.registration(conn, reg_id)
+        outcome: Literal["created", "updated", "unchanged"] = "unchanged"
+        if reg is None:
+            await conn.execute(
+                "INSERT INTO registrations (id, type, login_hint, status, claim_token_hash, claim_expires_at, "
+                "claimed_email, claimed_at, trial_org_id, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (
+                    reg_id,
+                    kind,
+                    login_hint,
+                    status,
+                    token_hash or secret_hash(self.core.ids.token("clm_", 20)),
+                    now + self._s.claim_ttl,
+                    claimed_email,
+                    now if claimed_email else None,
+                    trial_org_id,
+                    now,
+                ),
+            )
+            outcome = "created"
+        else:
+            window = reg["claim_expires_at"]
+            if exact or window <= now:
+                window = now + self._s.claim_ttl
+            claimed_at = (reg["claimed_at"] or now) if claimed_email else None
+            want = (
+                kind,
+                login_hint,
+                status,
+                claimed_email,
+                claimed_at,
+                trial_org_id,
+                token_hash or reg["claim_token_hash"],
+                window,
+            )
+            have = tuple(
+                reg[c]
+                for c in (
+                    "type",
+                    "login_hint",
+                    "status",
+                    "claimed_email",
+                    "claimed_at",
+                    "trial_org_id",
+                    "claim_token_hash",
+                    "claim_expires_at",
+                )
+            )
+            if want != have:
+                await conn.execute(
+                    "UPDATE registrations SET type = ?, login_hint = ?, status = ?, claimed_email = ?, claimed_at = ?, "
+                    "trial_org_id = ?, claim_token_hash = ?, claim_expires_at = ? WHERE id = ?",
+                    (*want, reg_id),
+                )
+                outcome = "updated"
+        if refresh_token and await self._declare_refresh_token(conn, reg_id, refresh_token, now, exact):
+            outcome = "updated" if outcome == "unchanged" else outcome
+        return outcome
+
+    async def _declare_refresh_token(self, conn: Any, reg_id: str, value: str, now: float, exact: bool) -> bool:
+        """A fixed refresh token, unspent (a declared state); whether anything changed."""
+        async with conn.execute("SELECT * FROM refresh_tokens WHERE hash = ?", (secret_hash(value),)) as cur:
+            row = await cur.fetchone()
+        if row is not None and row["registration_id"] != reg_id:
+            raise ApiError(400, "bad_request", "this refresh token is already another registration's")
+        exp = now + self._s.refresh_token_ttl
+        if row is not None and not exact and row["expires_at"] > now:
+            exp = row["expires_at"]
+        if row is not None and row["spent_at"] is None and row["expires_at"] == exp:
+            return False
+        await conn.execute(
+            "INSERT INTO refresh_tokens (hash, registration_id, expires_at) VALUES (?, ?, ?) "
+            "ON CONFLICT (hash) DO UPDATE SET expires_at = excluded.expires_at, spent_at = NULL",
+            (secret_hash(value), reg_id, exp),
+        )
+        return True
+
+    @staticmethod
+    async def user_id(conn: Any, email: str) -> str | None:
+        async with conn.execute("SELECT id FROM users WHERE email = ?", (email,)) as cur:
+            row = await cur.fetchone()
+        return str(row["id"]) if row else None
 
     async def ensure_user(self, conn: Any, email: str, now: float) -> str:
         async with conn.execute("SELECT id FROM users WHERE email = ?", (email,)) as cur:

@@ -23,6 +23,7 @@ from emulator.core.boundary import Boundary, BoundaryGate
 from emulator.core.clientip import client_ip
 from emulator.core.context import Core
 from emulator.core.errors import ApiError
+from emulator.core.faults import FaultGate
 from emulator.idp import discovery, login
 from emulator.idp.identity import JWT_BEARER, Identity
 from emulator.idp.login import Logins
@@ -372,4 +373,4 @@ def build_idp_app(idp: Idp, boundary: Boundary) -> BoundaryGate:
         logging_config=None,
         debug=False,
     )
-    return BoundaryGate(app, boundary, boundary_error)
+    return BoundaryGate(FaultGate(app, "auth", idp.core.faults, boundary_error), boundary, boundary_error)

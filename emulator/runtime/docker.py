@@ -15,6 +15,7 @@ Each service is one container with one worker process, the trial's size of a ser
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import logging
 import os
@@ -142,6 +143,12 @@ class ContainerWorkload:
     async def stop(self) -> None:
         await asyncio.to_thread(self._stop)
         await self.wait()
+
+    async def kill(self) -> None:
+        import docker.errors
+
+        with contextlib.suppress(docker.errors.APIError):
+            await asyncio.to_thread(self.container.kill, "SIGKILL")
 
     def _stop(self) -> None:
         import docker.errors

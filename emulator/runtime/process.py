@@ -133,6 +133,11 @@ class ProcessWorkload:
         self._gone()
         return code
 
+    async def kill(self) -> None:
+        if self.proc.returncode is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.proc.pid, signal.SIGKILL)
+
     async def stop(self) -> None:
         """SIGTERM (uvicorn drains and exits cleanly), then SIGKILL to the whole process group."""
         if self.proc.returncode is not None:

@@ -24,7 +24,7 @@ from typing import Any, Protocol
 from emulator.core.address import Address
 from emulator.core.snapshots import copy_tree
 from emulator.core.tasks import cancel
-from emulator.gateway.server import DatabaseGateway, Target
+from emulator.gateway.server import DatabaseGateway, FaultHook, Target
 from emulator.runtime.environments import Build, BuildFailed
 from emulator.runtime.workload import Launcher, Log, Spec, Workload, answers, healthy, resized
 
@@ -108,6 +108,7 @@ class Supervisor:
         self.launcher = launcher
         self.reporter = reporter
         self.host_ok = host_ok  # the gateways' Host rule
+        self.gateway_fault: FaultHook | None = None  # the gateways' fault rules (set by the emulator at start)
         self.running: dict[tuple[str, str], Workload] = {}  # (org_id, db) → its server
         self.services: dict[tuple[str, str, str, str], Workload] = {}  # (org_id, db, base_path, name)
         self.gateways: dict[tuple[str, str], tuple[DatabaseGateway, int]] = {}
@@ -296,6 +297,21 @@ class Supervisor:
         await db_log(f"the Pixeltable server started, listening on {running.address}")
         await self._await_ready(running, healthy, "the Pixeltable server", db_log)
 
+    async def kill(self, place: Place, service: str | None = None) -> bool:
+        """Kill the database's server (or one of its services, by label) as an OOM kill would: False if it does
+        not run. Its exit is then reported as any death is."""
+        if service is None:
+            running = self.running.get(place.key)
+        else:
+            found = [k for k in self.services if k[:2] == place.key and f"{k[2]}/{k[3]}".lstrip("/") == service]
+            running = self.services.get(found[0]) if found else None
+        if running is None or running.returncode() is not None:
+            return False
+        what = f"service {service}" if service else "the Pixeltable server"
+        await self.reporter.line(place, f"{what} was killed: out of memory (an injected fault)", service=service or "")
+        await running.kill()
+        return True
+
     async def stop_database(self, place: Place) -> None:
         await self._stop_database(place.key)
 
@@ -409,7 +425,10 @@ class Supervisor:
         if found is not None:
             return found[1]
         gateway = DatabaseGateway(
-            self._resolver(place), lambda path, status: self.reporter.request(place, path, status), self.host_ok
+            self._resolver(place),
+            lambda path, status: self.reporter.request(place, path, status),
+            self.host_ok,
+            self.gateway_fault,
         )
         try:
             port = await gateway.start("127.0.0.1", port_hint or 0)

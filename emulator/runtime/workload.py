@@ -65,6 +65,10 @@ class Workload(Protocol):
 
     async def stop(self) -> None: ...
 
+    async def kill(self) -> None:
+        """SIGKILL at once, as the kernel's OOM killer ends a workload over its memory."""
+        ...
+
 
 class Launcher(Protocol):
     kind: str

@@ -10,8 +10,9 @@ from litestar.datastructures import State
 
 from emulator.admin import routes as admin
 from emulator.core import openapi
+from emulator.core.faults import FaultGate
 from emulator.site import ask, discovery, mcp, pages, trials
-from emulator.site.errors import EXCEPTION_HANDLERS
+from emulator.site.errors import EXCEPTION_HANDLERS, error_bytes
 from emulator.site.gate import SiteGate
 from emulator.site.state import Site
 
@@ -45,4 +46,5 @@ def build_site_app(site: Site) -> Any:
         logging_config=None,
         debug=False,
     )
-    return SiteGate(app, site.core.settings, site.boundary)
+    faulted = FaultGate(app, "site", site.core.faults, lambda e: (b"application/json", error_bytes(e)))
+    return SiteGate(faulted, site.core.settings, site.boundary)

@@ -30,10 +30,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from emulator.core.address import Address
+from emulator.core.faults import Verdict
 from emulator.tunnel.ca import LocalCA, normalize_domain
 from emulator.tunnel.egress import EgressPolicy, valid_host
 from emulator.tunnel.forward import ForwardProxy
 
+FaultHook = Callable[[str, str], Awaitable[Verdict | None]]
 log = logging.getLogger(__name__)
 
 HANDSHAKE_TIMEOUT = 30.0  # the client's own handshake timeout (TLS + PXT/1.0)
@@ -213,8 +215,10 @@ class TunnelServer:
         authorize: Authorize,
         on_event: OnEvent | None = None,
         forward: ForwardProxy | None = None,
+        fault: FaultHook | None = None,
     ) -> None:
         self.domain = normalize_domain(domain)
+        self.fault = fault  # (method, "/ORG/DB") → a fault's verdict for this session, if a rule fires
         # Hosts outside the tunnel domain: relayed under the forward proxy's policy (none relayed by default).
         self.forward = forward or ForwardProxy(EgressPolicy("deny"))
         if self.domain != ca.domain:
@@ -434,6 +438,11 @@ class TunnelServer:
         server_name = self._server_names.pop(tls.obj, None)
         try:
             org, db, credential = self._parse_handshake(head, tunnel)
+            verdict = await self.fault("CONNECT", f"/{org}/{db}") if self.fault is not None else None
+            if verdict is not None:
+                if verdict.drop:
+                    return  # closed without an answer
+                raise _Refused(verdict.status or 503, verdict.message)
             expected = f"{org}-{db}.{self.domain}".lower()
             if server_name is None or server_name.lower().rstrip(".") != expected:
                 raise _Refused(403, f"the TLS server name {server_name or '(none)'} is not the host of {org}/{db}")

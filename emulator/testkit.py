@@ -1,0 +1,482 @@
+"""The agent test kit for Python: start an emulator (or attach to one) and steer it from a test.
+
+`emulator.pytest_plugin` hands a `Testkit` to tests as the `emulator` fixture; scripts can use it directly:
+
+    with Testkit.start(args=["--freeze-clock", "2026-01-01T00:00:00Z"]) as emu:
+        emu.clock.advance("48h")
+        emu.assert_event("trial.expired", org="agent-1a2b3c")
+
+Everything goes through the emulator's own API (`/_emulator`), so a test does exactly what a person at the
+command line or the dashboard could, and the same calls work on an emulator started elsewhere (`attach`).
+The launch of an `emulator up` process on free ports is here too, shared with `emulator exec`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator, Sequence
+from datetime import datetime
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+import httpx
+import msgspec
+
+from emulator.admin.wire import EventView
+from emulator.commands.common import exports
+
+START_TIMEOUT = 120.0  # seconds; a cold start that imports hosted data can take a while
+STOP_TIMEOUT = 60.0
+ORIGINS = ("site", "auth", "api", "tunnel", "s3")
+REUSE_FILE = "testkit-reuse.json"  # in a reused state dir: the flags it was started with and its pid
+
+
+class EmulatorError(Exception):
+    """The emulator answered a call with an error (its status and message), or could not be started."""
+
+    def __init__(self, message: str, status: int | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+
+
+class _Journal(msgspec.Struct):
+    events: list[EventView]
+    last_seq: int
+
+
+# --- starting and stopping an `emulator up` process ---------------------------------------------------------
+
+
+def launch(
+    state_dir: Path, args: Sequence[str] = (), *, log_path: Path | None = None, env: dict[str, str] | None = None
+) -> tuple[subprocess.Popen[bytes], dict[str, Any]]:
+    """Start `emulator up` on free loopback ports in `state_dir` and wait until it serves; its own process
+    group, so it outlives nothing it should not and can be stopped with everything it started."""
+    state_dir.mkdir(parents=True, exist_ok=True)
+    os.chmod(state_dir, 0o700)
+    log_path = log_path or state_dir / "emulator.log"
+    argv = [sys.executable, "-m", "emulator", "up", "--state-dir", str(state_dir)]
+    argv += [f"--{name}-port=0" for name in ORIGINS]
+    base = {k: v for k, v in (env or os.environ).items() if k not in ("EMULATOR_URL", "EMULATOR_STATE_DIR")}
+    with open(log_path, "ab") as log:
+        proc = subprocess.Popen(
+            [*argv, *args], stdout=log, stderr=log, stdin=subprocess.DEVNULL, start_new_session=True, env=base
+        )
+    deadline = time.monotonic() + START_TIMEOUT
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise EmulatorError(f"the emulator stopped at start (exit {proc.returncode}):\n{log_tail(log_path)}")
+        with contextlib.suppress(OSError, ValueError):
+            found = json.loads((state_dir / "endpoints.json").read_text())
+            if found.get("pid") == proc.pid:
+                return proc, found
+        time.sleep(0.05)
+    stop_process(proc)
+    raise EmulatorError(f"the emulator was not serving after {START_TIMEOUT:.0f} s:\n{log_tail(log_path)}")
+
+
+def stop_process(proc: subprocess.Popen[bytes]) -> bool:
+    """SIGTERM, on which the emulator stops every workload it started; SIGKILL the group if it hangs."""
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(STOP_TIMEOUT)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+            return False
+    return True
+
+
+def log_tail(path: Path, lines: int = 30) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return "(no log)"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+# --- the handle a test holds -------------------------------------------------------------------------------
+
+
+class Testkit:
+    """A running emulator and what a test does with it: reset, the clock, the person's acts, faults, snapshots,
+    declared states and the event journal. `since` for the journal defaults to where the current test began."""
+
+    __test__ = False  # not a test class, whatever pytest's naming rules say
+
+    def __init__(
+        self,
+        endpoints: dict[str, Any],
+        *,
+        process: subprocess.Popen[bytes] | None = None,
+        state_dir: Path | None = None,
+        reused: bool = False,
+    ) -> None:
+        self.endpoints = endpoints
+        self.process = process  # the process this handle started and stops; None when attached or reused
+        self.state_dir = state_dir
+        self.reused = reused
+        self.mark = 0  # the journal's last event before the current test
+        # Never through a proxy: the emulator is on loopback, and a test shell may export the emulator's own proxy.
+        self._http = httpx.Client(base_url=self.url, timeout=120, trust_env=False)
+        self.clock = Clock(self)
+        self.acts = Acts(self)
+        self.faults = Faults(self)
+        self.snapshots = Snapshots(self)
+
+    # -- how to get one
+
+    @classmethod
+    def start(cls, state_dir: Path, args: Sequence[str] = ()) -> Testkit:
+        """A new emulator in `state_dir` (on free ports), stopped by `stop()` or at the end of a `with`."""
+        proc, found = launch(state_dir, args)
+        return cls(found, process=proc, state_dir=state_dir)
+
+    @classmethod
+    def attach(cls, url: str) -> Testkit:
+        """An emulator someone else started (`EMULATOR_URL`); `stop()` leaves it running."""
+        with httpx.Client(timeout=10, trust_env=False) as http:
+            try:
+                r = http.get(url.rstrip("/") + "/_emulator/status")
+            except httpx.HTTPError as e:
+                raise EmulatorError(f"no emulator answers at {url}: {e}") from None
+        if r.status_code != 200:
+            raise EmulatorError(f"{url} is not an emulator's site (GET /_emulator/status: {r.status_code})")
+        found = r.json()["endpoints"]
+        return cls(found, state_dir=Path(r.json()["state_dir"]))
+
+    @classmethod
+    def reuse(cls, state_dir: Path, args: Sequence[str] = ()) -> Testkit:
+        """The emulator a previous run left in `state_dir` when it was started with the same flags (and is healthy),
+        else a new one there, left running at the end (Testcontainers' reuse): `emulator down --state-dir DIR`."""
+        flags = hashlib.sha256(json.dumps([*args, sys.executable]).encode()).hexdigest()[:16]
+        with contextlib.suppress(OSError, ValueError, KeyError, EmulatorError):
+            kept = json.loads((state_dir / REUSE_FILE).read_text())
+            found = json.loads((state_dir / "endpoints.json").read_text())
+            if kept["flags"] == flags and kept["pid"] == found["pid"] and _alive(found["pid"]):
+                return cls(cls.attach(found["site"]).endpoints, state_dir=state_dir, reused=True)
+        # Another run's emulator with other flags, or one that no longer answers: stop it, start ours.
+        with contextlib.suppress(OSError, ValueError, KeyError, ProcessLookupError):
+            old = json.loads((state_dir / "endpoints.json").read_text())["pid"]
+            os.kill(old, signal.SIGTERM)
+            deadline = time.monotonic() + STOP_TIMEOUT
+            while _alive(old) and time.monotonic() < deadline:
+                time.sleep(0.05)
+        proc, found = launch(state_dir, args)
+        (state_dir / REUSE_FILE).write_text(json.dumps({"flags": flags, "pid": proc.pid}))
+        return cls(found, state_dir=state_dir, reused=True)
+
+    def stop(self) -> None:
+        """Stop the emulator this handle started (an attached or reused one keeps running)."""
+        self._http.close()
+        if self.process is not None:
+            stop_process(self.process)
+
+    def __enter__(self) -> Testkit:
+        return self
+
+    def __exit__(self, *_: type[BaseException] | BaseException | TracebackType | None) -> None:
+        self.stop()
+
+    # -- where it is
+
+    @property
+    def url(self) -> str:
+        """The site's URL (`PIXELTABLE_SITE_URL`), where `/_emulator` is."""
+        return str(self.endpoints["site"]).rstrip("/")
+
+    @property
+    def auth_url(self) -> str:
+        return str(self.endpoints["auth"])
+
+    @property
+    def api_url(self) -> str:
+        return str(self.endpoints["api"])
+
+    @property
+    def env(self) -> dict[str, str]:
+        """The variables `emulator env` prints: give them to the agent under test (the `emulator_env` fixture does)."""
+        return exports(self.endpoints)
+
+    # -- calls
+
+    def call(self, method: str, path: str, body: Any = None, **kw: Any) -> Any:
+        """`/_emulator` (or any site path) with a JSON body; the decoded answer, or EmulatorError with its message."""
+        if body is not None:
+            kw["json"] = body
+        r = self._http.request(method, path, **kw)
+        if r.status_code >= 400:
+            try:
+                error = r.json().get("error", {})
+                message = error.get("message") if isinstance(error, dict) else str(error)
+            except ValueError:
+                message = r.text
+            raise EmulatorError(f"{method} {path}: {r.status_code} {message or r.text}", r.status_code)
+        if r.headers.get("content-type", "").startswith("application/json"):
+            return r.json()
+        return r.content
+
+    def status(self) -> dict[str, Any]:
+        return self.call("GET", "/_emulator/status")
+
+    def reset(self, to: str = "empty") -> dict[str, Any]:
+        """Back to an empty state (`to="empty"`) or to the state the emulator started from (`to="start"`)."""
+        answer = self.call("POST", "/_emulator/reset", {"to": to})
+        self.mark = self.last_seq()
+        return answer
+
+    def apply(self, state: Path | str, name: str | None = None) -> dict[str, Any]:
+        """Make the emulator hold a declared state: a TOML file, or its text (see fixtures/world.toml)."""
+        if isinstance(state, Path):
+            text, name = state.read_text("utf-8"), name or str(state)
+        else:
+            text = state
+        return self.call(
+            "POST",
+            "/_emulator/apply",
+            content=text.encode(),
+            params={"name": name or "state"},
+            headers={"Content-Type": "application/toml"},
+        )
+
+    # -- the journal
+
+    def begin_test(self) -> None:
+        """From now on `events()` and the assertions look only at what happens next."""
+        self.mark = self.last_seq()
+
+    def last_seq(self) -> int:
+        return int(self.call("GET", "/_emulator/journal", params={"limit": 1, "since": 2**62})["last_seq"])
+
+    def events(self, kinds: str | Sequence[str] = (), since: int | None = None) -> list[EventView]:
+        """Events since the current test began (or `since`), oldest first; `kinds` are prefixes (`"trial"`)."""
+        prefixes = ",".join([kinds] if isinstance(kinds, str) else kinds)
+        out: list[EventView] = []
+        after = self.mark if since is None else since
+        while True:
+            r = self._http.get("/_emulator/journal", params={"since": after, "kinds": prefixes, "limit": 5000})
+            r.raise_for_status()
+            page = msgspec.json.decode(r.content, type=_Journal)
+            out += page.events
+            if len(page.events) < 5000:
+                return out
+            after = page.events[-1].seq
+
+    def find_events(self, kind: str, subject: str | None = None, **data: Any) -> list[EventView]:
+        """Events of exactly `kind` whose subject and data fields equal the ones given."""
+        return [e for e in self.events(kind) if _matches(e, kind, subject, data)]
+
+    def assert_event(self, kind: str, subject: str | None = None, **data: Any) -> EventView:
+        """The first event of `kind` (with this subject and these data fields) since the test began, or an
+        AssertionError that lists what did happen."""
+        found = self.find_events(kind, subject, **data)
+        if not found:
+            raise AssertionError(f"no {_describe(kind, subject, data)} event; {self._seen(kind)}")
+        return found[0]
+
+    def assert_no_event(self, kind: str, subject: str | None = None, **data: Any) -> None:
+        found = self.find_events(kind, subject, **data)
+        if found:
+            raise AssertionError(
+                f"unexpected {_describe(kind, subject, data)} event(s): "
+                + "; ".join(f"#{e.seq} {e.subject} {e.data}" for e in found[:5])
+            )
+
+    def wait_for_event(self, kind: str, timeout: float = 30, subject: str | None = None, **data: Any) -> EventView:
+        """For what the engine does by itself (a workload that dies, a build that ends), not for emulator time,
+        which tests move with `clock.advance`: polls the journal until `timeout` seconds of real time."""
+        deadline = time.monotonic() + timeout
+        while True:
+            found = self.find_events(kind, subject, **data)
+            if found:
+                return found[0]
+            if time.monotonic() > deadline:
+                raise AssertionError(f"no {_describe(kind, subject, data)} event within {timeout} s")
+            time.sleep(0.1)
+
+    def _seen(self, kind: str) -> str:
+        family = kind.split(".")[0]
+        seen = self.events(family)
+        if not seen:
+            kinds = sorted({e.kind for e in self.events()})
+            return f"no {family}.* event either; kinds seen: {', '.join(kinds) or 'none'}"
+        return "seen: " + "; ".join(f"#{e.seq} {e.kind} {e.subject} {e.data}" for e in seen[-8:])
+
+    def describe_events(self, limit: int = 60) -> str:
+        """The current test's events, one line each: what the plugin shows under a failed test."""
+        events = self.events()
+        lines = [f"#{e.seq} {e.iso} {e.kind} {e.subject or ''} {_brief(e.data)}" for e in events[-limit:]]
+        skipped = len(events) - len(lines)
+        return (f"({skipped} earlier events not shown)\n" if skipped > 0 else "") + "\n".join(lines)
+
+
+def _matches(e: EventView, kind: str, subject: str | None, data: dict[str, Any]) -> bool:
+    return (
+        e.kind == kind
+        and (subject is None or e.subject == subject)
+        and all(e.data.get(k) == v for k, v in data.items())
+    )
+
+
+def _describe(kind: str, subject: str | None, data: dict[str, Any]) -> str:
+    fields = ([f"subject={subject!r}"] if subject is not None else []) + [f"{k}={v!r}" for k, v in data.items()]
+    return kind + (f" ({', '.join(fields)})" if fields else "")
+
+
+def _brief(data: dict[str, Any]) -> str:
+    text = json.dumps(data, separators=(",", ":"), default=str)
+    return text if len(text) <= 200 else text[:199] + "…"
+
+
+class Clock:
+    """The emulator's clock: every trial, token and window counts on it; tests move it instead of sleeping."""
+
+    def __init__(self, kit: Testkit) -> None:
+        self._kit = kit
+
+    def now(self) -> datetime:
+        return datetime.fromisoformat(self.state()["iso"].replace("Z", "+00:00"))
+
+    def state(self) -> dict[str, Any]:
+        return self._kit.call("GET", "/_emulator/clock")
+
+    def advance(self, duration: str | float) -> dict[str, Any]:
+        """`"48h"`, `"90s"`, `"2d"` or seconds; every job that falls due runs before this returns."""
+        return self._kit.call("POST", "/_emulator/clock", {"advance": duration})
+
+    def set(self, instant: str | datetime) -> dict[str, Any]:
+        return self._kit.call("POST", "/_emulator/clock", {"set": _instant(instant)})
+
+    def freeze(self, at: str | datetime | None = None) -> dict[str, Any]:
+        return self._kit.call("POST", "/_emulator/clock", {"freeze": True, **({"set": _instant(at)} if at else {})})
+
+    def resume(self) -> dict[str, Any]:
+        return self._kit.call("POST", "/_emulator/clock", {"freeze": False})
+
+
+def _instant(value: str | datetime) -> str:
+    return value.isoformat() if isinstance(value, datetime) else value
+
+
+class Acts:
+    """What the person does in a browser, done for the test: decide a claim, claim a trial, approve a sign-in."""
+
+    def __init__(self, kit: Testkit) -> None:
+        self._kit = kit
+
+    def approve_claim(self, claim: str, email: str) -> str:
+        """Approve an agent's claim (its `verification_uri`, or its registration id); returns the user code the
+        person reads to the agent."""
+        return str(self._kit.call("POST", "/_emulator/claims/approve", {**_claim(claim), "email": email})["user_code"])
+
+    def deny_claim(self, claim: str, email: str = "person@example.com") -> dict[str, Any]:
+        return self._kit.call("POST", "/_emulator/claims/deny", {**_claim(claim), "email": email})
+
+    def claim_trial(self, org: str, email: str) -> dict[str, Any]:
+        """The person opens the trial's `claim_url` and claims it: it no longer expires."""
+        return self._kit.call("POST", "/_emulator/trials/claim", {"org": org, "email": email})
+
+    def approve_login(self, email: str, user_code: str | None = None, deny: bool = False) -> dict[str, Any]:
+        """Approve (or deny) a `pxt login` sign-in: the one pending, or the one with this code."""
+        if user_code is None:
+            pending = self._kit.call("GET", "/_emulator/logins")["pending"]
+            if len(pending) != 1:
+                raise EmulatorError(f"{len(pending)} sign-ins are pending; name the user code")
+            user_code = str(pending[0]["user_code"])
+        body = {"user_code": user_code, "email": email, "deny": deny}
+        return self._kit.call("POST", "/_emulator/logins/approve", body)
+
+
+def _claim(claim: str) -> dict[str, str]:
+    return {"claim": claim} if "://" in claim else {"registration": claim}
+
+
+class Faults:
+    """Fault rules (see the README's Faults): errors in each origin's format, latency, drops, hosted faults."""
+
+    def __init__(self, kit: Testkit) -> None:
+        self._kit = kit
+
+    def add(self, **rule: Any) -> dict[str, Any]:
+        """`add(path="/ask", status=503, retry_after=5, count=2)`; answers the stored rule with its `id`."""
+        return self._kit.call("POST", "/_emulator/faults", rule)
+
+    @contextlib.contextmanager
+    def injected(self, **rule: Any) -> Iterator[dict[str, Any]]:
+        """The rule holds inside the `with` only."""
+        added = self.add(**rule)
+        try:
+            yield added
+        finally:
+            with contextlib.suppress(EmulatorError):  # it may have fired its count and gone
+                self._kit.call("DELETE", f"/_emulator/faults/{added['id']}")
+
+    def list(self) -> list[dict[str, Any]]:
+        return list(self._kit.call("GET", "/_emulator/faults")["rules"])
+
+    def clear(self, rule_id: str | None = None) -> None:
+        self._kit.call("DELETE", "/_emulator/faults" + (f"/{rule_id}" if rule_id else ""))
+
+    def release(self) -> dict[str, Any]:
+        """Let held requests go on."""
+        return self._kit.call("POST", "/_emulator/faults/release", {})
+
+
+class Snapshots:
+    """Save and load the running emulator's whole state (hosted databases included)."""
+
+    def __init__(self, kit: Testkit) -> None:
+        self._kit = kit
+
+    def save(self, name: str) -> dict[str, Any]:
+        return self._kit.call("POST", "/_emulator/snapshots", {"name": name})
+
+    def load(self, name: str) -> dict[str, Any]:
+        answer = self._kit.call("POST", f"/_emulator/snapshots/{name}/load", {})
+        self._kit.mark = self._kit.last_seq()
+        return answer
+
+    def list(self) -> list[dict[str, Any]]:
+        return list(self._kit.call("GET", "/_emulator/snapshots")["snapshots"])
+
+    def delete(self, name: str) -> None:
+        self._kit.call("DELETE", f"/_emulator/snapshots/{name}")
+
+    def export(self, name: str, target: Path) -> Path:
+        with self._kit._http.stream("GET", f"/_emulator/snapshots/{name}/export") as r:
+            if r.status_code >= 400:
+                r.read()
+                raise EmulatorError(f"export {name}: {r.status_code} {r.text}", r.status_code)
+            with open(target, "wb") as out:
+                for chunk in r.iter_bytes():
+                    out.write(chunk)
+        return target
+
+    def import_file(self, source: Path, name: str | None = None) -> dict[str, Any]:
+        return self._kit.call(
+            "POST",
+            "/_emulator/snapshots/import",
+            content=source.read_bytes(),
+            params={"name": name} if name else None,
+            headers={"Content-Type": "application/gzip"},
+        )
