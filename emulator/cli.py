@@ -14,7 +14,7 @@ from typing import Any
 
 from emulator import __version__
 from emulator.admin.client import Locator, Unreachable, follow
-from emulator.commands import common, declared, faults, snapshots, throwaway
+from emulator.commands import behaviour, common, declared, faults, snapshots, throwaway
 from emulator.commands.common import add_locator, call_or_exit, locator, state_dir
 from emulator.config import ConfigError, Settings, default_state_dir, load_settings
 from emulator.core.private import private_dir
@@ -569,7 +569,7 @@ COMMANDS = {
 }
 
 
-EXTENSIONS: tuple[Any, ...] = (snapshots, throwaway, faults, declared)
+EXTENSIONS: tuple[Any, ...] = (snapshots, throwaway, faults, declared, behaviour)
 """Modules of `emulator.commands` whose subcommands `emulator` offers (see that package)."""
 
 

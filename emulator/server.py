@@ -36,6 +36,7 @@ from emulator.core.errors import ApiError
 from emulator.core.httpserver import timed_protocol
 from emulator.core.kinds import Kind
 from emulator.core.private import private_dir, write_private
+from emulator.core.served import RequestJournal
 from emulator.core.snapshots import EXIT, START, Part
 from emulator.hosted import databases, declared, trials
 from emulator.hosted.auth import Authenticator
@@ -351,9 +352,12 @@ async def serve(settings: Settings, on_ready: Any = None, start: Start | None = 
         core.on_reset(register_limiter.reset)
         core.faults.operations = frozenset(OPERATIONS)
         apps = {
-            "site": build_site_app(site),
-            "auth": build_idp_app(Idp(core, identity, register_limiter, logins), boundary),
-            "api": build_cloud_app(platform, boundary),
+            name: RequestJournal(app, name, core.bus.publish, settings.trust_forwarded)
+            for name, app in (
+                ("site", build_site_app(site)),
+                ("auth", build_idp_app(Idp(core, identity, register_limiter, logins), boundary)),
+                ("api", build_cloud_app(platform, boundary)),
+            )
         }
         servers = [(_Server(_uvicorn_config(apps[name], settings)), socks[name]) for name in socks]
 

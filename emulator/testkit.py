@@ -26,6 +26,7 @@ from datetime import datetime
 from pathlib import Path
 from types import TracebackType
 from typing import Any
+from urllib.parse import quote
 
 import httpx
 import msgspec
@@ -321,6 +322,28 @@ class Testkit:
             kinds = sorted({e.kind for e in self.events()})
             return f"no {family}.* event either; kinds seen: {', '.join(kinds) or 'none'}"
         return "seen: " + "; ".join(f"#{e.seq} {e.kind} {e.subject} {e.data}" for e in seen[-8:])
+
+    # -- how the agent behaved (emulator.behaviour)
+
+    def trace(self, who: str) -> dict[str, Any]:
+        """One agent's trace: a registration id, an organization or an API key's name (`ORG/NAME`)."""
+        return self.call("GET", "/_emulator/traces/" + quote(who, safe="/"))
+
+    def report(self, agent: str | None = None) -> dict[str, Any]:
+        """The scorecard of every agent in the journal, or of one."""
+        return self.call("GET", "/_emulator/report", params={"agent": agent} if agent else {})
+
+    def assert_clean(self, agent: str | None = None, allow: Sequence[str] = ()) -> None:
+        """That the agent (or every agent) broke no scorecard rule, save those in `allow`; an AssertionError
+        lists each finding with its evidence. The journal is the emulator's since its last reset."""
+        found = [
+            f"{card['agent']}: {f['rule']}: {f['detail']} [#{', #'.join(str(s) for s in f['evidence'])}]"
+            for card in self.report(agent)["agents"]
+            for f in card["findings"]
+            if f["rule"] not in allow
+        ]
+        if found:
+            raise AssertionError("the agent broke scorecard rules:\n  " + "\n  ".join(found))
 
     def describe_events(self, limit: int = 60) -> str:
         """The current test's events, one line each: what the plugin shows under a failed test."""

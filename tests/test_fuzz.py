@@ -45,6 +45,7 @@ from tests.conftest import FROZEN_AT, Emulator, next_ip
 
 # The bounds of a run; FUZZ_SCALE=10 (and another FUZZ_SEED) for a deeper one by hand.
 SCALE = float(os.environ.get("FUZZ_SCALE", "1"))
+ROOT = Path(__file__).resolve().parent.parent
 SEED = int(os.environ.get("FUZZ_SEED", "20261101"))
 SCHEMATHESIS_EXAMPLES = int(50 * SCALE)  # per API operation
 CONTROL_PLANE_EXAMPLES = int(80 * SCALE)  # per operation_type (30 of them)
@@ -148,8 +149,16 @@ def schemathesis(e: Emulator, url: str, *args: str) -> None:
         "off",
         *args,
     ]
+    # Hooks give it bodies for the media types it cannot make itself (tests/schemathesis_hooks.py).
+    hooks = {"SCHEMATHESIS_HOOKS": "tests.schemathesis_hooks", "PYTHONPATH": str(ROOT)}
     run = subprocess.run(
-        cmd, capture_output=True, text=True, timeout=240, stdin=subprocess.DEVNULL, cwd=e.state_dir.parent
+        cmd,
+        capture_output=True,
+        text=True,
+        timeout=240,
+        stdin=subprocess.DEVNULL,
+        cwd=e.state_dir.parent,
+        env={**os.environ, **hooks},
     )
     assert run.returncode == 0, run.stdout[-8000:] + run.stderr[-2000:]
     assert "Test cases:" in run.stdout and " passed" in run.stdout, run.stdout[-4000:]

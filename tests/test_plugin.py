@@ -48,7 +48,7 @@ def answers(url: str) -> bool:
 def test_the_sample_agents_suite_passes_with_only_the_plugin() -> None:
     done = pytest_run(SAMPLE)
     assert done.returncode == 0, done.stdout + done.stderr
-    assert "10 passed" in done.stdout
+    assert "11 passed" in done.stdout
     assert "emulator: started for this run, each test from its start state" in done.stdout
 
 

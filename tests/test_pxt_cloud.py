@@ -701,6 +701,7 @@ def test_14_hosted_faults_a_gateway_error_a_failed_update_and_a_killed_server(se
     refused = httpx.post(endpoint + "/key", json={"text": "t"}, headers=key, timeout=60)
     assert refused.status_code == 503 and refused.headers["retry-after"] == "4"
     assert "injected fault" in refused.json()["detail"]  # the gateway's own error format
+    e.advance(4)  # as Retry-After says (the scorecard of step 14b would name a retry sooner)
     after = httpx.post(endpoint + "/key", json={"text": "t"}, headers=key, timeout=60)
     assert after.status_code == 200, (after.text, session.run("service", "list", session.db))
 
@@ -726,6 +727,26 @@ def test_14_hosted_faults_a_gateway_error_a_failed_update_and_a_killed_server(se
     count = session.python(f"import pixeltable as pxt; print('N', pxt.get_table('{session.db}/docs').count())")
     assert re.search(r"^N [1-9]", count, re.M), count
     assert admin.post("/_emulator/faults", json={"hosted": "kill_database", "target": "nobody:main"}).status_code == 404
+
+
+def test_14b_the_real_clients_trace_and_scorecard(session: Session) -> None:
+    """The real client's whole flow so far, from its registration to route calls through the gateway, is one
+    agent's trace; the scorecard names only what step 6 made it do on purpose (db update of a stopped database)."""
+    trace = session.admin(f"/_emulator/traces/{session.org}")
+    steps = trace["steps"]
+    kinds = {s["kind"] for s in steps}
+    wanted = {"http.request", "idp.registered", "idp.token_issued", "trial.created", "db.update_accepted"}
+    wanted |= {"db.receipt", "db.state", "db.log", "service.state", "gateway.request", "tunnel.connected"}
+    assert wanted <= kinds, wanted - kinds
+    assert steps[0]["what"] == "GET /.well-known/oauth-protected-resource"  # `pxt new` reads discovery first
+    assert any("submit_update" in s["what"] for s in steps)
+    assert any(s["kind"] == "gateway.request" and s["status"] == 200 for s in steps)
+    assert trace["agent"]["orgs"] == [session.org] and trace["requests"] > 20
+    report = session.admin(f"/_emulator/report?agent={session.org}")
+    [card] = report["agents"]
+    named = [(f["rule"], f["detail"], f["evidence"]) for f in card["findings"]]
+    assert [f["rule"] for f in card["findings"]] == ["update-while-not-available"], named
+    assert "while it was STOPPED" in card["findings"][0]["detail"]
 
 
 def test_15_a_snapshot_brings_back_a_hosted_databases_rows(session: Session) -> None:

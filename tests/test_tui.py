@@ -34,7 +34,7 @@ from tui.app import Dashboard, short
 from tui.filter import RowFilter
 from tui.keys import KEYS
 from tui.model import Model, affected, fmt_left, fmt_span
-from tui.screens import HelpScreen, PromptScreen
+from tui.screens import ConfirmScreen, DetailScreen, HelpScreen, PromptScreen
 
 SNAPSHOTS = Path(__file__).parent / "snapshots" / "test_tui"
 SIZE = (150, 36)
@@ -52,11 +52,13 @@ def tui_emu(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Emulator]:
 
 
 @asynccontextmanager
-async def dashboard(emu: Emulator, **kw: Any) -> AsyncIterator[tuple[Dashboard, Pilot[None]]]:
+async def dashboard(
+    emu: Emulator, size: tuple[int, int] = SIZE, **kw: Any
+) -> AsyncIterator[tuple[Dashboard, Pilot[None]]]:
     """The dashboard attached to `emu` through its state dir, as `emulator tui` attaches, once it is live."""
     app = Dashboard(Locator(state_dir=emu.state_dir), label="emulator", **kw)
     app.animation_level = "none"  # the tab underline's slide only slows the pilot down
-    async with app.run_test(size=SIZE) as pilot:
+    async with app.run_test(size=size) as pilot:
         await until(pilot, lambda: app.connection == "live", what="the dashboard to go live")
         yield app, pilot
 
@@ -110,6 +112,11 @@ def clock_now(emu: Emulator) -> float:
     return float(admin(emu, "/_emulator/clock")["now"])
 
 
+def footer_keys(app: Dashboard) -> set[str]:
+    """The keys the footer shows now."""
+    return {key for key, b in app.screen.active_bindings.items() if b.binding.show and b.enabled}
+
+
 def normalized(svg: str) -> str:
     # Rich gives each export a unique id; it says nothing about what is shown.
     return re.sub(r"\bterminal-\d+-", "terminal-", svg)
@@ -149,7 +156,11 @@ def test_each_event_names_only_the_snapshots_it_changes() -> None:
     assert affected("idp.claim_confirmed") == {"claims", "registrations"}
     assert affected("idp.token_issued") == {"registrations"}
     assert affected("trial.expired") >= {"orgs", "registrations"}
-    assert affected("emulator.started") == {"registrations", "claims", "logins", "orgs", "services"}
+    every = {"registrations", "claims", "logins", "orgs", "services", "users", "keys", "switches", "agents"}
+    assert affected("http.request") == frozenset()  # many: the Agents view catches up once a second instead
+    assert affected("emulator.started") == every
+    assert affected("switch.changed") == {"switches"} and "keys" in affected("cloud.call")
+    assert {"users", "registrations"} <= affected("clock.moved")  # sessions expire, claims lapse
     shown = [fmt_left(s) for s in (172800, 3600, 3599, 59, 0, None)]
     assert shown == ["48h 00m", "1h 00m", "59m 59s", "59s", "due", "—"]
     spans = [fmt_span(s) for s in (172801, 172800, 90, 60, 5, 0, 0.25)]
@@ -210,7 +221,7 @@ async def test_a_relayed_connection_shows_in_the_log(tui_emu: Emulator) -> None:
 
 async def test_time_left_runs_on_the_emulators_clock_and_the_trial_is_deleted_at_48h(tui_emu: Emulator) -> None:
     async with dashboard(tui_emu) as (app, pilot), tui_emu.client() as c:
-        _, _, trial = await flow.new_trial(c, tui_emu)
+        reg, _, trial = await flow.new_trial(c, tui_emu)
         org = trial["org"]
         await until(pilot, lambda: row_of(app, "trials", org) is not None)
         clock_before = str(app.query_one("#clock").render())
@@ -221,6 +232,10 @@ async def test_time_left_runs_on_the_emulators_clock_and_the_trial_is_deleted_at
         tui_emu.advance("1h")
         await until(pilot, lambda: (row_of(app, "trials", org) or ["", ""])[1] == "deleted", "the deletion")
         assert row_of(app, "databases", org) is None
+        # The deleted trial keeps its name, expiry, key and registration; the registration still names it.
+        deleted = row_of(app, "trials", org) or []
+        assert deleted[3] == trial["expires_at"] and deleted[4] == "trial" and deleted[6] == reg["id"]
+        await until(pilot, lambda: (row_of(app, "registrations", reg["id"]) or [""] * 7)[6] == f"{org} (deleted)")
         assert any(f"trial.expired [{org}]" in line for line in app.log_view.lines())
 
 
@@ -310,6 +325,177 @@ async def test_the_log_follows_the_tail_until_scrolled_up(tui_emu: Emulator) -> 
         assert app.log_view.following and log.scroll_y == log.max_scroll_y
 
 
+async def test_denying_a_claim_and_a_lapsed_claim_show_as_such(tui_emu: Emulator) -> None:
+    async with dashboard(tui_emu) as (app, pilot), tui_emu.client() as c:
+        denied = await flow.register(c, tui_emu, type="service_auth", login_hint="no@example.org")
+        await until(pilot, lambda: denied["id"] in app.model.claims)
+        await select(pilot, app, "registrations", denied["id"])
+        assert "d" in footer_keys(app)
+        await pilot.press("d")
+        await answer(pilot, app)  # the login hint is suggested
+        claim = lambda reg: (row_of(app, "registrations", reg) or [""] * 4)[3]  # noqa: E731
+        await until(pilot, lambda: claim(denied["id"]) == "denied", "denied")
+        act = f"act: emulator approve-claim {denied['id']} --email no@example.org --deny"
+        await until(pilot, lambda: any(act in line for line in app.log_view.entries_text()), "the act's line")
+        listed = {r["id"]: r for r in admin(tui_emu, "/_emulator/registrations")["registrations"]}
+        assert listed[denied["id"]]["claim"]["state"] == "denied"
+        # A claim link nobody acted on lapses with the emulator's clock (10 minutes).
+        lapsing = await flow.register(c, tui_emu, type="service_auth", login_hint="late@example.org")
+        await until(pilot, lambda: claim(lapsing["id"]) == "pending", "pending")
+        tui_emu.advance("11m")
+        await until(pilot, lambda: claim(lapsing["id"]) == "lapsed", "lapsed")
+        assert claim(denied["id"]) == "denied"
+
+
+async def test_i_is_in_the_footer_only_while_a_sign_in_is_pending(tui_emu: Emulator) -> None:
+    async with dashboard(tui_emu) as (app, pilot), tui_emu.client() as c:
+        if app.model.logins:  # an earlier test's sign-in still pending: let it lapse
+            tui_emu.advance("20m")
+            await until(pilot, lambda: not app.model.logins, "no pending sign-in")
+        assert "i" not in footer_keys(app)
+        started = await c.post(tui_emu.auth + "/user_management/authorize/device", data={"client_id": CLIENT_ID})
+        code = started.json()["user_code"]
+        await until(pilot, lambda: "i" in footer_keys(app), "i in the footer")
+        await pilot.press("i")
+        await answer(pilot, app, "footer@example.org")
+        await until(pilot, lambda: "i" not in footer_keys(app), "i out of the footer")
+        assert code not in [x["user_code"] for x in admin(tui_emu, "/_emulator/logins")["pending"]]
+
+
+async def test_switches_show_and_toggle(tui_emu: Emulator) -> None:
+    async with dashboard(tui_emu, initial="switches") as (app, pilot):
+        await until(pilot, lambda: row_of(app, "switches", "trials_enabled") is not None, "the switches")
+        assert (row_of(app, "switches", "trials_enabled") or [])[1] == "on"
+        assert {r[0] for r in rows(app, "switches")} == set(admin(tui_emu, "/_emulator/switches"))
+        await select(pilot, app, "switches", "trials_enabled")
+        await pilot.press("space")
+        await until(pilot, lambda: (row_of(app, "switches", "trials_enabled") or ["", ""])[1] == "off", "off")
+        assert admin(tui_emu, "/_emulator/switches")["trials_enabled"] is False
+        async with tui_emu.client() as c:
+            _, token = await flow.access_token(c, tui_emu)
+            assert (await flow.create_trial(c, tui_emu, token)).status_code == 503
+        await pilot.press("enter")  # enter flips it too
+        await until(pilot, lambda: (row_of(app, "switches", "trials_enabled") or ["", ""])[1] == "on", "on again")
+        assert admin(tui_emu, "/_emulator/switches")["trials_enabled"] is True
+    async with dashboard(tui_emu, readonly=True, initial="switches") as (app, pilot):
+        await until(pilot, lambda: row_of(app, "switches", "trials_enabled") is not None)
+        await select(pilot, app, "switches", "trials_enabled")
+        await pilot.press("space", "enter")
+        await pilot.pause(0.2)
+        assert admin(tui_emu, "/_emulator/switches")["trials_enabled"] is True
+
+
+async def test_users_sessions_and_keys_are_shown_without_secrets(tui_emu: Emulator) -> None:
+    async with dashboard(tui_emu, initial="users") as (app, pilot), tui_emu.client() as c:
+        # pxt login: the device flow, approved by the person, redeemed by the client.
+        started = (
+            await c.post(tui_emu.auth + "/user_management/authorize/device", data={"client_id": CLIENT_ID})
+        ).json()
+        (
+            await c.post(
+                tui_emu.url + "/_emulator/logins/approve",
+                json={"user_code": started["user_code"], "email": "pat@example.org"},
+            )
+        ).raise_for_status()
+        grant = "urn:ietf:params:oauth:grant-type:device_code"
+        form = {"grant_type": grant, "device_code": started["device_code"], "client_id": CLIENT_ID}
+        session = await c.post(tui_emu.auth + "/user_management/authenticate", data=form)
+        assert session.status_code == 200, session.text
+        user = lambda: next((r for r in rows(app, "users") if r[0] == "pat@example.org"), None)  # noqa: E731
+        await until(pilot, lambda: user() is not None and user()[4] == "active", "the session")  # type: ignore[index]
+        shown = user() or []
+        assert shown[2].startswith("session_") and shown[6].startswith("20")  # when it expires
+        users = admin(tui_emu, "/_emulator/users")["users"]
+        pat = next(u for u in users if u["email"] == "pat@example.org")
+        assert pat["sessions"][0]["state"] == "active" and "refresh" not in str(pat)
+
+        # Keys: the trial's key, its last use, and a revoked one; never a secret.
+        _, _, trial = await flow.new_trial(c, tui_emu)
+        org, secret = trial["org"], trial["api_key"]
+        await pilot.press("7")
+        key = f"{org}/trial"
+        await until(pilot, lambda: row_of(app, "keys", org) is not None, "the trial's key")
+        row = lambda: next((r for r in rows(app, "keys") if r[:2] == [org, "trial"]), None)  # noqa: E731
+        assert (row() or [""] * 6)[5] == "never"
+        assert (await flow.list_orgs(c, tui_emu, secret)).status_code == 200
+        await until(pilot, lambda: (row() or [""] * 6)[5].startswith("20"), "last used")
+        made = await c.post(
+            tui_emu.api, json={"operation_type": "create_key", "name": "ci"}, headers={"X-api-key": secret}
+        )
+        assert made.status_code == 200, made.text
+        await until(pilot, lambda: any(r[:2] == [org, "ci"] for r in rows(app, "keys")), "the new key")
+        gone = await c.post(
+            tui_emu.api, json={"operation_type": "delete_key", "name": "ci"}, headers={"X-api-key": secret}
+        )
+        assert gone.status_code == 200, gone.text
+        revoked = lambda: next((r for r in rows(app, "keys") if r[:2] == [org, "ci"]), [""] * 3)  # noqa: E731
+        await until(pilot, lambda: revoked()[2].startswith("revoked"), "the revoked key")
+        listed = str(admin(tui_emu, "/_emulator/keys"))
+        assert secret not in listed and "pxtk_" not in listed and "hash" not in listed
+        assert all("pxtk_" not in str(r) for r in rows(app, "keys"))
+        # enter shows every field of the key.
+        await select(pilot, app, "keys", key)
+        await pilot.press("enter")
+        await until(pilot, lambda: isinstance(app.screen, DetailScreen), "the key's details")
+        text = cast(DetailScreen, app.screen).plain()
+        assert f"Org: {org}" in text and "Last used: 20" in text and secret not in text
+        await pilot.press("escape")
+
+
+async def test_the_agents_view_shows_counts_latency_the_scorecard_and_the_trace(tui_emu: Emulator) -> None:
+    async with dashboard(tui_emu, initial="agents") as (app, pilot), tui_emu.client() as c:
+        assert (await c.get("/.well-known/oauth-protected-resource")).status_code == 200
+        reg, token, trial = await flow.new_trial(c, tui_emu)
+        assert (await flow.list_orgs(c, tui_emu, trial["api_key"])).status_code == 200
+        again = await flow.create_trial(c, tui_emu, token)  # a second trial: the scorecard names it
+        assert again.status_code == 409
+        agent = reg["id"]
+        # calls refresh the view once a second: the counts catch up without a fetch per request
+        await until(pilot, lambda: (row_of(app, "agents", agent) or [""] * 4)[3] == "6", "the agent's calls", 10)
+        row = row_of(app, "agents", agent) or []
+        assert row[1] == "anonymous" and row[2] == trial["org"] and row[4] == "1"  # the 409
+        assert row[5].endswith(" ms") and row[6].endswith(" ms") and "second-trial" in row[7]
+        await select(pilot, app, "agents", agent)
+        await pilot.press("enter")
+        await until(pilot, lambda: isinstance(app.screen, DetailScreen), "the agent's details")
+        text = cast(DetailScreen, app.screen).plain()
+        assert "second-trial: asked for a trial again after 201" in text
+        assert "GET /.well-known/oauth-protected-resource" in text and "POST / list_orgs" in text
+        assert text.index("idp.registered") < text.index("trial.created") < text.index("list_orgs")
+        assert trial["api_key"] not in text and token not in text
+        await pilot.press("escape")
+
+
+async def test_the_log_colours_errors_wraps_long_lines_and_hints_at_an_empty_database(tui_emu: Emulator) -> None:
+    async with dashboard(tui_emu, size=(80, 24), initial="log") as (app, pilot), tui_emu.client() as c:
+        rule = {"path": "/ask", "status": 503, "count": 1}
+        (await c.post(tui_emu.url + "/_emulator/faults", json=rule)).raise_for_status()
+        await c.get(tui_emu.url + "/ask", params={"q": "x" * 120})
+        await until(pilot, lambda: any("fault.fired" in e.text for e in app.log_view.entries), "the fault")
+        fired = next(e for e in app.log_view.entries if "fault.fired" in e.text)
+        assert fired.style == "bold red"
+        red = [seg for strip in app.log_view.log_widget.lines for seg in strip if seg.style and seg.style.color]
+        assert any(seg.style and seg.style.color and seg.style.color.name == "red" for seg in red)
+        # Long lines wrap: more rows on screen than lines; `w` cuts them (one row each), `w` again wraps.
+        await pilot.press("slash", *"fault.fired", "enter")
+        log = app.log_view.log_widget
+        assert len(app.log_view.lines()) >= 1 and len(log.lines) > len(app.log_view.lines())
+        await pilot.press("w")
+        assert len(log.lines) == len(app.log_view.lines()) and "lines cut" in str(app.log_view.border_subtitle)
+        await pilot.press("w")
+        assert len(log.lines) > len(app.log_view.lines())
+        await pilot.press("escape")
+        # A database with no lines yet says when its server starts.
+        _, _, trial = await flow.new_trial(c, tui_emu)
+        await pilot.press("3")
+        key = f"{trial['org']}:main"
+        await until(pilot, lambda: row_of(app, "databases", trial["org"]) is not None)
+        await select(pilot, app, "databases", key)
+        await pilot.press("l")
+        await until(pilot, lambda: app.log_view.hint() != "", "the hint")
+        assert "starts on the first connection" in app.log_view.hint()
+
+
 def test_the_readme_lists_every_key_of_the_dashboard() -> None:
     readme = (Path(__file__).parent.parent / "README.md").read_text()
     section = readme[readme.index("## The live dashboard") :]
@@ -384,7 +570,17 @@ async def test_stopping_a_database_and_reading_its_log_lines(tui_emu: Emulator) 
         await pilot.press("S")
         refused = f"act: emulator db start {trial['org']} main → refused: database main is AVAILABLE, not STOPPED"
         await until(pilot, lambda: any(refused in line for line in app.log_view.entries_text()), "the refusal")
+        # `s` asks first: n (or esc) leaves the database running, y (or enter) stops it.
         await pilot.press("s")
+        await until(pilot, lambda: isinstance(app.screen, ConfirmScreen), "the confirmation")
+        assert f"{trial['org']}:main" in cast(ConfirmScreen, app.screen).question
+        await pilot.press("n")
+        await pilot.pause(0.2)
+        assert not isinstance(app.screen, ConfirmScreen)
+        assert (row_of(app, "databases", trial["org"]) or [""] * 4)[3] == "AVAILABLE"
+        await pilot.press("s")
+        await until(pilot, lambda: isinstance(app.screen, ConfirmScreen), "the confirmation")
+        await pilot.press("y")
         await until(pilot, lambda: (row_of(app, "databases", trial["org"]) or [""] * 4)[3] == "STOPPED", "STOPPED")
         listed = admin(tui_emu, "/_emulator/databases")["databases"]
         assert next(d for d in listed if d["org"] == trial["org"])["state"] == "STOPPED"
@@ -489,8 +685,30 @@ async def test_snapshot_of_the_main_views(snap_emu: Emulator, view: str) -> None
 async def test_snapshot_of_the_log_filtered_and_of_the_keys(snap_emu: Emulator) -> None:
     async with dashboard(snap_emu, initial="log") as (app, pilot):
         await _settled(app, pilot)
-        await pilot.press("slash", *"trial|db\\.|clock", "enter")
+        await pilot.press("slash", *"trial\\.|db\\.|clock\\.", "enter")
         assert_snapshot(app, "log")
         await pilot.press("question_mark")
         await pilot.pause()
         assert_snapshot(app, "keys")
+
+
+async def test_at_80x24_tables_scroll_sideways_and_enter_shows_every_field(snap_emu: Emulator) -> None:
+    async with dashboard(snap_emu, size=(80, 24)) as (app, pilot):
+        await _settled(app, pilot)
+        table = app.table_view("registrations").table
+        assert table.size.width < 80 and table.max_scroll_x > 0  # the columns are wider than the pane
+        assert_snapshot(app, "registrations-80x24")
+        for _ in range(40):
+            await pilot.press("right")
+        assert table.scroll_x > 0
+        reg = app.model.registrations[0]
+        await select(pilot, app, "registrations", reg["id"])
+        await pilot.press("enter")
+        await until(pilot, lambda: isinstance(app.screen, DetailScreen), "the details")
+        text = cast(DetailScreen, app.screen).plain()
+        for scope in reg["scopes"]:
+            assert scope in text
+        assert reg["id"] in text and (reg["trial"] or "—") in text
+        assert_snapshot(app, "registration-detail-80x24")
+        await pilot.press("escape")
+        assert not isinstance(app.screen, DetailScreen)

@@ -16,6 +16,7 @@ from collections.abc import Awaitable, Callable, Iterable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, ClassVar
+from urllib.parse import quote
 
 from rich.text import Text
 from textual import on
@@ -31,14 +32,18 @@ from emulator.admin.wire import EventView
 from emulator.core.kinds import Kind
 from tui.filter import RowFilter
 from tui.keys import ACTS, VIEWS, bindings, visible
-from tui.model import ALL, SNAPSHOTS, Model, affected, fmt_span, fmt_stamp
-from tui.screens import HelpScreen, PromptScreen
+from tui.model import AGENT_ACTIVITY, ALL, SNAPSHOTS, Model, affected, fmt_span, fmt_stamp
+from tui.screens import ConfirmScreen, DetailScreen, HelpScreen, PromptScreen
+from tui.views.agents import AgentsView, trace_lines
 from tui.views.databases import DatabasesView
-from tui.views.log import Entry, LogView
+from tui.views.keys import KeysView
+from tui.views.log import ERROR, Entry, LogView, db_line_style, event_style
 from tui.views.registrations import RegistrationsView
 from tui.views.services import ServicesView
+from tui.views.switches import SwitchesView
 from tui.views.table import TableView
 from tui.views.trials import TrialsView
+from tui.views.users import UsersView
 
 # How many journal events the log pane starts with when it attaches.
 LOG_BACKLOG = 500
@@ -50,17 +55,28 @@ _VIEW_SNAPSHOTS: dict[str, frozenset[str]] = {
     "trials": frozenset({"orgs"}),
     "databases": frozenset({"orgs"}),
     "services": frozenset({"services"}),
+    "users": frozenset({"users"}),
+    "keys": frozenset({"keys"}),
+    "switches": frozenset({"switches"}),
+    "agents": frozenset({"agents"}),
 }
 _TABLES: dict[str, type[TableView]] = {
     "registrations": RegistrationsView,
     "trials": TrialsView,
     "databases": DatabasesView,
     "services": ServicesView,
+    "users": UsersView,
+    "keys": KeysView,
+    "switches": SwitchesView,
+    "agents": AgentsView,
 }
 # Keys that only mean something in one view (elsewhere they are hidden from the footer and do nothing).
 _ONLY_IN = {
     "claim_trial": "trials",
     "approve_claim": "registrations",
+    "deny_claim": "registrations",
+    "toggle_switch": "switches",
+    "wrap": "log",
     "stop_db": "databases",
     "start_db": "databases",
     "db_logs": "databases",
@@ -106,6 +122,7 @@ class Dashboard(App[None]):
         self._stale: set[str] = set()
         self._wake = asyncio.Event()
         self._snapshot_seq = 0  # events up to this one are already in the snapshots we hold
+        self._agents_active = False  # agents made calls since the Agents view was last fetched
         self._filter_before = ""
 
     # --- layout ---------------------------------------------------------------------------------
@@ -182,7 +199,12 @@ class Dashboard(App[None]):
         self._render(ALL)
 
     def _tick(self) -> None:
-        """Once a second: a running clock moves on screen, and with it time left and token ages."""
+        """Once a second: the Agents view catches up with the calls agents made, and a running clock moves on
+        screen, and with it time left and token ages."""
+        if self._agents_active:
+            self._agents_active = False
+            self._stale.add("agents")
+            self._wake.set()
         if self.model.clock.frozen:
             return
         self._render_clock()
@@ -242,6 +264,8 @@ class Dashboard(App[None]):
                 self.model.clock.set(float(body["now"]), False)
         self._render(names)
         self._render_top()
+        if "logins" in names:
+            self.refresh_bindings()  # `i` is in the footer while a sign-in is pending
 
     def _on_event(self, event: EventView) -> None:
         self.model.last_seq = event.seq
@@ -252,6 +276,8 @@ class Dashboard(App[None]):
         elif event.kind == Kind.TRIAL_EXPIRED:
             self._render({"orgs"})
         if event.seq > self._snapshot_seq:
+            if event.kind in AGENT_ACTIVITY:
+                self._agents_active = True
             stale = affected(event.kind)
             if stale:
                 self._stale |= stale
@@ -262,7 +288,7 @@ class Dashboard(App[None]):
         stamp = fmt_stamp(event.ts)
         if event.kind == Kind.DB_LOG:
             scope = event.subject or ""
-            return db_line(stamp, scope, event.data.get("service"), str(event.data.get("line", ""))), scope
+            return db_line(stamp, scope, event.data.get("service"), str(event.data.get("line", "")))
         if event.kind == Kind.CLOCK_MOVED:
             moved = float(event.data["now"]) - float(event.data["before"])
             sign = "+" if moved >= 0 else "-"
@@ -271,7 +297,7 @@ class Dashboard(App[None]):
         else:
             data = " ".join(f"{k}={short(v, k)}" for k, v in event.data.items() if v is not None)
         subject = f" [{event.subject}]" if event.subject else ""
-        return f"{stamp} {event.kind}{subject} {data}".rstrip(), None
+        return Entry(f"{stamp} {event.kind}{subject} {data}".rstrip(), None, event_style(event.kind, event.data))
 
     # --- navigation -----------------------------------------------------------------------------
 
@@ -283,6 +309,8 @@ class Dashboard(App[None]):
         only = _ONLY_IN.get(action)
         if only is not None and self.active != only:
             return False
+        if action == "approve_login" and not self.model.logins:
+            return False  # out of the footer until a sign-in is pending
         return True
 
     def action_view(self, name: str) -> None:
@@ -331,6 +359,34 @@ class Dashboard(App[None]):
     def action_follow(self) -> None:
         self.log_view.follow()
 
+    def action_wrap(self) -> None:
+        self.log_view.set_wrap(not self.log_view.wrap)
+        self.notify("long lines wrap" if self.log_view.wrap else "long lines are cut (← → scroll)", timeout=2)
+
+    def action_details(self, view: str | None = None, key: str | None = None) -> None:
+        view = view or self.active
+        if view not in _TABLES:
+            return
+        table = self.table_view(view)
+        key = key or table.selected_key()
+        fields = table.details(self.model, key) if key else None
+        if fields is None or key is None:
+            return
+        if view != "agents":
+            self.push_screen(DetailScreen(f"{table.TITLE}: {key}", fields))
+            return
+
+        async def with_trace(who: str, fields: list[tuple[str, str | Text]]) -> None:
+            try:
+                found = await self.client.get("/_emulator/traces/" + quote(who, safe=""))
+            except Exception as e:
+                self.notify(f"trace of {who}: {e}", severity="error")
+                found = None
+            steps = trace_lines(found) if found is not None else Text("(not available)", style="dim")
+            self.push_screen(DetailScreen(f"Agent {who}", [*fields, ("Trace", steps)]))
+
+        self.run_worker(with_trace(key, fields), group="acts")
+
     def action_db_logs(self) -> None:
         selected = self.query_one("#databases-view", DatabasesView).selected_db()
         if selected is None:
@@ -357,6 +413,11 @@ class Dashboard(App[None]):
     def _row_selected(self, event: DataTable.RowSelected) -> None:
         if self.active == "databases":
             self.action_db_logs()
+        elif self.active == "switches":
+            if not self.readonly:
+                self.action_toggle_switch()
+        else:
+            self.action_details()
 
     # --- filter ---------------------------------------------------------------------------------
 
@@ -412,7 +473,8 @@ class Dashboard(App[None]):
                 outcome, ok = repr(e), False
             self.notify(outcome, title=command, severity="information" if ok else "error", timeout=5 if ok else 8)
             stamp = fmt_stamp(self.model.clock.current())
-            self.log_view.add([(f"{stamp} act: {command} → {'' if ok else 'refused: '}{outcome}", None)])
+            line = f"{stamp} act: {command} → {'' if ok else 'refused: '}{outcome}"
+            self.log_view.add([Entry(line, None, "" if ok else ERROR)])
 
         self.run_worker(run(), group="acts")
 
@@ -443,6 +505,13 @@ class Dashboard(App[None]):
         )
 
     def action_approve_claim(self, registration: str | None = None) -> None:
+        self._decide_claim(registration, approve=True)
+
+    def action_deny_claim(self, registration: str | None = None) -> None:
+        self._decide_claim(registration, approve=False)
+
+    def _decide_claim(self, registration: str | None, *, approve: bool) -> None:
+        """The person's act on a pending claim: the selected registration's, or the only one pending."""
         if registration is None:
             key = self.table_view("registrations").selected_key()
             pending = [r for r, c in self.model.claims.items() if c["state"] == "pending"]
@@ -452,14 +521,33 @@ class Dashboard(App[None]):
             return
         chosen = registration
         hint = (self.model.claims.get(chosen) or {}).get("login_hint") or DEFAULT_EMAIL
+        act, call = ("approve", self.client.approve_claim) if approve else ("deny", self.client.deny_claim)
+        deny_flag = "" if approve else " --deny"
+
+        def said(a: dict[str, Any]) -> str:
+            if approve:
+                return f"approved as {a['email']}; the agent's user code is {a['user_code']}"
+            return f"denied as {a['email']}; the agent's claim is refused"
+
         self._ask(
-            f"Approve the claim of {chosen} as (e-mail):",
+            f"{act.capitalize()} the claim of {chosen} as (e-mail):",
             hint,
             lambda email: self._act(
-                f"emulator approve-claim {chosen} --email {email}",
-                lambda: self.client.approve_claim(chosen, email),
-                lambda a: f"approved as {a['email']}; the agent's user code is {a['user_code']}",
+                f"emulator approve-claim {chosen} --email {email}{deny_flag}", lambda: call(chosen, email), said
             ),
+        )
+
+    def action_toggle_switch(self, name: str | None = None) -> None:
+        name = name or self.table_view("switches").selected_key()
+        if name is None or name not in self.model.switches:
+            self.notify("select a switch first", severity="warning")
+            return
+        chosen, value = name, not self.model.switches[name]
+        word = "on" if value else "off"
+        self._act(
+            f"emulator switch {chosen} {word}",
+            lambda: self.client.set_switch(chosen, value),
+            lambda a: f"{chosen} is {'on' if a[chosen] else 'off'}",
         )
 
     def action_approve_login(self, code: str | None = None) -> None:
@@ -507,7 +595,17 @@ class Dashboard(App[None]):
         )
 
     def action_stop_db(self, org: str | None = None, db: str | None = None) -> None:
-        self._db_verb("stop", (org, db) if org and db else None)
+        target = (org, db) if org and db else self.query_one("#databases-view", DatabasesView).selected_db()
+        if target is None:
+            self.notify("select a database first", severity="warning")
+            return
+
+        def answered(yes: bool | None) -> None:
+            if yes:
+                self._db_verb("stop", target)
+
+        question = f"Stop the database {target[0]}:{target[1]}? Its server stops; sessions to it end."
+        self.push_screen(ConfirmScreen(question), answered)
 
     def action_start_db(self, org: str | None = None, db: str | None = None) -> None:
         self._db_verb("start", (org, db) if org and db else None)
@@ -544,6 +642,18 @@ class Dashboard(App[None]):
                     f"emulator approve-claim {reg} --email E",
                     lambda reg=reg: self.action_approve_claim(reg),
                 )
+                yield SystemCommand(
+                    f"Deny claim of {reg}",
+                    f"emulator approve-claim {reg} --email E --deny",
+                    lambda reg=reg: self.action_deny_claim(reg),
+                )
+        for name, value in self.model.switches.items():
+            word = "off" if value else "on"
+            yield SystemCommand(
+                f"Turn switch {name} {word}",
+                f"emulator switch {name} {word}",
+                lambda name=name: self.action_toggle_switch(name),
+            )
         for login in self.model.logins:
             code = login["user_code"]
             yield SystemCommand(
@@ -559,12 +669,18 @@ class Dashboard(App[None]):
                     lambda org=o["org"]: self.action_claim_trial(org),
                 )
             for d in o["databases"]:
-                verb = "start" if d["state"] == "STOPPED" else "stop"
-                yield SystemCommand(
-                    f"{verb.capitalize()} database {o['org']}:{d['db']}",
-                    f"emulator db {verb} {o['org']} {d['db']}",
-                    lambda org=o["org"], db=d["db"], verb=verb: self._db_verb(verb, (org, db)),
-                )
+                if d["state"] == "STOPPED":
+                    yield SystemCommand(
+                        f"Start database {o['org']}:{d['db']}",
+                        f"emulator db start {o['org']} {d['db']}",
+                        lambda org=o["org"], db=d["db"]: self._db_verb("start", (org, db)),
+                    )
+                else:
+                    yield SystemCommand(
+                        f"Stop database {o['org']}:{d['db']}",
+                        f"emulator db stop {o['org']} {d['db']} (asks first)",
+                        lambda org=o["org"], db=d["db"]: self.action_stop_db(org, db),
+                    )
 
 
 def short(value: Any, key: str = "") -> str:
@@ -576,8 +692,8 @@ def short(value: Any, key: str = "") -> str:
     return text if len(text) <= 60 else text[:59] + "…"
 
 
-def db_line(stamp: str, scope: str, service: str | None, line: str) -> str:
-    return f"{stamp} {scope}{'/' + service if service else ''} │ {line}"
+def db_line(stamp: str, scope: str, service: str | None, line: str) -> Entry:
+    return Entry(f"{stamp} {scope}{'/' + service if service else ''} │ {line}", scope, db_line_style(line))
 
 
 def run(locator: Locator, *, readonly: bool = False) -> None:

@@ -31,6 +31,10 @@ VIEWS: list[tuple[str, str]] = [
     ("databases", "Orgs & databases"),
     ("services", "Services"),
     ("log", "Log"),
+    ("users", "Users"),
+    ("keys", "Keys"),
+    ("switches", "Switches"),
+    ("agents", "Agents"),
 ]
 
 KEYS: list[Key] = [
@@ -53,6 +57,9 @@ KEYS: list[Key] = [
     Key("ctrl+p", "ctrl+p", "command_palette", "command palette: every view and act by name", "Navigate", bind=False),
     Key("up,down,pgup,pgdn", "↑ ↓ pgup pgdn", "", "move in a table, scroll the log", "Navigate", bind=False),
     Key("l", "l / enter", "db_logs", "log lines of the selected database", "Navigate", "logs"),
+    Key("enter", "enter", "details", "every field of the selected row, wrapped", "Navigate", bind=False),
+    Key("left,right", "← →", "", "scroll a wide table sideways", "Navigate", bind=False),
+    Key("w", "w", "wrap", "log: wrap long lines, or cut them (wrapping is on at start)", "Navigate", "wrap"),
     Key("end", "end", "follow", "log: jump to the tail and follow it again", "Navigate"),
     Key("q", "q", "quit", "quit the dashboard", "Navigate", "quit"),
     Key(
@@ -76,12 +83,22 @@ KEYS: list[Key] = [
         cli="emulator approve-claim REG --email E",
     ),
     Key(
+        "d",
+        "d",
+        "deny_claim",
+        "deny the selected registration's claim",
+        "Acts",
+        "deny",
+        act=True,
+        cli="emulator approve-claim REG --email E --deny",
+    ),
+    Key(
         "i",
         "i",
         "approve_login",
-        "approve a pending pxt login sign-in",
+        "approve a pending pxt login sign-in (in the footer while one is pending)",
         "Acts",
-        None,
+        "sign-in",
         act=True,
         cli="emulator approve-login [CODE] --email E",
     ),
@@ -99,7 +116,7 @@ KEYS: list[Key] = [
         "s",
         "s",
         "stop_db",
-        "stop the selected database",
+        "stop the selected database (asks first: y or enter stops, n or esc does not)",
         "Acts",
         "stop",
         act=True,
@@ -114,6 +131,16 @@ KEYS: list[Key] = [
         "start",
         act=True,
         cli="emulator db start ORG DB",
+    ),
+    Key(
+        "space",
+        "space",
+        "toggle_switch",
+        "switches: turn the selected switch on or off",
+        "Acts",
+        "on/off",
+        act=True,
+        cli="emulator switch NAME on/off",
     ),
 ]
 

@@ -21,30 +21,41 @@ SNAPSHOTS: dict[str, str] = {
     "logins": "/_emulator/logins",
     "orgs": "/_emulator/orgs",
     "services": "/_emulator/services",
+    "users": "/_emulator/users",
+    "keys": "/_emulator/keys",
+    "switches": "/_emulator/switches",
+    "agents": "/_emulator/report",
 }
 ALL = frozenset(SNAPSHOTS)
 
 _ORGS, _REGS, _CLAIMS = frozenset({"orgs"}), frozenset({"registrations"}), frozenset({"claims", "registrations"})
+_USERS, _KEYS = frozenset({"users"}), frozenset({"keys"})
 # Event kind -> the snapshots it makes stale (a kind not named here stales none).
 _AFFECTS: dict[str, frozenset[str]] = {
-    **dict.fromkeys((Kind.IDP_LOGIN_STARTED, Kind.IDP_LOGIN_APPROVED, Kind.IDP_LOGIN_DENIED), frozenset({"logins"})),
+    Kind.IDP_LOGIN_STARTED: frozenset({"logins"}),
+    **dict.fromkeys((Kind.IDP_LOGIN_APPROVED, Kind.IDP_LOGIN_DENIED), frozenset({"logins", "users"})),
+    **dict.fromkeys((Kind.IDP_USER_CREATED, Kind.IDP_SESSION), _USERS),
     **dict.fromkeys(
         (
             Kind.IDP_REGISTERED,
             Kind.IDP_CLAIM_STARTED,
             Kind.IDP_CLAIM_CONFIRMED,
             Kind.IDP_CLAIM_DENIED,
-            Kind.IDP_CLAIMED,
         ),
         _CLAIMS,
     ),
-    **dict.fromkeys((Kind.IDP_REFRESHED, Kind.IDP_TOKEN_ISSUED, Kind.IDP_TOKEN_REVOKED), _REGS),
+    Kind.IDP_CLAIMED: _CLAIMS | _USERS,
+    **dict.fromkeys((Kind.IDP_REFRESHED, Kind.IDP_TOKEN_ISSUED), _REGS),
+    Kind.IDP_TOKEN_REVOKED: _REGS | _USERS,  # an access token, or a `pxt login` session (logout)
     **dict.fromkeys(
-        (Kind.TRIAL_CREATED, Kind.TRIAL_CLAIMED, Kind.TRIAL_EXPIRED), frozenset({"orgs", "registrations", "claims"})
+        (Kind.TRIAL_CREATED, Kind.TRIAL_CLAIMED, Kind.TRIAL_EXPIRED),
+        frozenset({"orgs", "registrations", "claims", "users", "keys"}),
     ),
-    **dict.fromkeys(
-        (Kind.CLOUD_ORG_CREATED, Kind.CLOUD_KEY_CREATED, Kind.CLOUD_KEY_UPDATED, Kind.CLOUD_KEY_DELETED), _ORGS
-    ),
+    Kind.CLOUD_ORG_CREATED: _ORGS | _USERS,
+    **dict.fromkeys((Kind.CLOUD_KEY_CREATED, Kind.CLOUD_KEY_UPDATED, Kind.CLOUD_KEY_DELETED), _ORGS | _KEYS),
+    Kind.CLOUD_CALL: _KEYS,  # a key's last use
+    Kind.SWITCH_CHANGED: frozenset({"switches"}),
+    Kind.STATE_APPLIED: ALL,
     Kind.DB_STATE: frozenset({"orgs", "services"}),
     **dict.fromkeys(
         (
@@ -72,12 +83,19 @@ _AFFECTS: dict[str, frozenset[str]] = {
         ),
         frozenset({"services"}),
     ),
-    # Pending claims and sign-ins lapse with time.
-    Kind.CLOCK_MOVED: frozenset({"claims", "logins"}),
+    # Pending claims and sign-ins lapse with time, and sessions expire.
+    Kind.CLOCK_MOVED: frozenset({"claims", "logins", "registrations", "users"}),
     Kind.EMULATOR_STARTED: ALL,
     Kind.EMULATOR_RESET: ALL,
     Kind.SNAPSHOT_LOADED: ALL,  # a whole other world: everything is fetched again
 }
+
+
+# An agent's first steps make the Agents view stale at once; its calls (http.request and gateway.request, which
+# come by the hundred) mark it for the once-a-second refresh instead (AGENT_ACTIVITY).
+for _kind in (Kind.IDP_REGISTERED, Kind.TRIAL_CREATED, Kind.TRIAL_CLAIMED, Kind.TRIAL_EXPIRED, Kind.CLOUD_ORG_CREATED):
+    _AFFECTS[_kind] = _AFFECTS.get(_kind, frozenset()) | {"agents"}
+AGENT_ACTIVITY = frozenset({Kind.HTTP_REQUEST, Kind.GATEWAY_REQUEST, Kind.DB_STATE})
 
 
 def affected(kind: str) -> frozenset[str]:
@@ -115,7 +133,12 @@ class Model:
     logins: list[dict[str, Any]] = field(default_factory=list)
     orgs: list[dict[str, Any]] = field(default_factory=list)
     services: list[dict[str, Any]] = field(default_factory=list)
-    # Trials deleted while we watched (or in the journal backlog): kept so they show as deleted, not vanish.
+    users: list[dict[str, Any]] = field(default_factory=list)
+    keys: list[dict[str, Any]] = field(default_factory=list)
+    agents: list[dict[str, Any]] = field(default_factory=list)  # the scorecard's cards
+    switches: dict[str, bool] = field(default_factory=dict)
+    # Trials deleted while we watched (or in the journal backlog): kept, with what was known of them (name,
+    # expiry, keys, admins, registration), so they show as deleted rather than vanish.
     expired: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def apply_snapshot(self, name: str, body: dict[str, Any]) -> None:
@@ -131,6 +154,14 @@ class Model:
             self.expired = {slug: e for slug, e in self.expired.items() if slug not in live}
         elif name == "services":
             self.services = body["services"]
+        elif name == "users":
+            self.users = body["users"]
+        elif name == "keys":
+            self.keys = body["keys"]
+        elif name == "switches":
+            self.switches = dict(body)
+        elif name == "agents":
+            self.agents = body["agents"]
 
     def note_event(self, kind: str, subject: str | None, data: dict[str, Any], *, live: bool = True) -> None:
         """What an event tells directly, without a fetch. A replayed event (`live` False: one from before the
@@ -140,11 +171,18 @@ class Model:
         if kind in (Kind.EMULATOR_RESET, Kind.SNAPSHOT_LOADED):
             self.expired = {}
         elif kind == Kind.TRIAL_EXPIRED and subject:
-            self.expired[subject] = {"org": subject, **data}
+            known = next((o for o in self.orgs if o["org"] == subject), {})
+            self.expired[subject] = {**known, "org": subject, **data}
             self.orgs = [o for o in self.orgs if o["org"] != subject]
 
     def trials(self) -> list[dict[str, Any]]:
         return [o for o in self.orgs if o["trial"]]
+
+    def deleted_trial(self, org_id: str | None) -> str | None:
+        """The name of a trial deleted while we watched (or in the backlog), by its org id."""
+        if not org_id:
+            return None
+        return next((slug for slug, e in self.expired.items() if e.get("org_id") == org_id), None)
 
 
 def fmt_left(seconds: float | None) -> str:
@@ -191,6 +229,13 @@ def parse_iso(value: str | None) -> float | None:
     if not value:
         return None
     return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
+
+
+def fmt_instant(ts: float | None) -> str:
+    """An instant (epoch seconds) as the emulator's API writes it: `2026-11-24T15:42:27Z`."""
+    if ts is None:
+        return "—"
+    return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def fmt_stamp(ts: float) -> str:

@@ -57,6 +57,55 @@ class HelpScreen(ModalScreen[None]):
         return "\n".join(f"{label}  {help_}  {cli}".rstrip() for label, help_, cli, _ in self.rows())
 
 
+class DetailScreen(ModalScreen[None]):
+    """Every field of one row (a registration, a user, a key), each value whole and wrapped; esc closes it."""
+
+    BINDINGS: ClassVar[list[Any]] = [Binding("escape,enter,q", "dismiss", "close")]
+
+    def __init__(self, title: str, fields: list[tuple[str, str | Text]]) -> None:
+        super().__init__()
+        self.title_text = title
+        self.fields = fields
+
+    def compose(self) -> ComposeResult:
+        table = Table(box=None, show_header=False, padding=(0, 2, 0, 0), expand=True)
+        table.add_column(style="bold cyan", no_wrap=True)
+        table.add_column(overflow="fold", ratio=1)
+        for name, value in self.fields:
+            table.add_row(name, value)
+        with VerticalScroll(id="detail"):
+            yield Static(table)
+            yield Label(Text("esc or enter closes this", style="dim"))
+
+    def on_mount(self) -> None:
+        self.query_one("#detail").border_title = self.title_text
+
+    def plain(self) -> str:
+        """The fields as text (what the pane shows, unwrapped)."""
+        return "\n".join(f"{name}: {value}" for name, value in self.fields)
+
+
+class ConfirmScreen(ModalScreen[bool]):
+    """Ask before an act that is hard to undo: y or enter confirms, n or esc does not."""
+
+    BINDINGS: ClassVar[list[Any]] = [
+        Binding("y,enter", "answer(True)", "yes"),
+        Binding("n,escape", "answer(False)", "no"),
+    ]
+
+    def __init__(self, question: str) -> None:
+        super().__init__()
+        self.question = question
+
+    def compose(self) -> ComposeResult:
+        with Vertical(id="confirm"):
+            yield Label(self.question)
+            yield Label(Text("y or enter: yes · n or esc: no", style="dim"))
+
+    def action_answer(self, yes: bool) -> None:
+        self.dismiss(yes)
+
+
 class PromptScreen(ModalScreen[str | None]):
     """Ask for one value; enter answers it, esc answers None."""
 

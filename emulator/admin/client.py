@@ -177,6 +177,17 @@ class EmulatorClient:
     async def status(self) -> dict[str, Any]:
         return await self.get("/_emulator/status")
 
+    async def users(self) -> list[dict[str, Any]]:
+        """People who signed in, their organizations and roles, and their `pxt login` sessions."""
+        return (await self.get("/_emulator/users"))["users"]
+
+    async def keys(self) -> list[dict[str, Any]]:
+        """Every API key by organization and name (never its secret), revoked ones included."""
+        return (await self.get("/_emulator/keys"))["keys"]
+
+    async def switches(self) -> dict[str, bool]:
+        return await self.get("/_emulator/switches")
+
     async def db_logs(self, org: str, db: str, since: int = 0) -> list[dict[str, Any]]:
         return (await self.get(f"/_emulator/databases/{quote(org)}/{quote(db)}/logs?since={since}"))["lines"]
 
@@ -190,6 +201,12 @@ class EmulatorClient:
 
     async def approve_claim(self, registration: str, email: str) -> dict[str, Any]:
         return await self.post("/_emulator/claims/approve", {"registration": registration, "email": email})
+
+    async def deny_claim(self, registration: str, email: str) -> dict[str, Any]:
+        return await self.post("/_emulator/claims/deny", {"registration": registration, "email": email})
+
+    async def set_switch(self, name: str, value: bool) -> dict[str, bool]:
+        return await self.post("/_emulator/switches", {name: value})
 
     async def approve_login(self, user_code: str, email: str) -> dict[str, Any]:
         return await self.post("/_emulator/logins/approve", {"user_code": user_code, "email": email})

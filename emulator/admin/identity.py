@@ -6,13 +6,14 @@ from __future__ import annotations
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
+import msgspec
 from litestar import Request, Response, get, post
 
 from emulator.admin.emulator import decode, json_response
-from emulator.admin.wire import ClaimDecision, LoginDecision
+from emulator.admin.wire import ClaimDecision, LoginDecision, UserView
 from emulator.core import openapi
 from emulator.core.clock import iso
-from emulator.idp.identity import POST_CLAIM_SCOPES, PRE_CLAIM_SCOPES
+from emulator.idp.identity import POST_CLAIM_SCOPES, PRE_CLAIM_SCOPES, latest_claims, users_overview
 from emulator.site.state import site_of
 
 
@@ -51,6 +52,7 @@ async def registrations_list(request: Request[Any, Any, Any]) -> Response[bytes]
         "(SELECT MAX(issued_at) FROM access_tokens t WHERE t.registration_id = r.id) AS last_token_at "
         "FROM registrations r ORDER BY r.created_at"
     )
+    claims = await latest_claims(core.store, core.clock.now())
     return json_response(
         {
             "registrations": [
@@ -66,6 +68,7 @@ async def registrations_list(request: Request[Any, Any, Any]) -> Response[bytes]
                     "tokens_issued": r["tokens"],
                     "last_token_at": iso(r["last_token_at"]) if r["last_token_at"] else None,
                     "created_at": iso(r["created_at"]),
+                    "claim": claims.get(r["id"]),
                 }
                 for r in rows
             ]
@@ -117,4 +120,12 @@ async def claims_pending(request: Request[Any, Any, Any]) -> Response[bytes]:
     )
 
 
-HANDLERS = [claims_pending, claims_approve, claims_deny, registrations_list, logins_pending, logins_approve]
+@get("/_emulator/users")
+async def users_list(request: Request[Any, Any, Any]) -> Response[bytes]:
+    """Every person who signed in, with their organizations and roles and their `pxt login` sessions."""
+    core = site_of(request).core
+    users = await users_overview(core.store, core.clock.now())
+    return json_response({"users": msgspec.convert(users, list[UserView])})
+
+
+HANDLERS = [users_list, claims_pending, claims_approve, claims_deny, registrations_list, logins_pending, logins_approve]

@@ -5,14 +5,15 @@ from __future__ import annotations
 
 from typing import Any
 
+import msgspec
 from litestar import Request, Response, get, post
 
 from emulator.admin.databases import database_views
 from emulator.admin.emulator import decode, json_response
-from emulator.admin.wire import OrgView, TrialClaim
+from emulator.admin.wire import KeyView, OrgView, TrialClaim
 from emulator.core import openapi
 from emulator.core.errors import ApiError
-from emulator.hosted import orgs, trials
+from emulator.hosted import keys, orgs, trials
 from emulator.site.state import Site, site_of
 
 
@@ -48,4 +49,12 @@ async def trials_claim(request: Request[Any, Any, Any]) -> Response[bytes]:
     return json_response({"org": slug, "email": body.email.strip(), "state": "claimed"})
 
 
-HANDLERS = [orgs_list, trials_list, trials_claim]
+@get("/_emulator/keys")
+async def keys_list(request: Request[Any, Any, Any]) -> Response[bytes]:
+    """Every API key by organization and name (never its secret): type, grants, created, last used, revoked."""
+    core = site_of(request).core
+    await core.bus.flush()  # last used and revoked are read from the journal
+    return json_response({"keys": msgspec.convert(await keys.listing(core.store), list[KeyView])})
+
+
+HANDLERS = [keys_list, orgs_list, trials_list, trials_claim]

@@ -1,13 +1,14 @@
 """Every `/_emulator` endpoint, grouped by resource: the emulator itself, identity, organizations, databases and
 services. Each calls the same domain the public surfaces use."""
 
-from emulator.admin import databases, declared, emulator, faults, identity, orgs, snapshots
+from emulator.admin import behaviour, databases, declared, emulator, faults, identity, orgs, snapshots
 
 HANDLERS = [
     *emulator.HANDLERS,
     *faults.HANDLERS,
     *snapshots.HANDLERS,
     *declared.HANDLERS,
+    *behaviour.HANDLERS,
     *identity.HANDLERS,
     *orgs.HANDLERS,
     *databases.HANDLERS,

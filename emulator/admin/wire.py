@@ -161,3 +161,43 @@ class LoginDecision(msgspec.Struct, forbid_unknown_fields=True):
     user_code: str
     email: str
     deny: bool = False
+
+
+# --- people and keys, for the operator (never a secret, a token or a hash) ---------------------------------
+
+
+class MembershipView(msgspec.Struct):
+    org: str
+    role: str  # "admin" | "member"
+
+
+class SessionView(msgspec.Struct):
+    """A `pxt login` session: its refresh token's expiry is the session's."""
+
+    id: str
+    org: str | None
+    created_at: str
+    expires_at: str
+    revoked_at: str | None
+    state: str  # "active" | "expired" | "revoked"
+
+
+class UserView(msgspec.Struct):
+    id: str
+    email: str
+    created_at: str
+    orgs: list[MembershipView]
+    sessions: list[SessionView]
+
+
+class KeyView(msgspec.Struct):
+    """An API key by name; a revoked (deleted) one keeps its name, organization and when it was revoked."""
+
+    org: str
+    name: str
+    key_type: str | None  # "user" | "runtime"; None for a revoked key
+    grants: list[str]
+    created_at: str | None
+    created_by: str | None
+    last_used_at: str | None  # its newest control-plane call in the journal
+    revoked_at: str | None

@@ -25,6 +25,8 @@ class Kind(StrEnum):
     FAULT_HELD = "fault.held"
     FAULT_FIRED = "fault.fired"
     DOCS_INDEXED = "docs.indexed"
+    # every request the site, the identity provider and the control plane serve (subject: the client's IP)
+    HTTP_REQUEST = "http.request"
     # the site's agent API (subject: the client's IP)
     SITE_ASK = "site.ask"
     SITE_MCP = "site.mcp"

@@ -17,7 +17,8 @@ from emulator.core.context import Core
 from emulator.core.errors import ApiError
 from emulator.core.ids import secret_hash
 from emulator.core.kinds import Kind
-from emulator.core.store import Db, one, run
+from emulator.core.served import key_fingerprint
+from emulator.core.store import Db, many, one, run
 from emulator.hosted.records import ApiKey, Org, Outcome, fetch_all, fetch_one, record
 
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
@@ -175,7 +176,8 @@ async def create(
         key_id, secret = await insert(core, conn, org_id, name, created_by=created_by, now=now, grants=grants)
         key = await fetch_one(conn, ApiKey, "SELECT * FROM api_keys WHERE id = ?", (key_id,))
     assert key is not None
-    core.bus.publish(Kind.CLOUD_KEY_CREATED, slug, name=name, grants=grants, by=by)
+    # The fingerprint names the key in `http.request` events (core.served): traces find its calls by it.
+    core.bus.publish(Kind.CLOUD_KEY_CREATED, slug, name=name, grants=grants, by=by, key=key_fingerprint(secret))
     return key, secret
 
 
@@ -203,3 +205,64 @@ async def delete(core: Core, org_id: str, slug: str, name: str) -> None:
     if not await run(core.store, "DELETE FROM api_keys WHERE org_id = ? AND name = ?", (org_id, name)):
         raise ApiError(404, "not_found", f"{slug} has no key named {name}")
     core.bus.publish(Kind.CLOUD_KEY_DELETED, slug, name=name)
+
+
+async def listing(db: Db) -> list[dict[str, Any]]:
+    """Every key as the operator sees it, never its secret or hash: organization, name, type, grants, created (and
+    by whom), last used (its newest control-plane call in the journal), and the keys deleted since (`revoked_at`),
+    unless a key of that name was made again after."""
+    rows = await many(
+        db,
+        "SELECT k.*, o.slug FROM api_keys k JOIN orgs o ON o.id = k.org_id ORDER BY o.created_at, o.slug, k.created_at",
+    )
+    used = {
+        (r["subject"], r["name"]): r["ts"]
+        for r in await many(
+            db,
+            "SELECT subject, json_extract(data, '$.key') AS name, MAX(ts) AS ts FROM events "
+            "WHERE kind = ? AND json_extract(data, '$.key') IS NOT NULL GROUP BY 1, 2",
+            (Kind.CLOUD_CALL.value,),
+        )
+    }
+    deleted = await many(
+        db,
+        "SELECT subject, json_extract(data, '$.name') AS name, MAX(ts) AS ts FROM events WHERE kind = ? "
+        "GROUP BY 1, 2 ORDER BY 3",
+        (Kind.CLOUD_KEY_DELETED.value,),
+    )
+
+    def last_used(org: str, name: str, after: float) -> str | None:
+        ts = used.get((org, name))
+        return iso(ts) if ts is not None and ts >= after else None
+
+    keys = [
+        {
+            "org": r["slug"],
+            "name": r["name"],
+            "key_type": r["key_type"],
+            "grants": json.loads(r["grants"]),
+            "created_at": iso(r["created_at"]),
+            "created_by": r["created_by"],
+            "last_used_at": last_used(r["slug"], r["name"], r["created_at"]),
+            "revoked_at": None,
+        }
+        for r in rows
+    ]
+    live = {(r["slug"], r["name"]): r["created_at"] for r in rows}
+    for d in deleted:
+        made_again = live.get((d["subject"], d["name"]))
+        if made_again is not None and made_again >= d["ts"]:
+            continue
+        keys.append(
+            {
+                "org": d["subject"],
+                "name": d["name"],
+                "key_type": None,
+                "grants": [],
+                "created_at": None,
+                "created_by": None,
+                "last_used_at": last_used(d["subject"], d["name"], 0.0),
+                "revoked_at": iso(d["ts"]),
+            }
+        )
+    return keys

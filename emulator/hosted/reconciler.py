@@ -151,8 +151,10 @@ class Reconciler:
                 self.core.store, place.org_id, place.db, self.core.clock.now(), failure_reason=message
             )
 
-    def request(self, place: Place, path: str, status: int) -> None:
-        self.core.bus.publish(Kind.GATEWAY_REQUEST, kinds.database(place.slug, place.db), path=path, status=status)
+    def request(self, place: Place, path: str, status: int, served: dict[str, Any]) -> None:
+        self.core.bus.publish(
+            Kind.GATEWAY_REQUEST, kinds.database(place.slug, place.db), path=path, status=status, **served
+        )
 
     async def admits(self, place: Place, credential: str, service: str) -> tuple[int, str] | None:
         refusal = await self.auth.admits(credential, place.slug, place.db, service)

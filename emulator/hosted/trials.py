@@ -17,6 +17,7 @@ from emulator.core.clock import iso
 from emulator.core.context import Core
 from emulator.core.errors import ApiError
 from emulator.core.kinds import Kind
+from emulator.core.served import key_fingerprint
 from emulator.hosted import keys, orgs
 from emulator.hosted.records import Org
 from emulator.idp.identity import Identity, valid_email
@@ -92,7 +93,13 @@ async def create(core: Core, registration_id: str, ip: str) -> NewTrial:
         _, api_key = await keys.insert(core, conn, org_id, "trial", created_by=registration_id, now=now)
         await Identity.attach_trial(conn, registration_id, org_id)
     core.bus.publish(
-        Kind.TRIAL_CREATED, slug, org_id=org_id, registration=registration_id, network=network, expires_at=iso(expires)
+        Kind.TRIAL_CREATED,
+        slug,
+        org_id=org_id,
+        registration=registration_id,
+        network=network,
+        expires_at=iso(expires),
+        key=key_fingerprint(api_key),  # its trial key, as `http.request` events name it
     )
     return NewTrial(slug, org_id, api_key, claim_token, expires)
 

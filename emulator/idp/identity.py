@@ -615,3 +615,73 @@ class Identity:
             Kind.IDP_CLAIM_CONFIRMED if approve else Kind.IDP_CLAIM_DENIED, attempt["registration_id"], email=email
         )
         return code
+
+
+# --- read-only views for the operator (`/_emulator`): no hash and no secret ever leaves here -------------
+
+
+def claim_state(state: str, expires_at: float, code_expires_at: float | None, now: float) -> str:
+    """A claim attempt's state as a person reads it: a pending link, or a code shown but not yet used, whose
+    time has passed is `lapsed` (the agent must start a new claim); otherwise the stored state."""
+    if state == "pending" and expires_at <= now:
+        return "lapsed"
+    if state == "confirmed" and (code_expires_at or expires_at) <= now:
+        return "lapsed"
+    return state
+
+
+async def latest_claims(db: Any, now: float) -> dict[str, dict[str, Any]]:
+    """Each registration's newest claim attempt (a superseded one never is): its state (`pending`, `confirmed`,
+    `denied`, `completed`, `lapsed`), the e-mail it was decided as, and when it lapses."""
+    rows = await db.fetchall(
+        "SELECT a.registration_id, a.state, a.email, a.expires_at, a.code_expires_at FROM claim_attempts a "
+        "WHERE a.state != 'superseded' ORDER BY a.created_at"
+    )
+    return {
+        r["registration_id"]: {
+            "state": claim_state(r["state"], r["expires_at"], r["code_expires_at"], now),
+            "email": r["email"],
+            "expires_at": iso(r["expires_at"]),
+        }
+        for r in rows
+    }
+
+
+def session_state(revoked_at: float | None, expires_at: float, now: float) -> str:
+    """A `pxt login` session: `revoked` (logged out), `expired` (its refresh token's time passed) or `active`."""
+    if revoked_at is not None:
+        return "revoked"
+    return "expired" if expires_at <= now else "active"
+
+
+async def users_overview(db: Any, now: float) -> list[dict[str, Any]]:
+    """Every person who signed in: their organizations and roles, and their `pxt login` sessions (by id, with
+    the organization, created, expires, revoked); never a token or its hash."""
+    users = await db.fetchall("SELECT id, email, created_at FROM users ORDER BY created_at, email")
+    members = await db.fetchall(
+        "SELECT m.user_id, o.slug, m.role FROM org_members m JOIN orgs o ON o.id = m.org_id ORDER BY o.slug"
+    )
+    sessions = await db.fetchall(
+        "SELECT s.id, s.user_id, (SELECT slug FROM orgs o WHERE o.id = s.org_id) AS org, s.org_id, "
+        "s.refresh_expires_at, s.created_at, s.revoked_at FROM sessions s ORDER BY s.created_at"
+    )
+    out: dict[str, dict[str, Any]] = {
+        u["id"]: {"id": u["id"], "email": u["email"], "created_at": iso(u["created_at"]), "orgs": [], "sessions": []}
+        for u in users
+    }
+    for m in members:
+        if m["user_id"] in out:
+            out[m["user_id"]]["orgs"].append({"org": m["slug"], "role": m["role"]})
+    for s in sessions:
+        if s["user_id"] in out:
+            out[s["user_id"]]["sessions"].append(
+                {
+                    "id": s["id"],
+                    "org": s["org"] or s["org_id"],
+                    "created_at": iso(s["created_at"]),
+                    "expires_at": iso(s["refresh_expires_at"]),
+                    "revoked_at": iso(s["revoked_at"]) if s["revoked_at"] is not None else None,
+                    "state": session_state(s["revoked_at"], s["refresh_expires_at"], now),
+                }
+            )
+    return list(out.values())

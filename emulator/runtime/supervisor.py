@@ -86,8 +86,8 @@ class Reporter(Protocol):
 
     async def disk_full(self, place: Place, service: str, limit_gb: Any) -> None: ...
 
-    def request(self, place: Place, path: str, status: int) -> None:
-        """A request a gateway answered (or refused)."""
+    def request(self, place: Place, path: str, status: int, served: dict[str, Any]) -> None:
+        """A request a gateway answered (or refused); `served`: method, ms, ip and who called (core.served)."""
         ...
 
     async def admits(self, place: Place, credential: str, service: str) -> tuple[int, str] | None:
@@ -426,7 +426,7 @@ class Supervisor:
             return found[1]
         gateway = DatabaseGateway(
             self._resolver(place),
-            lambda path, status: self.reporter.request(place, path, status),
+            lambda path, status, served: self.reporter.request(place, path, status, served),
             self.host_ok,
             self.gateway_fault,
         )

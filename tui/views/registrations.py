@@ -1,8 +1,9 @@
-"""Agent registrations: type, claimed or not, a pending claim, scopes and token activity; pending sign-ins."""
+"""Agent registrations: type, claimed or not, a claim (pending, approved, denied, lapsed), scopes and token
+activity; pending sign-ins. Enter shows every field of the selected registration."""
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from rich.text import Text
 from textual.app import ComposeResult
@@ -10,6 +11,34 @@ from textual.widgets import Static
 
 from tui.model import Model, fmt_ago, parse_iso
 from tui.views.table import Row, TableView, state_cell
+
+# A claim as it reads in the table: the last attempt's state (what `/_emulator/claims` still offers is newer).
+CLAIM_CELLS = {
+    "pending": Text("pending", style="bold yellow"),
+    "confirmed": Text("approved, awaiting code", style="cyan"),
+    "denied": Text("denied", style="red"),
+    "lapsed": Text("lapsed", style="dim"),
+    "completed": Text("completed", style="green"),
+}
+
+
+def claim_state(model: Model, r: dict[str, Any]) -> str | None:
+    """The registration's claim: pending or approved while a person can still act on it, else how its last
+    attempt ended (denied, lapsed, completed), None when no claim was ever started."""
+    live = model.claims.get(r["id"])
+    if live is not None:
+        return str(live["state"])
+    last = r.get("claim")
+    return str(last["state"]) if last else None
+
+
+def trial_name(model: Model, r: dict[str, Any]) -> Text:
+    if r["trial"]:
+        return Text(r["trial"])
+    if r.get("trial_org_id"):
+        slug = model.deleted_trial(r["trial_org_id"])
+        return Text(f"{slug} (deleted)" if slug else "deleted", style="dim")
+    return Text("—", style="dim")
 
 
 class RegistrationsView(TableView):
@@ -34,13 +63,7 @@ class RegistrationsView(TableView):
         now = model.clock.current()
         rows: list[Row] = []
         for r in model.registrations:
-            claim = model.claims.get(r["id"])
-            if claim is None:
-                claim_cell = Text("—", style="dim")
-            elif claim["state"] == "confirmed":
-                claim_cell = Text("approved, awaiting code", style="cyan")
-            else:
-                claim_cell = Text("pending", style="bold yellow")
+            state = claim_state(model, r)
             rows.append(
                 (
                     r["id"],
@@ -48,16 +71,44 @@ class RegistrationsView(TableView):
                         r["id"],
                         r["type"],
                         state_cell(r["status"]),
-                        claim_cell,
+                        CLAIM_CELLS.get(state or "", Text(state or "—", style="dim")),
                         str(r["tokens_issued"]),
                         fmt_ago(parse_iso(r["last_token_at"]), now),
-                        r["trial"] or "—",
+                        trial_name(model, r),
                         r["claimed_email"] or r["login_hint"] or "—",
                         " ".join(r["scopes"]),
                     ],
                 )
             )
         return rows
+
+    def details(self, model: Model, key: str) -> list[tuple[str, str | Text]] | None:
+        r = next((r for r in model.registrations if r["id"] == key), None)
+        if r is None:
+            return None
+        now = model.clock.current()
+        state = claim_state(model, r)
+        live = model.claims.get(r["id"]) or r.get("claim") or {}
+        claim = CLAIM_CELLS.get(state or "", Text(state or "none started", style="dim")).copy()
+        if live.get("expires_at") and state in ("pending", "confirmed"):
+            claim.append(f" (link lapses at {live['expires_at']})", style="dim")
+        if live.get("email"):
+            claim.append(f" as {live['email']}")
+        last = r["last_token_at"]
+        return [
+            ("Registration", r["id"]),
+            ("Type", r["type"]),
+            ("Status", state_cell(r["status"])),
+            ("Claim", claim),
+            ("Login hint", r["login_hint"] or "—"),
+            ("Claimed by", r["claimed_email"] or "—"),
+            ("Scopes", "\n".join(r["scopes"]) or "—"),
+            ("Tokens issued", str(r["tokens_issued"])),
+            ("Last token", f"{last} ({fmt_ago(parse_iso(last), now)})" if last else "—"),
+            ("Trial", trial_name(model, r)),
+            ("Trial org id", r.get("trial_org_id") or "—"),
+            ("Registered at", r["created_at"]),
+        ]
 
     def show(self, model: Model) -> None:
         super().show(model)

@@ -28,6 +28,10 @@ STATE_STYLES = {
     "FAILED": "bold red",
     "deleted": "dim strike",
     "DELETED": "dim strike",
+    "revoked": "dim strike",
+    "expired": "dim",
+    "on": "green",
+    "off": "bold red",
 }
 
 
@@ -75,6 +79,10 @@ class TableView(Vertical):
         count = f"{len(rows)} of {self.total}" if self.filter else str(self.total)
         self.border_title = f"{self.TITLE} ({count})"
         self.border_subtitle = f"filter {self.filter.describe()}" if self.filter else ("" if rows else self.EMPTY)
+
+    def details(self, model: Model, key: str) -> list[tuple[str, str | Text]] | None:
+        """Every field of the row `key`, for the detail pane (enter); None when the view has none."""
+        return None
 
     def selected_key(self) -> str | None:
         table = self.table

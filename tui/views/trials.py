@@ -1,4 +1,5 @@
-"""Trial organizations: claimed or not, time left on the emulator's clock, API keys by name."""
+"""Trial organizations: claimed or not, time left on the emulator's clock, API keys by name. A trial deleted
+while watched keeps its row, name and expiry, shown as deleted."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ from typing import ClassVar
 
 from rich.text import Text
 
-from tui.model import Model, fmt_left
+from tui.model import Model, fmt_instant, fmt_left
 from tui.views.table import Row, TableView, state_cell
 
 
@@ -34,11 +35,20 @@ class TrialsView(TableView):
                     ],
                 )
             )
-        for slug in model.expired:
+        for slug, e in model.expired.items():
+            dim = "dim"
             rows.append(
                 (
                     f"expired:{slug}",
-                    [slug, state_cell("deleted"), Text("deleted", style="dim"), "—", "—", "—", "—"],
+                    [
+                        slug,
+                        state_cell("deleted"),
+                        Text("deleted", style=dim),
+                        Text(e.get("expires_at") or fmt_instant(e.get("expired_at")), style=dim),
+                        Text(", ".join(e.get("api_keys") or []) or "—", style=dim),
+                        Text(", ".join(e.get("admins") or []) or "—", style=dim),
+                        Text(e.get("registration") or "—", style=dim),
+                    ],
                 )
             )
         return rows

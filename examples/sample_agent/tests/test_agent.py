@@ -19,6 +19,9 @@ def test_gets_a_trial_and_uses_its_key(emulator: Testkit) -> None:
     assert trial.expires_at == "2026-01-03T00:00:00Z"  # 48 hours on the frozen clock
     registered = emulator.assert_event("idp.registered", type="anonymous")
     emulator.assert_event("trial.created", subject=trial.org, registration=registered.subject)
+    steps = [s["what"] for s in emulator.trace(trial.org)["steps"]]
+    assert steps[0] == "GET /.well-known/oauth-protected-resource" and steps[-1] == "POST / list_orgs"
+    emulator.assert_clean()
 
 
 def test_each_test_starts_from_an_empty_emulator(emulator: Testkit) -> None:
@@ -66,11 +69,25 @@ def test_a_claimed_trial_stays_and_the_agent_asks_for_no_other(emulator: Testkit
 
 def test_waits_as_long_as_retry_after_says(emulator: Testkit) -> None:
     waits: list[float] = []
-    agent = TrialAgent(emulator.url, sleep=waits.append)
+
+    def wait(seconds: float) -> None:  # the emulator's time passes instead of the test's
+        waits.append(seconds)
+        emulator.clock.advance(seconds)
+
+    agent = TrialAgent(emulator.url, sleep=wait)
     emulator.faults.add(path="/api/v1/trial-orgs", status=503, retry_after=7, count=2)
     agent.ensure_trial()
     assert waits == [7, 7]
     assert [e.data["effect"] for e in emulator.find_events("fault.fired")] == ["status 503", "status 503"]
+    emulator.assert_clean()  # the scorecard agrees: it honoured Retry-After, and broke no other rule
+
+
+def test_the_scorecard_names_an_agent_that_does_not_wait(emulator: Testkit) -> None:
+    agent = TrialAgent(emulator.url, sleep=lambda seconds: None)  # a bug: it never waits
+    emulator.faults.add(path="/api/v1/trial-orgs", status=503, retry_after=7, count=1)
+    agent.ensure_trial()
+    with pytest.raises(AssertionError, match="ignored-retry-after"):
+        emulator.assert_clean()
 
 
 def test_gives_up_when_the_identity_provider_stays_down(emulator: Testkit) -> None:

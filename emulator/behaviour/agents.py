@@ -1,0 +1,162 @@
+"""Who an agent is in the journal, and which events are its own: the one attribution rule that traces, the
+scorecard and the dashboard's Agents view share.
+
+An agent is a registration at the identity provider, with what it made: its trial organizations, their keys
+(by the fingerprint `http.request` events carry) and the address it registered from. A request is the agent's
+when it carries its access token or one of its keys. A request with no credential is attributed by the
+client address: a discovery read to the registration that address makes next (an agent reads discovery
+before it registers), any other to the one it made last. An organization with no registration (made by
+`pxt login` or a declared state) is an agent of its own, found by its name.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left, bisect_right
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+
+import msgspec
+
+from emulator.core.errors import ApiError
+from emulator.core.events import Event
+from emulator.core.kinds import Kind
+
+# Discovery documents: read before registering, so attributed forward.
+DISCOVERY = ("/.well-known/", "/llms.txt", "/mcp")
+# Hosted resources' subjects are `<org>:<db>…`; these kinds name one.
+_HOSTED = ("db.", "service.", "tunnel.", "disk.", "gateway.")
+# Events that repeat what an `http.request` already says of the same call.
+_ECHOES = frozenset({Kind.CLOUD_CALL.value, Kind.SITE_ASK.value, Kind.SITE_MCP.value})
+_CREDENTIALS = ("reg", "key", "user", "token")
+
+
+class Agent(msgspec.Struct, kw_only=True):
+    id: str  # the registration, or the organization for an agent without one
+    type: str | None = None  # the registration's type (anonymous, …)
+    registrations: list[str] = []
+    orgs: list[str] = []
+    keys: dict[str, str] = {}  # fingerprint → "org/name"
+    ips: list[str] = []
+    first_seq: int = 0
+
+
+class Journal:
+    """The whole journal, indexed once for attribution."""
+
+    def __init__(self, events: Sequence[Event]) -> None:
+        self.events = list(events)
+        self.registered: dict[str, Event] = {}
+        self.trials: dict[str, list[Event]] = defaultdict(list)  # registration → trial.created
+        self.keys_of_org: dict[str, dict[str, str]] = defaultdict(dict)  # org → fingerprint → name
+        self.orgs: list[str] = []
+        by_ip: dict[str, list[tuple[int, str]]] = defaultdict(list)
+        for e in self.events:
+            if e.kind == Kind.IDP_REGISTERED and e.subject:
+                self.registered[e.subject] = e
+                by_ip[str(e.data.get("ip", ""))].append((e.seq, e.subject))
+            elif e.kind == Kind.TRIAL_CREATED and e.subject:
+                self.trials[str(e.data.get("registration"))].append(e)
+                if e.data.get("key"):
+                    self.keys_of_org[e.subject][str(e.data["key"])] = "trial"
+            elif e.kind == Kind.CLOUD_KEY_CREATED and e.subject and e.data.get("key"):
+                self.keys_of_org[e.subject][str(e.data["key"])] = str(e.data.get("name"))
+            if e.kind in (Kind.TRIAL_CREATED, Kind.CLOUD_ORG_CREATED) and e.subject and e.subject not in self.orgs:
+                self.orgs.append(e.subject)
+        self._by_ip = {ip: ([s for s, _ in regs], [r for _, r in regs]) for ip, regs in by_ip.items()}
+        self.requests_from: dict[str, list[Event]] = defaultdict(list)  # client address → its http.requests
+        for e in self.events:
+            if e.kind == Kind.HTTP_REQUEST and e.subject:
+                self.requests_from[e.subject].append(e)
+
+    # -- who
+
+    def agents(self) -> list[Agent]:
+        """Every agent the journal knows, in the order they first appeared."""
+        found = [self.of_registration(reg) for reg in self.registered]
+        claimed = {org for a in found for org in a.orgs}
+        found += [self.of_org(org) for org in self.orgs if org not in claimed]
+        return sorted(found, key=lambda a: a.first_seq)
+
+    def of_registration(self, reg: str) -> Agent:
+        registered = self.registered.get(reg)
+        trials = self.trials.get(reg, [])
+        orgs = [str(t.subject) for t in trials]
+        return Agent(
+            id=reg,
+            type=str(registered.data.get("type")) if registered else None,
+            registrations=[reg],
+            orgs=orgs,
+            keys=self._keys(orgs),
+            ips=[str(registered.data.get("ip"))] if registered and registered.data.get("ip") else [],
+            first_seq=registered.seq if registered else (trials[0].seq if trials else 0),
+        )
+
+    def of_org(self, org: str) -> Agent:
+        regs = [reg for reg, trials in self.trials.items() if any(t.subject == org for t in trials)]
+        if regs:
+            return self.of_registration(regs[0])
+        first = next((e.seq for e in self.events if e.subject == org), 0)
+        return Agent(id=org, orgs=[org], keys=self._keys([org]), first_seq=first)
+
+    def _keys(self, orgs: Iterable[str]) -> dict[str, str]:
+        return {fp: f"{org}/{name}" for org in orgs for fp, name in self.keys_of_org.get(org, {}).items()}
+
+    def find(self, who: str) -> Agent:
+        """A registration id, an organization, or an API key's name (`ORG/NAME` when the name is not unique)."""
+        if who in self.registered:
+            return self.of_registration(who)
+        if who in self.orgs:
+            return self.of_org(who)
+        named = [
+            (org, fp)
+            for org, keys in self.keys_of_org.items()
+            for fp, name in keys.items()
+            if name == who or f"{org}/{name}" == who
+        ]
+        if len(named) == 1:
+            return self.of_org(named[0][0])
+        if named:
+            many = ", ".join(sorted(f"{org}/{self.keys_of_org[org][fp]}" for org, fp in named)[:10])
+            raise ApiError(409, "conflict", f"{len(named)} keys are named {who!r} ({many}); say ORG/NAME")
+        raise ApiError(
+            404, "not_found", f"the journal names no registration, organization or API key {who!r} (a reset empties it)"
+        )
+
+    # -- what is theirs
+
+    def events_of(self, agent: Agent) -> list[Event]:
+        return self.partition([agent])[agent.id]
+
+    def partition(self, agents: Sequence[Agent]) -> dict[str, list[Event]]:
+        """Each agent's events, in one pass over the journal."""
+        by_reg = {r: a.id for a in agents for r in a.registrations}
+        by_org = {o: a.id for a in agents for o in a.orgs}
+        by_key = {k: a.id for a in agents for k in a.keys}
+        out: dict[str, list[Event]] = {a.id: [] for a in agents}
+        for e in self.events:
+            if e.kind in _ECHOES:
+                continue
+            d = e.data
+            owner: str | None = None
+            if e.kind in (Kind.HTTP_REQUEST, Kind.GATEWAY_REQUEST):
+                owner = by_reg.get(str(d.get("reg"))) or by_key.get(str(d.get("key")))
+                if owner is None and e.kind == Kind.HTTP_REQUEST and not any(c in d for c in _CREDENTIALS):
+                    owner = by_reg.get(str(self.anonymous_owner(e)))
+            elif e.subject is not None:
+                owner = by_reg.get(e.subject) or by_org.get(e.subject)
+                if owner is None and e.kind.startswith(_HOSTED):
+                    owner = by_org.get(e.subject.split(":", 1)[0])
+            if owner is not None:
+                out[owner].append(e)
+        return out
+
+    def anonymous_owner(self, e: Event) -> str | None:
+        """The registration a call with no credential belongs to, by its client address."""
+        seqs, regs = self._by_ip.get(str(e.subject), ((), ()))
+        if not regs:
+            return None
+        if str(e.data.get("path", "")).startswith(DISCOVERY):
+            after = bisect_left(seqs, e.seq)
+            return regs[after] if after < len(regs) else regs[-1]
+        before = bisect_right(seqs, e.seq) - 1
+        return regs[before] if before >= 0 else regs[0]

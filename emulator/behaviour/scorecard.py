@@ -1,0 +1,412 @@
+"""The scorecard: rules over the journal that name what a well-behaved client of the spec does.
+
+Rules are data: each has an id, a one-line why (the README's table is this table; a test keeps them equal) and
+a check over one agent's events that returns the evidence (event numbers) of each time it broke the rule. How
+long an agent waited is the longer of the emulator's clock and real time, so an agent that sleeps for real on
+a frozen clock, or a test that moves the clock instead of sleeping, both count as having waited.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import msgspec
+
+from emulator.behaviour.agents import DISCOVERY, Agent, Journal
+from emulator.behaviour.traces import trace
+from emulator.core.events import Event
+from emulator.core.kinds import Kind
+
+
+class Finding(msgspec.Struct, kw_only=True):
+    rule: str
+    why: str
+    evidence: list[int]  # event numbers (`emulator trace` and the journal show them)
+    detail: str
+
+
+class Card(msgspec.Struct, kw_only=True):
+    agent: str
+    type: str | None
+    orgs: list[str]
+    requests: int
+    errors: int
+    p50_ms: float | None
+    p95_ms: float | None
+    clean: bool
+    findings: list[Finding]
+
+
+class RuleDoc(msgspec.Struct, kw_only=True):
+    id: str
+    why: str
+
+
+class Report(msgspec.Struct, kw_only=True):
+    agents: list[Card]
+    rules: list[RuleDoc]
+    clean: bool
+
+
+Hit = tuple[list[int], str]  # (evidence, detail)
+Check = Callable[[Journal, Agent, list[Event]], list[Hit]]
+
+# /ask and /mcp take an Idempotency-Key (the spec's retry contract); other POSTs are one-shot by their own rule.
+IDEMPOTENT_POSTS = frozenset({("site", "/ask"), ("site", "/mcp")})
+TRIAL_PATH = "/api/v1/trial-orgs"
+TOKEN_PATH = "/oauth2/token"
+REGISTER_PATH = "/agent/identity"
+POLL_OPS = frozenset({"get_receipts", "get_db"})
+POLL_CADENCE = 5.0  # seconds: how often the product's client polls a receipt
+SERVICE_URL_OPS = frozenset({"list_services", "get_db", "get_receipts", "submit_update", "prepare_update"})
+SETTLED = frozenset({"AVAILABLE", "PROVISIONING"})  # where `db update` is accepted
+UPDATE_OPS = frozenset({"prepare_update", "submit_update"})
+SETTLING = frozenset({"UPDATING", "PROVISIONING", "STARTING", "STOPPING", "DEPLOYING"})
+
+
+def _calls(mine: list[Event]) -> list[Event]:
+    return [e for e in mine if e.kind in (Kind.HTTP_REQUEST, Kind.GATEWAY_REQUEST)]
+
+
+def _where(e: Event) -> tuple[str, str, str, str]:
+    d = e.data
+    origin = "gateway" if e.kind == Kind.GATEWAY_REQUEST else str(d.get("origin"))
+    return origin, str(d.get("method")), str(d.get("path")), str(d.get("op", ""))
+
+
+def waited(a: Event, b: Event) -> float:
+    """Seconds between two calls: the longer of the emulator's clock and real time."""
+    real = 0.0
+    ra, rb = a.data.get("rt"), b.data.get("rt")
+    if isinstance(ra, int | float) and isinstance(rb, int | float) and rb >= ra:
+        real = rb - ra
+    return max(b.ts - a.ts, real)
+
+
+def _status(e: Event) -> int:
+    s = e.data.get("status")
+    return s if isinstance(s, int) else 0
+
+
+def _failed(e: Event) -> bool:
+    return _status(e) == 0 or _status(e) >= 500 or _status(e) == 429
+
+
+# --- the rules -------------------------------------------------------------------------------------------------
+
+
+def ignored_retry_after(j: Journal, agent: Agent, mine: list[Event]) -> list[Hit]:
+    calls, hits = _calls(mine), []
+    for i, e in enumerate(calls):
+        if _status(e) not in (429, 503):
+            continue
+        try:
+            wait = float(str(e.data.get("retry_after")))
+        except ValueError:
+            continue
+        again = next((n for n in calls[i + 1 :] if _where(n) == _where(e)), None)
+        if again is not None and waited(e, again) < wait - 0.5:
+            _, method, path, _ = _where(e)
+            hits.append(
+                (
+                    [e.seq, again.seq],
+                    f"{method} {path} was {_status(e)} with Retry-After: {e.data['retry_after']}; "
+                    f"it was sent again {waited(e, again):.1f} s later",
+                )
+            )
+    return hits
+
+
+def idempotency_key_reused(j: Journal, agent: Agent, mine: list[Event]) -> list[Hit]:
+    first: dict[tuple[str, str, str, str], Event] = {}
+    hits = []
+    for e in _calls(mine):
+        key = e.data.get("idem")
+        if key is None:
+            continue
+        origin, method, path, _ = _where(e)
+        seen = first.setdefault((origin, method, path, str(key)), e)
+        bodies = (seen.data.get("body"), e.data.get("body"))
+        if seen is not e and None not in bodies and bodies[0] != bodies[1]:
+            hits.append(([seen.seq, e.seq], f"Idempotency-Key {key!r} was sent again on {path} with another body"))
+    return hits
+
+
+def unsafe_retry(j: Journal, agent: Agent, mine: list[Event]) -> list[Hit]:
+    calls, hits = _calls(mine), []
+    for i, e in enumerate(calls):
+        origin, method, path, _ = _where(e)
+        if method != "POST" or (origin, path) not in IDEMPOTENT_POSTS or "idem" in e.data:
+            continue
+        before = next((p for p in reversed(calls[:i]) if _where(p) == _where(e)), None)
+        if before is not None and _failed(before) and "idem" not in before.data:
+            # A refusal answered before the body was read has no digest: it may have been the same call.
+            if before.data.get("body") in (None, e.data.get("body")):
+                hits.append(
+                    (
+                        [before.seq, e.seq],
+                        f"POST {path} was retried after {_status(before) or 'a dropped connection'} without an "
+                        "Idempotency-Key: the first may have run",
+                    )
+                )
+    return hits
+
+
+def second_trial(j: Journal, agent: Agent, mine: list[Event]) -> list[Hit]:
+    asked = [e for e in _calls(mine) if _where(e)[1:3] == ("POST", TRIAL_PATH)]
+    hits, answered = [], None
+    for e in asked:
+        if answered is not None:
+            hits.append(
+                ([answered.seq, e.seq], f"asked for a trial again after {_status(answered)}: a registration has one")
+            )
+        elif _status(e) in (200, 201, 409):
+            answered = e
+    return hits
+
+
+def expired_token_reuse(j: Journal, agent: Agent, mine: list[Event]) -> list[Hit]:
+    refused: dict[str, Event] = {}
+    hits = []
+    for e in _calls(mine):
+        token = e.data.get("token")
+        if not token or token == "opaque":
+            continue
+        if token in refused:  # one finding per refusal, not one per later call
+            was = refused.pop(token)
+            hits.append(([was.seq, e.seq], f"sent access token {token} again after its 401 instead of exchanging"))
+        elif _status(e) == 401:
+            refused[str(token)] = e
+    return hits
+
+
+def re_registered_instead_of_exchange(j: Journal, agent: Agent, mine: list[Event]) -> list[Hit]:
+    hits = []
+    for reg in agent.registrations:
+        now = j.registered.get(reg)
+        if now is None:
+            continue
+        ip = now.data.get("ip")
+        earlier = [r for r in j.registered.values() if r.seq < now.seq and r.data.get("ip") == ip]
+        if not earlier:
+            continue
+        previous = earlier[-1]
+        from_ip = j.requests_from.get(str(ip), [])
+        refusal = next(
+            (
+                e
+                for e in reversed(from_ip)
+                if previous.seq < e.seq < now.seq and e.data.get("reg") == previous.subject and _status(e) == 401
+            ),
+            None,
+        )
+        if refusal is None:
+            continue
+        exchanged = any(refusal.seq < e.seq < now.seq and e.data.get("path") == TOKEN_PATH for e in from_ip)
+        if not exchanged:
+            hits.append(
+                (
+                    [refusal.seq, now.seq],
+                    f"registered again as {reg} after {previous.subject}'s token was refused, without exchanging "
+                    "its assertion at /oauth2/token",
+                )
+            )
+    return hits
+
+
+def hard_coded_url(j: Journal, agent: Agent, mine: list[Event]) -> list[Hit]:
+    hits: list[Hit] = []
+    calls = _calls(mine)
+    read_discovery = False
+    registered = False
+    read_services: set[str] = set()
+    flagged: set[str] = set()
+    for e in calls:
+        origin, method, path, op = _where(e)
+        if method == "GET" and path.startswith(DISCOVERY):
+            read_discovery = True
+        elif origin == "auth" and method == "POST" and path == REGISTER_PATH and not registered:
+            registered = True
+            read_discovery = read_discovery or _read_discovery_before(j, e)
+            if not read_discovery and agent.registrations:
+                hits.append(([e.seq], "registered without reading discovery (/.well-known/oauth-protected-resource)"))
+        elif origin == "api" and op in SERVICE_URL_OPS and _status(e) < 400:
+            read_services.add(agent.keys.get(str(e.data.get("key")), "").split("/")[0])
+        elif origin == "gateway":
+            org = str(e.subject).split(":")[0]
+            if org not in read_services and e.subject not in flagged:
+                flagged.add(str(e.subject))
+                hits.append(([e.seq], f"called {path} on {e.subject}'s gateway before reading its address"))
+    return hits
+
+
+def _read_discovery_before(j: Journal, registering: Event) -> bool:
+    """Whether the address registering read discovery earlier (for an identity it had before)."""
+    return any(
+        e.seq < registering.seq and e.data.get("method") == "GET" and str(e.data.get("path", "")).startswith(DISCOVERY)
+        for e in j.requests_from.get(str(registering.subject), [])
+    )
+
+
+def polling_too_fast(j: Journal, agent: Agent, mine: list[Event]) -> list[Hit]:
+    """Runs of three or more polls of the same thing less than the client's cadence apart: the same receipts
+    (`get_receipts` with the same body), or a database's status (`get_db`) while it is settling. A `get_db` of
+    a settled database is a read, which the client makes many of (a final report, the tunnel's check)."""
+    state: dict[str, str] = {}
+    runs: dict[tuple[str, ...], list[Event]] = {}
+    hits = []
+    for e in mine:
+        if e.kind == Kind.DB_STATE and e.subject:
+            state[e.subject] = str(e.data.get("state"))
+            continue
+        if e.kind != Kind.HTTP_REQUEST or e.data.get("op") not in POLL_OPS:
+            continue
+        caller = str(e.data.get("key", e.data.get("user", "")))
+        if e.data["op"] == "get_receipts":
+            key = ("get_receipts", caller, str(e.data.get("body")))
+        else:
+            org = agent.keys.get(caller, agent.orgs[0] if agent.orgs else "").split("/")[0]
+            if state.get(f"{org}:{e.data.get('db', '')}") not in SETTLING:
+                continue
+            key = ("get_db", caller, str(e.data.get("db", "")))
+        run = runs.setdefault(key, [])
+        if run and waited(run[-1], e) >= POLL_CADENCE * 0.9:
+            if len(run) >= 3:
+                hits.append(_poll_hit(run))
+            run.clear()
+        run.append(e)
+    hits += [_poll_hit(run) for run in runs.values() if len(run) >= 3]
+    return hits
+
+
+def _poll_hit(run: list[Event]) -> Hit:
+    op, db = run[0].data.get("op"), run[0].data.get("db") or ""
+    gap = min(waited(a, b) for a, b in itertools.pairwise(run))
+    return (
+        [e.seq for e in run[:6]],
+        f"{op} {db} was polled {len(run)} times, {gap:.1f} s apart at the least; the client polls every "
+        f"{POLL_CADENCE:.0f} s",
+    )
+
+
+def update_while_not_available(j: Journal, agent: Agent, mine: list[Event]) -> list[Hit]:
+    state: dict[str, tuple[str, int]] = {}  # database → (its state, the event that said so)
+    flagged: set[tuple[str, int]] = set()  # one finding per database and state: a plan and its submit are one update
+    hits = []
+    for e in mine:
+        if e.kind == Kind.DB_STATE and e.subject:
+            state[e.subject] = (str(e.data.get("state")), e.seq)
+        elif e.kind == Kind.HTTP_REQUEST and e.data.get("op") in UPDATE_OPS and e.data.get("db"):
+            org = agent.keys.get(str(e.data.get("key")), agent.orgs[0] if agent.orgs else "").split("/")[0]
+            database = f"{org}:{e.data['db']}"
+            was, since = state.get(database, ("", 0))
+            if was and was not in SETTLED and (database, since) not in flagged:
+                flagged.add((database, since))
+                hits.append(
+                    ([since, e.seq], f"sent db update for {e.data['db']} while it was {was}; wait for AVAILABLE")
+                )
+    return hits
+
+
+def secret_in_url(j: Journal, agent: Agent, mine: list[Event]) -> list[Hit]:
+    return [
+        ([e.seq], f"{_where(e)[1]} {_where(e)[2]} carried a credential in its query ({e.data['secret_in_url']})")
+        for e in _calls(mine)
+        if e.data.get("secret_in_url")
+    ]
+
+
+@dataclass(frozen=True)
+class Rule:
+    id: str
+    why: str
+    check: Check
+
+
+RULES: tuple[Rule, ...] = (
+    Rule(
+        "ignored-retry-after",
+        "sent a call again before the Retry-After of its 429 or 503 had passed",
+        ignored_retry_after,
+    ),
+    Rule(
+        "idempotency-key-reused",
+        "sent an Idempotency-Key again with another body (the spec answers 422)",
+        idempotency_key_reused,
+    ),
+    Rule("unsafe-retry", "retried a POST to /ask or /mcp after a failure without an Idempotency-Key", unsafe_retry),
+    Rule("second-trial", "asked for a trial again after a 201 or 409: a registration has one trial", second_trial),
+    Rule(
+        "expired-token-reuse",
+        "kept sending an access token after its 401 instead of exchanging the assertion again",
+        expired_token_reuse,
+    ),
+    Rule(
+        "re-registered-instead-of-exchange",
+        "registered a new identity when its token was refused, instead of exchanging its assertion",
+        re_registered_instead_of_exchange,
+    ),
+    Rule(
+        "hard-coded-url",
+        "called an address it never read: the issuer before discovery, a service before service list",
+        hard_coded_url,
+    ),
+    Rule(
+        "polling-too-fast",
+        "polled the same receipts, or a settling database's status, faster than the client's 5 s cadence",
+        polling_too_fast,
+    ),
+    Rule(
+        "update-while-not-available", "sent db update while the database was not AVAILABLE", update_while_not_available
+    ),
+    Rule(
+        "secret-in-url",
+        "put a key, token or assertion in a URL's query string, where logs and proxies keep it",
+        secret_in_url,
+    ),
+)
+
+
+def card(j: Journal, agent: Agent, mine: list[Event] | None = None) -> Card:
+    mine = j.events_of(agent) if mine is None else mine
+    t = trace(j, agent, mine)
+    findings = [
+        Finding(rule=rule.id, why=rule.why, evidence=evidence, detail=detail)
+        for rule in RULES
+        for evidence, detail in rule.check(j, agent, mine)
+    ]
+    return Card(
+        agent=agent.id,
+        type=agent.type,
+        orgs=agent.orgs,
+        requests=t.requests,
+        errors=t.errors,
+        p50_ms=t.p50_ms,
+        p95_ms=t.p95_ms,
+        clean=not findings,
+        findings=findings,
+    )
+
+
+def report(j: Journal, agent: Agent | None = None) -> Report:
+    agents = [agent] if agent is not None else j.agents()
+    theirs = j.partition(agents)
+    cards = [card(j, a, theirs[a.id]) for a in agents]
+    return Report(agents=cards, rules=[RuleDoc(id=r.id, why=r.why) for r in RULES], clean=all(c.clean for c in cards))
+
+
+def render(r: Report) -> str:
+    """The report for people."""
+    if not r.agents:
+        return "no agent in the journal yet"
+    lines = []
+    for c in r.agents:
+        verdict = "clean" if c.clean else f"{len(c.findings)} finding(s)"
+        lines.append(
+            f"{c.agent}{' (' + c.type + ')' if c.type else ''}: {c.requests} requests, {c.errors} errors; {verdict}"
+        )
+        for f in c.findings:
+            lines.append(f"  {f.rule}  {f.detail}  [#{', #'.join(str(s) for s in f.evidence)}]")
+    return "\n".join(lines)

@@ -1,0 +1,172 @@
+"""Every request an origin serves, as one `http.request` event: what a trace shows and the scorecard judges.
+
+An ASGI layer outside each origin's boundary, so refusals are recorded too. It keeps what says who called and
+how, never a credential: the registration and token id a bearer JWT names (read without verifying it: a
+request whose token is refused must still be attributed), a fingerprint of an API key (the first hex digits
+of the hash the store keeps, so a key is found again by its row), the `Idempotency-Key` and a digest of the
+body, a control-plane `operation_type`, the status, `Retry-After` and how long the answer took in real time.
+A secret-looking query parameter is recorded by its name only.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import time
+from collections.abc import Callable
+from typing import Any
+
+import msgspec
+
+from emulator.core.ids import secret_hash
+from emulator.core.kinds import Kind
+
+# Not agent calls: the emulator's own API, liveness probes, a browser's icon.
+_UNRECORDED = ("/_emulator", "/health", "/favicon.ico")
+# Query parameters that carry a credential when an agent puts one in a URL.
+_SECRET_PARAMS = frozenset(
+    {"key", "api_key", "apikey", "x-api-key", "token", "access_token", "id_token", "refresh_token", "assertion"}
+    | {"secret", "client_secret", "password", "authorization"}
+)
+_BODY_PEEK = 64 * 1024  # enough of a control-plane body to read its operation_type
+_decode_json = msgspec.json.Decoder().decode
+
+Publish = Callable[..., Any]
+
+
+def key_fingerprint(secret: str) -> str:
+    """How a request names the API key it carried: the first 12 hex digits of the stored hash (sha256)."""
+    return secret_hash(secret)[:12]
+
+
+def jwt_claims(token: str) -> dict[str, Any] | None:
+    """A JWT's claims, unverified (attribution only; the origin verifies), or None if it is not one."""
+    parts = token.split(".")
+    if len(parts) != 3:
+        return None
+    try:
+        payload = _decode_json(base64.urlsafe_b64decode(parts[1] + "=" * (-len(parts[1]) % 4)))
+    except (ValueError, msgspec.DecodeError):
+        return None
+    return payload if isinstance(payload, dict) else None
+
+
+def secret_in_query(query: str) -> str | None:
+    """The name of a query parameter that looks like a credential (by its name or its value's shape)."""
+    for pair in query.split("&"):
+        name, _, value = pair.partition("=")
+        if name.lower() in _SECRET_PARAMS or value.startswith(("pxtk_", "eyJ")):
+            return name[:64]
+    return None
+
+
+def credentials(headers: dict[bytes, bytes]) -> dict[str, Any]:
+    """Who a request says it is, without any secret: registration, token id and expiry, key fingerprint."""
+    found: dict[str, Any] = {}
+    api_key = headers.get(b"x-api-key")
+    bearer = headers.get(b"authorization", b"")
+    token = bearer[7:].strip().decode("latin-1") if bearer[:7].lower() == b"bearer " else ""
+    if api_key:
+        found["key"] = key_fingerprint(api_key.decode("latin-1").strip())
+    elif token.startswith("pxtk_"):
+        found["key"] = key_fingerprint(token)
+    if token and "key" not in found:
+        claims = jwt_claims(token)
+        if claims is None:
+            found["token"] = "opaque"
+        else:
+            sub = str(claims.get("sub", ""))[:64]
+            # An agent's access token names its registration; a `pxt login` session names its person.
+            found["reg" if "registration_type" in claims else "user"] = sub
+            found["token"] = str(claims.get("jti", ""))[:64]
+            if isinstance(claims.get("exp"), int | float):
+                found["token_exp"] = claims["exp"]
+    return found
+
+
+class RequestJournal:
+    """ASGI: one `http.request` event per request an origin answers (or drops)."""
+
+    def __init__(self, app: Any, origin: str, publish: Publish, trust_forwarded: bool = False) -> None:
+        self.app = app
+        self.origin = origin
+        self.publish = publish
+        self.trust_forwarded = trust_forwarded
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "http" or scope["path"].startswith(_UNRECORDED):
+            await self.app(scope, receive, send)
+            return
+        began = time.monotonic()
+        digest = hashlib.sha256()
+        peek = bytearray()
+        answer: dict[str, Any] = {"status": 0}
+
+        async def receive_body() -> Any:
+            message = await receive()
+            if message["type"] == "http.request":
+                chunk = message.get("body", b"")
+                digest.update(chunk)
+                if len(peek) < _BODY_PEEK:
+                    peek.extend(chunk[: _BODY_PEEK - len(peek)])
+            return message
+
+        async def send_answer(message: dict[str, Any]) -> None:
+            if message["type"] == "http.response.start":
+                answer["status"] = message["status"]
+                for name, value in message.get("headers", ()):
+                    if name.lower() == b"retry-after":
+                        answer["retry_after"] = value.decode("latin-1")
+            await send(message)
+
+        try:
+            await self.app(scope, receive_body, send_answer)
+        finally:
+            self._record(scope, answer, digest.hexdigest()[:16] if peek else None, bytes(peek), began)
+
+    def _record(
+        self, scope: dict[str, Any], answer: dict[str, Any], body: str | None, peek: bytes, began: float
+    ) -> None:
+        headers: dict[bytes, bytes] = {}
+        for name, value in scope.get("headers", ()):
+            headers.setdefault(name.lower(), value)
+        ip = scope["client"][0] if scope.get("client") else "unknown"
+        if self.trust_forwarded and b"x-forwarded-for" in headers:
+            ip = headers[b"x-forwarded-for"].decode("latin-1").split(",")[0].strip()
+        data: dict[str, Any] = {
+            "origin": self.origin,
+            "method": scope["method"],
+            "path": scope["path"][:512],
+            "status": answer["status"],
+            "ms": round((time.monotonic() - began) * 1000, 1),
+            "rt": round(began, 3),  # real time (monotonic): how long an agent waited, even on a frozen clock
+            **credentials(headers),
+        }
+        if "retry_after" in answer:
+            data["retry_after"] = answer["retry_after"][:32]
+        idem = headers.get(b"idempotency-key")
+        if idem is not None:
+            data["idem"] = idem.decode("latin-1")[:255]
+        if body is not None:
+            data["body"] = body
+        query = scope.get("query_string", b"").decode("latin-1")
+        leaked = secret_in_query(query) if query else None
+        if leaked is not None:
+            data["secret_in_url"] = leaked
+        if self.origin == "api" and peek.startswith(b"{"):
+            data.update(_operation(peek))
+        self.publish(Kind.HTTP_REQUEST, ip, **data)
+
+
+def _operation(body: bytes) -> dict[str, str]:
+    """A control-plane call's operation and the database it names, from the start of its JSON body."""
+    try:
+        decoded = _decode_json(body)
+    except msgspec.DecodeError:
+        return {}
+    if not isinstance(decoded, dict):
+        return {}
+    out = {name: decoded[name][:64] for name in ("operation_type", "db") if isinstance(decoded.get(name), str)}
+    if "operation_type" in out:
+        out["op"] = out.pop("operation_type")
+    return out

@@ -1,0 +1,440 @@
+"""How an agent behaved: `http.request` events, traces and the scorecard, with agents that are plain HTTP clients
+(each from its own loopback address). Every rule has a misbehaving client that it names, with the events that
+show it, and a well-behaved one it leaves alone. The real `pxt` flow's trace and scorecard are in test_pxt_cloud;
+the gateway half of `hard-coded-url` and `update-while-not-available` need hosted databases and are checked there.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from emulator.behaviour import scorecard
+from tests import agent_flow as flow
+from tests.conftest import Emulator, next_ip
+
+FROZEN = "2031-01-01T00:00:00Z"
+README = Path(__file__).resolve().parent.parent / "README.md"
+
+
+@pytest.fixture(scope="module")
+def be(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Emulator]:
+    e = Emulator(tmp_path_factory.mktemp("behaviour"), ["--no-watch", "--freeze-clock", FROZEN]).start()
+    yield e
+    e.stop()
+
+
+@pytest.fixture(autouse=True)
+def cleared(be: Emulator) -> Iterator[None]:
+    yield
+    be.admin().delete("/_emulator/faults").raise_for_status()
+
+
+class Agent:
+    """A well-mannered agent by default: it reads discovery, registers, exchanges, and gets one trial."""
+
+    def __init__(self, e: Emulator, c: httpx.AsyncClient) -> None:
+        self.e, self.c = e, c
+        self.reg: dict[str, Any] = {}
+        self.token = ""
+        self.trial: dict[str, Any] = {}
+
+    async def discover(self) -> None:
+        r = await self.c.get("/.well-known/oauth-protected-resource")
+        assert r.status_code == 200
+        assert (await self.c.get(self.e.auth + "/.well-known/oauth-authorization-server")).status_code == 200
+
+    async def register(self, discover: bool = True) -> str:
+        if discover:
+            await self.discover()
+        self.reg = await flow.register(self.c, self.e)
+        await self.exchange()
+        return str(self.reg["id"])
+
+    async def exchange(self) -> None:
+        r = await flow.exchange(self.c, self.e, self.reg["identity"]["assertion"])
+        assert r.status_code == 200, r.text
+        self.token = r.json()["access_token"]
+
+    async def ask_trial(self) -> httpx.Response:
+        return await flow.create_trial(self.c, self.e, self.token)
+
+    async def get_trial(self) -> dict[str, Any]:
+        r = await self.ask_trial()
+        assert r.status_code == 201, r.text
+        self.trial = r.json()
+        return self.trial
+
+    async def api(self, op: str, **body: Any) -> httpx.Response:
+        return await self.c.post(
+            self.e.api, json={"operation_type": op, **body}, headers={"X-api-key": self.trial["api_key"]}
+        )
+
+
+def findings(e: Emulator, agent: str) -> list[dict[str, Any]]:
+    r = e.admin().get("/_emulator/report", params={"agent": agent})
+    assert r.status_code == 200, r.text
+    [card] = r.json()["agents"]
+    return card["findings"]
+
+
+def rule_ids(e: Emulator, agent: str) -> list[str]:
+    return [f["rule"] for f in findings(e, agent)]
+
+
+def requests_of(e: Emulator, **match: Any) -> list[dict[str, Any]]:
+    return [ev for ev in e.journal("http.request") if all(ev["data"].get(k) == v for k, v in match.items())]
+
+
+def cli(e: Emulator | None, *args: str) -> subprocess.CompletedProcess[str]:
+    where = ["--state-dir", str(e.state_dir)] if e is not None else []  # `record diff` reads files only
+    return subprocess.run(
+        [sys.executable, "-m", "emulator", *args, *where],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+# --- the events every rule reads ---------------------------------------------------------------------------------
+
+
+async def test_every_served_request_is_an_event_with_its_status_duration_and_caller(be: Emulator) -> None:
+    ip = next_ip()
+    async with be.client(ip) as c:
+        agent = Agent(be, c)
+        reg = await agent.register()
+        trial = await agent.get_trial()
+        assert (await agent.api("list_orgs")).status_code == 200
+        assert (await c.get("/ask", params={"q": "tables"})).status_code == 200
+        refused = await flow.create_trial(c, be, "not-a-token")
+        assert refused.status_code == 401
+    mine = [ev for ev in be.journal("http.request") if ev["subject"] == ip]
+    seen = [(ev["data"]["origin"], ev["data"]["method"], ev["data"]["path"], ev["data"]["status"]) for ev in mine]
+    assert seen == [
+        ("site", "GET", "/.well-known/oauth-protected-resource", 200),
+        ("auth", "GET", "/.well-known/oauth-authorization-server", 200),
+        ("auth", "POST", "/agent/identity", 200),
+        ("auth", "POST", "/oauth2/token", 200),
+        ("site", "POST", "/api/v1/trial-orgs", 201),
+        ("api", "POST", "/", 200),
+        ("site", "GET", "/ask", 200),
+        ("site", "POST", "/api/v1/trial-orgs", 401),
+    ]
+    trial_call, api_call = mine[4]["data"], mine[5]["data"]
+    assert trial_call["reg"] == reg and trial_call["token"].startswith("at_")  # the token's id, not the token
+    assert api_call["op"] == "list_orgs" and len(api_call["key"]) == 12
+    created = be.journal("trial.created")[-1]
+    assert created["subject"] == trial["org"] and created["data"]["key"] == api_call["key"]
+    assert all(isinstance(ev["data"]["ms"], float) and ev["data"]["ms"] >= 0 for ev in mine)
+    assert mine[-1]["data"]["token"] == "opaque"
+    # nothing secret is kept: not the key, not the token, not the assertion
+    text = str(mine)
+    assert trial["api_key"] not in text and agent.token not in text and agent.reg["identity"]["assertion"] not in text
+    # the emulator's own API and liveness probes are not agent calls
+    assert not [ev for ev in be.journal("http.request") if ev["data"]["path"].startswith(("/_emulator", "/health"))]
+
+
+async def test_a_trace_follows_one_agent_across_origins_in_order(be: Emulator) -> None:
+    async with be.client() as c, be.client() as other:
+        agent, bystander = Agent(be, c), Agent(be, other)
+        reg = await agent.register()
+        await bystander.register()
+        trial = await agent.get_trial()
+        await bystander.get_trial()
+        assert (await agent.api("list_orgs")).status_code == 200
+    by_reg = be.admin().get(f"/_emulator/traces/{reg}").json()
+    kinds = [(s["origin"], s["kind"], s["what"].split(" ")[:2]) for s in by_reg["steps"]]
+    assert kinds[:2] == [
+        ("site", "http.request", ["GET", "/.well-known/oauth-protected-resource"]),
+        ("auth", "http.request", ["GET", "/.well-known/oauth-authorization-server"]),
+    ]
+    assert [k for _, k, _ in kinds].count("idp.registered") == 1
+    assert ("site", "trial.created", ["trial.created", trial["org"]]) in kinds
+    assert kinds[-1] == ("api", "http.request", ["POST", "/"]) and "list_orgs" in by_reg["steps"][-1]["what"]
+    assert by_reg["agent"]["orgs"] == [trial["org"]] and by_reg["agent"]["keys"]
+    assert by_reg["requests"] == 6 and by_reg["errors"] == 0 and by_reg["p95_ms"] >= by_reg["p50_ms"] >= 0
+    seqs = [s["seq"] for s in by_reg["steps"]]
+    assert seqs == sorted(seqs)
+    # the bystander's calls are not in it, and the same trace is found by the organization and the key's name
+    assert bystander_absent(by_reg, bystander.reg["id"])
+    assert be.admin().get(f"/_emulator/traces/{trial['org']}").json()["steps"] == by_reg["steps"]
+    by_key = be.admin().get(f"/_emulator/traces/{trial['org']}/trial").json()
+    assert by_key["steps"] == by_reg["steps"]
+    # text for people
+    out = cli(be, "trace", reg)
+    assert out.returncode == 0, out.stderr
+    assert f"agent {reg} (anonymous)" in out.stdout and "POST /api/v1/trial-orgs" in out.stdout
+    assert "6 requests, 0 errors" in out.stdout
+
+
+def bystander_absent(trace: dict[str, Any], other: str) -> bool:
+    return all(other not in str(s["data"]) and s["subject"] != other for s in trace["steps"])
+
+
+async def test_trace_refuses_what_it_cannot_name(be: Emulator) -> None:
+    r = be.admin().get("/_emulator/traces/nobody-at-all")
+    assert r.status_code == 404 and "nobody-at-all" in r.json()["error"]["message"]
+    async with be.client() as a, be.client() as b:
+        for c in (a, b):
+            agent = Agent(be, c)
+            await agent.register()
+            await agent.get_trial()
+    r = be.admin().get("/_emulator/traces/trial")  # every trial's key is named "trial"
+    assert r.status_code == 409 and "say ORG/NAME" in r.json()["error"]["message"]
+    out = cli(be, "trace", "nobody-at-all")
+    assert out.returncode != 0 and "nobody-at-all" in out.stderr
+
+
+# --- the rules: a misbehaving client and a well-behaved one each -------------------------------------------------
+
+
+async def test_ignored_retry_after(be: Emulator) -> None:
+    be.admin().post(
+        "/_emulator/faults", json={"path": "/api/v1/trial-orgs", "status": 503, "retry_after": 5, "count": 1}
+    )
+    async with be.client() as c:
+        hasty = Agent(be, c)
+        reg = await hasty.register()
+        down = await hasty.ask_trial()
+        assert down.status_code == 503
+        await hasty.get_trial()  # at once
+    [found] = findings(be, reg)
+    assert found["rule"] == "ignored-retry-after" and "Retry-After: 5" in found["detail"]
+    calls = requests_of(be, reg=reg, path="/api/v1/trial-orgs")
+    assert found["evidence"] == [calls[0]["seq"], calls[1]["seq"]]
+
+    be.admin().post(
+        "/_emulator/faults", json={"path": "/api/v1/trial-orgs", "status": 503, "retry_after": 5, "count": 1}
+    )
+    async with be.client() as c:
+        patient = Agent(be, c)
+        reg = await patient.register()
+        assert (await patient.ask_trial()).status_code == 503
+        be.advance(5)  # it waits as long as it was told (the emulator's clock: the test does not sleep)
+        await patient.get_trial()
+    assert rule_ids(be, reg) == []
+
+
+async def test_idempotency_key_reused_with_another_body(be: Emulator) -> None:
+    async with be.client() as c:
+        sloppy = Agent(be, c)
+        reg = await sloppy.register()
+        first = await c.post("/ask", json={"query": "tables"}, headers={"Idempotency-Key": "k-1"})
+        other = await c.post("/ask", json={"query": "views"}, headers={"Idempotency-Key": "k-1"})
+        assert first.status_code == 200 and other.status_code == 422
+    [found] = findings(be, reg)
+    assert found["rule"] == "idempotency-key-reused" and "'k-1'" in found["detail"]
+
+    async with be.client() as c:
+        careful = Agent(be, c)
+        reg = await careful.register()
+        for _ in range(2):  # a retry: the same key with the same body is what the key is for
+            r = await c.post("/ask", json={"query": "tables"}, headers={"Idempotency-Key": "k-2"})
+            assert r.status_code == 200
+        assert (await c.post("/ask", json={"query": "views"}, headers={"Idempotency-Key": "k-3"})).status_code == 200
+    assert rule_ids(be, reg) == []
+
+
+async def test_unsafe_retry_of_a_post_without_an_idempotency_key(be: Emulator) -> None:
+    be.admin().post("/_emulator/faults", json={"path": "/ask", "method": "POST", "status": 500, "count": 1})
+    async with be.client() as c:
+        reckless = Agent(be, c)
+        reg = await reckless.register()
+        assert (await c.post("/ask", json={"query": "tables"})).status_code == 500
+        assert (await c.post("/ask", json={"query": "tables"})).status_code == 200
+    assert rule_ids(be, reg) == ["unsafe-retry"]
+
+    be.admin().post("/_emulator/faults", json={"path": "/ask", "method": "POST", "status": 500, "count": 1})
+    async with be.client() as c:
+        safe = Agent(be, c)
+        reg = await safe.register()
+        key = {"Idempotency-Key": "retry-me"}
+        assert (await c.post("/ask", json={"query": "tables"}, headers=key)).status_code == 500
+        assert (await c.post("/ask", json={"query": "tables"}, headers=key)).status_code == 200
+        # asking the same thing again after a success is a new question, not a retry
+        assert (await c.post("/ask", json={"query": "tables"})).status_code == 200
+        assert (await c.post("/ask", json={"query": "tables"})).status_code == 200
+    assert rule_ids(be, reg) == []
+
+
+async def test_second_trial(be: Emulator) -> None:
+    async with be.client() as c:
+        greedy = Agent(be, c)
+        reg = await greedy.register()
+        await greedy.get_trial()
+        again = await greedy.ask_trial()
+        assert again.status_code == 409
+    [found] = findings(be, reg)
+    assert found["rule"] == "second-trial" and "after 201" in found["detail"]
+
+    async with be.client() as c:
+        content = Agent(be, c)
+        reg = await content.register()
+        await content.get_trial()
+        assert (await content.api("list_orgs")).status_code == 200
+    assert rule_ids(be, reg) == []
+
+
+async def test_expired_token_reuse_and_registering_again_instead_of_exchanging(be: Emulator) -> None:
+    async with be.client() as c:
+        stubborn = Agent(be, c)
+        reg = await stubborn.register()
+        be.advance("6m")  # access tokens live 5 minutes
+        assert (await stubborn.ask_trial()).status_code == 401
+        assert (await stubborn.ask_trial()).status_code == 401  # the same token again
+        first = str(stubborn.reg["id"])
+        new = await stubborn.register(discover=False)  # a new identity instead of exchanging the assertion
+    assert rule_ids(be, first) == ["expired-token-reuse"]
+    refusals = requests_of(be, reg=first, status=401)
+    assert findings(be, first)[0]["evidence"] == [refusals[0]["seq"], refusals[1]["seq"]]
+    found = findings(be, new)
+    assert [f["rule"] for f in found] == ["re-registered-instead-of-exchange"]  # its address read discovery before
+    assert found[0]["evidence"][0] == refusals[1]["seq"]
+
+    async with be.client() as c:
+        mannerly = Agent(be, c)
+        reg = await mannerly.register()
+        be.advance("6m")
+        assert (await mannerly.ask_trial()).status_code == 401
+        await mannerly.exchange()  # what a 401 asks for
+        await mannerly.get_trial()
+    assert rule_ids(be, reg) == []
+
+
+async def test_hard_coded_issuer_without_discovery(be: Emulator) -> None:
+    async with be.client() as c:
+        presumptuous = Agent(be, c)
+        reg = await presumptuous.register(discover=False)
+        await presumptuous.get_trial()
+    [found] = findings(be, reg)
+    assert found["rule"] == "hard-coded-url" and "discovery" in found["detail"]
+    # the well-behaved agent of every other test reads discovery first and is not named
+
+
+async def test_polling_too_fast(be: Emulator) -> None:
+    receipt = {"receipts": [{"kind": "database", "resource_id": "main", "generation": 1}]}
+    async with be.client() as c:
+        impatient = Agent(be, c)
+        reg = await impatient.register()
+        await impatient.get_trial()
+        for _ in range(4):
+            await impatient.api("get_receipts", **receipt)
+        await impatient.api("get_db", db="main")  # reads of a settled (or absent) database are not polls
+        await impatient.api("get_db", db="main")
+        await impatient.api("get_db", db="main")
+    [found] = findings(be, reg)
+    assert found["rule"] == "polling-too-fast" and "get_receipts" in found["detail"] and "4 times" in found["detail"]
+    assert len(found["evidence"]) == 4
+
+    async with be.client() as c:
+        steady = Agent(be, c)
+        reg = await steady.register()
+        await steady.get_trial()
+        for _ in range(4):
+            await steady.api("get_receipts", **receipt)
+            be.advance(5)  # the client's own cadence
+    assert rule_ids(be, reg) == []
+
+
+async def test_secret_in_url(be: Emulator) -> None:
+    async with be.client() as c:
+        leaky = Agent(be, c)
+        reg = await leaky.register()
+        await leaky.get_trial()
+        await c.get("/ask", params={"q": "tables", "api_key": leaky.trial["api_key"]})
+    [found] = findings(be, reg)
+    assert found["rule"] == "secret-in-url" and "(api_key)" in found["detail"]
+    leak = [ev for ev in be.journal("http.request") if ev["data"].get("secret_in_url")]
+    assert leaky.trial["api_key"] not in str(leak)  # the name is kept, never the value
+
+    async with be.client() as c:
+        tidy = Agent(be, c)
+        reg = await tidy.register()
+        await tidy.get_trial()
+        await c.get("/ask", params={"q": "what is an api_key"})
+    assert rule_ids(be, reg) == []
+
+
+# --- the report ---------------------------------------------------------------------------------------------------
+
+
+def test_report_lists_every_rule_once_and_the_readme_table_is_the_same(be: Emulator) -> None:
+    report = be.admin().get("/_emulator/report").json()
+    assert [r["id"] for r in report["rules"]] == [r.id for r in scorecard.RULES]
+    assert len({r.id for r in scorecard.RULES}) == len(scorecard.RULES) == 10
+    table = {
+        line.split("|")[1].strip().strip("`"): line.split("|")[2].strip()
+        for line in README.read_text().splitlines()
+        if line.startswith("| `") and line.split("|")[1].strip().strip("`") in {r.id for r in scorecard.RULES}
+    }
+    assert table == {r.id: r.why for r in scorecard.RULES}
+    # the agents of the tests above: some broke rules, so the whole report is not clean and the CLI exits 1
+    assert not report["clean"] and any(card["clean"] for card in report["agents"])
+    out = cli(be, "report")
+    assert out.returncode == 1 and "second-trial" in out.stdout
+    json_out = cli(be, "report", "--json")
+    assert json_out.returncode == 1 and '"rules"' in json_out.stdout
+
+
+# --- run records ----------------------------------------------------------------------------------------------
+
+
+async def _run(e: Emulator, greedy: bool) -> None:
+    async with e.client() as c:
+        agent = Agent(e, c)
+        await agent.register()
+        await agent.get_trial()
+        assert (await agent.api("list_orgs")).status_code == 200
+        await c.get("/ask", params={"q": "tables"})
+        if greedy:
+            assert (await agent.ask_trial()).status_code == 409
+
+
+def test_a_record_is_the_run_without_secrets_and_two_runs_diff_by_what_the_agent_did(
+    start_emulator: Any, tmp_path: Path
+) -> None:
+    import asyncio
+    import json
+    import stat
+
+    e = start_emulator("--no-watch")
+    saved: list[Path] = []
+    for n, greedy in enumerate((False, False, True)):
+        e.admin().post("/_emulator/reset", json={}).raise_for_status()  # each run starts from nothing
+        asyncio.run(_run(e, greedy))
+        path = tmp_path / f"run{n}.json"
+        out = cli(e, "record", "save", str(path))
+        assert out.returncode == 0, out.stderr
+        saved.append(path)
+    text = saved[0].read_text()
+    body = json.loads(text)
+    assert body["format"] == "pxt-emulator-record/1" and body["agent"] is None
+    kinds = [ev["kind"] for ev in body["events"]]
+    assert "http.request" in kinds and "trial.created" in kinds and "emulator.started" not in kinds
+    assert "pxtk_" not in text.replace("pxtk_<redacted>", "") and '"eyJ' not in text
+    assert stat.S_IMODE(saved[0].stat().st_mode) == 0o600  # private, as the state dir is
+
+    same = cli(None, "record", "diff", str(saved[0]), str(saved[1]))  # other ids, addresses, instants: the same run
+    assert same.returncode == 0 and "did the same things" in same.stdout, same.stdout
+    changed = cli(None, "record", "diff", str(saved[1]), str(saved[2]))
+    assert changed.returncode == 1
+    added = [line for line in changed.stdout.splitlines() if line.startswith("+") and not line.startswith("+++")]
+    assert len(added) == 1 and "path=/api/v1/trial-orgs" in added[0] and "status=409" in added[0], changed.stdout
+
+    # one agent's part of a run, and files that are not records
+    one = tmp_path / "one.json"
+    trial = next(ev["subject"] for ev in json.loads(saved[2].read_text())["events"] if ev["kind"] == "trial.created")
+    assert cli(e, "record", "save", str(one), "--agent", trial).returncode == 0
+    mine = json.loads(one.read_text())
+    assert mine["agent"].startswith("agent_reg_") and {ev["kind"] for ev in mine["events"]} >= {"trial.created"}
+    bad = tmp_path / "bad.json"
+    bad.write_text("{}")
+    refused = cli(None, "record", "diff", str(bad), str(saved[0]))
+    assert refused.returncode != 0 and "is not a record" in refused.stderr

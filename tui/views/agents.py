@@ -1,0 +1,80 @@
+"""Agents: each registration (or organization no registration made) with its trial, request and error counts,
+p50/p95 latency and its scorecard, from `/_emulator/report`. Enter shows its findings and its trace."""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+from rich.text import Text
+
+from tui.model import Model
+from tui.views.table import Row, TableView
+
+
+def ms(value: float | None) -> str:
+    return "—" if value is None else f"{value:.1f} ms"
+
+
+def verdict(card: dict[str, Any]) -> Text:
+    if card["clean"]:
+        return Text("clean", style="green")
+    rules = sorted({f["rule"] for f in card["findings"]})
+    return Text(f"{len(card['findings'])}: {', '.join(rules)}", style="bold red")
+
+
+class AgentsView(TableView):
+    TITLE = "Agents (enter: scorecard and trace)"
+    COLUMNS: ClassVar[list[str]] = ["Agent", "Type", "Trial", "Requests", "Errors", "p50", "p95", "Scorecard"]
+    EMPTY = "no agent yet: one appears when it registers or gets an organization"
+
+    def rows(self, model: Model) -> list[Row]:
+        return [
+            (
+                c["agent"],
+                [
+                    c["agent"],
+                    c["type"] or "—",
+                    ", ".join(c["orgs"]) or Text("—", style="dim"),
+                    str(c["requests"]),
+                    Text(str(c["errors"]), style="red" if c["errors"] else ""),
+                    ms(c["p50_ms"]),
+                    ms(c["p95_ms"]),
+                    verdict(c),
+                ],
+            )
+            for c in model.agents
+        ]
+
+    def details(self, model: Model, key: str) -> list[tuple[str, str | Text]] | None:
+        card = next((c for c in model.agents if c["agent"] == key), None)
+        if card is None:
+            return None
+        fields: list[tuple[str, str | Text]] = [
+            ("Agent", card["agent"]),
+            ("Type", card["type"] or "—"),
+            ("Organizations", ", ".join(card["orgs"]) or "—"),
+            (
+                "Requests",
+                f"{card['requests']} ({card['errors']} errors), p50 {ms(card['p50_ms'])}, p95 {ms(card['p95_ms'])}",
+            ),
+            ("Scorecard", verdict(card)),
+        ]
+        for f in card["findings"]:
+            evidence = ", ".join(f"#{s}" for s in f["evidence"])
+            fields.append((f["rule"], Text.assemble((f["detail"], "red"), f"\n{f['why']}  [{evidence}]")))
+        return fields
+
+
+def trace_lines(trace: dict[str, Any], limit: int = 400) -> Text:
+    """The trace's steps, one line each, errors in red (the detail pane's last field)."""
+    out = Text()
+    steps = trace["steps"]
+    if len(steps) > limit:
+        out.append(f"({len(steps) - limit} earlier steps not shown; emulator trace {trace['agent']['id']})\n", "dim")
+    for s in steps[-limit:]:
+        status = s["status"]
+        style = "red" if status is not None and (status == 0 or status >= 400) else ""
+        cell = "" if status is None else ("drop" if status == 0 else str(status))
+        took = "" if s["ms"] is None else f"{s['ms']:.0f}ms"
+        out.append(f"#{s['seq']:<6} {s['at'][11:19]} {s['origin']:<7} {cell:>4} {took:>6}  {s['what']}\n", style)
+    return out
