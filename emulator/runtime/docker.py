@@ -138,7 +138,10 @@ class ContainerWorkload:
             yield line
 
     async def wait(self) -> int:
-        return int(await asyncio.shield(self._exited))
+        code = int(await asyncio.shield(self._exited))
+        if self.socket is not None:  # a server that died leaves its socket behind: nothing listens on it now
+            shutil.rmtree(self.socket.parent, ignore_errors=True)
+        return code
 
     async def stop(self) -> None:
         await asyncio.to_thread(self._stop)

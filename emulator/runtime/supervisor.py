@@ -477,6 +477,7 @@ class Supervisor:
                 # It died on its own: say so, and let the next use start it again.
                 del self.running[place.key]
                 await self.reporter.exited(place, code)
+                await running.stop()  # what is left of it (a stopped container, its socket) goes now, not at close
 
         task = asyncio.create_task(read(), name=f"read-{place.db}-{service or 'db'}")
         self._readers[id(running)] = task
