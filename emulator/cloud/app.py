@@ -12,7 +12,7 @@ from http import HTTPStatus
 from typing import Any
 
 import msgspec
-from litestar import Litestar, Request, Response, get, post
+from litestar import Request, Response, get, post
 from litestar.datastructures import State
 from litestar.exceptions import HTTPException
 
@@ -24,6 +24,7 @@ from emulator.core.boundary import Boundary, BoundaryGate
 from emulator.core.errors import ApiError
 from emulator.core.faults import FaultGate, drop
 from emulator.core.kinds import Kind
+from emulator.core.webapp import App
 from emulator.hosted.auth import require_unrestricted
 from emulator.hosted.platform import Platform
 from emulator.site.errors import http_detail, log_internal
@@ -126,7 +127,7 @@ def boundary_error(exc: ApiError) -> tuple[bytes, bytes]:
 
 
 def build_cloud_app(platform: Platform, boundary: Boundary) -> BoundaryGate:
-    app = Litestar(
+    app = App(
         route_handlers=[management, pixeltable_auth, *blobs.HANDLERS],
         exception_handlers={HTTPException: http_error, ApiError: plain_error, Exception: internal_error},
         state=State({"platform": platform}),

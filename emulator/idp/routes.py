@@ -14,7 +14,7 @@ from typing import Any, Literal
 from urllib.parse import parse_qs
 
 import msgspec
-from litestar import Litestar, Request, Response, get, post, route
+from litestar import Request, Response, get, post, route
 from litestar.datastructures import State
 from litestar.exceptions import HTTPException
 
@@ -24,6 +24,7 @@ from emulator.core.clientip import client_ip
 from emulator.core.context import Core
 from emulator.core.errors import ApiError
 from emulator.core.faults import FaultGate
+from emulator.core.webapp import App
 from emulator.idp import discovery, login
 from emulator.idp.identity import JWT_BEARER, Identity
 from emulator.idp.login import Logins
@@ -362,7 +363,7 @@ def boundary_error(exc: ApiError) -> tuple[bytes, bytes]:
 
 
 def build_idp_app(idp: Idp, boundary: Boundary) -> BoundaryGate:
-    app = Litestar(
+    app = App(
         route_handlers=[*HANDLERS, *login.HANDLERS],
         exception_handlers={HTTPException: http_error, ApiError: registration_error, Exception: internal_error},
         state=State({"idp": idp}),

@@ -35,6 +35,7 @@ import math
 import os
 import re
 import secrets
+import select
 import shutil
 import socket
 import threading
@@ -42,20 +43,19 @@ import time
 from collections.abc import Awaitable, Callable, Iterable
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Literal, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 from urllib.parse import parse_qs
 from xml.etree import ElementTree
 from xml.parsers.expat import ExpatError
 from xml.sax.saxutils import escape as xml_escape
 
-import boto3
-import botocore.config
-from werkzeug.serving import BaseWSGIServer, WSGIRequestHandler, make_server
-
 from emulator.core.context import Core
 from emulator.core.kinds import Kind
 from emulator.core.private import private_key
 from emulator.core.snapshots import copy_tree
+
+if TYPE_CHECKING:
+    from werkzeug.serving import BaseWSGIServer
 
 log = logging.getLogger("emulator.media")
 
@@ -72,14 +72,19 @@ _T = TypeVar("_T")
 # --- the S3 endpoint -------------------------------------------------------------------------------
 
 
-class _QuietHandler(WSGIRequestHandler):
-    """werkzeug's handler without its access log: presigned URLs carry credentials in their query."""
+def _serve(host: str, fd: int, app: Callable[..., Iterable[bytes]]) -> BaseWSGIServer:
+    """werkzeug's threaded server on the bound socket `fd`, without its access log: presigned URLs carry
+    credentials in their query."""
+    from werkzeug.serving import WSGIRequestHandler, make_server
 
-    def log_request(self, code: int | str = "-", size: int | str = "-") -> None:
-        pass
+    class QuietHandler(WSGIRequestHandler):
+        def log_request(self, code: int | str = "-", size: int | str = "-") -> None:
+            pass
 
-    def log(self, type: str, message: str, *args: Any) -> None:
-        log.debug("s3 endpoint %s: %s", type, message % args if args else message)
+        def log(self, type: str, message: str, *args: Any) -> None:
+            log.debug("s3 endpoint %s: %s", type, message % args if args else message)
+
+    return make_server(host, 0, app, threaded=True, request_handler=QuietHandler, fd=fd)
 
 
 _EXPIRED = (
@@ -269,7 +274,12 @@ def org_prefix(org_id: str) -> str:
 
 
 class MediaStore:
-    """The S3 endpoint (moto, in a thread) and what the control plane asks of it."""
+    """The S3 endpoint (moto, in a thread) and what the control plane asks of it.
+
+    moto, boto3 and the restore of the last run's buckets cost about a third of a second and 40 MiB, and most runs
+    never store media: `start` only listens, and the endpoint comes up at the first connection to its port or the
+    first control-plane call that needs it (`running`). A client's request meanwhile waits in the listen backlog.
+    """
 
     def __init__(
         self,
@@ -293,48 +303,85 @@ class MediaStore:
         self._swept = -math.inf
         self._restoring = False
         self._restored = threading.Event()  # clients' requests wait for it (see _until_restored)
-        access, secret = self.credentials("emulator")
-        self._access = access
-        # The emulator's own client: creates buckets, lists them for usage, signs URLs (signing is local).
-        self._s3 = boto3.client(
-            "s3",
-            endpoint_url=endpoint,
-            region_name="us-east-1",
-            aws_access_key_id=access,
-            aws_secret_access_key=secret,
-            config=botocore.config.Config(
-                signature_version="s3v4",
-                s3={"addressing_style": "path"},
-                retries={"max_attempts": 2, "mode": "standard"},
-                max_pool_connections=16,
-            ),
-        )
+        self._access, self._secret = self.credentials("emulator")
+        self._s3_client: Any = None  # the emulator's own boto3 client (see _bring_up)
+        self._up = threading.Lock()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._wake_r, self._wake_w = socket.socketpair()  # ends the first-connection watch at close
+        self._watch: threading.Thread | None = None
+
+    @property
+    def _s3(self) -> Any:
+        if self._s3_client is None:
+            raise RuntimeError("the media store's endpoint is not up yet (await running() first)")
+        return self._s3_client
+
+    @property
+    def started(self) -> bool:
+        return self._server is not None
 
     async def start(self) -> None:
-        """Serve on the socket bound by the caller (so port 0 is already resolved), in a daemon thread, and
-        put back what the last run saved."""
+        """Listen on the socket bound by the caller (so port 0 is already resolved); serve from the first
+        connection or the first `running()`."""
         self._sock.listen(128)
-        host = self._sock.getsockname()[0]
-        self._server = make_server(
-            host,
-            0,
-            _s3_app(self._changed, self._restored, self._access),
-            threaded=True,
-            request_handler=_QuietHandler,
-            fd=self._sock.fileno(),
-        )
-        self._thread = threading.Thread(target=self._server.serve_forever, name="s3-endpoint", daemon=True)
-        self._thread.start()
-        self._restoring = True  # the restore's own writes are on disk already
-        try:
-            objects, size = await asyncio.to_thread(self._mirror.restore, self._s3)
-        finally:
-            self._restoring = False
-            self._restored.set()
-        self._buckets.update(self._mirror.buckets())
-        if objects:
-            self.core.bus.publish(Kind.MEDIA_RESTORED, None, objects=objects, bytes=size)
+        self._loop = asyncio.get_running_loop()
+        self._watch = threading.Thread(target=self._first_connection, name="s3-first-connection", daemon=True)
+        self._watch.start()
         self.core.clock.on_due(self.sweep)
+
+    def _first_connection(self) -> None:
+        try:
+            ready, _, _ = select.select([self._sock, self._wake_r], [], [])
+        except (OSError, ValueError):
+            return  # closed meanwhile
+        if self._sock in ready and self._wake_r not in ready:
+            try:
+                self._bring_up()
+            except Exception:
+                log.exception("the media store's endpoint did not start")
+
+    async def running(self) -> None:
+        """The endpoint is up and the last run's buckets are back."""
+        if self._server is None or not self._restored.is_set():
+            await asyncio.to_thread(self._bring_up)
+
+    def _bring_up(self) -> None:
+        """Serve, in a daemon thread, and put back what the last run saved (once; any thread)."""
+        with self._up:
+            if self._server is not None:
+                return
+            import boto3  # here, not at import: see the class's docstring
+            import botocore.config
+
+            # The emulator's own client: creates buckets, lists them for usage, signs URLs (signing is local).
+            self._s3_client = boto3.client(
+                "s3",
+                endpoint_url=self.endpoint,
+                region_name="us-east-1",
+                aws_access_key_id=self._access,
+                aws_secret_access_key=self._secret,
+                config=botocore.config.Config(
+                    signature_version="s3v4",
+                    s3={"addressing_style": "path"},
+                    retries={"max_attempts": 2, "mode": "standard"},
+                    max_pool_connections=16,
+                ),
+            )
+            host = self._sock.getsockname()[0]
+            server = _serve(host, self._sock.fileno(), _s3_app(self._changed, self._restored, self._access))
+            self._thread = threading.Thread(target=server.serve_forever, name="s3-endpoint", daemon=True)
+            self._thread.start()
+            self._server = server
+            self._restoring = True  # the restore's own writes are on disk already
+            try:
+                objects, size = self._mirror.restore(self._s3)
+            finally:
+                self._restoring = False
+                self._restored.set()
+            self._buckets.update(self._mirror.buckets())
+            if objects and self._loop is not None:
+                publish = self.core.bus.publish
+                self._loop.call_soon_threadsafe(lambda: publish(Kind.MEDIA_RESTORED, None, objects=objects, bytes=size))
 
     def _changed(self, what: Change, bucket: str, key: str) -> None:
         """An object was written or deleted (in the S3 endpoint's thread, before the client is answered)."""
@@ -349,6 +396,9 @@ class MediaStore:
             log.exception("media store: a change to %s/%s was not mirrored to disk", bucket, key[:200])
 
     async def close(self) -> None:
+        self._wake_w.send(b"x")
+        if self._watch is not None:
+            await asyncio.to_thread(self._watch.join, 30)  # a start it began finishes first
         if self._server is not None:
             try:
                 await asyncio.to_thread(self._mirror.save, self._s3)
@@ -358,6 +408,8 @@ class MediaStore:
             self._server.server_close()
             self._server = None
         self._sock.close()
+        self._wake_r.close()
+        self._wake_w.close()
 
     async def sweep(self, now: float) -> None:
         """Due job, every ten minutes of emulator time: delete `uploads/` objects older than a day, as the
@@ -366,6 +418,9 @@ class MediaStore:
         if now - self._swept < SWEEP_EVERY:
             return
         self._swept = now
+        if not self.started and not self._mirror.buckets():
+            return  # nothing stored: no reason to bring the endpoint up
+        await self.running()
         live = {bucket_name(org_id, db) for org_id, db in await self._databases()}
         removed, dropped = await asyncio.to_thread(self._sweep, now - UPLOADS_TTL, live)
         if removed:
@@ -398,8 +453,10 @@ class MediaStore:
         self._swept = -math.inf  # the clock is back at its start: the next due sweep runs
 
     def _drop_all(self) -> None:
-        self._sweep(math.inf, set(), every=True)
-        self._mirror.clear()
+        with self._up:  # not while the endpoint comes up: its restore would bring the buckets back
+            if self._server is not None:
+                self._sweep(math.inf, set(), every=True)
+            self._mirror.clear()
 
     # --- credentials and buckets ----------------------------------------------------------------------
 
@@ -408,14 +465,21 @@ class MediaStore:
         await asyncio.to_thread(self._mirror.copy_to, folder / "mirror")
 
     async def load_from(self, folder: Path) -> None:
-        """The media a snapshot holds, into the endpoint and its mirror (after a reset emptied both)."""
-        await asyncio.to_thread(self._mirror.replace_with, folder / "mirror")
-        self._restoring = True  # the restore's own writes are on disk already
-        try:
-            await asyncio.to_thread(self._mirror.restore, self._s3)
-        finally:
-            self._restoring = False
-        self._buckets.update(self._mirror.buckets())
+        """The media a snapshot holds, into the mirror, and into the endpoint if it is up (after a reset emptied
+        both); an endpoint not up yet restores it when it comes up."""
+        await asyncio.to_thread(self._load, folder / "mirror")
+
+    def _load(self, mirror: Path) -> None:
+        with self._up:
+            self._mirror.replace_with(mirror)
+            if self._server is None:
+                return
+            self._restoring = True  # the restore's own writes are on disk already
+            try:
+                self._mirror.restore(self._s3)
+            finally:
+                self._restoring = False
+            self._buckets.update(self._mirror.buckets())
 
     def credentials(self, org_id: str) -> tuple[str, str]:
         """A stable key pair per organization, derived (never stored): (access key id, secret)."""
@@ -424,6 +488,8 @@ class MediaStore:
         return access, base64.b64encode(digest[10:]).decode()[:40]
 
     async def ensure_bucket(self, name: str) -> None:
+        """The bucket exists, and the endpoint is up (every control-plane operation on media starts here)."""
+        await self.running()
         if name in self._buckets:
             return
         async with self._bucket_lock:
@@ -435,6 +501,7 @@ class MediaStore:
 
     async def usage(self, org_id: str) -> int:
         """Bytes the organization's buckets hold: the sum of the object sizes an S3 listing reports."""
+        await self.running()
         return await asyncio.to_thread(self._usage, org_prefix(org_id))
 
     def _usage(self, prefix: str) -> int:
@@ -447,6 +514,7 @@ class MediaStore:
         return total
 
     def presign(self, bucket: str, key: str, method: Literal["get", "put"], expires: int) -> str:
+        """A presigned URL (after `ensure_bucket`, which brings the endpoint up)."""
         operation = "put_object" if method == "put" else "get_object"
         return self._s3.generate_presigned_url(operation, Params={"Bucket": bucket, "Key": key}, ExpiresIn=expires)
 

@@ -5,12 +5,13 @@ from __future__ import annotations
 from typing import Any
 
 import msgspec
-from litestar import Litestar, Response, get
+from litestar import Response, get
 from litestar.datastructures import State
 
 from emulator.admin import routes as admin
 from emulator.core import openapi
 from emulator.core.faults import FaultGate
+from emulator.core.webapp import App
 from emulator.site import ask, discovery, mcp, pages, trials
 from emulator.site.errors import EXCEPTION_HANDLERS, error_bytes
 from emulator.site.gate import SiteGate
@@ -26,7 +27,7 @@ async def health() -> Response[bytes]:
 
 
 def build_site_app(site: Site) -> Any:
-    app = Litestar(
+    app = App(
         route_handlers=[
             health,
             *ask.HANDLERS,
