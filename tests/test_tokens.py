@@ -150,3 +150,21 @@ async def test_revocation(emu: Emulator) -> None:
         # The assertion still mints a fresh token.
         fresh = (await flow.exchange(c, emu, reg["identity"]["assertion"])).json()["access_token"]
         assert (await flow.create_trial(c, emu, fresh)).status_code == 201
+
+
+def test_a_checked_signature_is_remembered_for_the_same_key_only(tmp_path) -> None:
+    """The signer remembers tokens it verified (an agent presents the same one many times): the claims it hands out
+    are copies, and a new key (a loaded snapshot's) forgets them all, so an old token is refused again."""
+    from emulator.idp.keys import InvalidToken, Signer
+
+    signer = Signer.load_or_create(tmp_path / "a")
+    token = signer.sign("at+jwt", {"sub": "agent_reg_1"})
+    _, claims = signer.verify(token)
+    claims["sub"] = "changed by a caller"
+    assert signer.verify(token) == ("at+jwt", {"sub": "agent_reg_1"})
+    with pytest.raises(InvalidToken):
+        signer.verify(token[:-4] + ("AAAA" if not token.endswith("AAAA") else "BBBB"))  # a bad signature never is
+    Signer.load_or_create(tmp_path / "b")
+    signer.reload(tmp_path / "b")
+    with pytest.raises(InvalidToken):
+        signer.verify(token)

@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
+import sqlite3
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -118,14 +120,10 @@ class EventBus:
             if not batch:
                 continue
             rows = [(e.seq, e.ts, e.kind, e.subject, _encode(e.data).decode()) for e in batch]
+            first, last = batch[0].seq, batch[-1].seq
+            prune = last - self._cap if last // 500 != (first - 1) // 500 else None
             try:
-                async with self._store.transaction() as conn:
-                    await conn.executemany(
-                        "INSERT INTO events (seq, ts, kind, subject, data) VALUES (?, ?, ?, ?, ?)", rows
-                    )
-                    last = batch[-1].seq
-                    if last // 500 != (batch[0].seq - 1) // 500:
-                        await conn.execute("DELETE FROM events WHERE seq <= ?", (last - self._cap,))
+                await self._store.write(functools.partial(_append, rows=rows, prune_to=prune))
             except Exception:
                 # The journal is a record, not the source of truth: losing a batch must not stop the bus.
                 log.exception("event journal: a batch of %d events was not written", len(batch))
@@ -180,3 +178,10 @@ class EventBus:
                     yield event
         finally:
             self.unsubscribe(sub)
+
+
+def _append(db: sqlite3.Connection, *, rows: list[tuple[Any, ...]], prune_to: int | None) -> None:
+    """A batch of events into the journal, and (every 500) the oldest beyond its cap out, in one transaction."""
+    db.executemany("INSERT INTO events (seq, ts, kind, subject, data) VALUES (?, ?, ?, ?, ?)", rows)
+    if prune_to is not None:
+        db.execute("DELETE FROM events WHERE seq <= ?", (prune_to,))

@@ -7,6 +7,7 @@ the public half, so any JOSE library can verify them.
 from __future__ import annotations
 
 import json
+from collections import OrderedDict
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +19,8 @@ from emulator.core.private import write_private
 
 ASSERTION_TYP = "oauth-id-jag+jwt"
 ACCESS_TOKEN_TYP = "at+jwt"  # RFC 9068
+_VERIFIED_KEPT = 4096  # tokens whose signature was checked, remembered (an agent presents the same one many times)
+_CACHEABLE_LEN = 8192
 
 
 class InvalidToken(ValueError):
@@ -28,6 +31,9 @@ class Signer:
     def __init__(self, key: ECKey) -> None:
         self._key = key
         self.kid: str = key.kid or ""
+        # token → (typ, claims) of a good signature: a P-256 check is most of the CPU of a token exchange or an
+        # authenticated call, and the answer for the same bytes and key never changes (expiry is checked by callers)
+        self._verified: OrderedDict[str, tuple[str, dict[str, Any]]] = OrderedDict()
 
     @classmethod
     def load_or_create(cls, state_dir: Path) -> Signer:
@@ -43,6 +49,7 @@ class Signer:
         """Sign with the key now in the state dir (a loaded snapshot brought its own)."""
         other = Signer.load_or_create(state_dir)
         self._key, self.kid = other._key, other.kid
+        self._verified.clear()
 
     def sign(self, typ: str, claims: dict[str, Any]) -> str:
         header = {"alg": "ES256", "typ": typ, "kid": self.kid}
@@ -50,11 +57,20 @@ class Signer:
 
     def verify(self, token: str) -> tuple[str, dict[str, Any]]:
         """(typ, claims) of a token signed by this key. Expiry is the caller's business (emulator clock)."""
+        known = self._verified.get(token)
+        if known is not None:
+            self._verified.move_to_end(token)
+            return known[0], dict(known[1])
         try:
             decoded = jwt.decode(token, self._key, algorithms=["ES256"])
         except (JoseError, ValueError, TypeError) as e:
             raise InvalidToken(str(e) or type(e).__name__) from None
-        return str(decoded.header.get("typ", "")), dict(decoded.claims)
+        typ, claims = str(decoded.header.get("typ", "")), dict(decoded.claims)
+        if len(token) <= _CACHEABLE_LEN:
+            self._verified[token] = (typ, claims)
+            if len(self._verified) > _VERIFIED_KEPT:
+                self._verified.popitem(last=False)
+        return typ, dict(claims)
 
     def jwks(self) -> dict[str, Any]:
         public = self._key.as_dict(private=False)

@@ -1,6 +1,7 @@
 """The SQLite store: one file in the state directory, WAL mode, numbered migrations.
 
-All writes go through one aiosqlite connection and `transaction()`, one transaction per state change,
+All writes go through one aiosqlite connection and `transaction()` (or `write()`, a transaction run whole on
+the connection's thread), one transaction per state change,
 so a crash never leaves half an operation. Reads outside a transaction (`fetchone`, `fetchall`) go to a
 second connection and see only committed rows. Hot read paths that must not pay the thread hop (the docs
 search) open their own read-only connection with `reader()`; WAL lets them read while writes go on.
@@ -11,14 +12,15 @@ from __future__ import annotations
 import asyncio
 import re
 import sqlite3
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable
 from contextlib import asynccontextmanager
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import aiosqlite
 
+_T = TypeVar("_T")
 _MIGRATION = re.compile(r"^(\d{4})_[a-z0-9_]+\.sql$")
 
 
@@ -83,11 +85,28 @@ class Store:
             else:
                 await self._conn.execute("COMMIT")
 
+    async def write(self, work: Callable[[sqlite3.Connection], _T]) -> _T:
+        """`work(connection)` as one write transaction, run whole on the writer's thread: one round trip instead of
+        one per statement (BEGIN, each statement, COMMIT). The writer is one connection whose transactions take
+        turns, so short ones are what keeps many concurrent writers (token exchanges, the journal) fast."""
+
+        def run(db: sqlite3.Connection) -> _T:
+            db.execute("BEGIN IMMEDIATE")
+            try:
+                result = work(db)
+            except BaseException:
+                db.execute("ROLLBACK")
+                raise
+            db.execute("COMMIT")
+            return result
+
+        async with self._lock:
+            return await self._conn._execute(run, self._conn._conn)  # aiosqlite's own way onto its thread
+
     async def execute(self, sql: str, params: Iterable[Any] = ()) -> int:
         """A single-statement write in its own transaction; returns the rows changed."""
-        async with self.transaction() as conn:
-            cur = await conn.execute(sql, tuple(params))
-            return cur.rowcount
+        args = tuple(params)
+        return await self.write(lambda db: db.execute(sql, args).rowcount)
 
     async def fetchone(self, sql: str, params: Iterable[Any] = ()) -> sqlite3.Row | None:
         rows = await self.fetchall(sql, params)
