@@ -105,6 +105,9 @@ class Settings(msgspec.Struct, kw_only=True):
     # state-changing requests; comma-separated. Loopback names and the emulator's own origins always are.
     # A connection waiting for (the rest of) a request is closed after this many seconds without a byte.
     http_request_timeout: float = 30.0
+    # `get_receipts` of a generation a job is settling waits up to this many seconds for it (0: answers at once, as
+    # the cloud does). The client polls every 5 s; held, its poll comes back the moment the job settles.
+    receipt_hold: float = 20.0
     allowed_hosts: str = ""
     allowed_origins: str = ""
 
@@ -141,7 +144,7 @@ _INT = {
     "media_quota_bytes",
     "proxy_max_relays",
 }
-_FLOAT = {"proxy_connect_timeout", "proxy_idle_timeout", "http_request_timeout"}
+_FLOAT = {"proxy_connect_timeout", "proxy_idle_timeout", "http_request_timeout", "receipt_hold"}
 _PATH = {"state_dir", "docs", "integrations"}
 _BOOL = {
     "trust_forwarded",
@@ -290,6 +293,8 @@ def _validate(s: Settings) -> None:
     for name in ("proxy_connect_timeout", "proxy_idle_timeout", "http_request_timeout"):
         if not 0 < getattr(s, name) <= 86_400:
             raise ConfigError(f"{name} must be more than 0 and at most 86400 seconds")
+    if not 0 <= s.receipt_hold <= 25:
+        raise ConfigError("receipt_hold must be 0 to 25 seconds (the client gives get_receipts 30 s)")
     if s.proxy_max_relays < 1:
         raise ConfigError("proxy_max_relays must be at least 1")
     try:

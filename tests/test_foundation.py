@@ -206,6 +206,7 @@ def test_settings_precedence_is_flags_env_file_defaults(tmp_path: Path) -> None:
         ({"deprecations": "2=2026-01-01"}, "not served"),
         ({"deprecations": "1=2027-01-01,2026-01-01"}, "must not be earlier"),
         ({"freeze_clock": "noon"}, "not an ISO 8601"),
+        ({"receipt_hold": 30}, "the client gives get_receipts 30 s"),
     ],
 )
 def test_bad_settings_are_named(tmp_path: Path, flags: dict, fragment: str) -> None:

@@ -6,6 +6,7 @@ To add an operation: a request type in requests.py, a function here, and a line 
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -134,14 +135,24 @@ async def list_dbs(p: Platform, caller: Caller, req: rq.OrgScoped) -> dict[str, 
 
 
 async def get_receipts(p: Platform, caller: Caller, req: rq.GetReceipts) -> dict[str, Any]:
+    """The receipts asked for. While one is unsettled and a job is under way, the answer waits for it (up to
+    `receipt_hold` seconds): the client polls every 5 s, and so learns of the outcome when it happens rather than
+    at its next poll, or not at all when `submit_update` already settled it."""
     org_id, _ = await p.org_of(caller, req.org)
-    answers = []
-    for ref in req.receipts:
-        found = await receipts.get(p.core.store, org_id, ref.kind, ref.resource_id, ref.generation)
-        if found is None:
-            raise ApiError(404, "not_found", f"no receipt {ref.kind}/{ref.resource_id}#{ref.generation}")
-        answers.append(found)
-    return {"receipts": answers}
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + p.core.settings.receipt_hold
+    while True:
+        answers = []
+        for ref in req.receipts:
+            found = await receipts.get(p.core.store, org_id, ref.kind, ref.resource_id, ref.generation)
+            if found is None:
+                raise ApiError(404, "not_found", f"no receipt {ref.kind}/{ref.resource_id}#{ref.generation}")
+            answers.append(found)
+        left = deadline - loop.time()
+        settled = all(r.outcome is not None or r.error is not None for r in answers)
+        if settled or left <= 0 or not p.reconciler.busy:  # not busy: no job will settle them
+            return {"receipts": answers}
+        await p.reconciler.receipt_moved(within=left)
 
 
 async def get_archive(p: Platform, caller: Caller, req: rq.DbScoped) -> dict[str, Any]:

@@ -61,6 +61,7 @@ class Reconciler:
         self._running = asyncio.Event()  # cleared while a snapshot copies the databases' files
         self._running.set()
         self._starting: dict[tuple[str, str], asyncio.Task[None]] = {}
+        self._moved = asyncio.Event()  # set (and replaced) whenever a job settles a receipt
 
     @property
     def kind(self) -> str:
@@ -120,6 +121,26 @@ class Reconciler:
 
     def endpoint(self, service: Service) -> str:
         return self.supervisor.endpoint(service.org_id, service.db, service.label)
+
+    @property
+    def busy(self) -> bool:
+        """A database or service job is under way."""
+        return bool(self._tasks)
+
+    async def receipt_moved(self, *, within: float) -> None:
+        """Wait until a job under way settles a receipt or ends, at most `within` seconds (real time: jobs run
+        real workloads); at once when no job is under way."""
+        if not self._tasks or within <= 0:
+            return
+        moved = asyncio.ensure_future(self._moved.wait())
+        try:
+            await asyncio.wait({moved, *self._tasks}, timeout=within, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            moved.cancel()
+
+    def _receipt_settled(self) -> None:
+        self._moved.set()
+        self._moved = asyncio.Event()
 
     def _spawn(self, job: Any, name: str) -> asyncio.Task[None]:
         task = asyncio.create_task(job, name=name)
@@ -411,6 +432,7 @@ class Reconciler:
             phase=receipt.phase,
             outcome=receipt.outcome,
         )
+        self._receipt_settled()
 
     # --- services ---------------------------------------------------------------------------------------------
 
@@ -482,3 +504,4 @@ class Reconciler:
                 return
             receipt = msgspec.structs.replace(current.receipt, **changes)
             await services.settle(conn, current, receipt, self.core.clock.now(), state)
+        self._receipt_settled()
