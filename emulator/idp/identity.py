@@ -584,10 +584,11 @@ class Identity:
         return row
 
     async def decide(self, attempt: sqlite3.Row, email: str, approve: bool) -> str | None:
-        """The person signed in as `email` approves (→ the user code, shown once) or denies the claim."""
-        if not valid_email(email):
-            raise ApiError(400, "bad_request", "sign in with an e-mail address")
+        """The person signed in as `email` approves (→ the user code, shown once) or denies the claim. Denying
+        needs no e-mail: a person asked about an agent they do not know must not have to sign in to refuse it."""
         email = email.strip()
+        if (approve or email) and not valid_email(email):
+            raise ApiError(400, "bad_request", "sign in with an e-mail address")
         now = self.core.clock.now()
         if attempt["state"] == "superseded":
             raise ApiError(410, "not_found", "this claim link was replaced by a newer one; use the newest link")
@@ -596,23 +597,26 @@ class Identity:
         if attempt["expires_at"] <= now:
             raise ApiError(410, "not_found", "this claim link has expired; the agent can start a new claim")
         hint = attempt["login_hint"]
-        if hint and hint.lower() != email.lower():
+        if hint and email and hint.lower() != email.lower():
             raise ApiError(403, "bad_request", f"this claim is for {hint}; sign in with that account")
         code = self.core.ids.digits(6) if approve else None
         async with self.core.store.transaction() as conn:
-            await self.ensure_user(conn, email, now)
+            if email:
+                await self.ensure_user(conn, email, now)
             await conn.execute(
                 "UPDATE claim_attempts SET state = ?, email = ?, user_code_hash = ?, code_expires_at = ? WHERE id = ?",
                 (
                     "confirmed" if approve else "denied",
-                    email,
+                    email or None,
                     secret_hash(code) if code else None,
                     now + self._s.attempt_ttl if code else None,
                     attempt["id"],
                 ),
             )
         self.core.bus.publish(
-            Kind.IDP_CLAIM_CONFIRMED if approve else Kind.IDP_CLAIM_DENIED, attempt["registration_id"], email=email
+            Kind.IDP_CLAIM_CONFIRMED if approve else Kind.IDP_CLAIM_DENIED,
+            attempt["registration_id"],
+            email=email or None,
         )
         return code
 

@@ -10,7 +10,6 @@ a refresh with `organization_id` rescopes the session to another organization of
 
 from __future__ import annotations
 
-from html import escape
 from typing import Any, Literal
 
 import msgspec
@@ -62,9 +61,17 @@ class Logins:
             "expires_in": DEVICE_CODE_TTL,
         }
 
+    async def lookup(self, user_code: str) -> Any:
+        """The sign-in shown with `user_code` (any state), or None."""
+        return await self.core.store.fetchone(
+            "SELECT * FROM device_logins WHERE user_code = ?", (user_code.strip().upper(),)
+        )
+
     async def decide(self, user_code: str, email: str, approve: bool) -> None:
-        """The person, signed in as `email`, approves or denies the sign-in shown with `user_code`."""
-        if not valid_email(email):
+        """The person, signed in as `email`, approves or denies the sign-in shown with `user_code` (denying needs
+        no e-mail)."""
+        email = email.strip()
+        if (approve or email) and not valid_email(email):
             raise ApiError(400, "bad_request", "sign in with an e-mail address")
         row = await self.core.store.fetchone("SELECT * FROM device_logins WHERE user_code = ?", (user_code.upper(),))
         if row is None or row["state"] != "pending":
@@ -72,13 +79,14 @@ class Logins:
         if row["expires_at"] <= self.core.clock.now():
             raise ApiError(410, "not_found", "this sign-in code has expired; run pxt login again")
         async with self.core.store.transaction() as conn:
-            await self.identity.ensure_user(conn, email.strip(), self.core.clock.now())
+            if email:
+                await self.identity.ensure_user(conn, email, self.core.clock.now())
             await conn.execute(
                 "UPDATE device_logins SET state = ?, email = ? WHERE user_code = ?",
-                ("approved" if approve else "denied", email.strip(), row["user_code"]),
+                ("approved" if approve else "denied", email or None, row["user_code"]),
             )
         self.core.bus.publish(
-            Kind.IDP_LOGIN_APPROVED if approve else Kind.IDP_LOGIN_DENIED, row["user_code"], email=email
+            Kind.IDP_LOGIN_APPROVED if approve else Kind.IDP_LOGIN_DENIED, row["user_code"], email=email or None
         )
 
     async def poll(self, device_code: str, client_id: str) -> dict[str, Any]:
@@ -248,18 +256,55 @@ async def authenticate(request: Request[Any, Any, Any]) -> Response[dict[str, An
 
 
 def _page_error(_: Request[Any, Any, Any], exc: ApiError) -> Response[str]:
-    return html.page("This sign-in cannot go on", f'<p class="error">{escape(exc.message)}</p>', exc.status)
+    return html.page("This sign-in cannot go on", html.error_box(exc.message), exc.status)
+
+
+def _closed(row: Any, now: float) -> Response[str] | None:
+    """The page of a code that no longer takes a decision (used or expired), or None while it does."""
+    if row["state"] != "pending":
+        title, text = "This sign-in code was already used", f"The code {row['user_code']} works once."
+    elif row["expires_at"] <= now:
+        title, text = "This sign-in code expired", f"It was valid until {html.readable(row['expires_at'])}."
+    else:
+        return None
+    return html.page(title, f"<p>{html.escape(text)}</p><p>Run <code>pxt login</code> again for a new code.</p>", 410)
+
+
+def _device_form(row: Any, user_code: str, email: str = "", error: str = "", status: int = 200) -> Response[str]:
+    """The sign-in form; with the sign-in's details once its code is known."""
+    details = ""
+    if row is not None:
+        details = html.facts(
+            [
+                ("Code", f"<code>{html.escape(row['user_code'])}</code>"),
+                ("Asked by", f"<code>{html.escape(row['client_id'])}</code> (<code>pxt login</code>)"),
+                ("Started", html.when(row["created_at"])),
+                ("Code valid until", html.when(row["expires_at"])),
+            ]
+        )
+    body = (
+        "<p>Confirm that this code matches the one <code>pxt login</code> shows, then sign in.</p>"
+        + details
+        + (html.error_box(error) if error else "")
+        + '<form method="post" action="/device">'
+        + '<label>Code <input name="user_code" required autocomplete="off" spellcheck="false" '
+        + f'value="{html.escape(user_code)}"></label>'
+        + html.email_input(email)
+        + html.decision_buttons("Sign in")
+        + "</form>"
+    )
+    return html.page("Sign in to Pixeltable Cloud", body, status)
 
 
 @get("/device", exception_handlers={ApiError: _page_error})
-async def device_page(user_code: str = "") -> Response[str]:
-    body = (
-        "<p>Confirm that this code matches the one <code>pxt login</code> shows, then sign in.</p>"
-        '<form method="post" action="/device">'
-        f'<p><label>Code <input name="user_code" required value="{escape(user_code)}"></label></p>'
-        f"<p>{html.email_input()}</p>{html.decision_buttons('Sign in')}</form>"
-    )
-    return html.page("Sign in to Pixeltable Cloud", body)
+async def device_page(request: Request[Any, Any, Any], user_code: str = "") -> Response[str]:
+    logins = _logins(request)
+    row = await logins.lookup(user_code) if user_code else None
+    if row is not None:
+        closed = _closed(row, logins.core.clock.now())
+        return closed if closed is not None else _device_form(row, user_code)
+    error = f"No sign-in is waiting for the code {user_code}: check it, or run pxt login again." if user_code else ""
+    return _device_form(None, user_code, error=error, status=404 if user_code else 200)
 
 
 @post(
@@ -268,10 +313,20 @@ async def device_page(user_code: str = "") -> Response[str]:
 async def device_decide(request: Request[Any, Any, Any]) -> Response[str]:
     form = html.form_fields(await request.body())
     approve = html.approved(form)
-    await _logins(request).decide(form.get("user_code", ""), form.get("email", ""), approve)
+    logins = _logins(request)
+    user_code, email = form.get("user_code", ""), form.get("email", "")
+    row = await logins.lookup(user_code)
+    if row is not None and (closed := _closed(row, logins.core.clock.now())) is not None:
+        return closed
+    try:
+        await logins.decide(row["user_code"] if row is not None else user_code, email, approve)
+    except ApiError as e:
+        if e.status not in (400, 404):  # expired meanwhile: its own page
+            raise
+        return _device_form(row, user_code, email, e.message, e.status)
     if not approve:
-        return html.page("Sign-in denied", "<p>pxt login will stop.</p>")
-    return html.page("You are signed in", f"<p>Signed in as {escape(form['email'])}. Return to your terminal.</p>")
+        return html.page("Sign-in denied", "<p><code>pxt login</code> will stop. You can close this page.</p>")
+    return html.page("You are signed in", f"<p>Signed in as {html.escape(email.strip())}. Return to your terminal.</p>")
 
 
 HANDLERS = [authorize_device, authenticate, device_page, device_decide]

@@ -9,7 +9,6 @@ Error formats follow each endpoint's clients: registration endpoints answer `{co
 from __future__ import annotations
 
 from dataclasses import dataclass
-from html import escape
 from typing import Any, Literal
 from urllib.parse import parse_qs
 
@@ -26,7 +25,7 @@ from emulator.core.errors import ApiError
 from emulator.core.faults import FaultGate
 from emulator.core.webapp import App
 from emulator.idp import discovery, login
-from emulator.idp.identity import JWT_BEARER, Identity
+from emulator.idp.identity import JWT_BEARER, POST_CLAIM_SCOPES, PRE_CLAIM_SCOPES, Identity
 from emulator.idp.login import Logins
 from emulator.site.errors import http_detail, log_internal
 from emulator.site.ratelimit import RateLimiter
@@ -109,7 +108,7 @@ def oauth_error(_: Request[Any, Any, Any], exc: ApiError) -> Response[bytes]:
 
 
 def page_error(_: Request[Any, Any, Any], exc: ApiError) -> Response[str]:
-    return html.page("This claim cannot go on", f'<p class="error">{escape(exc.message)}</p>', exc.status)
+    return html.page("This claim cannot go on", html.error_box(exc.message), exc.status)
 
 
 def internal_error(request: Request[Any, Any, Any], exc: Exception) -> Response[bytes]:
@@ -307,19 +306,77 @@ async def wrong_host_prm(request: Request[Any, Any, Any]) -> None:
 # --- the person's verification page ---------------------------------------------------------------
 
 
+def _closed(attempt: Any, now: float) -> tuple[str, str] | None:
+    """Why a claim link no longer takes a decision (its page's title and text), or None while it does."""
+    if attempt["state"] == "superseded":
+        return "This claim link was replaced", "The agent started a newer claim: use the newest link it gives you."
+    if attempt["state"] == "completed" or attempt["registration_status"] == "claimed":
+        return "This claim link was already used", "The agent is already linked to an account."
+    if attempt["state"] in ("confirmed", "denied"):
+        done = "approved" if attempt["state"] == "confirmed" else "denied"
+        who = f" as {attempt['email']}" if attempt["email"] else ""
+        return "This claim link was already used", f"It was {done}{who}; it works once."
+    if attempt["expires_at"] <= now:
+        return "This claim link expired", f"It was valid until {html.readable(attempt['expires_at'])}."
+    return None
+
+
+def _closed_page(title: str, text: str) -> Response[str]:
+    return html.page(
+        title,
+        f"<p>{html.escape(text)}</p><p>Nothing was changed. If you still want to link the agent to your account, "
+        "ask it to start a new claim: it gets a new link.</p>",
+        410,
+    )
+
+
+async def _claim_form(
+    request: Request[Any, Any, Any], attempt: Any, token: str, email: str, error: str = "", status: int = 200
+) -> Response[str]:
+    """The decision form: which agent asks, for what, until when; `error` says what was wrong with a post."""
+    idp = idp_of(request)
+    reg = await idp.core.store.fetchone(
+        "SELECT id, type, login_hint, client_ip, created_at FROM registrations WHERE id = ?",
+        (attempt["registration_id"],),
+    )
+    kind = attempt["registration_type"]
+    kind_text = "anonymous agent" if kind == "anonymous" else f"agent signing in for {attempt['login_hint'] or ''}"
+    added = [s for s in POST_CLAIM_SCOPES if kind != "anonymous" or s not in PRE_CLAIM_SCOPES]
+    rows = [
+        ("Agent", f"<code>{html.escape(attempt['registration_id'])}</code>"),
+        ("Kind", f"{html.escape(kind)} ({html.escape(kind_text)})"),
+    ]
+    if reg is not None:
+        origin = f" from {html.escape(reg['client_ip'])}" if reg["client_ip"] else ""
+        rows.append(("Registered", f"{html.when(reg['created_at'])}{origin}"))
+    rows += [
+        ("Asks for", "access to your account: " + ", ".join(f"<code>{html.escape(s)}</code>" for s in added)),
+        ("Link valid until", html.when(attempt["expires_at"])),
+    ]
+    hint = attempt["login_hint"]
+    body = (
+        "<p>An AI agent asks to be linked to your Pixeltable account.</p>"
+        + html.facts(rows)
+        + (html.error_box(error) if error else "")
+        + "<p>Sign in to approve it: this page then shows a 6-digit code once, to read to the agent. To refuse it, "
+        "deny it (no sign-in needed).</p>"
+        + (f'<p class="note">This claim is for {html.escape(hint)}.</p>' if hint else "")
+        + f'<form method="post" action="/claim">{html.hidden("token", token)}'
+        + html.email_input(email)
+        + html.decision_buttons("Approve and show the code")
+        + "</form>"
+    )
+    return html.page("Claim an agent", body, status)
+
+
 @get("/claim", exception_handlers={ApiError: page_error})
 async def claim_page(request: Request[Any, Any, Any], token: str = "") -> Response[str]:
-    attempt = await idp_of(request).identity.attempt_for(token=token or None)
-    if attempt["state"] not in ("pending",):
-        raise ApiError(410, "not_found", "this claim link was already used or replaced; ask the agent for a new one")
-    hint = attempt["login_hint"] or ""
-    body = (
-        "<p>An AI agent asks to be linked to your Pixeltable account. Sign in to approve it; "
-        "you will then see a 6-digit code to read to the agent.</p>"
-        f'<form method="post" action="/claim">{html.hidden("token", token)}'
-        f"<p>{html.email_input(hint)}</p>{html.decision_buttons('Approve and show the code')}</form>"
-    )
-    return html.page("Claim an agent", body)
+    idp = idp_of(request)
+    attempt = await idp.identity.attempt_for(token=token or None)
+    closed = _closed(attempt, idp.core.clock.now())
+    if closed is not None:
+        return _closed_page(*closed)
+    return await _claim_form(request, attempt, token, attempt["login_hint"] or "")
 
 
 @post(
@@ -328,16 +385,51 @@ async def claim_page(request: Request[Any, Any, Any], token: str = "") -> Respon
 async def claim_decide(request: Request[Any, Any, Any]) -> Response[str]:
     form = html.form_fields(await request.body())
     email = form.get("email", "")
-    identity = idp_of(request).identity
-    attempt = await identity.attempt_for(token=form.get("token") or None)
-    code = await identity.decide(attempt, email, html.approved(form))
+    token = form.get("token", "")
+    idp = idp_of(request)
+    attempt = await idp.identity.attempt_for(token=token or None)
+    closed = _closed(attempt, idp.core.clock.now())
+    if closed is not None:
+        return _closed_page(*closed)
+    try:
+        code = await idp.identity.decide(attempt, email, html.approved(form))
+    except ApiError as e:
+        if e.status not in (400, 403):  # the link's state changed meanwhile: its own page
+            raise
+        return await _claim_form(request, attempt, token, email, e.message, e.status)
     if code is None:
-        return html.page("Claim denied", "<p>The agent is not linked to your account.</p>")
+        return html.page("Claim denied", "<p>The agent is not linked to your account. You can close this page.</p>")
+    decided = await idp.identity.attempt_for(token=token)
+    until = decided["code_expires_at"] or decided["expires_at"]
     return html.page(
         "Read this code to the agent",
-        f'<p>Signed in as {escape(email)}. Give the agent this code:</p><code class="usercode">{code}</code>'
-        '<p class="note">It is shown once and works for 10 minutes.</p>',
+        f"<p>Signed in as {html.escape(email.strip())}. Give the agent this code:</p>"
+        f'<code class="usercode">{html.escape(code)}</code>'
+        f'<p class="note">It is shown once and works until {html.when(until)}.</p>',
     )
+
+
+@route(
+    "/",
+    http_method=["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE"],
+    exception_handlers={ApiError: registration_error},
+    include_in_schema=False,
+)
+async def index(request: Request[Any, Any, Any]) -> Response[Any]:
+    """Nothing is served at `/`: a browser gets a page that says so, other clients the usual JSON 404."""
+    if request.method not in ("GET", "HEAD") or "text/html" not in request.headers.get("accept", ""):
+        raise ApiError(404, "not_found", "nothing is served at /")
+    return html.page(
+        "Pixeltable Cloud sign-in",
+        "<p>This is the emulator's identity provider. There is no page to see here: you arrive on its pages "
+        "from a link an agent gives you (to claim it) or from <code>pxt login</code>.</p>",
+        404,
+    )
+
+
+@get("/favicon.ico", include_in_schema=False)
+async def favicon() -> Response[bytes]:
+    return html.favicon()
 
 
 HANDLERS = [
@@ -354,6 +446,8 @@ HANDLERS = [
     wrong_host_prm,
     claim_page,
     claim_decide,
+    index,
+    favicon,
 ]
 
 

@@ -6,12 +6,12 @@ suffix (the markdown twins agents read); `/llms.txt` lists every page.
 
 from __future__ import annotations
 
-import html
 import re
 from typing import Any
 
 from litestar import Request, Response, get, route
 
+from emulator.core import html
 from emulator.core.errors import ApiError
 from emulator.site.state import site_of
 
@@ -71,9 +71,8 @@ def markdown_to_html(title: str, text: str) -> str:
         else:
             para.append(line.strip())
     flush()
-    return (
-        '<!doctype html><html lang="en"><head><meta charset="utf-8">'
-        f"<title>{html.escape(title)}</title></head><body><main>" + "\n".join(body) + "</main></body></html>"
+    return html.document(
+        title, "\n".join(body), doc=True, note="Pixeltable Cloud documentation, served by the emulator."
     )
 
 
@@ -97,8 +96,13 @@ async def page(request: Request[Any, Any, Any]) -> Response[str]:
     if as_markdown:
         return Response(body, media_type="text/markdown")
     if body.lstrip().startswith("<"):
-        return Response(body, media_type="text/html")
-    return Response(markdown_to_html(row["title"], body), media_type="text/html")
+        return Response(body, media_type=html.HTML_TYPE)
+    return Response(markdown_to_html(row["title"], body), media_type=html.HTML_TYPE)
+
+
+@get("/favicon.ico", include_in_schema=False)
+async def favicon() -> Response[bytes]:
+    return html.favicon()
 
 
 @get("/llms.txt")
@@ -116,4 +120,4 @@ async def llms_txt(request: Request[Any, Any, Any]) -> Response[str]:
     return Response("\n".join(lines) + "\n", media_type="text/plain")
 
 
-HANDLERS = [page, llms_txt]
+HANDLERS = [page, llms_txt, favicon]

@@ -5,7 +5,6 @@ Refusals are `Message` bodies with the statuses of the spec; checks run in the o
 
 from __future__ import annotations
 
-from html import escape
 from typing import Any
 
 import msgspec
@@ -15,6 +14,7 @@ from emulator.core import html, openapi
 from emulator.core.clock import iso
 from emulator.core.errors import ApiError
 from emulator.hosted import plans, trials
+from emulator.hosted.records import Org
 from emulator.site.state import site_of
 
 _encode = msgspec.json.Encoder().encode
@@ -88,20 +88,36 @@ async def create_trial(request: Request[Any, Any, Any]) -> Response[bytes]:
 
 
 def _page_error(_: Request[Any, Any, Any], exc: ApiError) -> Response[str]:
-    return html.page("This trial cannot be claimed", f'<p class="error">{escape(exc.message)}</p>', exc.status)
+    return html.page("This trial cannot be claimed", html.error_box(exc.message), exc.status)
+
+
+def _claim_form(org: Org, token: str, email: str = "", error: str = "", status: int = 200) -> Response[str]:
+    rows = [("Organization", f"<strong>{html.escape(org.slug)}</strong>")]
+    if org.registration_id:
+        rows.append(("Created by", f"agent <code>{html.escape(org.registration_id)}</code>"))
+    rows += [
+        ("Created", html.when(org.created_at)),
+        ("Deleted at", html.when(org.expires_at or 0) + " unless someone claims it"),
+    ]
+    body = (
+        "<p>An agent created this Pixeltable Cloud trial. Sign in or sign up to become its admin; "
+        "a claimed trial no longer expires.</p>"
+        + html.facts(rows)
+        + (html.error_box(error) if error else "")
+        + f'<form method="post" action="/claim/{html.escape(token)}">'
+        + html.email_input(email)
+        + '<div class="actions"><button>Claim this organization</button></div></form>'
+    )
+    return html.page(f"Claim {org.slug}", body, status)
 
 
 @get("/claim/{token:str}", exception_handlers={ApiError: _page_error})
 async def claim_page(request: Request[Any, Any, Any], token: str) -> Response[str]:
-    org = await trials.by_claim_token(site_of(request).core, token)
-    body = (
-        f"<p>An agent created the Pixeltable Cloud trial <strong>{escape(org.slug)}</strong>. "
-        f"Unless someone claims it, it is deleted at {iso(org.expires_at or 0)}.</p>"
-        "<p>Sign in or sign up to become its admin:</p>"
-        f'<form method="post" action="/claim/{escape(token)}"><p>{html.email_input()}</p>'
-        "<p><button>Claim this organization</button></p></form>"
-    )
-    return html.page(f"Claim {org.slug}", body)
+    core = site_of(request).core
+    org = await trials.by_claim_token(core, token)
+    if org.state == "unclaimed" and (org.expires_at or 0) <= core.clock.now():  # its deletion is due
+        raise ApiError(404, "not_found", f"this trial expired at {html.readable(org.expires_at or 0)}")
+    return _claim_form(org, token)
 
 
 @post(
@@ -114,11 +130,16 @@ async def claim_submit(request: Request[Any, Any, Any], token: str) -> Response[
     site = site_of(request)
     org = await trials.by_claim_token(site.core, token)
     email = html.form_fields(await request.body()).get("email", "")
-    slug = await trials.claim(site.core, site.identity, org.id, email)
+    try:
+        slug = await trials.claim(site.core, site.identity, org.id, email)
+    except ApiError as e:
+        if e.status != 400:  # claimed or deleted meanwhile: its own page
+            raise
+        return _claim_form(org, token, email, e.message, e.status)
     return html.page(
         f"You own {slug}",
-        f"<p>Signed in as {escape(email.strip())}. You are the admin of <strong>{escape(slug)}</strong>; it no "
-        "longer expires. Run <code>pxt login</code> to work in it.</p>",
+        f"<p>Signed in as {html.escape(email.strip())}. You are the admin of <strong>{html.escape(slug)}</strong>; "
+        "it no longer expires. Run <code>pxt login</code> to work in it.</p>",
     )
 
 
