@@ -8,10 +8,16 @@ Run by the environment's own Python (stdlib, uvicorn and pixeltable only, nothin
 - Pixeltable's own file server (every process starts one on a loopback port, serving the whole file system,
   for notebooks to show media) is not started: in the cloud it sits on the pod's loopback, out of everyone's
   reach, and here it would be open to any local program.
+
+With `PXT_EMULATOR_START_AFTER=FILE` in its environment, the process imports pixeltable and then waits until FILE
+exists before it runs the module: a server started while `prepare_project` unpacks its project has done its
+imports (seconds) by the time the project is there.
 """
 
+import os
 import runpy
 import sys
+import time
 from typing import Any
 
 import uvicorn
@@ -37,6 +43,12 @@ def main() -> None:
 
     if hasattr(Env, "_start_web_server"):
         Env._start_web_server = no_file_server  # type: ignore[method-assign]
+    after = os.environ.pop("PXT_EMULATOR_START_AFTER", "")
+    deadline = time.monotonic() + 3600  # the emulator stops a server it no longer wants; this bounds it anyway
+    while after and not os.path.exists(after):
+        if time.monotonic() > deadline:
+            sys.exit("the project was not prepared in time")
+        time.sleep(0.02)
     sys.argv = [module, *args]
     runpy.run_module(module, run_name="__main__", alter_sys=True)
 

@@ -241,7 +241,7 @@ class Supervisor:
             await self.reporter.line(place, line)
 
         await self.launcher.prepare_dir(base, sizes, db_log)
-        home, project = base / "home", base / "release"
+        home = base / "home"
         home.mkdir(parents=True, exist_ok=True)
         runtime_dir = self.launcher.runtime_dir(base)
         if runtime_dir is not None:
@@ -251,34 +251,14 @@ class Supervisor:
             runtime_dir[0].chmod(0o700)
         seen = self.launcher.view(base)
         workload_env = self.environment(place, env)
-        project_args: list[str] = []
         label = f"{place.slug}-{place.db}"
+        # The server starts first and does its imports while prepare_project unpacks the project, then runs once
+        # the project is there (listen_private's PXT_EMULATOR_START_AFTER): seconds off every update.
+        ready_mark = base / "release.ready"
+        ready_mark.unlink(missing_ok=True)
+        server_env, project_args = dict(workload_env), []
         if release.fingerprint:
-            shutil.rmtree(project, ignore_errors=True)
-            project.mkdir(parents=True)
-            await db_log("preparing the project (prepare_project → get_archive)")
-            prep = await self.launcher.start(
-                Spec(
-                    "prepare",
-                    f"{label}-prepare",
-                    base,
-                    release.digest,
-                    "pixeltable.service.prepare_project",
-                    ["--db", f"pxt://{place.slug}:{place.db}", "--archive-dir", f"{seen}/release"],
-                    workload_env,
-                    sizes,
-                ),
-                0,
-                db_log,
-            )
-            try:
-                async for line in prep.lines():
-                    await db_log(line)
-                code = await prep.wait()
-            finally:
-                await prep.stop()  # a container is removed once done; a cancelled job (a reset) leaves none
-            if code != 0 or not (project / "project").is_dir():
-                raise BuildFailed("prepare_project could not unpack the project (see pxt db logs)")
+            server_env["PXT_EMULATOR_START_AFTER"] = f"{seen}/release.ready"
             project_args = ["--project-dir", f"{seen}/release/project"]
         bind, port = self.launcher.listen()
         spec = Spec(
@@ -288,14 +268,62 @@ class Supervisor:
             release.digest,
             "pixeltable.service.proxy_daemon",
             ["--host", bind, "--port", str(port), *project_args],
-            workload_env,
+            server_env,
             sizes,
         )
         running = await self.launcher.start(spec, port, db_log)
         self._follow(place, running)
         self.running[place.key] = running
+        try:
+            if release.fingerprint:
+                await self._prepare_project(place, release, base, seen, workload_env, sizes, db_log)
+                ready_mark.touch()
+        except BaseException:
+            if self.running.get(place.key) is running:
+                del self.running[place.key]
+            await running.stop()
+            await cancel(self._readers.get(id(running)))
+            raise
         await db_log(f"the Pixeltable server started, listening on {running.address}")
         await self._await_ready(running, healthy, "the Pixeltable server", db_log)
+
+    async def _prepare_project(
+        self,
+        place: Place,
+        release: Release,
+        base: Path,
+        seen: str,
+        env: dict[str, str],
+        sizes: dict[str, Any],
+        db_log: Log,
+    ) -> None:
+        """The real prepare_project: fetch the release's archive through the control plane and unpack it."""
+        project = base / "release"
+        shutil.rmtree(project, ignore_errors=True)
+        project.mkdir(parents=True)
+        await db_log("preparing the project (prepare_project → get_archive)")
+        prep = await self.launcher.start(
+            Spec(
+                "prepare",
+                f"{place.slug}-{place.db}-prepare",
+                base,
+                release.digest,
+                "pixeltable.service.prepare_project",
+                ["--db", f"pxt://{place.slug}:{place.db}", "--archive-dir", f"{seen}/release"],
+                env,
+                sizes,
+            ),
+            0,
+            db_log,
+        )
+        try:
+            async for line in prep.lines():
+                await db_log(line)
+            code = await prep.wait()
+        finally:
+            await prep.stop()  # a container is removed once done; a cancelled job (a reset) leaves none
+        if code != 0 or not (project / "project").is_dir():
+            raise BuildFailed("prepare_project could not unpack the project (see pxt db logs)")
 
     async def kill(self, place: Place, service: str | None = None) -> bool:
         """Kill the database's server (or one of its services, by label) as an OOM kill would: False if it does
