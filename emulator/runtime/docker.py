@@ -33,7 +33,7 @@ from emulator.runtime.bridge import Relays
 from emulator.runtime.environments import BuildFailed
 from emulator.runtime.images import Images, tag_of
 from emulator.runtime.sockets import LISTEN_PRIVATE, SocketDir
-from emulator.runtime.workload import Log, Spec, prepare_argv
+from emulator.runtime.workload import Log, Spec
 
 log = logging.getLogger("emulator.runtime.docker")
 PORT = 8000
@@ -335,7 +335,7 @@ class DockerLauncher:
             owner = (spec.base, spec.service)
             await self._disk(cache, spec.resources.get("file_cache_gb"), log, owner, disposable=True)
             volumes[str(cache)] = {"bind": f"{DATA}/home/file_cache", "mode": "rw"}
-        run = ["python3", *prepare_argv(spec)] if spec.role == "prepare" else ["python3", "-m", spec.module]
+        run = ["python3", "-m", spec.module]
         socket = None
         if spec.role != "prepare":
             # The server listens on a socket in a directory of its own, which only this container mounts: not on

@@ -22,7 +22,7 @@ from typing import Any
 from emulator.core.address import Address
 from emulator.runtime.environments import Environments
 from emulator.runtime.sockets import LISTEN_PRIVATE, SocketDir
-from emulator.runtime.workload import Log, Spec, prepare_argv
+from emulator.runtime.workload import Log, Spec
 
 log = logging.getLogger("emulator.runtime")
 STOP_TIMEOUT = 20.0
@@ -190,7 +190,7 @@ class ProcessLauncher:
     async def start(self, spec: Spec, port: int, log: Log) -> ProcessWorkload:
         home = spec.base / "home"
         if spec.role == "prepare":  # no server: nothing to listen on
-            socket, run = Path(), prepare_argv(spec)
+            socket, run = Path(), ["-m", spec.module]
         else:
             socket = self.sockets.new() / "server.sock"
             run = ["-c", LISTEN_PRIVATE, str(socket), spec.module]

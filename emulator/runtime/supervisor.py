@@ -26,7 +26,7 @@ from emulator.core.snapshots import copy_tree
 from emulator.core.tasks import cancel
 from emulator.gateway.server import DatabaseGateway, FaultHook, Target
 from emulator.runtime.environments import Build, BuildFailed
-from emulator.runtime.workload import START_AFTER, Launcher, Log, Spec, Workload, answers, healthy, resized
+from emulator.runtime.workload import Launcher, Log, Spec, Workload, answers, healthy, resized
 
 log = logging.getLogger("emulator.runtime")
 HEALTH_TIMEOUT = 300.0
@@ -100,19 +100,6 @@ def workload_label(slug: str, db: str, service: str) -> str:
     return f"{slug}-{db}-{service.replace('/', '-')}"
 
 
-@dataclass
-class Standby:
-    """A database's next prepare_project, started after an update with its imports done, waiting for `mark`."""
-
-    workload: Workload
-    digest: str
-    env: dict[str, str]
-    mark: Path
-
-    def fits(self, digest: str, env: dict[str, str]) -> bool:
-        return self.workload.returncode() is None and digest == self.digest and env == self.env
-
-
 class Supervisor:
     def __init__(
         self, root: Path, launcher: Launcher, reporter: Reporter, host_ok: Callable[[str | None], bool] | None = None
@@ -128,7 +115,6 @@ class Supervisor:
         self._places: dict[tuple[str, str], Place] = {}
         self._readers: dict[int, asyncio.Task[None]] = {}
         self._sizes: dict[tuple[str, str, str, str], dict[str, Any]] = {}  # each service's last started size
-        self._standby: dict[tuple[str, str], Standby] = {}  # (org_id, db) → its next prepare_project
 
     @property
     def kind(self) -> str:
@@ -155,8 +141,6 @@ class Supervisor:
         self.gateways.clear()
         for key in list(self.running):
             await self._stop_database(key)
-        for key in list(self._standby):
-            await self._drop_standby(key)
 
     async def reset(self) -> None:
         """Stop every workload and gateway, and delete every database's directory (the emulator is reset)."""
@@ -250,7 +234,6 @@ class Supervisor:
         self._places[place.key] = place
         sizes = dict(release.resources)
         await self.build(place, release)
-        standby = self._standby.pop(place.key, None)  # kept from the stop below: this start may use it
         await self._stop_database(place.key)
         base = self.directory(place.org_id, place.db)
 
@@ -293,12 +276,9 @@ class Supervisor:
         self.running[place.key] = running
         try:
             if release.fingerprint:
-                await self._prepare_project(place, release, base, seen, workload_env, sizes, db_log, standby)
-                standby = None
+                await self._prepare_project(place, release, base, seen, workload_env, sizes, db_log)
                 ready_mark.touch()
         except BaseException:
-            if standby is not None:
-                await standby.workload.stop()
             if self.running.get(place.key) is running:
                 del self.running[place.key]
             await running.stop()
@@ -306,8 +286,6 @@ class Supervisor:
             raise
         await db_log(f"the Pixeltable server started, listening on {running.address}")
         await self._await_ready(running, healthy, "the Pixeltable server", db_log)
-        if release.fingerprint:
-            await self._start_standby(place, release, base, seen, workload_env, sizes, db_log)
 
     async def _prepare_project(
         self,
@@ -318,21 +296,26 @@ class Supervisor:
         env: dict[str, str],
         sizes: dict[str, Any],
         db_log: Log,
-        standby: Standby | None = None,
     ) -> None:
-        """The real prepare_project: fetch the release's archive through the control plane and unpack it (in the
-        standby process when it fits this release: its imports are done)."""
+        """The real prepare_project: fetch the release's archive through the control plane and unpack it."""
         project = base / "release"
         shutil.rmtree(project, ignore_errors=True)
         project.mkdir(parents=True)
         await db_log("preparing the project (prepare_project → get_archive)")
-        if standby is not None and standby.fits(release.digest, env):
-            prep = standby.workload
-            standby.mark.touch()
-        else:
-            if standby is not None:
-                await standby.workload.stop()
-            prep = await self.launcher.start(self._prepare_spec(place, release, base, seen, env, sizes), 0, db_log)
+        prep = await self.launcher.start(
+            Spec(
+                "prepare",
+                f"{place.slug}-{place.db}-prepare",
+                base,
+                release.digest,
+                "pixeltable.service.prepare_project",
+                ["--db", f"pxt://{place.slug}:{place.db}", "--archive-dir", f"{seen}/release"],
+                env,
+                sizes,
+            ),
+            0,
+            db_log,
+        )
         try:
             async for line in prep.lines():
                 await db_log(line)
@@ -341,46 +324,6 @@ class Supervisor:
             await prep.stop()  # a container is removed once done; a cancelled job (a reset) leaves none
         if code != 0 or not (project / "project").is_dir():
             raise BuildFailed("prepare_project could not unpack the project (see pxt db logs)")
-
-    def _prepare_spec(
-        self, place: Place, release: Release, base: Path, seen: str, env: dict[str, str], sizes: dict[str, Any]
-    ) -> Spec:
-        return Spec(
-            "prepare",
-            f"{place.slug}-{place.db}-prepare",
-            base,
-            release.digest,
-            "pixeltable.service.prepare_project",
-            ["--db", f"pxt://{place.slug}:{place.db}", "--archive-dir", f"{seen}/release"],
-            env,
-            sizes,
-        )
-
-    async def _start_standby(
-        self,
-        place: Place,
-        release: Release,
-        base: Path,
-        seen: str,
-        env: dict[str, str],
-        sizes: dict[str, Any],
-        db_log: Log,
-    ) -> None:
-        """The next update's prepare_project, started now so that its imports are done by then (an idle
-        interpreter per database; stopped with the database)."""
-        mark = base / "prepare.go"
-        mark.unlink(missing_ok=True)
-        spec = self._prepare_spec(place, release, base, seen, {**env, START_AFTER: f"{seen}/prepare.go"}, sizes)
-        try:
-            workload = await self.launcher.start(spec, 0, db_log)
-        except BuildFailed:
-            return  # only a head start: the next update starts its own
-        self._standby[place.key] = Standby(workload, release.digest, env, mark)
-
-    async def _drop_standby(self, key: tuple[str, str]) -> None:
-        standby = self._standby.pop(key, None)
-        if standby is not None:
-            await standby.workload.stop()
 
     async def kill(self, place: Place, service: str | None = None) -> bool:
         """Kill the database's server (or one of its services, by label) as an OOM kill would: False if it does
@@ -401,7 +344,6 @@ class Supervisor:
         await self._stop_database(place.key)
 
     async def _stop_database(self, key: tuple[str, str]) -> None:
-        await self._drop_standby(key)
         running = self.running.pop(key, None)
         if running is None:
             return

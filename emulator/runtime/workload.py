@@ -45,16 +45,6 @@ class Spec:
     service: str = ""  # a service's label ("name" or "base/name")
 
 
-START_AFTER = "PXT_EMULATOR_START_AFTER"  # a workload whose module waits for this file (imports done first)
-_STANDBY = (Path(__file__).parent / "start_after.py").read_text()
-
-
-def prepare_argv(spec: Spec) -> list[str]:
-    """How the environment's Python runs a prepare workload: the module, or a standby one (start_after.py) that
-    imports pixeltable now and runs the module once its START_AFTER file exists."""
-    return ["-c", _STANDBY, spec.module] if START_AFTER in spec.env else ["-m", spec.module]
-
-
 class Workload(Protocol):
     digest: str
     ready: bool
