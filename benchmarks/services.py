@@ -4,8 +4,11 @@ first successful route call, and the gateway's added latency per request against
     python benchmarks/services.py [--runs 3] [--requests 300] [--runtime docker|process] [--out PATH]
 
 One emulator (Docker runtime by default) and one trial with the example app deployed, untimed; then `runs`
-rounds of a restart and a resource change, each timed from the command's launch to the first 200 of the new
-service generation on POST <endpoint>/titles, with how long the route was down meanwhile; then `requests` calls
+rounds of three variants, each after `--pause` seconds (a developer's edit; the service's spare imports meanwhile)
+and timed from the command's launch to the first 200 of the new service generation on POST <endpoint>/titles,
+with how long the route was down meanwhile: `restart` (`pxt service restart`, which takes the service's spare),
+`cold` (the same restart with the spare killed first: the reference, a plain start of the real pod_runner) and
+`update` (`pxt service update` of a resource change: a size change is a stop and a cold start); then `requests` calls
 through the gateway and as many straight to the service, interleaved in blocks. Every wait is bounded; the
 emulator, the client's daemon, this run's containers and mounts, and the temporary directories are cleaned up on
 success, errors, Ctrl-C and SIGTERM.
@@ -22,6 +25,7 @@ import json
 import os
 import re
 import signal
+import socket
 import statistics
 import subprocess
 import sys
@@ -80,11 +84,29 @@ ACCESS_LOG = re.compile(r'"(GET|POST) /')  # per-request lines: noise in a timel
 # --- HTTP ---------------------------------------------------------------------------------------
 
 
+class UnixConnection(http.client.HTTPConnection):
+    """HTTP over a Unix socket: the process runtime's servers listen on private sockets, not on ports."""
+
+    def __init__(self, path: str, timeout: float) -> None:
+        super().__init__("localhost", timeout=timeout)
+        self.path = path
+
+    def connect(self) -> None:
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.settimeout(self.timeout)
+        sock.connect(self.path)
+        self.sock = sock
+
+
 def call(host: str, port: int, path: str, headers: dict[str, str], timeout: float) -> tuple[int, float, bytes]:
     """One POST on a fresh connection (no keep-alive, as the gateway does upstream): status, seconds, body.
     http.client never consults proxy variables, so this stays on loopback or the run's container network."""
     start = time.perf_counter()
-    conn = http.client.HTTPConnection(host, port, timeout=timeout)
+    conn = (
+        UnixConnection(host, timeout)
+        if host.startswith("/")
+        else http.client.HTTPConnection(host, port, timeout=timeout)
+    )
     try:
         head = {"Content-Type": "application/json", "Connection": "close", **headers}
         conn.request("POST", path, body=BODY, headers=head)
@@ -246,14 +268,16 @@ class Deployment:
 
     def direct_target(self) -> tuple[str, int, str, dict[str, str]]:
         """Where the gateway forwards to: the service's container (its network address, port 8000) or, on the
-        process runtime, its pod_runner's loopback port, as the emulator logged it at start. The gateway strips
+        process runtime, its pod_runner's private socket, as the emulator logged it at start. The gateway strips
         the `/ingest` prefix and the credential, so the direct call is `POST /titles` without one."""
         if self.runtime == "docker":
             tag = state_tag(self.state_dir)
             ids = docker("ps", "-q", "--filter", "label=role=service", "--filter", f"label=pxt-emulator={tag}").split()
-            if len(ids) != 1:
-                raise BenchError(f"expected one running service container of this emulator, found {len(ids)}")
-            networks = json.loads(docker("inspect", ids[0]))[0]["NetworkSettings"]["Networks"]
+            if len(ids) not in (1, 2):
+                raise BenchError(f"expected one service container (and its spare), found {ids}")
+            # The generation that serves is the oldest: its spare is started once it is ready.
+            found = sorted((json.loads(docker("inspect", i))[0] for i in ids), key=lambda c: c["Created"])
+            networks = found[0]["NetworkSettings"]["Networks"]
             ips = [n["IPAddress"] for n in networks.values() if n.get("IPAddress")]
             if not ips:
                 raise BenchError(f"the service container {ids[0][:12]} has no network address")
@@ -262,8 +286,32 @@ class Deployment:
         started = [e["data"]["line"] for e in events if e["data"].get("line", "").startswith(STARTED)]
         if not started:
             raise BenchError("the emulator logged no start of the service")
-        host, _, port = started[-1].removeprefix(STARTED).strip().rpartition(":")
+        where = started[-1].removeprefix(STARTED).strip()
+        if where.startswith("a private socket ("):
+            return where.removeprefix("a private socket (").removesuffix(")"), 0, "/titles", {}
+        host, _, port = where.rpartition(":")
         return host, int(port), "/titles", {}
+
+    def kill_spare(self) -> None:
+        """SIGKILL the service's spare (its newest workload; the one serving is older), as if it had died: the next
+        restart then starts the real pod_runner cold."""
+        if self.runtime == "docker":
+            tag = state_tag(self.state_dir)
+            ids = docker("ps", "-q", "--filter", "label=role=service", "--filter", f"label=pxt-emulator={tag}").split()
+            found = sorted((json.loads(docker("inspect", i))[0] for i in ids), key=lambda c: c["Created"])
+            if len(found) != 2:
+                raise BenchError(f"expected the service and its spare, found {len(found)} containers")
+            docker("kill", found[-1]["Id"])
+            return
+        ledger = self.state_dir / "runtime" / "workloads"
+        pids = []
+        for entry in ledger.iterdir():
+            with contextlib.suppress(OSError, ValueError):
+                if b"serving.pod_runner" in Path(f"/proc/{entry.name}/cmdline").read_bytes():
+                    pids.append((json.loads(entry.read_text())["starttime"], int(entry.name)))
+        if len(pids) != 2:
+            raise BenchError(f"expected the service and its spare, found {len(pids)} processes")
+        os.killpg(max(pids)[1], signal.SIGKILL)
 
     def set_memory(self, memory_mb: int) -> None:
         """A service-relevant change that leaves the environment alone: the service's memory in pixeltable.toml."""
@@ -441,7 +489,7 @@ def summarize_ms(values: list[float]) -> dict[str, float]:
 # --- the run ------------------------------------------------------------------------------------
 
 
-VARIANTS = ("restart", "update")
+VARIANTS = ("restart", "cold", "update")
 PHASES = ("first_200", "cli_exit", "accepted", "started", "ready", "available", "down_s", "failed_calls")
 
 
@@ -462,6 +510,9 @@ def run(exe: Path, args: argparse.Namespace) -> dict[str, Any]:
                 timelines: dict[str, list[tuple[float, str]]] = {}
                 for i in range(args.runs):
                     for variant in VARIANTS:
+                        time.sleep(args.pause)
+                        if variant == "cold":
+                            d.kill_spare()
                         _, since = journal(d.site, 0, "none")
                         launched_wall = time.time()
                         times = d.warm(variant, 900 if i % 2 == 0 else 1000)
@@ -504,9 +555,16 @@ def report(
             "runs": args.runs,
             "requests": args.requests,
             "block": args.block,
+            "pause_s": args.pause,
             "base_image": args.base_image if args.runtime == "docker" else None,
         },
-        "ratios": {"gateway_p50_ratio": g["ratio"]["p50"], "gateway_p95_ratio": g["ratio"]["p95"]},
+        "ratios": {
+            "restart_vs_cold": round(
+                warm["restart"]["median_s"]["first_200"] / warm["cold"]["median_s"]["first_200"], 3
+            ),
+            "gateway_p50_ratio": g["ratio"]["p50"],
+            "gateway_p95_ratio": g["ratio"]["p95"],
+        },
         "warm": warm,
         "gateway": g,
         "setup_s": {k: round(v, 3) for k, v in result["setup_s"].items()},
@@ -519,7 +577,7 @@ def print_table(rep: dict[str, Any]) -> None:
     print()
     print(f"{rep['date']}  nproc {m['nproc']}  Python {m['python']}  client {rep['client']}  runtime {rep['runtime']}")
     print(f"warm path: seconds after the command's launch, median of {rep['settings']['runs']} run(s)")
-    print(f"{'':<28}{'restart':>9}{'update':>9}")
+    print(f"{'':<28}" + "".join(f"{v:>9}" for v in VARIANTS))
     names = {
         "accepted": "change accepted",
         "started": "new generation launched",
@@ -534,6 +592,7 @@ def print_table(rep: dict[str, Any]) -> None:
         print(f"{name:<28}" + "".join(f"{rep['warm'][v]['median_s'][key]:9.2f}" for v in VARIANTS))
     for v in VARIANTS:
         print(f"{v} first 200 per run: " + " ".join(f"{r['first_200']:.2f}" for r in rep["warm"][v]["runs_s"]))
+    print(f"restart (from the spare) vs cold: {rep['ratios']['restart_vs_cold']:.2f}")
     g = rep["gateway"]
     print()
     print(f"per request, ms ({g['gateway_ms']['n']} gateway, {g['direct_ms']['n']} direct calls, no keep-alive)")
@@ -552,6 +611,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--block", type=int, default=25, help="calls per block when interleaving (default 25)")
     p.add_argument("--runtime", choices=("docker", "process"), default="docker", help="default docker")
     p.add_argument("--base-image", default=DEFAULT_BASE_IMAGE, help=f"Docker base image (default {DEFAULT_BASE_IMAGE})")
+    p.add_argument("--pause", type=float, default=15.0, help="seconds before each warm run (default 15)")
     p.add_argument("--out", type=Path, default=DEFAULT_OUT, help=f"JSON results (default {DEFAULT_OUT})")
     args = p.parse_args(argv)
     if args.runs < 1 or args.requests < 20 or args.block < 1:

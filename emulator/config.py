@@ -108,6 +108,14 @@ class Settings(msgspec.Struct, kw_only=True):
     # `get_receipts` of a generation a job is settling waits up to this many seconds for it (0: answers at once, as
     # the cloud does). The client polls every 5 s; held, its poll comes back the moment the job settles.
     receipt_hold: float = 20.0
+    # A change's answer (`submit_update`, a lifecycle verb, `retry`) waits up to this many seconds for its job to
+    # settle its receipts (0: answers at once, pending, as the cloud does). A settled receipt is not polled at all;
+    # a pending one is polled first 5 s later.
+    submit_hold: float = 10.0
+    # Each running service keeps a spare (its next generation) and each running database a spare prepare_project,
+    # imports done, waiting at the lowest CPU priority: a restart, or an update that changes no size, skips the
+    # seconds of importing Pixeltable (for the memory of an idle Python each).
+    spares: bool = True
     allowed_hosts: str = ""
     allowed_origins: str = ""
 
@@ -144,7 +152,7 @@ _INT = {
     "media_quota_bytes",
     "proxy_max_relays",
 }
-_FLOAT = {"proxy_connect_timeout", "proxy_idle_timeout", "http_request_timeout", "receipt_hold"}
+_FLOAT = {"proxy_connect_timeout", "proxy_idle_timeout", "http_request_timeout", "receipt_hold", "submit_hold"}
 _PATH = {"state_dir", "docs", "integrations"}
 _BOOL = {
     "trust_forwarded",
@@ -153,6 +161,7 @@ _BOOL = {
     "service_auth_registration",
     "trials_enabled",
     "cloud_reachable",
+    "spares",
 }
 FIELDS = tuple(f for f in Settings.__struct_fields__)
 
@@ -295,6 +304,8 @@ def _validate(s: Settings) -> None:
             raise ConfigError(f"{name} must be more than 0 and at most 86400 seconds")
     if not 0 <= s.receipt_hold <= 25:
         raise ConfigError("receipt_hold must be 0 to 25 seconds (the client gives get_receipts 30 s)")
+    if not 0 <= s.submit_hold <= 25:
+        raise ConfigError("submit_hold must be 0 to 25 seconds (the client gives a change's answer 30 s)")
     if s.proxy_max_relays < 1:
         raise ConfigError("proxy_max_relays must be at least 1")
     try:

@@ -7,6 +7,7 @@ asserts on what the commands print and on the emulator's state.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -17,7 +18,7 @@ import sys
 import textwrap
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import httpx
@@ -237,14 +238,21 @@ def _tag(e: Emulator) -> str:
 
 
 def container(e: Emulator, role: str, service: str = "") -> dict:
-    """`docker inspect` of this emulator's one running container of that role (and service)."""
+    """`docker inspect` of this emulator's one running container of that role (and service): a service's serving
+    generation, which is older than its spare (started once the generation is ready)."""
     filters = ["--filter", f"label=pxt-emulator={_tag(e)}", "--filter", f"label=role={role}"]
     if service:
         filters += ["--filter", f"label=service={service}"]
     ids = subprocess.run(["docker", "ps", "-q", *filters], capture_output=True, text=True, check=True).stdout.split()
-    found = [json.loads(subprocess.check_output(["docker", "inspect", i]))[0] for i in ids]
-    assert len(found) == 1, [c["Name"] for c in found]
+    found = sorted((json.loads(subprocess.check_output(["docker", "inspect", i]))[0] for i in ids), key=created)
+    assert len(found) == 1 or (role == "service" and len(found) == 2), [c["Name"] for c in found]
     return found[0]
+
+
+def created(c: dict) -> str:
+    """When the container was made, as sortable text (Docker's RFC 3339 in UTC drops the fraction's trailing 0s)."""
+    whole, _, fraction = c["Created"].removesuffix("Z").partition(".")
+    return f"{whole}.{fraction.ljust(9, '0')}"
 
 
 def inside(c: dict, command: str) -> str:
@@ -297,6 +305,29 @@ def port_open(host: str, port: int) -> bool:
         socket.create_connection((host, port), timeout=3).close()
     except OSError:
         return False
+    return True
+
+
+def service_workloads(e: Emulator) -> int:
+    """How many service processes (or containers) of this emulator run: a generation that serves, and its spare."""
+    if e.runtime == "docker":
+        filters = ["--filter", f"label=pxt-emulator={_tag(e)}", "--filter", "label=role=service"]
+        return len(subprocess.run(["docker", "ps", "-q", *filters], capture_output=True, text=True).stdout.split())
+    found = 0
+    for entry in (e.state_dir / "runtime" / "workloads").iterdir():
+        with contextlib.suppress(OSError, ValueError):
+            if b"serving.pod_runner" in Path(f"/proc/{int(entry.name)}/cmdline").read_bytes():
+                found += 1
+    return found
+
+
+def eventually(check: Callable[[], bool], timeout: float = 60) -> bool:
+    """Whether `check` holds within `timeout` seconds (checked every 0.2 s: workloads start in the background)."""
+    deadline = time.monotonic() + timeout
+    while not check():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.2)
     return True
 
 
@@ -457,6 +488,8 @@ def test_9_services_behind_the_gateway(session: Session) -> None:
     assert httpx.post(endpoint + "/docs", json=row, headers={"X-api-key": stranger["api_key"]}).status_code == 403
     requests = [e["data"] for e in session.admin("/_emulator/journal?kinds=gateway.request")["events"]]
     assert [r["status"] for r in requests[-4:]] == [401, 200, 200, 403]
+    # Once it serves, the service has a spare beside it: its next generation, imported and waiting.
+    assert eventually(lambda: service_workloads(session.e) == 2), service_workloads(session.e)
 
     # A trial holds at most two services: a submission that would make three is refused.
     mutation = {
@@ -520,6 +553,8 @@ def test_10_a_secret_reaches_a_service_only_after_a_restart(session: Session) ->
     assert key_seen() == "second-value"  # as step 5 left it
     session.run("secret", "set", session.db, "DEMO_PROVIDER_KEY=third-value")
     assert key_seen() == "second-value"  # read once, at start
+    spare = "service ingest: the new generation is its spare"
+    spares_before = session.run("service", "logs", f"{session.db}/ingest", "--tail", "10000").count(spare)
     # The new generation starts beside the old one: the route answers throughout the restart.
     statuses: list[int] = []
     done = threading.Event()
@@ -541,10 +576,27 @@ def test_10_a_secret_reaches_a_service_only_after_a_restart(session: Session) ->
     assert key_seen() == "third-value"
     assert len(statuses) > 10 and set(statuses) == {200}, statuses
     assert "the previous generation stopped" in session.run("service", "logs", f"{session.db}/ingest")
+    # The new generation was the service's spare (its imports done while the last one served), and it took the
+    # environment of now: a secret deleted since is gone from it.
+    session.run("secret", "delete", session.db, "DEMO_PROVIDER_KEY")
+    since = session.admin("/_emulator/journal?kinds=none")["last_seq"]
+    assert "restarted: 1 service(s)" in session.run("service", "restart", f"{session.db}/ingest")
+
+    # The restart's answer waited for it (submit_hold) and carried a settled receipt: the client did not poll.
+    def ops() -> list[str]:  # the journal is written in the background: a request lands a moment after its answer
+        found = session.admin(f"/_emulator/journal?kinds=http.request&since={since}&limit=5000")["events"]
+        return [e["data"].get("op") for e in found]
+
+    assert eventually(lambda: "restart_service" in ops(), timeout=15), ops()
+    assert "get_receipts" not in ops(), ops()
+    assert key_seen() == "unset"
+    logs = session.run("service", "logs", f"{session.db}/ingest", "--tail", "10000")
+    assert logs.count(spare) == spares_before + 2, logs
     assert httpx.post(
         endpoint + "/titles", json={"title": "y"}, headers={"X-api-key": trial_key}, timeout=60
     ).json() == {"title_upper": "Y"}
     assert "stopped: 1 service(s)" in session.run("service", "stop", f"{session.db}/ingest")
+    assert service_workloads(session.e) == 0  # its spare went with it
     assert re.search(r"/ingest\s+\S+\s+STOPPED", session.run("service", "list", session.db))
     assert httpx.post(endpoint + "/titles", json={"title": "z"}, headers={"X-api-key": trial_key}).status_code == 404
 
@@ -562,6 +614,8 @@ def test_11_a_second_service_and_its_removal_by_prune(session: Session) -> None:
     app = session.project / "app.py"
     app.write_text(app.read_text() + EXTRA_SERVICE)
     session.run("db", "update", session.db, "-f")  # a new route is a project change: upload it first
+    # The running database's spare prepare_project (imports done) unpacked the new project.
+    assert "prepare_project is the database's spare" in session.run("db", "logs", session.db, "--tail", "100")
     out = session.run("service", "update", "app.py", session.db, "-f")
     assert re.search(r"\+ extra\s+applied\s+http://127\.0\.0\.1:\d+/extra", out), out
     listed = session.run("service", "list", session.db)

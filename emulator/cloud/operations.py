@@ -17,7 +17,7 @@ from emulator.core.errors import ApiError
 from emulator.hosted import databases, keys, lifecycle, logs, orgs, plans, receipts, secrets, services, updates
 from emulator.hosted.auth import Caller
 from emulator.hosted.platform import Platform
-from emulator.hosted.records import service_label
+from emulator.hosted.records import Receipt, service_label
 
 Handler = Callable[[Platform, Caller, Any], Awaitable[dict[str, Any]]]
 
@@ -134,25 +134,41 @@ async def list_dbs(p: Platform, caller: Caller, req: rq.OrgScoped) -> dict[str, 
     return {"reports": [databases.report(r) for r in await databases.of_org(p.core.store, org_id)]}
 
 
+async def _held(p: Platform, org_id: str, refs: list[tuple[str, str, int]], hold: float) -> list[Receipt]:
+    """The receipts `refs` names, read again until all are settled, `hold` seconds have passed, or no job is under
+    way that could settle them."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + hold
+    while True:
+        answers = []
+        for kind, resource_id, generation in refs:
+            found = await receipts.get(p.core.store, org_id, kind, resource_id, generation)
+            if found is None:
+                raise ApiError(404, "not_found", f"no receipt {kind}/{resource_id}#{generation}")
+            answers.append(found)
+        left = deadline - loop.time()
+        settled = all(r.outcome is not None or r.error is not None for r in answers)
+        if settled or left <= 0 or not p.reconciler.busy:  # not busy: no job will settle them
+            return answers
+        await p.reconciler.receipt_moved(within=left)
+
+
+async def _settling(p: Platform, org_id: str, accepted: list[Receipt]) -> list[Receipt]:
+    """A change's receipts as its answer gives them: the job's outcome when it settles within `submit_hold`
+    seconds (a settled receipt is not polled at all: the client would first wait 5 s), else as accepted."""
+    hold = p.core.settings.submit_hold
+    if hold <= 0 or not accepted:
+        return accepted
+    return await _held(p, org_id, [(r.kind, r.resource_id, r.generation) for r in accepted], hold)
+
+
 async def get_receipts(p: Platform, caller: Caller, req: rq.GetReceipts) -> dict[str, Any]:
     """The receipts asked for. While one is unsettled and a job is under way, the answer waits for it (up to
     `receipt_hold` seconds): the client polls every 5 s, and so learns of the outcome when it happens rather than
     at its next poll, or not at all when `submit_update` already settled it."""
     org_id, _ = await p.org_of(caller, req.org)
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + p.core.settings.receipt_hold
-    while True:
-        answers = []
-        for ref in req.receipts:
-            found = await receipts.get(p.core.store, org_id, ref.kind, ref.resource_id, ref.generation)
-            if found is None:
-                raise ApiError(404, "not_found", f"no receipt {ref.kind}/{ref.resource_id}#{ref.generation}")
-            answers.append(found)
-        left = deadline - loop.time()
-        settled = all(r.outcome is not None or r.error is not None for r in answers)
-        if settled or left <= 0 or not p.reconciler.busy:  # not busy: no job will settle them
-            return {"receipts": answers}
-        await p.reconciler.receipt_moved(within=left)
+    refs = [(ref.kind, ref.resource_id, ref.generation) for ref in req.receipts]
+    return {"receipts": await _held(p, org_id, refs, p.core.settings.receipt_hold)}
 
 
 async def get_archive(p: Platform, caller: Caller, req: rq.DbScoped) -> dict[str, Any]:
@@ -236,7 +252,7 @@ async def submit_update(p: Platform, caller: Caller, req: rq.SubmitUpdate) -> di
         {(g.base_path or "", g.service_name or ""): g.generation for g in req.expected_generations.services or []},
     )
     accepted = await updates.submit(p.core, p.blobs, p.reconciler, org_id, slug, _change(req), expected)
-    return {"receipts": accepted}
+    return {"receipts": await _settling(p, org_id, accepted)}
 
 
 def _db_verb(verb: str) -> Handler:
@@ -244,7 +260,8 @@ def _db_verb(verb: str) -> Handler:
 
     async def handle(p: Platform, caller: Caller, req: rq.DbScoped) -> dict[str, Any]:
         org_id, slug = await p.org_of(caller, req.org)
-        return {"receipt": await lifecycle.database_verb(p.core, p.reconciler, org_id, slug, _db(req), verb)}
+        receipt = await lifecycle.database_verb(p.core, p.reconciler, org_id, slug, _db(req), verb)
+        return {"receipt": (await _settling(p, org_id, [receipt]))[0]}
 
     return handle
 
@@ -257,7 +274,7 @@ async def retry(p: Platform, caller: Caller, req: rq.Retry) -> dict[str, Any]:
         receipt = await lifecycle.retry_service(p.core, p.reconciler, org_id, slug, db, base, name, req.generation)
     else:
         receipt = await lifecycle.retry_database(p.core, p.reconciler, org_id, slug, _db(req), req.generation)
-    return {"receipt": receipt}
+    return {"receipt": (await _settling(p, org_id, [receipt]))[0]}
 
 
 # --- services -----------------------------------------------------------------------------------------------
@@ -282,8 +299,10 @@ def _service_verb(verb: str) -> Handler:
         db = req.db or plans.DEFAULT_DB
         org_id, slug = await p.scope(caller, req.org, "manage", db, service_label(base, name))
         service, receipt = await lifecycle.service_verb(p.core, p.reconciler, org_id, slug, db, base, name, verb)
+        [receipt] = await _settling(p, org_id, [receipt])
         if service is None:
             return {"service_name": name, "receipt": receipt}
+        service = await services.get(p.core.store, org_id, db, base, name) or service  # as the job left it
         return {"instance": services.record(service, p.reconciler.endpoint(service)), "receipt": receipt}
 
     return handle

@@ -55,7 +55,7 @@ class Reconciler:
         self.blobs = blobs
         self.auth = auth
         self.api_url = api_url
-        self.supervisor = Supervisor(root, launcher, self, host_ok)
+        self.supervisor = Supervisor(root, launcher, self, host_ok, spares=core.settings.spares)
         self._locks: dict[tuple[str, str], asyncio.Lock] = {}
         self._tasks: set[asyncio.Task[None]] = set()
         self._running = asyncio.Event()  # cleared while a snapshot copies the databases' files

@@ -33,7 +33,7 @@ from emulator.runtime.bridge import Relays
 from emulator.runtime.environments import BuildFailed
 from emulator.runtime.images import Images, tag_of
 from emulator.runtime.sockets import LISTEN_PRIVATE, SocketDir
-from emulator.runtime.workload import Log, Spec
+from emulator.runtime.workload import Log, Spec, release_spare
 
 log = logging.getLogger("emulator.runtime.docker")
 PORT = 8000
@@ -44,6 +44,7 @@ SOCKET_DIR = "/run/pxt-emulator"  # a server's private socket dir, as its contai
 STOP_TIMEOUT = 15
 DISK_POLL = 2.0
 DISK_FULL_BELOW = 1_000_000  # bytes free
+DEFAULT_SHARES, SPARE_SHARES = 1024, 2  # a spare imports at the lowest CPU weight, and gets the default when used
 # Start the relay of the emulator's ports, then become the workload (so it gets the container's signals).
 _ENTRY = "gw=$0; ports=$1; shift; python3 " + HELPER + ' forward "$gw" $ports & exec "$@"'
 
@@ -152,6 +153,14 @@ class ContainerWorkload:
 
         with contextlib.suppress(docker.errors.APIError):
             await asyncio.to_thread(self.container.kill, "SIGKILL")
+
+    async def release(self, env: dict[str, str], unset: list[str]) -> None:
+        import docker.errors
+
+        assert self.socket is not None
+        with contextlib.suppress(docker.errors.APIError):
+            await asyncio.to_thread(self.container.update, cpu_shares=DEFAULT_SHARES)
+        await asyncio.to_thread(release_spare, self.socket.parent, env, unset)
 
     def _stop(self) -> None:
         import docker.errors
@@ -337,7 +346,7 @@ class DockerLauncher:
             volumes[str(cache)] = {"bind": f"{DATA}/home/file_cache", "mode": "rw"}
         run = ["python3", "-m", spec.module]
         socket = None
-        if spec.role != "prepare":
+        if spec.role != "prepare" or spec.spare:  # a spare of prepare_project waits for go.json in such a directory
             # The server listens on a socket in a directory of its own, which only this container mounts: not on
             # the network, where any local program (or another organization's container) could reach it.
             own = self.sockets.new()
@@ -351,9 +360,12 @@ class DockerLauncher:
                 limits["nano_cpus"] = int(float(cpu) * 1e9)
             if memory:
                 limits["mem_limit"] = limits["memswap_limit"] = f"{int(memory)}m"
+        if spec.spare:
+            limits["cpu_shares"] = SPARE_SHARES
         name = _name(f"pxt-{self.instance}-{spec.label}")
-        if spec.role == "service":
-            # Two generations of a service run side by side while the new one starts: a number tells them apart.
+        if spec.role == "service" or spec.spare:
+            # Two generations of a service run side by side while the new one starts, a spare beside what it will
+            # replace: a number tells them apart.
             self._serial += 1
             name = _name(f"pxt-{self.instance}-{spec.label}-{self._serial}")
         await asyncio.to_thread(_remove_named, self.client, name)

@@ -12,11 +12,20 @@ Run by the environment's own Python (stdlib, uvicorn and pixeltable only, nothin
 With `PXT_EMULATOR_START_AFTER=FILE` in its environment, the process imports pixeltable and then waits until FILE
 exists before it runs the module: a server started while `prepare_project` unpacks its project has done its
 imports (seconds) by the time the project is there.
+
+With `PXT_EMULATOR_SPARE=1`, the process is a spare: it imports pixeltable and what the module imports at a low CPU
+priority, then waits for `go.json` beside its socket, which the emulator writes when it wants a new generation of
+the service: the environment that generation gets (`env`, and the names to `unset`: a secret deleted since). The
+process takes that environment and its normal priority and runs the module as a cold start would, its imports
+(most of a start) already done.
 """
 
+import importlib
+import json
 import os
 import runpy
 import sys
+import threading
 import time
 from typing import Any
 
@@ -27,6 +36,8 @@ _UNREACHABLE = "http://127.0.0.1:9"  # what the file server's address reads as: 
 
 def main() -> None:
     path, module, args = sys.argv[1], sys.argv[2], sys.argv[3:]
+    go = os.path.join(os.path.dirname(path), "go.json") if os.environ.pop("PXT_EMULATOR_SPARE", "") else ""
+    released = spare_priority(go) if go else None
     init = uvicorn.Config.__init__
 
     def private(self: uvicorn.Config, app: object, *a: object, **kw: object) -> None:
@@ -43,6 +54,10 @@ def main() -> None:
 
     if hasattr(Env, "_start_web_server"):
         Env._start_web_server = no_file_server  # type: ignore[method-assign]
+    if released is not None:
+        importlib.import_module(module)  # all it imports; its own code runs again, as __main__, once released
+        del sys.modules[module]
+        become(go, released)
     after = os.environ.pop("PXT_EMULATOR_START_AFTER", "")
     deadline = time.monotonic() + 3600  # the emulator stops a server it no longer wants; this bounds it anyway
     while after and not os.path.exists(after):
@@ -51,6 +66,47 @@ def main() -> None:
         time.sleep(0.02)
     sys.argv = [module, *args]
     runpy.run_module(module, run_name="__main__", alter_sys=True)
+
+
+def priority(nice: int) -> None:
+    """This process's CPU weight against the machine's other sessions (each hosted process leads its own, and the
+    kernel's autogroup shares CPU between sessions; going back to 0 needs no privilege). In a container the
+    engine's CPU shares do this instead, and the write changes nothing."""
+    try:
+        with open("/proc/self/autogroup", "w") as f:
+            f.write(str(nice))
+    except OSError:
+        pass
+
+
+def spare_priority(go: str) -> threading.Event:
+    """A spare imports at the lowest priority until `go` appears, and at its normal one from then on: a spare
+    released before its imports are done finishes them at speed. The event is set once `go` is there."""
+    priority(19)
+    released = threading.Event()
+    deadline = time.monotonic() + 86400  # the emulator stops a spare it no longer wants; this bounds it anyway
+
+    def watch() -> None:
+        while not os.path.exists(go) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        priority(0)
+        released.set()
+
+    threading.Thread(target=watch, daemon=True, name="spare").start()
+    return released
+
+
+def become(go: str, released: threading.Event) -> None:
+    """Wait to be released, then take the environment the emulator gives the new generation."""
+    released.wait()
+    if not os.path.exists(go):
+        sys.exit("no generation was started from this spare")
+    with open(go) as f:
+        wanted = json.load(f)
+    os.unlink(go)  # it holds the service's secrets
+    for name in wanted.get("unset", []):
+        os.environ.pop(name, None)
+    os.environ.update(wanted["env"])
 
 
 main()

@@ -22,7 +22,7 @@ from typing import Any
 from emulator.core.address import Address
 from emulator.runtime.environments import Environments
 from emulator.runtime.sockets import LISTEN_PRIVATE, SocketDir
-from emulator.runtime.workload import Log, Spec
+from emulator.runtime.workload import Log, Spec, release_spare
 
 log = logging.getLogger("emulator.runtime")
 STOP_TIMEOUT = 20.0
@@ -138,6 +138,9 @@ class ProcessWorkload:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(self.proc.pid, signal.SIGKILL)
 
+    async def release(self, env: dict[str, str], unset: list[str]) -> None:
+        await asyncio.to_thread(release_spare, self.socket.parent, env, unset)
+
     async def stop(self) -> None:
         """SIGTERM (uvicorn drains and exits cleanly), then SIGKILL to the whole process group."""
         if self.proc.returncode is not None:
@@ -189,7 +192,7 @@ class ProcessLauncher:
 
     async def start(self, spec: Spec, port: int, log: Log) -> ProcessWorkload:
         home = spec.base / "home"
-        if spec.role == "prepare":  # no server: nothing to listen on
+        if spec.role == "prepare" and not spec.spare:  # no server: nothing to listen on (a spare waits beside one)
             socket, run = Path(), ["-m", spec.module]
         else:
             socket = self.sockets.new() / "server.sock"

@@ -14,6 +14,7 @@ on its own, a full disk, each request its gateways forward. Who may call a servi
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import shutil
 from collections.abc import Awaitable, Callable
@@ -30,6 +31,7 @@ from emulator.runtime.workload import Launcher, Log, Spec, Workload, answers, he
 
 log = logging.getLogger("emulator.runtime")
 HEALTH_TIMEOUT = 300.0
+SPARE = "PXT_EMULATOR_SPARE"  # makes a workload a spare that waits to be released (listen_private.py)
 DISK_FULL = "No space left on device"
 
 Probe = Callable[[Address], Awaitable[bool]]
@@ -102,7 +104,13 @@ def workload_label(slug: str, db: str, service: str) -> str:
 
 class Supervisor:
     def __init__(
-        self, root: Path, launcher: Launcher, reporter: Reporter, host_ok: Callable[[str | None], bool] | None = None
+        self,
+        root: Path,
+        launcher: Launcher,
+        reporter: Reporter,
+        host_ok: Callable[[str | None], bool] | None = None,
+        *,
+        spares: bool = True,
     ) -> None:
         self.root = root
         self.launcher = launcher
@@ -115,6 +123,13 @@ class Supervisor:
         self._places: dict[tuple[str, str], Place] = {}
         self._readers: dict[int, asyncio.Task[None]] = {}
         self._sizes: dict[tuple[str, str, str, str], dict[str, Any]] = {}  # each service's last started size
+        # Spares: a service's next generation, or a database's next prepare_project, started once the current one
+        # serves, its imports done and waiting (listen_private.py); with the spec each was made from. A start with
+        # the same command, environment and sizes takes it. Keyed (org_id, db, base_path, name) for a service,
+        # (org_id, db) for a database's prepare_project.
+        self.keep_spares = spares
+        self.spares: dict[tuple[str, ...], tuple[Spec, Workload]] = {}
+        self._sparing: dict[tuple[str, ...], asyncio.Task[None]] = {}
 
     @property
     def kind(self) -> str:
@@ -133,9 +148,11 @@ class Supervisor:
         await self.launcher.close()
 
     async def _stop_all(self) -> None:
-        """Every service, gateway and database server stopped."""
+        """Every service, spare, gateway and database server stopped."""
         for key in list(self.services):
             await self.stop_service(key)
+        for key in {*self.spares, *self._sparing}:
+            await self._drop_spare(key)
         for gateway, _ in list(self.gateways.values()):
             await gateway.close()
         self.gateways.clear()
@@ -286,6 +303,22 @@ class Supervisor:
             raise
         await db_log(f"the Pixeltable server started, listening on {running.address}")
         await self._await_ready(running, healthy, "the Pixeltable server", db_log)
+        if release.fingerprint:
+            self._keep_spare(place.key, self._prepare_spec(place, release, seen, workload_env, sizes))
+
+    def _prepare_spec(
+        self, place: Place, release: Release, seen: str, env: dict[str, str], sizes: dict[str, Any]
+    ) -> Spec:
+        return Spec(
+            "prepare",
+            f"{place.slug}-{place.db}-prepare",
+            self.directory(place.org_id, place.db),
+            release.digest,
+            "pixeltable.service.prepare_project",
+            ["--db", f"pxt://{place.slug}:{place.db}", "--archive-dir", f"{seen}/release"],
+            env,
+            sizes,
+        )
 
     async def _prepare_project(
         self,
@@ -302,20 +335,12 @@ class Supervisor:
         shutil.rmtree(project, ignore_errors=True)
         project.mkdir(parents=True)
         await db_log("preparing the project (prepare_project → get_archive)")
-        prep = await self.launcher.start(
-            Spec(
-                "prepare",
-                f"{place.slug}-{place.db}-prepare",
-                base,
-                release.digest,
-                "pixeltable.service.prepare_project",
-                ["--db", f"pxt://{place.slug}:{place.db}", "--archive-dir", f"{seen}/release"],
-                env,
-                sizes,
-            ),
-            0,
-            db_log,
-        )
+        spec = self._prepare_spec(place, release, seen, env, sizes)
+        prep = await self._take_spare(place.key, spec)
+        if prep is None:
+            prep = await self.launcher.start(spec, 0, db_log)
+        else:
+            await db_log("prepare_project is the database's spare, imports done")
         try:
             async for line in prep.lines():
                 await db_log(line)
@@ -341,6 +366,7 @@ class Supervisor:
         return True
 
     async def stop_database(self, place: Place) -> None:
+        await self._drop_spares(place)
         await self._stop_database(place.key)
 
     async def _stop_database(self, key: tuple[str, str]) -> None:
@@ -353,6 +379,7 @@ class Supervisor:
 
     async def remove_database(self, place: Place) -> None:
         """Stop the server and delete the database's directory and whatever backs it."""
+        await self._drop_spares(place)
         await self._stop_database(place.key)
         await self.launcher.remove_dir(self.directory(place.org_id, place.db))
 
@@ -375,7 +402,7 @@ class Supervisor:
         self._sizes[key] = service.resources
         old = self.services.get(key)
         if resize or old is None or not old.ready or old.returncode() is not None:
-            await self.stop_service(key)
+            await self._stop_generation(key)
             old = None
         base = self.directory(place.org_id, place.db)
         release = base / "release"
@@ -418,7 +445,11 @@ class Supervisor:
         async def service_log(line: str) -> None:
             await self.reporter.line(place, line, service=label)
 
-        running = await self.launcher.start(spec, port, service_log)
+        running = await self._take_spare(key, spec)
+        if running is None:
+            running = await self.launcher.start(spec, port, service_log)
+        else:
+            await service_log(f"service {label}: the new generation is its spare, imports done")
         self._follow(place, running, label)
         try:  # from here on, a failure or a cancel (a reset) must not leave the new generation running unowned
             await service_log(f"service {label} started, listening on {running.address}")
@@ -428,18 +459,84 @@ class Supervisor:
         except BaseException:
             # Neither generation serves: the service is FAILED, and says so rather than answering from the old.
             await self._retire(running)
-            await self.stop_service(key)
+            await self._stop_generation(key)
             raise
         self.services[key] = running  # the gateway routes to the new generation from here on
         if old is not None:
             await self._retire(old)
             await service_log(f"service {label}: the previous generation stopped")
+        self._keep_spare(key, spec)
         return gateway
 
     async def stop_service(self, key: tuple[str, str, str, str]) -> None:
+        await self._drop_spare(key)
+        await self._stop_generation(key)
+
+    async def _stop_generation(self, key: tuple[str, str, str, str]) -> None:
         running = self.services.pop(key, None)
         if running is not None:
             await self._retire(running)
+
+    # --- spares -----------------------------------------------------------------------------------------------
+
+    def _keep_spare(self, key: tuple[str, ...], spec: Spec) -> None:
+        """Start a spare modelled on `spec` in the background (one per key), when spares are kept."""
+        if self.keep_spares:
+            self._sparing[key] = asyncio.create_task(self._spare(key, spec), name=f"spare-{spec.label}")
+
+    async def _spare(self, key: tuple[str, ...], spec: Spec) -> None:
+        await self._drop_spare(key, waiting=False)
+
+        async def note(line: str) -> None:  # the launcher's notes (a disk made) are the generation's, said already
+            log.debug("spare %s: %s", spec.label, line)
+
+        made = dataclasses.replace(spec, env={**spec.env, SPARE: "1"}, spare=True)
+        try:
+            spare = await self.launcher.start(made, 0, note)
+        except Exception as e:  # a spare is an optimisation: without one, the next generation starts cold
+            log.warning("no spare for %s: %s", spec.label, e)
+            return
+        self.spares[key] = (spec, spare)
+
+    async def _take_spare(self, key: tuple[str, ...], spec: Spec) -> Workload | None:
+        """The key's spare, released with the new generation's environment, if it was made for the same
+        environment, command and sizes and still waits; else it is stopped and None returned (a cold start)."""
+        await self._settle_spare(key)
+        found = self.spares.pop(key, None)
+        if found is None:
+            return None
+        made, spare = found
+        if spare.returncode() is None and (made.digest, made.module, made.args, made.resources) == (
+            spec.digest,
+            spec.module,
+            spec.args,
+            spec.resources,
+        ):
+            try:
+                await spare.release(spec.env, sorted(set(made.env) - set(spec.env)))
+                return spare
+            except OSError as e:
+                log.warning("the spare of %s could not be released: %s", spec.label, e)
+        await self._retire(spare)
+        return None
+
+    async def _settle_spare(self, key: tuple[str, ...]) -> None:
+        """Wait for a spare being started (a second or so), so that it is either in `spares` or not coming."""
+        task = self._sparing.pop(key, None)
+        if task is not None and task is not asyncio.current_task():
+            await asyncio.wait([task])
+
+    async def _drop_spare(self, key: tuple[str, ...], *, waiting: bool = True) -> None:
+        if waiting:
+            await self._settle_spare(key)
+        found = self.spares.pop(key, None)
+        if found is not None:
+            await self._retire(found[1])
+
+    async def _drop_spares(self, place: Place) -> None:
+        for key in {*self.spares, *self._sparing}:
+            if key[:2] == place.key:
+                await self._drop_spare(key)
 
     async def remove_service(self, place: Place, base: str, name: str, label: str) -> None:
         """Stop the service and delete what it had of its own (its file-cache disk, where it has one)."""

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
+import os
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -43,6 +45,17 @@ class Spec:
     resources: dict[str, Any] = field(default_factory=dict)  # cpu, memory_mb, disk_gb / file_cache_gb, workers
     database: Workload | None = None  # a service's database (a container joins its pod)
     service: str = ""  # a service's label ("name" or "base/name")
+    spare: bool = False  # a service's spare: imports at a low CPU priority, then waits to be released
+
+
+def release_spare(socket_dir: Path, env: dict[str, str], unset: list[str]) -> None:
+    """Tell a spare (listen_private.py) to become a generation with this environment: `go.json` beside its socket,
+    written whole before it appears (the directory is this user's alone; the spare deletes the file once read)."""
+    tmp = socket_dir / "go.json.tmp"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        json.dump({"env": env, "unset": unset}, f)
+    os.replace(tmp, socket_dir / "go.json")
 
 
 class Workload(Protocol):
@@ -67,6 +80,10 @@ class Workload(Protocol):
 
     async def kill(self) -> None:
         """SIGKILL at once, as the kernel's OOM killer ends a workload over its memory."""
+        ...
+
+    async def release(self, env: dict[str, str], unset: list[str]) -> None:
+        """Start a spare's module with this environment (`unset`: names to remove), at its normal priority."""
         ...
 
 
