@@ -267,21 +267,9 @@ class Deployment:
         return url.hostname or "127.0.0.1", url.port or 80, f"{url.path}/titles", {"X-api-key": self.key}
 
     def direct_target(self) -> tuple[str, int, str, dict[str, str]]:
-        """Where the gateway forwards to: the service's container (its network address, port 8000) or, on the
-        process runtime, its pod_runner's private socket, as the emulator logged it at start. The gateway strips
-        the `/ingest` prefix and the credential, so the direct call is `POST /titles` without one."""
-        if self.runtime == "docker":
-            tag = state_tag(self.state_dir)
-            ids = docker("ps", "-q", "--filter", "label=role=service", "--filter", f"label=pxt-emulator={tag}").split()
-            if len(ids) not in (1, 2):
-                raise BenchError(f"expected one service container (and its spare), found {ids}")
-            # The generation that serves is the oldest: its spare is started once it is ready.
-            found = sorted((json.loads(docker("inspect", i))[0] for i in ids), key=lambda c: c["Created"])
-            networks = found[0]["NetworkSettings"]["Networks"]
-            ips = [n["IPAddress"] for n in networks.values() if n.get("IPAddress")]
-            if not ips:
-                raise BenchError(f"the service container {ids[0][:12]} has no network address")
-            return ips[0], 8000, "/titles", {}
+        """Where the gateway forwards to: the serving generation's private socket (a container's is mounted from
+        this machine), as the emulator logged it at its start. The gateway strips the `/ingest` prefix and the
+        credential, so the direct call is `POST /titles` without one."""
         events, _ = journal(self.site, 0, "db.log")
         started = [e["data"]["line"] for e in events if e["data"].get("line", "").startswith(STARTED)]
         if not started:

@@ -238,14 +238,14 @@ def _tag(e: Emulator) -> str:
 
 
 def container(e: Emulator, role: str, service: str = "") -> dict:
-    """`docker inspect` of this emulator's one running container of that role (and service): a service's serving
-    generation, which is older than its spare (started once the generation is ready)."""
+    """`docker inspect` of this emulator's one running container of that role (and service): a database's server
+    or a service's serving generation, which is older than its spare (started once it is ready)."""
     filters = ["--filter", f"label=pxt-emulator={_tag(e)}", "--filter", f"label=role={role}"]
     if service:
         filters += ["--filter", f"label=service={service}"]
     ids = subprocess.run(["docker", "ps", "-q", *filters], capture_output=True, text=True, check=True).stdout.split()
     found = sorted((json.loads(subprocess.check_output(["docker", "inspect", i]))[0] for i in ids), key=created)
-    assert len(found) == 1 or (role == "service" and len(found) == 2), [c["Name"] for c in found]
+    assert len(found) == 1 or (role in ("database", "service") and len(found) == 2), [c["Name"] for c in found]
     return found[0]
 
 

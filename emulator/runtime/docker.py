@@ -76,8 +76,10 @@ class ContainerWorkload:
         resources: dict[str, Any],
         role: str,
         socket: Path | None = None,
+        spare: bool = False,
     ) -> None:
         self.container = container
+        self.spare = spare  # until released: a spare database server has not started Postgres, and must not stop it
         self.network = network
         self.socket = socket  # where this machine reaches its server (None for a container without one)
         self.digest = digest
@@ -161,12 +163,13 @@ class ContainerWorkload:
         with contextlib.suppress(docker.errors.APIError):
             await asyncio.to_thread(self.container.update, cpu_shares=DEFAULT_SHARES)
         await asyncio.to_thread(release_spare, self.socket.parent, env, unset)
+        self.spare = False
 
     def _stop(self) -> None:
         import docker.errors
 
         try:
-            if self.role == "database" and self._code is None:
+            if self.role == "database" and self._code is None and not self.spare:
                 # Postgres first, with a fast shutdown: killed with the container it would need recovery.
                 self.container.exec_run(
                     [
@@ -399,7 +402,9 @@ class DockerLauncher:
             if socket is not None:
                 shutil.rmtree(socket.parent, ignore_errors=True)
             raise BuildFailed(f"the {spec.role} container could not start: {e}") from None
-        workload = ContainerWorkload(container, self.network_name, spec.digest, spec.resources, spec.role, socket)
+        workload = ContainerWorkload(
+            container, self.network_name, spec.digest, spec.resources, spec.role, socket, spec.spare
+        )
         await workload.attach()
         return workload
 

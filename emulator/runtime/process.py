@@ -30,9 +30,19 @@ UNENFORCED = ("cpu", "memory_mb", "disk_gb", "workers", "egress")
 
 
 def child_env(extra: dict[str, str]) -> dict[str, str]:
-    """The environment of a hosted process: none of the emulator's own PIXELTABLE_*/EMULATOR_* settings."""
+    """The environment of a hosted process: none of the emulator's own PIXELTABLE_*/EMULATOR_* settings. Nor the
+    caller's PYTHONDONTWRITEBYTECODE: uv installs an environment without bytecode, so its first process writes it
+    (as an image built with pip has it), and every later start imports Pixeltable in 1.7 s rather than 4."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PIXELTABLE_", "EMULATOR_", "PXTCLOUD_"))}
-    for name in ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "VIRTUAL_ENV", "PYTHONPATH"):
+    for name in (
+        "HTTPS_PROXY",
+        "https_proxy",
+        "HTTP_PROXY",
+        "http_proxy",
+        "VIRTUAL_ENV",
+        "PYTHONPATH",
+        "PYTHONDONTWRITEBYTECODE",
+    ):
         env.pop(name, None)
     return {**env, **extra}
 

@@ -123,10 +123,10 @@ class Supervisor:
         self._places: dict[tuple[str, str], Place] = {}
         self._readers: dict[int, asyncio.Task[None]] = {}
         self._sizes: dict[tuple[str, str, str, str], dict[str, Any]] = {}  # each service's last started size
-        # Spares: a service's next generation, or a database's next prepare_project, started once the current one
-        # serves, its imports done and waiting (listen_private.py); with the spec each was made from. A start with
-        # the same command, environment and sizes takes it. Keyed (org_id, db, base_path, name) for a service,
-        # (org_id, db) for a database's prepare_project.
+        # Spares: a service's next generation, a database's next server and prepare_project, started once the
+        # current one serves, its imports done and waiting (listen_private.py); with the spec each was made from. A
+        # start with the same command, environment and sizes takes it. Keyed (org_id, db, base_path, name) for a
+        # service, (org_id, db, "server") and (org_id, db, "prepare") for a database.
         self.keep_spares = spares
         self.spares: dict[tuple[str, ...], tuple[Spec, Workload]] = {}
         self._sparing: dict[tuple[str, ...], asyncio.Task[None]] = {}
@@ -288,7 +288,11 @@ class Supervisor:
             server_env,
             sizes,
         )
-        running = await self.launcher.start(spec, port, db_log)
+        running = await self._take_spare((*place.key, "server"), spec)
+        if running is None:
+            running = await self.launcher.start(spec, port, db_log)
+        else:
+            await db_log("the Pixeltable server is the database's spare, imports done")
         self._follow(place, running)
         self.running[place.key] = running
         try:
@@ -303,8 +307,9 @@ class Supervisor:
             raise
         await db_log(f"the Pixeltable server started, listening on {running.address}")
         await self._await_ready(running, healthy, "the Pixeltable server", db_log)
+        self._keep_spare((*place.key, "server"), spec)
         if release.fingerprint:
-            self._keep_spare(place.key, self._prepare_spec(place, release, seen, workload_env, sizes))
+            self._keep_spare((*place.key, "prepare"), self._prepare_spec(place, release, seen, workload_env, sizes))
 
     def _prepare_spec(
         self, place: Place, release: Release, seen: str, env: dict[str, str], sizes: dict[str, Any]
@@ -336,7 +341,7 @@ class Supervisor:
         project.mkdir(parents=True)
         await db_log("preparing the project (prepare_project → get_archive)")
         spec = self._prepare_spec(place, release, seen, env, sizes)
-        prep = await self._take_spare(place.key, spec)
+        prep = await self._take_spare((*place.key, "prepare"), spec)
         if prep is None:
             prep = await self.launcher.start(spec, 0, db_log)
         else:
