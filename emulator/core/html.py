@@ -114,6 +114,11 @@ def page(title: str, body_html: str, status: int = 200) -> Response[str]:
     )
 
 
+def gone(title: str, text: str, next_html: str) -> Response[str]:
+    """410 for a link or code that no longer takes a decision: why (`text`), and what to do instead (`next_html`)."""
+    return page(title, f"<p>{escape(text)}</p><p>{next_html}</p>", 410)
+
+
 def favicon() -> Response[bytes]:
     return Response(FAVICON_SVG.encode(), media_type=FAVICON_TYPE, headers={"Cache-Control": "public, max-age=86400"})
 

@@ -267,7 +267,7 @@ def _closed(row: Any, now: float) -> Response[str] | None:
         title, text = "This sign-in code expired", f"It was valid until {html.readable(row['expires_at'])}."
     else:
         return None
-    return html.page(title, f"<p>{html.escape(text)}</p><p>Run <code>pxt login</code> again for a new code.</p>", 410)
+    return html.gone(title, text, "Run <code>pxt login</code> again for a new code.")
 
 
 def _device_form(row: Any, user_code: str, email: str = "", error: str = "", status: int = 200) -> Response[str]:

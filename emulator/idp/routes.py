@@ -322,11 +322,11 @@ def _closed(attempt: Any, now: float) -> tuple[str, str] | None:
 
 
 def _closed_page(title: str, text: str) -> Response[str]:
-    return html.page(
+    return html.gone(
         title,
-        f"<p>{html.escape(text)}</p><p>Nothing was changed. If you still want to link the agent to your account, "
-        "ask it to start a new claim: it gets a new link.</p>",
-        410,
+        text,
+        "Nothing was changed. If you still want to link the agent to your account, ask it to start a new claim: "
+        "it gets a new link.",
     )
 
 
