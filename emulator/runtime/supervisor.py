@@ -27,7 +27,7 @@ from emulator.core.snapshots import copy_tree
 from emulator.core.tasks import cancel
 from emulator.gateway.server import DatabaseGateway, FaultHook, Target
 from emulator.runtime.environments import Build, BuildFailed
-from emulator.runtime.workload import Launcher, Log, Spec, Workload, answers, healthy, resized
+from emulator.runtime.workload import POD, PREPARE, SERVER, Launcher, Log, Spec, Workload, answers, healthy, resized
 
 log = logging.getLogger("emulator.runtime")
 HEALTH_TIMEOUT = 300.0
@@ -283,7 +283,7 @@ class Supervisor:
             label,
             base,
             release.digest,
-            "pixeltable.service.proxy_daemon",
+            SERVER,
             ["--host", bind, "--port", str(port), *project_args],
             server_env,
             sizes,
@@ -319,7 +319,7 @@ class Supervisor:
             f"{place.slug}-{place.db}-prepare",
             self.directory(place.org_id, place.db),
             release.digest,
-            "pixeltable.service.prepare_project",
+            PREPARE,
             ["--db", f"pxt://{place.slug}:{place.db}", "--archive-dir", f"{seen}/release"],
             env,
             sizes,
@@ -439,7 +439,7 @@ class Supervisor:
             label=workload_label(place.slug, place.db, label),
             base=base,
             digest=database.digest,
-            module="pixeltable.serving.pod_runner",
+            module=POD,
             args=args,
             env=self.environment(place, env),
             resources=service.resources,

@@ -20,6 +20,11 @@ from emulator.core.address import Address
 from emulator.runtime.environments import Builds, Log
 
 Role = Literal["prepare", "database", "service"]
+# The real modules the workloads run, by role.
+PREPARE = "pixeltable.service.prepare_project"
+SERVER = "pixeltable.service.proxy_daemon"
+POD = "pixeltable.serving.pod_runner"
+WORKLOAD_MODULES = (PREPARE, SERVER, POD)
 # Every size a workload can be given: what a launcher enforces, and what a resize compares.
 SIZES = ("cpu", "memory_mb", "disk_gb", "file_cache_gb", "workers")
 
