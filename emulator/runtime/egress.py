@@ -12,7 +12,12 @@ containers still reach the control plane and the media store.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import fcntl
+import os
 import shutil
+import tempfile
+from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 CHAIN = "PXT-EMULATOR-EGRESS"
@@ -26,15 +31,17 @@ class EgressError(RuntimeError):
 
 def ensure_network(client: Any, name: str, bridge: str = BRIDGE) -> tuple[Any, str]:
     """The emulator's network (made on first use) and its gateway address."""
-    found = client.networks.list(names=[name])
-    network = next((n for n in found if n.name == name), None)
-    if network is None:
-        network = client.networks.create(
-            name,
-            driver="bridge",
-            options={"com.docker.network.bridge.name": bridge},
-            labels={"pxt-emulator": "network"},
-        )
+    with _host_lock():  # two emulators starting at once must not both create it (same bridge name)
+        found = client.networks.list(names=[name])
+        network = next((n for n in found if n.name == name), None)
+        if network is None:
+            network = client.networks.create(
+                name,
+                driver="bridge",
+                options={"com.docker.network.bridge.name": bridge},
+                labels={"pxt-emulator": "network"},
+                check_duplicate=True,  # engines before API 1.44 would otherwise make a second one of that name
+            )
     network.reload()
     configs = network.attrs.get("IPAM", {}).get("Config") or []
     gateway = next((c.get("Gateway") for c in configs if c.get("Gateway")), None)
@@ -59,9 +66,41 @@ async def _iptables(*args: str, check: bool = True) -> int:
 
 
 async def install(bridge: str) -> None:
-    """Install (or refresh) the rule; safe to run again and from several emulators at once."""
+    """Install (or refresh) the rule; safe to run again and from several emulators at once (a host-wide lock)."""
     if shutil.which("iptables") is None:
         raise EgressError("iptables is not installed")
+    async with _host_lock_async():
+        await _install(bridge)
+
+
+def _lock_file() -> int:
+    folder = "/run/lock" if os.access("/run/lock", os.W_OK) else tempfile.gettempdir()
+    return os.open(os.path.join(folder, "pxt-emulator-egress.lock"), os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+
+
+@contextlib.contextmanager
+def _host_lock() -> Iterator[None]:
+    """One emulator at a time on this host changes the network or the rule: two that both find the chain empty
+    would both refill it, and their rules interleave (a REJECT before a RETURN)."""
+    fd = _lock_file()
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # closing releases the lock
+
+
+@contextlib.asynccontextmanager
+async def _host_lock_async() -> AsyncIterator[None]:
+    fd = _lock_file()
+    try:
+        await asyncio.to_thread(fcntl.flock, fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
+
+
+async def _install(bridge: str) -> None:
     if await _iptables("-n", "-L", "DOCKER-USER", check=False) != 0:
         raise EgressError("the DOCKER-USER chain is missing (is the Docker engine managing iptables?)")
     ports = ",".join(str(p) for p in ALLOWED_PORTS)
