@@ -101,24 +101,37 @@ class Identity:
             raise ApiError(
                 400, "invalid_grant", "the assertion has expired; refresh the registration or register again"
             )
-        reg = await self.core.store.fetchone("SELECT * FROM registrations WHERE id = ?", (claims.get("sub"),))
-        if reg is None:
-            raise ApiError(400, "invalid_grant", "the registration no longer exists; register again")
-        if reg["status"] == "claimed" and "email" not in claims:
-            raise ApiError(400, "invalid_grant", "this registration was claimed; use the assertion the claim returned")
-        granted = POST_CLAIM_SCOPES if reg["status"] == "claimed" else PRE_CLAIM_SCOPES
-        scopes = granted
-        if scope:
-            scopes = scope.split()
-            extra = sorted(set(scopes) - set(granted))
-            if extra:
-                raise ApiError(
-                    400,
-                    "invalid_scope",
-                    f"not granted to this registration: {' '.join(extra)}; granted: {' '.join(granted)}",
-                )
         jti = self.core.ids.ident("at_")
         exp = now + self._s.access_token_ttl
+
+        def record(db: sqlite3.Connection) -> tuple[sqlite3.Row, list[str]]:
+            # The registration's state and the token's record in one transaction: a claim or a deletion
+            # committed in between cannot leave a token of the state before it.
+            reg = db.execute("SELECT * FROM registrations WHERE id = ?", (claims.get("sub"),)).fetchone()
+            if reg is None:
+                raise ApiError(400, "invalid_grant", "the registration no longer exists; register again")
+            if reg["status"] == "claimed" and "email" not in claims:
+                raise ApiError(
+                    400, "invalid_grant", "this registration was claimed; use the assertion the claim returned"
+                )
+            granted = POST_CLAIM_SCOPES if reg["status"] == "claimed" else PRE_CLAIM_SCOPES
+            scopes = granted
+            if scope:
+                scopes = scope.split()
+                extra = sorted(set(scopes) - set(granted))
+                if extra:
+                    raise ApiError(
+                        400,
+                        "invalid_scope",
+                        f"not granted to this registration: {' '.join(extra)}; granted: {' '.join(granted)}",
+                    )
+            db.execute(
+                "INSERT INTO access_tokens (jti, registration_id, scope, issued_at, expires_at) VALUES (?, ?, ?, ?, ?)",
+                (jti, reg["id"], " ".join(scopes), now, exp),
+            )
+            return reg, scopes
+
+        reg, scopes = await self.core.store.write(record)
         token = self.signer.sign(
             ACCESS_TOKEN_TYP,
             {
@@ -132,10 +145,6 @@ class Identity:
                 "exp": int(exp),
                 "registration_type": reg["type"],
             },
-        )
-        await self.core.store.execute(
-            "INSERT INTO access_tokens (jti, registration_id, scope, issued_at, expires_at) VALUES (?, ?, ?, ?, ?)",
-            (jti, reg["id"], " ".join(scopes), now, exp),
         )
         self.core.bus.publish(Kind.IDP_TOKEN_ISSUED, reg["id"], scope=" ".join(scopes), expires_at=iso(exp))
         return {
