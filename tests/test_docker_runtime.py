@@ -1,6 +1,6 @@
 """The Docker runtime's own guarantees, shown with containers and disks these tests make themselves:
 the egress rule (TCP 80/443/5432 out, nothing else), loop-mounted disks of a fixed size that grow,
-and the base image made without a registry. The hosted workflow in containers is in test_pxt_cloud.py.
+and the base image made without a registry. The hosted workflow in containers is in test_pxt_cloud_docker.py.
 
 These need a Docker engine and root; `.ci/run` provides both (scripts/setup-docker.sh). Without them they
 fail, not skip: a runtime that cannot be checked is not done.
@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import os
 import subprocess
+import threading
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -106,6 +107,42 @@ def test_the_rule_is_installed_once(client: Any) -> None:
         asyncio.run(egress.install(egress.bridge_of(network)))
     rules = subprocess.check_output(["iptables", "-S", "DOCKER-USER"], text=True)
     assert rules.count(f"-j {egress.CHAIN}") == 1, rules
+
+
+def test_emulators_starting_at_once_share_one_network_and_one_rule(client: Any) -> None:
+    """Four emulators' starts at the same moment (threads here, processes in a parallel run): one network of
+    that name, the same gateway for each, and the rule whole (RETURNs before the REJECTs, each rule once)."""
+    name, bridge = f"pxt-race-{uuid.uuid4().hex[:6]}", f"pxt-r{uuid.uuid4().hex[:6]}"
+    gateways: list[str] = []
+    errors: list[BaseException] = []
+    start = threading.Barrier(4)
+
+    def one_start() -> None:
+        try:
+            start.wait()
+            network, gateway = egress.ensure_network(client, name, bridge)
+            asyncio.run(egress.install(egress.bridge_of(network)))
+            gateways.append(gateway)
+        except BaseException as e:  # reported below, in the test's thread
+            errors.append(e)
+
+    threads = [threading.Thread(target=one_start) for _ in range(4)]
+    try:
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(120)
+        assert not errors, errors
+        assert len(client.networks.list(names=[name])) == 1
+        assert len(set(gateways)) == 1 and len(gateways) == 4, gateways
+        chain = subprocess.check_output(["iptables", "-S", egress.CHAIN], text=True).splitlines()[1:]
+        assert [line.split(" -j ")[1].split()[0] for line in chain] == ["RETURN", "RETURN", "REJECT", "REJECT"], chain
+        jumps = subprocess.check_output(["iptables", "-S", "DOCKER-USER"], text=True)
+        assert jumps.count(f"-i {bridge} -j {egress.CHAIN}") == 1, jumps
+    finally:
+        subprocess.run(["iptables", "-D", "DOCKER-USER", "-i", bridge, "-j", egress.CHAIN], capture_output=True)
+        for network in client.networks.list(names=[name]):
+            network.remove()
 
 
 def test_a_disk_has_its_size_keeps_its_data_and_grows(tmp_path: Path) -> None:
