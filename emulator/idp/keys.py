@@ -6,11 +6,16 @@ the public half, so any JOSE library can verify them.
 
 from __future__ import annotations
 
+import base64
 import json
 from collections import OrderedDict
 from pathlib import Path
 from typing import Any
 
+import msgspec
+from cryptography.hazmat.primitives import hashes
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.hazmat.primitives.asymmetric.utils import decode_dss_signature
 from joserfc import jwt
 from joserfc.errors import JoseError
 from joserfc.jwk import ECKey
@@ -52,8 +57,16 @@ class Signer:
         self._verified.clear()
 
     def sign(self, typ: str, claims: dict[str, Any]) -> str:
-        header = {"alg": "ES256", "typ": typ, "kid": self.kid}
-        return jwt.encode(header, claims, self._key, algorithms=["ES256"])
+        """A compact JWS (RFC 7515) with ES256's raw r||s signature (RFC 7518 §3.4). Made here rather than with
+        joserfc's encode, which spent as long in Python as the signature itself: token exchanges 1 400 → 1 600/s.
+        joserfc still verifies, and the tests verify with PyJWT too."""
+        header = {"typ": typ, "alg": "ES256", "kid": self.kid}
+        signing = _b64(msgspec.json.encode(header)) + b"." + _b64(msgspec.json.encode(claims))
+        private = self._key.private_key
+        if not isinstance(private, ec.EllipticCurvePrivateKey):
+            raise ValueError("the signing key has no private half")
+        r, s = decode_dss_signature(private.sign(signing, ec.ECDSA(hashes.SHA256())))
+        return (signing + b"." + _b64(r.to_bytes(32, "big") + s.to_bytes(32, "big"))).decode()
 
     def verify(self, token: str) -> tuple[str, dict[str, Any]]:
         """(typ, claims) of a token signed by this key. Expiry is the caller's business (emulator clock)."""
@@ -75,3 +88,7 @@ class Signer:
     def jwks(self) -> dict[str, Any]:
         public = self._key.as_dict(private=False)
         return {"keys": [{**public, "use": "sig", "alg": "ES256", "kid": self.kid}]}
+
+
+def _b64(data: bytes) -> bytes:
+    return base64.urlsafe_b64encode(data).rstrip(b"=")
