@@ -179,8 +179,9 @@ async def client(emu: Emulator) -> AsyncIterator[httpx.AsyncClient]:
 
 
 # The longest modules first (their share of a fresh-clone run, 2026-11-25): with pytest-xdist's `loadfile` each
-# worker takes whole modules in this order, so the two compatibility suites start at once on two workers and the
-# rest fills in around them (longest first: the run ends when the longest chain does).
+# worker takes whole modules in this order (`--no-loadscope-reorder`: xdist would otherwise order them by test
+# count), so the two compatibility suites start at once on two workers and the rest fills in around them (longest
+# first: the run ends when the longest chain does).
 LONGEST_FIRST = (
     "test_pxt_cloud_docker.py",  # ~200 s
     "test_pxt_cloud.py",  # ~100 s

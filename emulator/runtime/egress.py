@@ -14,11 +14,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import fcntl
+import logging
 import os
 import shutil
-import tempfile
+import stat
+import time
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
+
+log = logging.getLogger("emulator.runtime.egress")
 
 CHAIN = "PXT-EMULATOR-EGRESS"
 ALLOWED_PORTS = (80, 443, 5432)
@@ -73,31 +77,72 @@ async def install(bridge: str) -> None:
         await _install(bridge)
 
 
-def _lock_file() -> int:
-    folder = "/run/lock" if os.access("/run/lock", os.W_OK) else tempfile.gettempdir()
-    return os.open(os.path.join(folder, "pxt-emulator-egress.lock"), os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+_LOCK_WAIT = 60.0  # s: longer than any network creation or rule install takes
+
+
+def _open_lock() -> int | None:
+    """The host's lock file, in a directory only this user can write (root's in /run): a lock file in a
+    world-writable directory could be made and held by anyone. None when there is none to be had."""
+    home = os.path.join(os.path.expanduser("~"), ".cache", "pxt-emulator")
+    folder = "/run/pxt-emulator" if os.geteuid() == 0 else home
+    try:
+        os.makedirs(folder, mode=0o700, exist_ok=True)
+        info = os.lstat(folder)
+        if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.geteuid() or info.st_mode & 0o022:
+            log.warning("not locking the Docker network's setup: %s is not a private directory", folder)
+            return None
+        flags = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
+        return os.open(os.path.join(folder, "egress.lock"), flags, 0o600)
+    except OSError as e:
+        log.warning("not locking the Docker network's setup: %s", e)
+        return None
+
+
+def _try_lock(fd: int) -> bool:
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return True
+    except BlockingIOError:
+        return False
+
+
+def _gave_up() -> None:
+    log.warning("another emulator has held the Docker network's lock for over %d s; going on without it", _LOCK_WAIT)
 
 
 @contextlib.contextmanager
 def _host_lock() -> Iterator[None]:
     """One emulator at a time on this host changes the network or the rule: two that both find the chain empty
-    would both refill it, and their rules interleave (a REJECT before a RETURN)."""
-    fd = _lock_file()
+    would both refill it, and their rules interleave (a REJECT before a RETURN). Bounded: after a minute the
+    emulator goes on as if there were no lock."""
+    fd = _open_lock()
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
+        deadline = time.monotonic() + _LOCK_WAIT
+        while fd is not None and not _try_lock(fd):
+            if time.monotonic() > deadline:
+                _gave_up()
+                break
+            time.sleep(0.05)
         yield
     finally:
-        os.close(fd)  # closing releases the lock
+        if fd is not None:
+            os.close(fd)  # closing releases the lock
 
 
 @contextlib.asynccontextmanager
 async def _host_lock_async() -> AsyncIterator[None]:
-    fd = _lock_file()
+    fd = _open_lock()
     try:
-        await asyncio.to_thread(fcntl.flock, fd, fcntl.LOCK_EX)
+        deadline = time.monotonic() + _LOCK_WAIT
+        while fd is not None and not _try_lock(fd):
+            if time.monotonic() > deadline:
+                _gave_up()
+                break
+            await asyncio.sleep(0.05)
         yield
     finally:
-        os.close(fd)
+        if fd is not None:
+            os.close(fd)
 
 
 async def _install(bridge: str) -> None:

@@ -20,7 +20,9 @@ from emulator.runtime.workload import WORKLOAD_MODULES, Log
 
 REPOSITORY = "pxt-emulator-env"
 SITE = "/opt/pxt/site"
-RECIPE = "2"  # how an environment's image is made (2: with its workloads' bytecode): an older one is rebuilt
+# How an environment's image is made (2: with its workloads' bytecode; 3: committed, with no volume declared by the
+# copy's mount): an older one is rebuilt.
+RECIPE = "3"
 _PROBE = (
     "import json, platform, sys; "
     "print(json.dumps({'python': '%d.%d' % sys.version_info[:2], 'libc': platform.libc_ver()[1], "
@@ -130,42 +132,50 @@ class Images(Builds):
         committed. `docker build` would send the 600 MB as a build context, unpack it, checksum it and copy it
         again: 21 s a build on two cores, against about half that here."""
         import docker.errors
+        import docker.types
 
-        config = self.client.images.get(self.base_image).attrs.get("Config") or {}
         labels = {"pxt-emulator": "env", "pxt-emulator.base": base_id, "pxt-emulator.recipe": RECIPE}
         labels["pxt-emulator.environment"] = digest
-        # What fails to import here fails again, and is reported, when a workload starts; a failed copy fails now.
+        # What fails to import here fails again, and is reported, when a workload starts; a failed or empty copy
+        # (a daemon that does not see this machine's files) fails now.
         script = (
-            f"mkdir -p {SITE} && cp -a /mnt/environment/. {SITE}/ || exit 3; "
-            f"python3 -c 'import {', '.join(WORKLOAD_MODULES)}' >/dev/null 2>&1; exit 0"
+            f'[ -n "$(ls -A /mnt/environment)" ] || exit 4; mkdir -p {SITE} && cp -a /mnt/environment/. {SITE}/ '
+            f"|| exit 3; python3 -c 'import {', '.join(WORKLOAD_MODULES)}' >/dev/null 2>&1; exit 0"
         )
         env = {"PYTHONPATH": SITE, "PYTHONUNBUFFERED": "1", "PIP_DISABLE_PIP_VERSION_CHECK": "1"}
-        container = self.client.containers.create(
-            self.base_image,
-            ["sh", "-c", script],  # as the workloads' containers run: through the base image's own entry point
-            user="0",
-            environment=env,
-            network_mode="none",
-            volumes={str(site): {"bind": "/mnt/environment", "mode": "ro"}},
-            labels={"pxt-emulator": "build"},
-        )
+        container = None
         try:
+            config = self.client.images.get(self.base_image).attrs.get("Config") or {}
+            container = self.client.containers.create(
+                self.base_image,
+                ["sh", "-c", script],  # as the workloads' containers run: through the base image's own entry point
+                user="0",
+                environment=env,
+                network_mode="none",
+                # A mount, not `volumes=`: that one is also declared in the container's config, which the commit
+                # would carry into the image, and every workload container would get an anonymous volume.
+                mounts=[docker.types.Mount("/mnt/environment", str(site), type="bind", read_only=True)],
+                labels={"pxt-emulator": "build"},
+            )
             container.start()
             status = container.wait(timeout=1800).get("StatusCode")
             if status != 0:
                 out = container.logs(tail=20).decode(errors="replace").strip()
                 raise BuildFailed(f"copying the environment into the image failed ({status}): {out}")
             # The image keeps the base image's own command and user, not the copy's.
-            changes = [f"CMD {json.dumps(config['Cmd'])}"] if config.get("Cmd") else []
+            changes = [f"CMD {json.dumps(config.get('Cmd') or ['python3'])}"]
             if config.get("User"):
                 changes.append(f"USER {config['User']}")
             changes += [f"LABEL {name}={json.dumps(value)}" for name, value in labels.items()]
             repository, tag = tag_of(digest).rsplit(":", 1)
             container.commit(repository=repository, tag=tag, changes=changes)
-        except docker.errors.DockerException as e:
+        except BuildFailed:
+            raise
+        except Exception as e:  # the engine's refusals and its client's timeouts alike
             raise BuildFailed(f"making the image {tag_of(digest)} failed: {e}") from None
         finally:
-            try:
-                container.remove(force=True)
-            except docker.errors.DockerException:
-                pass
+            if container is not None:
+                try:
+                    container.remove(force=True)
+                except docker.errors.DockerException:
+                    pass
