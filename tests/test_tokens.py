@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+
 import httpx
 import jwt
 import pytest
@@ -112,6 +114,37 @@ async def test_token_endpoint_oauth_errors(emu: Emulator, form: dict, error: str
     assert r.status_code == 400
     assert r.json()["error"] == error and fragment in r.json()["error_description"]
     assert r.headers["cache-control"] == "no-store"
+
+
+@pytest.mark.parametrize("valid", [True, False])
+async def test_a_chunked_form_gets_the_same_answer_as_one_with_a_length(emu: Emulator, valid: bool) -> None:
+    """A form with a small Content-Length is answered before the router (TokenFastPath), a chunked one by the route:
+    the same status, headers and body shape, the same journal event."""
+    async with emu.client() as c:
+        reg = await flow.register(c, emu)
+        form = f"grant_type={flow.JWT_BEARER}&assertion={reg['identity']['assertion'] if valid else 'not.a.jwt'}"
+        ctype = {"Content-Type": "application/x-www-form-urlencoded"}
+
+        async def chunks() -> AsyncIterator[bytes]:
+            yield form[:20].encode()
+            yield form[20:].encode()
+
+        answers = [
+            await c.post(emu.auth + "/oauth2/token", content=form.encode(), headers=ctype),
+            await c.post(emu.auth + "/oauth2/token", content=chunks(), headers=ctype),
+        ]
+    assert "content-length" not in answers[1].request.headers  # really chunked
+    for r in answers:
+        assert r.status_code == (200 if valid else 400), r.text
+        assert (r.headers["cache-control"], r.headers["pragma"]) == ("no-store", "no-cache")
+        assert r.headers["content-type"] == "application/json"
+    if valid:
+        assert [set(r.json()) for r in answers] == [{"access_token", "token_type", "expires_in", "scope"}] * 2
+        assert answers[0].json()["access_token"] != answers[1].json()["access_token"]  # two tokens, two records
+    else:
+        assert answers[0].json() == answers[1].json() and answers[0].json()["error"] == "invalid_grant"
+    sent = [e for e in emu.journal("http.request") if e["data"]["path"] == "/oauth2/token"][-2:]
+    assert [e["data"]["status"] for e in sent] == [r.status_code for r in answers]
 
 
 async def test_json_body_is_refused_naming_the_form_encoding(client: httpx.AsyncClient, emu: Emulator) -> None:

@@ -8,6 +8,7 @@ Error formats follow each endpoint's clients: registration endpoints answer `{co
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from typing import Any, Literal
 from urllib.parse import parse_qs
@@ -32,6 +33,8 @@ from emulator.site.ratelimit import RateLimiter
 
 _encode = msgspec.json.Encoder().encode
 _NO_STORE = {"Cache-Control": "no-store", "Pragma": "no-cache"}
+_FAILED = "the identity provider failed; see its log"
+log = logging.getLogger("emulator.idp")
 
 
 @dataclass
@@ -52,7 +55,11 @@ def idp_of(request: Request[Any, Any, Any]) -> Idp:
 
 
 def _json(value: Any, status: int = 200, headers: dict[str, str] | None = None) -> Response[bytes]:
-    return Response(_encode(value), status_code=status, media_type="application/json", headers=headers)
+    return _json_bytes(status, headers or {}, _encode(value))
+
+
+def _json_bytes(status: int, headers: dict[str, str], body: bytes) -> Response[bytes]:
+    return Response(body, status_code=status, media_type="application/json", headers=headers or None)
 
 
 # --- what the endpoints take (as the OpenAPI document shows them; each handler checks its body itself) ----
@@ -113,7 +120,7 @@ def page_error(_: Request[Any, Any, Any], exc: ApiError) -> Response[str]:
 
 def internal_error(request: Request[Any, Any, Any], exc: Exception) -> Response[bytes]:
     log_internal(request, exc)
-    return registration_error(request, ApiError(500, "server_error", "the identity provider failed; see its log"))
+    return registration_error(request, ApiError(500, "server_error", _FAILED))
 
 
 def http_error(request: Request[Any, Any, Any], exc: HTTPException) -> Response[bytes]:
@@ -194,7 +201,10 @@ async def old_paths(request: Request[Any, Any, Any]) -> None:
 
 
 async def _form(request: Request[Any, Any, Any]) -> dict[str, list[str]]:
-    ctype = request.headers.get("content-type", "")
+    return _form_of(request.headers.get("content-type", ""), await request.body())
+
+
+def _form_of(ctype: str, body: bytes) -> dict[str, list[str]]:
     if not ctype.startswith("application/x-www-form-urlencoded"):
         raise ApiError(
             400,
@@ -202,7 +212,7 @@ async def _form(request: Request[Any, Any, Any]) -> dict[str, list[str]]:
             "this endpoint takes application/x-www-form-urlencoded (not " + (ctype or "an empty content type") + ")",
         )
     try:
-        return parse_qs((await request.body()).decode("utf-8"), keep_blank_values=True, strict_parsing=False)
+        return parse_qs(body.decode("utf-8"), keep_blank_values=True, strict_parsing=False)
     except UnicodeDecodeError:
         raise ApiError(400, "invalid_request", "the form is not UTF-8") from None
 
@@ -216,31 +226,89 @@ def _one(form: dict[str, list[str]], name: str) -> str | None:
     return values[0]
 
 
-@post(
-    "/oauth2/token",
-    status_code=200,
-    exception_handlers={ApiError: oauth_error},
-    opt=openapi.body(TokenForm, openapi.FORM),
-)
+async def token_answer(idp: Idp, ctype: str, authorization: str, body: bytes) -> tuple[int, dict[str, str], bytes]:
+    """POST /oauth2/token, whole: (status, headers, JSON body), refusals in RFC 6749's format. The route and
+    TokenFastPath both answer with it."""
+    try:
+        if authorization.lower().startswith("bearer "):
+            raise ApiError(400, "invalid_request", "send the assertion in the form field `assertion`, not a header")
+        form = _form_of(ctype, body)
+        grant = _one(form, "grant_type")
+        if grant != JWT_BEARER:
+            hint = ""
+            if grant and ("device_code" in grant or "claim" in grant):
+                hint = "; there is no polling grant: complete the claim at /agent/identity/claim/complete"
+            elif grant == "refresh_token":
+                hint = "; refresh tokens go to /agent/identity with type refresh"
+            raise ApiError(400, "unsupported_grant_type", f"grant_type must be {JWT_BEARER}{hint}")
+        assertion = _one(form, "assertion")
+        if not assertion:
+            raise ApiError(400, "invalid_request", "assertion is required (the registration's identity.assertion)")
+        if assertion.startswith("art_"):
+            raise ApiError(400, "invalid_grant", "refresh tokens go to /agent/identity with type refresh")
+        return 200, _NO_STORE, _encode(await idp.identity.exchange(assertion, _one(form, "scope")))
+    except ApiError as exc:
+        body = _encode({"error": exc.code, "error_description": exc.message})
+        return exc.status, {**_NO_STORE, **exc.headers}, body
+
+
+@post("/oauth2/token", status_code=200, opt=openapi.body(TokenForm, openapi.FORM))
 async def token(request: Request[Any, Any, Any]) -> Response[bytes]:
-    idp = idp_of(request)
-    if request.headers.get("authorization", "").lower().startswith("bearer "):
-        raise ApiError(400, "invalid_request", "send the assertion in the form field `assertion`, not a header")
-    form = await _form(request)
-    grant = _one(form, "grant_type")
-    if grant != JWT_BEARER:
-        hint = ""
-        if grant and ("device_code" in grant or "claim" in grant):
-            hint = "; there is no polling grant: complete the claim at /agent/identity/claim/complete"
-        elif grant == "refresh_token":
-            hint = "; refresh tokens go to /agent/identity with type refresh"
-        raise ApiError(400, "unsupported_grant_type", f"grant_type must be {JWT_BEARER}{hint}")
-    assertion = _one(form, "assertion")
-    if not assertion:
-        raise ApiError(400, "invalid_request", "assertion is required (the registration's identity.assertion)")
-    if assertion.startswith("art_"):
-        raise ApiError(400, "invalid_grant", "refresh tokens go to /agent/identity with type refresh")
-    return _json(await idp.identity.exchange(assertion, _one(form, "scope")), headers=_NO_STORE)
+    # Reached only by what TokenFastPath leaves to the router (a large or chunked body); the same answer.
+    headers = request.headers
+    answer = await token_answer(
+        idp_of(request), headers.get("content-type", ""), headers.get("authorization", ""), await request.body()
+    )
+    return _json_bytes(*answer)
+
+
+_FAST_BODY = 16 * 1024  # a token form is well under 4 KiB; anything larger goes through the router's body limits
+
+
+class TokenFastPath:
+    """ASGI: `POST /oauth2/token` answered before Litestar's router and response building (a third of an
+    exchange's CPU): token exchanges are what agents and load tests send most. Inside the boundary and fault gates
+    and the request journal, with the route's own answer (token_answer); a body without a small Content-Length
+    goes on to the route."""
+
+    def __init__(self, app: Any, idp: Idp) -> None:
+        self.app = app
+        self.idp = idp
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "http" or scope["method"] != "POST" or scope["path"] != "/oauth2/token":
+            await self.app(scope, receive, send)
+            return
+        headers: dict[bytes, bytes] = {}
+        for name, value in scope["headers"]:
+            headers.setdefault(name, value)
+        length = headers.get(b"content-length", b"")
+        if not length.isdigit() or int(length) > _FAST_BODY or b"transfer-encoding" in headers:
+            await self.app(scope, receive, send)
+            return
+        body = b""
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                return
+            body += message.get("body", b"")
+            if not message.get("more_body"):
+                break
+        try:
+            status, extra, answer = await token_answer(
+                self.idp,
+                headers.get(b"content-type", b"").decode("latin-1"),
+                headers.get(b"authorization", b"").decode("latin-1"),
+                body,
+            )
+        except Exception as exc:  # as the app's last resort does: the traceback to the log, not the client
+            log.error("unhandled error on POST /oauth2/token", exc_info=exc)
+            status, extra = 500, {}
+            answer = _encode({"code": "server_error", "message": _FAILED, "error": "server_error"})
+        raw = [(k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in extra.items()]
+        raw += [(b"content-type", b"application/json"), (b"content-length", str(len(answer)).encode())]
+        await send({"type": "http.response.start", "status": status, "headers": raw})
+        await send({"type": "http.response.body", "body": answer})
 
 
 @post(
@@ -468,4 +536,5 @@ def build_idp_app(idp: Idp, boundary: Boundary) -> BoundaryGate:
         logging_config=None,
         debug=False,
     )
-    return BoundaryGate(FaultGate(app, "auth", idp.core.faults, boundary_error), boundary, boundary_error)
+    faulted = FaultGate(TokenFastPath(app, idp), "auth", idp.core.faults, boundary_error)
+    return BoundaryGate(faulted, boundary, boundary_error)
