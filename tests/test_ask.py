@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import re
 import uuid
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import httpx
@@ -285,3 +287,41 @@ async def test_docs_are_reindexed_when_a_file_changes(tmp_path: Path, start_emul
                 if line.startswith("data: ") and json.loads(line[6:])["data"]["pages"] == 2:
                     break
         assert (await c.get("/ask", params={"q": "quokkas"})).json()["results"][0]["name"] == "Bravo"
+
+
+@pytest.mark.parametrize(
+    ("body", "accept"),
+    [
+        ({"query": "how do I create a trial"}, "application/json"),
+        ({"query": "embedding index"}, "text/event-stream"),
+        ({"quer": "no query"}, "application/json"),
+    ],
+)
+async def test_a_chunked_post_gets_the_same_answer_as_one_with_a_length(emu: Emulator, body: dict, accept: str) -> None:
+    """A small POST with a Content-Length is answered before the router (AskFastPath), a chunked one by the route:
+    the same status, headers and body (the query ids aside), JSON or an event stream."""
+    raw = json.dumps(body).encode()
+
+    async def chunks() -> AsyncIterator[bytes]:
+        yield raw[:7]
+        yield raw[7:]
+
+    headers = {"Content-Type": "application/json", "Accept": accept}
+    async with emu.client() as c:
+        answers = [
+            await c.post("/ask", content=raw, headers=headers),
+            await c.post("/ask", content=chunks(), headers=headers),
+        ]
+    assert "content-length" not in answers[1].request.headers  # really chunked
+
+    def same(r: httpx.Response) -> tuple:
+        names = [n for n in r.headers if n not in ("date", "ratelimit", "transfer-encoding", "content-length")]
+        text = re.sub(r'"query_id":"[0-9a-f-]+"', "", r.text)
+        return r.status_code, names, [r.headers[n] for n in names], text
+
+    assert same(answers[0]) == same(answers[1])
+    if accept == "text/event-stream":
+        assert answers[0].headers["content-type"] == "text/event-stream; charset=utf-8"
+        assert [e["message_type"] for e in sse_events(answers[0].text)][-1] == "complete"
+    else:
+        assert answers[0].headers["content-length"] == str(len(answers[0].content))

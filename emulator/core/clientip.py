@@ -17,3 +17,16 @@ def client_ip(request: Any, trust_forwarded: bool) -> str:
             return str(forwarded).split(",")[0].strip()
     client = request.client
     return str(client.host) if client else "unknown"
+
+
+def scope_client_ip(scope: dict[str, Any], trust_forwarded: bool) -> str:
+    """The same rule, read from an ASGI scope (for what is answered before a router)."""
+    if trust_forwarded:
+        for name, value in scope.get("headers", ()):
+            if name == b"x-forwarded-for":
+                forwarded = value.decode("latin-1")
+                if forwarded:
+                    return forwarded.split(",")[0].strip()
+                break
+    client = scope.get("client")
+    return str(client[0]) if client else "unknown"

@@ -67,5 +67,6 @@ def build_site_app(site: Site) -> Any:
         logging_config=None,
         debug=False,
     )
-    faulted = FaultGate(Liveness(app), "site", site.core.faults, lambda e: (b"application/json", error_bytes(e)))
+    fast = Liveness(ask.AskFastPath(app, site))  # /health and POST /ask before the router
+    faulted = FaultGate(fast, "site", site.core.faults, lambda e: (b"application/json", error_bytes(e)))
     return SiteGate(faulted, site.core.settings, site.boundary)

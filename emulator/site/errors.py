@@ -87,13 +87,20 @@ def http_detail(exc: HTTPException) -> str:
 
 def log_internal(request: Request[Any, Any, Any], exc: Exception) -> None:
     """Every origin's last resort: the traceback goes to the log, never into a response."""
-    log.error("unhandled error on %s %s", request.method, request.url.path, exc_info=exc)
+    log_internal_error(request.method, request.url.path, exc)
+
+
+def log_internal_error(method: str, path: str, exc: Exception) -> None:
+    log.error("unhandled error on %s %s", method, path, exc_info=exc)
+
+
+def internal_error_bytes() -> bytes:
+    return _encode(ErrorBody(ErrorDetail("bad_request", "the emulator failed to answer; see its log", 500, True)))
 
 
 def on_internal_error(request: Request[Any, Any, Any], exc: Exception) -> Response[bytes]:
     log_internal(request, exc)
-    body = _encode(ErrorBody(ErrorDetail("bad_request", "the emulator failed to answer; see its log", 500, True)))
-    return Response(body, status_code=500, media_type="application/json")
+    return Response(internal_error_bytes(), status_code=500, media_type="application/json")
 
 
 EXCEPTION_HANDLERS: dict[Any, Any] = {
