@@ -9,6 +9,7 @@ fail, not skip: a runtime that cannot be checked is not done.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import subprocess
 import threading
@@ -21,6 +22,7 @@ import pytest
 
 from emulator.runtime import disks, egress
 from emulator.runtime.docker import docker_client
+from emulator.runtime.images import BUILDER_LABEL
 from tests.conftest import BASE_IMAGE
 
 # A tiny TCP listener on the given ports, in the image's own python3.
@@ -186,3 +188,24 @@ def test_the_base_image_was_made_without_a_registry(client: Any) -> None:
         remove=True,
     ).decode()
     assert out.strip() == "(3, 11) True"
+
+
+def test_a_build_container_of_a_dead_emulator_is_removed_at_the_next_start(client: Any, start_emulator: Any) -> None:
+    """An emulator killed while it made an image leaves its build container; the next start removes it, and leaves
+    one whose emulator still runs (this test's process stands in for it) alone."""
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    made = {
+        pid: client.containers.create(
+            BASE_IMAGE, ["true"], labels={"pxt-emulator": "build", BUILDER_LABEL: str(pid)}, network_mode="none"
+        )
+        for pid in (dead.pid, os.getpid())
+    }
+    try:
+        start_emulator("--runtime", "docker", "--no-watch")
+        left = {c.id for c in client.containers.list(all=True, filters={"label": "pxt-emulator=build"})}
+        assert made[dead.pid].id not in left and made[os.getpid()].id in left
+    finally:
+        for container in made.values():
+            with contextlib.suppress(Exception):
+                container.remove(force=True)

@@ -31,7 +31,7 @@ from emulator.core.tasks import cancel
 from emulator.runtime import disks, egress
 from emulator.runtime.bridge import Relays
 from emulator.runtime.environments import BuildFailed
-from emulator.runtime.images import Images, tag_of
+from emulator.runtime.images import BUILDER_LABEL, Images, tag_of
 from emulator.runtime.sockets import LISTEN_PRIVATE, SocketDir
 from emulator.runtime.workload import Log, Spec, release_spare
 
@@ -243,6 +243,11 @@ class DockerLauncher:
         """Containers of this state directory left by an emulator that did not stop cleanly."""
         for container in self.client.containers.list(all=True, filters={"label": f"pxt-emulator={self.instance}"}):
             container.remove(force=True)
+        # An image's build container whose emulator died mid-build (any state dir's: it has no other owner).
+        for container in self.client.containers.list(all=True, filters={"label": "pxt-emulator=build"}):
+            pid = (container.labels or {}).get(BUILDER_LABEL, "")
+            if pid.isdigit() and not _alive(int(pid)):
+                container.remove(force=True)
 
     def view(self, base: Path) -> str:
         return DATA
@@ -487,3 +492,13 @@ def _remove_named(client: Any, name: str) -> None:
         client.containers.get(name).remove(force=True)
     except docker.errors.DockerException:
         pass
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # another user's process
+    return True

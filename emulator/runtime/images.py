@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -19,6 +20,7 @@ from emulator.runtime.environments import Build, BuildFailed, Builds, manifests,
 from emulator.runtime.workload import WORKLOAD_MODULES, Log
 
 REPOSITORY = "pxt-emulator-env"
+BUILDER_LABEL = "pxt-emulator.builder-pid"  # whose build container: one left by a dead emulator is removed
 SITE = "/opt/pxt/site"
 # How an environment's image is made (2: with its workloads' bytecode; 3: committed, with no volume declared by the
 # copy's mount): an older one is rebuilt.
@@ -155,7 +157,7 @@ class Images(Builds):
                 # A mount, not `volumes=`: that one is also declared in the container's config, which the commit
                 # would carry into the image, and every workload container would get an anonymous volume.
                 mounts=[docker.types.Mount("/mnt/environment", str(site), type="bind", read_only=True)],
-                labels={"pxt-emulator": "build"},
+                labels={"pxt-emulator": "build", BUILDER_LABEL: str(os.getpid())},
             )
             container.start()
             status = container.wait(timeout=1800).get("StatusCode")
