@@ -18,6 +18,7 @@ from emulator.commands import behaviour, common, declared, faults, snapshots, th
 from emulator.commands.common import add_locator, call_or_exit, locator, state_dir
 from emulator.config import ConfigError, Settings, default_state_dir, load_settings
 from emulator.core.private import private_dir
+from emulator.core.processes import alive
 
 DESCRIPTION = """\
 Local emulator of Pixeltable Cloud: the public agent API (/ask, /mcp, /health, trials, discovery),
@@ -368,9 +369,7 @@ def cmd_down(args: argparse.Namespace) -> int:
         print("emulator: it was not running (stale endpoints.json removed)")
         return 0
     for _ in range(200):
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
+        if not alive(pid):
             print(f"emulator: stopped (pid {pid})")
             return 0
         time.sleep(0.05)

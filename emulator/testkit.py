@@ -33,6 +33,7 @@ import msgspec
 
 from emulator.admin.wire import EventView
 from emulator.commands.common import exports
+from emulator.core.processes import alive
 
 START_TIMEOUT = 120.0  # seconds; a cold start that imports hosted data can take a while
 STOP_TIMEOUT = 60.0
@@ -105,14 +106,6 @@ def log_tail(path: Path, lines: int = 30) -> str:
     except OSError:
         return "(no log)"
 
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
     return True
 
 
@@ -174,14 +167,14 @@ class Testkit:
         with contextlib.suppress(OSError, ValueError, KeyError, EmulatorError):
             kept = json.loads((state_dir / REUSE_FILE).read_text())
             found = json.loads((state_dir / "endpoints.json").read_text())
-            if kept["flags"] == flags and kept["pid"] == found["pid"] and _alive(found["pid"]):
+            if kept["flags"] == flags and kept["pid"] == found["pid"] and alive(found["pid"]):
                 return cls(cls.attach(found["site"]).endpoints, state_dir=state_dir, reused=True)
         # Another run's emulator with other flags, or one that no longer answers: stop it, start ours.
         with contextlib.suppress(OSError, ValueError, KeyError, ProcessLookupError):
             old = json.loads((state_dir / "endpoints.json").read_text())["pid"]
             os.kill(old, signal.SIGTERM)
             deadline = time.monotonic() + STOP_TIMEOUT
-            while _alive(old) and time.monotonic() < deadline:
+            while alive(old) and time.monotonic() < deadline:
                 time.sleep(0.05)
         proc, found = launch(state_dir, args)
         (state_dir / REUSE_FILE).write_text(json.dumps({"flags": flags, "pid": proc.pid}))

@@ -10,17 +10,12 @@ from typing import Any
 
 
 def client_ip(request: Any, trust_forwarded: bool) -> str:
-    """`request`: anything with `.headers` (a mapping) and `.client` (with `.host`, or None), as ASGI requests have."""
-    if trust_forwarded:
-        forwarded = request.headers.get("x-forwarded-for")
-        if forwarded:
-            return str(forwarded).split(",")[0].strip()
-    client = request.client
-    return str(client.host) if client else "unknown"
+    """`request`: a Litestar request (anything with the ASGI `scope`)."""
+    return scope_client_ip(request.scope, trust_forwarded)
 
 
 def scope_client_ip(scope: dict[str, Any], trust_forwarded: bool) -> str:
-    """The same rule, read from an ASGI scope (for what is answered before a router)."""
+    """The rule, read from an ASGI scope (also for what is answered before a router)."""
     if trust_forwarded:
         for name, value in scope.get("headers", ()):
             if name == b"x-forwarded-for":

@@ -8,7 +8,6 @@ Error formats follow each endpoint's clients: registration endpoints answer `{co
 
 from __future__ import annotations
 
-import logging
 from dataclasses import dataclass
 from typing import Any, Literal
 from urllib.parse import parse_qs
@@ -24,17 +23,17 @@ from emulator.core.clientip import client_ip
 from emulator.core.context import Core
 from emulator.core.errors import ApiError
 from emulator.core.faults import FaultGate
+from emulator.core.prerouted import raw_headers, read_body, send_whole, small_body
 from emulator.core.webapp import App
 from emulator.idp import discovery, login
 from emulator.idp.identity import JWT_BEARER, POST_CLAIM_SCOPES, PRE_CLAIM_SCOPES, Identity
 from emulator.idp.login import Logins
-from emulator.site.errors import http_detail, log_internal
+from emulator.site.errors import http_detail, log_internal, log_internal_error
 from emulator.site.ratelimit import RateLimiter
 
 _encode = msgspec.json.Encoder().encode
 _NO_STORE = {"Cache-Control": "no-store", "Pragma": "no-cache"}
 _FAILED = "the identity provider failed; see its log"
-log = logging.getLogger("emulator.idp")
 
 
 @dataclass
@@ -262,9 +261,6 @@ async def token(request: Request[Any, Any, Any]) -> Response[bytes]:
     return _json_bytes(*answer)
 
 
-_FAST_BODY = 16 * 1024  # a token form is well under 4 KiB; anything larger goes through the router's body limits
-
-
 class TokenFastPath:
     """ASGI: `POST /oauth2/token` answered before Litestar's router and response building (a third of an
     exchange's CPU): token exchanges are what agents and load tests send most. Inside the boundary and fault gates
@@ -279,21 +275,15 @@ class TokenFastPath:
         if scope["type"] != "http" or scope["method"] != "POST" or scope["path"] != "/oauth2/token":
             await self.app(scope, receive, send)
             return
+        if not small_body(scope):
+            await self.app(scope, receive, send)
+            return
+        body = await read_body(receive)
+        if body is None:
+            return
         headers: dict[bytes, bytes] = {}
         for name, value in scope["headers"]:
             headers.setdefault(name, value)
-        length = headers.get(b"content-length", b"")
-        if not length.isdigit() or int(length) > _FAST_BODY or b"transfer-encoding" in headers:
-            await self.app(scope, receive, send)
-            return
-        body = b""
-        while True:
-            message = await receive()
-            if message["type"] == "http.disconnect":
-                return
-            body += message.get("body", b"")
-            if not message.get("more_body"):
-                break
         try:
             status, extra, answer = await token_answer(
                 self.idp,
@@ -302,13 +292,10 @@ class TokenFastPath:
                 body,
             )
         except Exception as exc:  # as the app's last resort does: the traceback to the log, not the client
-            log.error("unhandled error on POST /oauth2/token", exc_info=exc)
+            log_internal_error("POST", "/oauth2/token", exc)
             status, extra = 500, {}
             answer = _encode({"code": "server_error", "message": _FAILED, "error": "server_error"})
-        raw = [(k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in extra.items()]
-        raw += [(b"content-type", b"application/json"), (b"content-length", str(len(answer)).encode())]
-        await send({"type": "http.response.start", "status": status, "headers": raw})
-        await send({"type": "http.response.body", "body": answer})
+        await send_whole(send, status, raw_headers(extra), b"application/json", answer)
 
 
 @post(

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from emulator.core.address import Address
+from emulator.core.processes import alive
 from emulator.core.tasks import cancel
 from emulator.runtime import disks, egress
 from emulator.runtime.bridge import Relays
@@ -241,12 +242,11 @@ class DockerLauncher:
 
     def _remove_leftovers(self) -> None:
         """Containers of this state directory left by an emulator that did not stop cleanly."""
-        for container in self.client.containers.list(all=True, filters={"label": f"pxt-emulator={self.instance}"}):
-            container.remove(force=True)
-        # An image's build container whose emulator died mid-build (any state dir's: it has no other owner).
-        for container in self.client.containers.list(all=True, filters={"label": "pxt-emulator=build"}):
-            pid = (container.labels or {}).get(BUILDER_LABEL, "")
-            if pid.isdigit() and not _alive(int(pid)):
+        for container in self.client.containers.list(all=True, filters={"label": "pxt-emulator"}):
+            labels = container.labels or {}
+            owner, builder = labels.get("pxt-emulator"), labels.get(BUILDER_LABEL, "")
+            # And an image's build container whose emulator died mid-build (any state dir's: it has no other owner).
+            if owner == self.instance or (owner == "build" and builder.isdigit() and not alive(int(builder))):
                 container.remove(force=True)
 
     def view(self, base: Path) -> str:
@@ -492,13 +492,3 @@ def _remove_named(client: Any, name: str) -> None:
         client.containers.get(name).remove(force=True)
     except docker.errors.DockerException:
         pass
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True  # another user's process
-    return True

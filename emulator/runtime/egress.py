@@ -98,51 +98,47 @@ def _open_lock() -> int | None:
         return None
 
 
-def _try_lock(fd: int) -> bool:
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        return True
-    except BlockingIOError:
-        return False
-
-
-def _gave_up() -> None:
-    log.warning("another emulator has held the Docker network's lock for over %d s; going on without it", _LOCK_WAIT)
+def _pauses(fd: int | None) -> Iterator[float]:
+    """How long to sleep, again and again, until this process holds the lock (none: at once, or without a lock
+    file); after a minute it goes on as if there were no lock."""
+    deadline = time.monotonic() + _LOCK_WAIT
+    while fd is not None:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return
+        except BlockingIOError:
+            if time.monotonic() > deadline:
+                log.warning("another emulator has held the Docker network's lock for over %d s; going on", _LOCK_WAIT)
+                return
+            yield 0.05
 
 
 @contextlib.contextmanager
-def _host_lock() -> Iterator[None]:
-    """One emulator at a time on this host changes the network or the rule: two that both find the chain empty
-    would both refill it, and their rules interleave (a REJECT before a RETURN). Bounded: after a minute the
-    emulator goes on as if there were no lock."""
+def _lock_fd() -> Iterator[int | None]:
     fd = _open_lock()
     try:
-        deadline = time.monotonic() + _LOCK_WAIT
-        while fd is not None and not _try_lock(fd):
-            if time.monotonic() > deadline:
-                _gave_up()
-                break
-            time.sleep(0.05)
-        yield
+        yield fd
     finally:
         if fd is not None:
             os.close(fd)  # closing releases the lock
 
 
+@contextlib.contextmanager
+def _host_lock() -> Iterator[None]:
+    """One emulator at a time on this host changes the network or the rule: two that both find the chain empty
+    would both refill it, and their rules interleave (a REJECT before a RETURN)."""
+    with _lock_fd() as fd:
+        for pause in _pauses(fd):
+            time.sleep(pause)
+        yield
+
+
 @contextlib.asynccontextmanager
 async def _host_lock_async() -> AsyncIterator[None]:
-    fd = _open_lock()
-    try:
-        deadline = time.monotonic() + _LOCK_WAIT
-        while fd is not None and not _try_lock(fd):
-            if time.monotonic() > deadline:
-                _gave_up()
-                break
-            await asyncio.sleep(0.05)
+    with _lock_fd() as fd:
+        for pause in _pauses(fd):
+            await asyncio.sleep(pause)
         yield
-    finally:
-        if fd is not None:
-            os.close(fd)
 
 
 async def _install(bridge: str) -> None:

@@ -25,6 +25,7 @@ from emulator.core import jsonbody, openapi
 from emulator.core.clientip import scope_client_ip
 from emulator.core.errors import ApiError
 from emulator.core.kinds import Kind
+from emulator.core.prerouted import raw_headers, read_body, send_whole, small_body
 from emulator.site.errors import bad_request, error_bytes, internal_error_bytes, log_internal_error
 from emulator.site.idempotency import Answer, fingerprint, guarded, read_key
 from emulator.site.state import Site, site_of
@@ -290,9 +291,6 @@ async def _ask(request: Request[Any, Any, Any]) -> Response[bytes] | Stream:
     return Response(done.body, status_code=done.status, media_type=media, headers=headers)
 
 
-_FAST_BODY = 16 * 1024  # a question is at most 2 000 characters; anything larger goes through the router's limits
-
-
 class AskFastPath:
     """ASGI: `POST /ask` with a small body and no query string, answered before Litestar's router and response
     building (about a third of the loop's time per call). Inside the site's gate, the fault gate and the request
@@ -306,21 +304,12 @@ class AskFastPath:
         if scope["type"] != "http" or scope["method"] != "POST" or scope["path"] != "/ask" or scope["query_string"]:
             await self.app(scope, receive, send)
             return
-        length = b""
-        for name, value in scope["headers"]:
-            if name == b"content-length" or name == b"transfer-encoding":
-                length = value if not length and name == b"content-length" else b"-"
-        if not length.isdigit() or int(length) > _FAST_BODY:
+        if not small_body(scope):
             await self.app(scope, receive, send)
             return
-        body = b""
-        while True:
-            message = await receive()
-            if message["type"] == "http.disconnect":
-                return
-            body += message.get("body", b"")
-            if not message.get("more_body"):
-                break
+        body = await read_body(receive)
+        if body is None:
+            return
         headers = read_headers(scope["headers"])
         call = AskCall("POST", scope_client_ip(scope, self.site.core.settings.trust_forwarded), headers, {}, "", body)
         try:
@@ -332,13 +321,10 @@ class AskFastPath:
             done = Answer(500, {"Content-Type": "application/json"}, internal_error_bytes())
         fields = dict(done.headers)
         ctype = fields.pop("Content-Type", "application/json")
-        raw = [(k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in fields.items()]
         if done.stream is None:
-            raw += [(b"content-type", ctype.encode()), (b"content-length", str(len(done.body)).encode())]
-            await send({"type": "http.response.start", "status": done.status, "headers": raw})
-            await send({"type": "http.response.body", "body": done.body})
+            await send_whole(send, done.status, raw_headers(fields), ctype.encode(), done.body)
             return
-        raw.append((b"content-type", b"text/event-stream; charset=utf-8"))
+        raw = [*raw_headers(fields), (b"content-type", b"text/event-stream; charset=utf-8")]
         await send({"type": "http.response.start", "status": done.status, "headers": raw})
         stream: AsyncIterator[bytes] = done.stream  # type: ignore[assignment]  (Answer keeps it untyped)
         async for chunk in stream:
