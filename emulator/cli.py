@@ -274,6 +274,7 @@ def cmd_up(args: argparse.Namespace) -> int:
         return _up_with_tui(args, settings)
     if args.detach:
         return _detach(args, settings)
+    from emulator.media.selfcheck import MediaStoreBroken
     from emulator.server import PortInUse, Start, serve
 
     paths = {k: (getattr(args, k, None) or None) for k in START_FLAGS}
@@ -288,7 +289,7 @@ def cmd_up(args: argparse.Namespace) -> int:
     try:
         with runner:
             runner.run(serve(settings, on_ready=lambda ep: _print_ready(ep, settings), start=start))
-    except (PortInUse, ConfigError) as e:
+    except (PortInUse, ConfigError, MediaStoreBroken) as e:
         print(f"emulator: {e}", file=sys.stderr)
         return 1
     return 0
@@ -312,6 +313,9 @@ def _detach(args: argparse.Namespace, settings: Settings) -> int:
     while time.monotonic() < deadline:
         if proc.poll() is not None:
             print(f"emulator: it stopped at start (exit {proc.returncode}); see {log_path}", file=sys.stderr)
+            reason = _last_refusal(log_path)
+            if reason:
+                print(reason, file=sys.stderr)
             return 1
         try:
             endpoints = json.loads(settings.endpoints_path.read_text())
@@ -324,6 +328,15 @@ def _detach(args: argparse.Namespace, settings: Settings) -> int:
         time.sleep(0.05)
     print(f"emulator: not healthy after 60 s; see {log_path}", file=sys.stderr)
     return 1
+
+
+def _last_refusal(log_path: Path) -> str | None:
+    """The last `emulator: ...` line a stopped start wrote to its log (why it stopped), if any."""
+    try:
+        lines = log_path.read_text(errors="replace").splitlines()[-50:]
+    except OSError:
+        return None
+    return next((line for line in reversed(lines) if line.startswith("emulator: ")), None)
 
 
 def _up_with_tui(args: argparse.Namespace, settings: Settings) -> int:

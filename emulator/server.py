@@ -48,6 +48,7 @@ from emulator.idp.identity import Identity, Urls
 from emulator.idp.keys import Signer
 from emulator.idp.login import Logins
 from emulator.idp.routes import Idp, build_idp_app
+from emulator.media import selfcheck
 from emulator.media.store import MediaStore
 from emulator.runtime.choose import make_launcher
 from emulator.site.app import build_site_app
@@ -269,6 +270,8 @@ async def serve(settings: Settings, on_ready: Any = None, start: Start | None = 
         raise
     urls = Urls(site=url_of(socks["site"]), auth=url_of(socks["auth"]), api=url_of(socks["api"]))
     core = await Core.open(settings)
+    # In a child process, while the rest starts: does the media store answer with the libraries installed?
+    media_check = asyncio.create_task(selfcheck.ensure_answers())
     docs = DocsIndex(core, settings.docs)
     platform: Platform | None = None
     tunnel: TunnelServer | None = None
@@ -399,6 +402,7 @@ async def serve(settings: Settings, on_ready: Any = None, start: Start | None = 
         supervisor = reconciler.supervisor
         snapshots.add_part(Part("databases", supervisor.save_to, supervisor.load_from, pause=reconciler.paused))
         await begin_from(core, start, lambda text, name: declared.apply(core, box, identity, text, name))
+        await media_check  # MediaStoreBroken: the emulator stops, saying which library, before anyone is served
         tasks = [asyncio.create_task(server.serve(sockets=[sock])) for server, sock in servers]
         while not all(server.started for server, _ in servers):
             if any(t.done() for t in tasks):
@@ -421,6 +425,9 @@ async def serve(settings: Settings, on_ready: Any = None, start: Start | None = 
         if start.export_on_exit is not None:
             await export_on_exit(core, start.export_on_exit)
     finally:
+        if not media_check.done():
+            media_check.cancel()
+            await asyncio.gather(media_check, return_exceptions=True)
         if tunnel is not None:
             await tunnel.close()
         tunnel_sock.close()

@@ -9,14 +9,20 @@ tunnel is uploaded to the home bucket, stored there by the hosted database and r
 
 from __future__ import annotations
 
+import importlib.metadata
+import io
 import json
+import os
 import re
+import subprocess
+import sys
 import textwrap
 from collections.abc import Iterator
 from pathlib import Path
 
 import boto3
 import botocore.config
+import botocore.exceptions
 import httpx
 import pytest
 
@@ -287,20 +293,17 @@ async def test_an_acknowledged_write_survives_a_killed_emulator(start_emulator, 
     client = s3(e)
     client.put_object(Bucket=bucket, Key="photos/gone.bin", Body=b"x" * 10)
     client.delete_object(Bucket=bucket, Key="photos/gone.bin")
-    # a multipart upload: its parts are not objects, its completion is
-    upload = client.create_multipart_upload(Bucket=bucket, Key="big.bin")
-    parts = [
-        {
-            "PartNumber": n,
-            "ETag": client.upload_part(
-                Bucket=bucket, Key="big.bin", UploadId=upload["UploadId"], PartNumber=n, Body=bytes([n]) * 5 * 2**20
-            )["ETag"],
-        }
-        for n in (1, 2)
-    ]
-    client.complete_multipart_upload(
-        Bucket=bucket, Key="big.bin", UploadId=upload["UploadId"], MultipartUpload={"Parts": parts}
-    )
+    # A 12 MiB file through boto3's transfer manager: a multipart upload with a CRC32 per part (boto3's default
+    # since 1.36, asked for here so that older ones send it too). Its parts are not objects, its completion is; it
+    # reads back with boto3's default checksum validation (the composite checksum is declared as such), and it is
+    # mirrored to disk.
+    big = b"".join(bytes([n]) * 4 * 2**20 for n in (1, 2, 3))
+    client.upload_fileobj(io.BytesIO(big), bucket, "big.bin", ExtraArgs={"ChecksumAlgorithm": "CRC32"})
+    assert client.get_object(Bucket=bucket, Key="big.bin")["Body"].read() == big
+    for read in (client.get_object, client.head_object):
+        headers = read(Bucket=bucket, Key="big.bin", ChecksumMode="ENABLED")["ResponseMetadata"]["HTTPHeaders"]
+        assert headers["x-amz-checksum-type"] == "COMPOSITE", headers
+        assert re.fullmatch(r"[A-Za-z0-9+/]{6}==-2", headers["x-amz-checksum-crc32"]), headers
     # a key that is not ASCII; then an aborted upload to it and a new tag, neither of which deletes it
     accented = "photos/café ünï.png"
     client.put_object(Bucket=bucket, Key=accented, Body=b"caf")
@@ -317,11 +320,85 @@ async def test_an_acknowledged_write_survives_a_killed_emulator(start_emulator, 
         back = await c.get((await presign(c, e, t, "photos/kept.png", "get")).json()["url"])
         assert back.content == b"png" * 300 and back.headers["content-type"] == "image/png"
         assert (await c.get((await presign(c, e, t, "photos/gone.bin", "get")).json()["url"])).status_code == 404
-    big = s3(e).get_object(Bucket=bucket, Key="big.bin")["Body"].read()
-    assert big == bytes([1]) * 5 * 2**20 + bytes([2]) * 5 * 2**20
+    assert s3(e).get_object(Bucket=bucket, Key="big.bin")["Body"].read() == big
     assert s3(e).get_object(Bucket=bucket, Key=accented)["Body"].read() == b"caf"
     assert e.journal("media.restored")[-1]["data"]["objects"] == 3
     assert "not mirrored" not in e.log()
+
+
+async def test_a_write_that_cannot_be_mirrored_is_not_acknowledged(start_emulator) -> None:
+    """A change the mirror cannot write to disk is a 500 the client retries, never a 2xx for a write that a killed
+    emulator would lose. The mirror's folder for the bucket is a file here (root writes through a read-only mode)."""
+    e: Emulator = start_emulator("--no-watch")
+    c, t = await trial(e)
+    bucket = (await credentials(c, e, t)).json()["resolved_bucket_name"]
+    once = boto3.client(
+        "s3",
+        endpoint_url=e.endpoints["s3"],
+        region_name="us-east-1",
+        aws_access_key_id="test",
+        aws_secret_access_key="test",
+        config=botocore.config.Config(s3={"addressing_style": "path"}, retries={"max_attempts": 1}),
+    )
+    blocker = e.state_dir / "media" / bucket
+    blocker.parent.mkdir(parents=True, exist_ok=True)
+    blocker.write_bytes(b"")
+    with pytest.raises(botocore.exceptions.ClientError) as refused:
+        once.put_object(Bucket=bucket, Key="photos/a.png", Body=b"png" * 100)
+    error = refused.value.response
+    assert error["ResponseMetadata"]["HTTPStatusCode"] == 500 and error["Error"]["Code"] == "InternalError"
+    assert "not written to the media store's disk" in error["Error"]["Message"]
+    # a presigned PUT (the client's path) gets the same answer, in S3's XML
+    url = (await presign(c, e, t, "photos/b.png", "put")).json()["url"]
+    r = await c.put(url, content=b"b" * 10)
+    assert r.status_code == 500 and "<Code>InternalError</Code>" in r.text
+    # once the disk can take it, the client's retry is acknowledged, and durable
+    blocker.unlink()
+    once.put_object(Bucket=bucket, Key="photos/a.png", Body=b"png" * 100)
+    manifest = json.loads((e.state_dir / "media" / f"{bucket}.json").read_text())
+    assert "photos/a.png" in manifest
+    assert "not mirrored to disk" in e.log() and "Traceback" not in e.log()
+    await c.aclose()
+
+
+BROKEN_MOTO = textwrap.dedent(
+    """
+    # What a moto release that no longer takes the emulator's requests does (moto 5.2 with the 5.1 request class).
+    import moto.s3.models
+
+    def refuse(self, *args, **kwargs):
+        raise TypeError("Cannot normalize request of type S3Request")
+
+    moto.s3.models.S3Backend.create_bucket = refuse
+    """
+)
+
+
+def test_up_stops_with_the_library_named_when_the_media_store_cannot_answer(tmp_path: Path) -> None:
+    shim = tmp_path / "shim"
+    shim.mkdir()
+    (shim / "sitecustomize.py").write_text(BROKEN_MOTO)
+    env = {**os.environ, "PYTHONPATH": str(shim), "XDG_CACHE_HOME": str(tmp_path / "cache")}
+    ports = ["--site-port", "0", "--auth-port", "0", "--api-port", "0", "--tunnel-port", "0", "--s3-port", "0"]
+    state = tmp_path / "state"
+    for detach in ([], ["-d"]):
+        cmd = [sys.executable, "-m", "emulator", "up", *detach, *ports, "--state-dir", str(state), "--no-watch"]
+        out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120)
+        assert out.returncode == 1, out.stdout + out.stderr
+        said = out.stderr.strip().splitlines()[-1]
+        moto_version = importlib.metadata.version("moto")
+        assert said.startswith("emulator: the media store (moto's S3) does not answer: creating a bucket: "), said
+        assert f"moto {moto_version} raised TypeError: Cannot normalize request of type S3Request" in said
+        assert re.search(r"pip install 'moto\[s3\][<>=,.0-9]+'$", said) and "Traceback" not in out.stderr
+        assert not (state / "endpoints.json").exists()  # it never said it was up
+    assert not list((tmp_path / "cache").glob("pxt-emulator/media-checked/*"))  # a failed check is not remembered
+    # the same environment without the breakage: the check passes, and is remembered for the next start
+    env.pop("PYTHONPATH")
+    cmd = [sys.executable, "-m", "emulator", "up", "-d", *ports, "--state-dir", str(state), "--no-watch"]
+    assert subprocess.run(cmd, env=env, capture_output=True, timeout=120).returncode == 0
+    assert len(list((tmp_path / "cache").glob("pxt-emulator/media-checked/*"))) == 1
+    stop = [sys.executable, "-m", "emulator", "down", "--state-dir", str(state)]
+    assert subprocess.run(stop, capture_output=True, timeout=60).returncode == 0
 
 
 async def test_uploads_expire_after_a_day_and_a_bucket_goes_with_its_database(start_emulator) -> None:

@@ -72,12 +72,16 @@ _T = TypeVar("_T")
 # --- the S3 endpoint -------------------------------------------------------------------------------
 
 
-def _serve(host: str, fd: int, app: Callable[..., Iterable[bytes]]) -> BaseWSGIServer:
+def serve(host: str, fd: int, app: Callable[..., Iterable[bytes]]) -> BaseWSGIServer:
     """werkzeug's threaded server on the bound socket `fd`, without its access log: presigned URLs carry
     credentials in their query."""
+    from moto.moto_server import werkzeug_app
     from werkzeug.serving import WSGIRequestHandler, make_server
 
-    class QuietHandler(WSGIRequestHandler):
+    # moto 5.2's handler keeps the underscores of `x-amz-meta-my_key` headers, which werkzeug's drops; 5.1 has none.
+    handler: type[WSGIRequestHandler] = getattr(werkzeug_app, "MotoRequestHandler", WSGIRequestHandler)
+
+    class QuietHandler(handler):
         def log_request(self, code: int | str = "-", size: int | str = "-") -> None:
             pass
 
@@ -115,10 +119,13 @@ def _refuse_expired(app: Callable[..., Iterable[bytes]]) -> Callable[..., Iterab
     return wsgi
 
 
-def _refuse_unreadable(app: Callable[..., Iterable[bytes]]) -> Callable[..., Iterable[bytes]]:
+def _refuse_unreadable(
+    app: Callable[..., Iterable[bytes]], raised: Callable[[BaseException], None] | None = None
+) -> Callable[..., Iterable[bytes]]:
     """A request moto cannot read (malformed XML, a subresource with nonsense arguments, an odd header) raises
     inside it; S3 answers such a request with a 400 in its XML error format, and so does this layer, naming what
-    it could not read. The write-through mirror never sees it (it is not a 2xx)."""
+    it could not read. The write-through mirror never sees it (it is not a 2xx). `raised` is told of each such
+    exception (the start-up check names the library it came from)."""
 
     def wsgi(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
         started: list[str] = []
@@ -132,6 +139,8 @@ def _refuse_unreadable(app: Callable[..., Iterable[bytes]]) -> Callable[..., Ite
         except Exception as e:
             if started:
                 raise
+            if raised is not None:
+                raised(e)
             code = "MalformedXML" if isinstance(e, ExpatError | ElementTree.ParseError) else "InvalidRequest"
             what = f"{environ.get('REQUEST_METHOD', '')} {environ.get('PATH_INFO', '')[:200]}"
             log.info("s3 endpoint: %s refused: %s: %s", what, type(e).__name__, str(e)[:200])
@@ -178,38 +187,90 @@ def object_change(method: str, key: str, query: Iterable[str]) -> Change | None:
     return None
 
 
+class NotMirrored(Exception):
+    """A change the endpoint made could not be written to disk: the request must not be acknowledged."""
+
+
 def _write_through(
     app: Callable[..., Iterable[bytes]], changed: Callable[[Change, str, str], None]
 ) -> Callable[..., Iterable[bytes]]:
     """Tell `changed(what, bucket, key)` of every object a request wrote or deleted, before the client hears that
     it succeeded: an acknowledged write is on disk (the mirror), so it survives a killed emulator. Parts of a
-    multipart upload are not objects yet; its completion is."""
+    multipart upload are not objects yet; its completion is. When `changed` cannot write it (`NotMirrored`), the
+    client gets a 500 `InternalError`, which S3 clients retry, instead of the 2xx: the write is not durable."""
 
     def wsgi(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
         method = environ.get("REQUEST_METHOD", "")
         if method not in ("PUT", "POST", "DELETE"):
             return app(environ, start_response)
-        seen: list[str] = []
+        started: list[tuple[str, list[tuple[str, str]]]] = []
 
-        def capture(status: str, headers: list[tuple[str, str]], exc_info: Any = None) -> Any:
-            seen.append(status)
-            return start_response(status, headers, exc_info)
+        def hold(status: str, headers: list[tuple[str, str]], exc_info: Any = None) -> Any:
+            if exc_info is not None and started:
+                raise exc_info[1].with_traceback(exc_info[2])
+            started[:] = [(status, headers)]
+            return lambda data: None  # the legacy write() callable; moto returns its body instead
 
-        result = app(environ, capture)
+        result = app(environ, hold)
         try:
             body = b"".join(result)  # the answer is held until the write is mirrored
         finally:
             close = getattr(result, "close", None)
             if close is not None:
                 close()
+        status, headers = started[0]
         query = parse_qs(environ.get("QUERY_STRING", ""), keep_blank_values=True)
         # PATH_INFO holds the path's bytes as latin-1 (PEP 3333); keys are UTF-8.
         path = environ.get("PATH_INFO", "").encode("latin-1", "replace").decode("utf-8", "replace")
         bucket, _, key = path.lstrip("/").partition("/")
         what = object_change(method, key, query)
-        if seen and seen[0][:1] == "2" and bucket and what is not None:
-            changed(what, bucket, key)
+        if status[:1] == "2" and bucket and what is not None:
+            try:
+                changed(what, bucket, key)
+            except NotMirrored as e:
+                start_response("500 Internal Server Error", [("Content-Type", "application/xml")])
+                return [_s3_error("InternalError", f"The change was not written to the media store's disk: {e}")]
+        start_response(status, headers)
         return [body]
+
+    return wsgi
+
+
+_MULTIPART_ETAG = re.compile(r'^"?[0-9a-fA-F]{32}-(\d+)"?$')
+_CHECKSUM_HEADERS = ("x-amz-checksum-crc32", "x-amz-checksum-crc32c", "x-amz-checksum-sha1", "x-amz-checksum-sha256")
+
+
+def composite_checksum(headers: list[tuple[str, str]]) -> list[tuple[str, str]]:
+    """An object's headers with a multipart object's composite checksum declared as S3 declares it: the value
+    `<checksum of the parts' checksums>-<parts>` and `x-amz-checksum-type: COMPOSITE`. Without the suffix a client
+    checks the value against the whole body (boto3 does, by default) and refuses every read: moto 5.1 gives neither
+    on a GET, moto 5.2 neither on a HEAD. A full-object checksum (which moto declares `FULL_OBJECT`) is left as is."""
+    names = {name.lower() for name, _ in headers}
+    if "x-amz-checksum-type" in names:
+        return headers
+    etag = next((value for name, value in headers if name.lower() == "etag"), "")
+    multipart = _MULTIPART_ETAG.match(etag)
+    if multipart is None:
+        return headers
+    out, declared = [], False
+    for name, value in headers:
+        if name.lower() in _CHECKSUM_HEADERS and "-" not in value:
+            value, declared = f"{value}-{multipart.group(1)}", True
+        out.append((name, value))
+    return [*out, ("x-amz-checksum-type", "COMPOSITE")] if declared else headers
+
+
+def _declare_composite(app: Callable[..., Iterable[bytes]]) -> Callable[..., Iterable[bytes]]:
+    """Reads of an object (GET, HEAD) declare a composite checksum as S3 does (see `composite_checksum`)."""
+
+    def wsgi(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
+        if environ.get("REQUEST_METHOD") not in ("GET", "HEAD"):
+            return app(environ, start_response)
+
+        def declare(status: str, headers: list[tuple[str, str]], exc_info: Any = None) -> Any:
+            return start_response(status, composite_checksum(headers), exc_info)
+
+        return app(environ, declare)
 
     return wsgi
 
@@ -229,14 +290,23 @@ def _until_restored(
     return wsgi
 
 
-def _s3_app(
-    changed: Callable[[Change, str, str], None], restored: threading.Event, own: str
+def s3_app(
+    changed: Callable[[Change, str, str], None],
+    restored: threading.Event,
+    own: str,
+    raised: Callable[[BaseException], None] | None = None,
 ) -> Callable[..., Iterable[bytes]]:
+    """The endpoint's WSGI app: moto's S3 inside the layers above (`raised`: see `_refuse_unreadable`)."""
     # Imported here: moto is large, and only `emulator up` needs its server.
-    from flask import Request
     from moto.moto_server.werkzeug_app import create_backend_app
 
-    class S3Request(Request):
+    # S3 only: moto's dispatcher would also serve every other AWS service and /moto-api (which resets state).
+    app = create_backend_app("s3")
+    # The app's own request class is extended, not replaced: moto 5.2 gives it one of its own (the only type its
+    # core accepts), 5.1 Flask's.
+    base: type[Any] = app.request_class
+
+    class S3Request(base):
         """S3 takes a body as bytes whatever its Content-Type says; only a browser's upload form (a POST to the
         bucket) is a form. moto's server would parse any form-typed body (curl's `-d` default) as form fields: an
         object PUT that way was stored empty and acknowledged, and its fields read as query parameters."""
@@ -246,10 +316,9 @@ def _s3_app(
             to_bucket = "/" not in self.path.strip("/")
             return self.method == "POST" and to_bucket and super().want_form_data_parsed
 
-    # S3 only: moto's dispatcher would also serve every other AWS service and /moto-api (which resets state).
-    app = create_backend_app("s3")
     app.request_class = S3Request
-    return _until_restored(_refuse_expired(_write_through(_refuse_unreadable(app), changed)), restored, own)
+    served = _declare_composite(_write_through(_refuse_unreadable(app, raised), changed))
+    return _until_restored(_refuse_expired(served), restored, own)
 
 
 def bucket_name(org_id: str, db: str) -> str:
@@ -368,7 +437,7 @@ class MediaStore:
                 ),
             )
             host = self._sock.getsockname()[0]
-            server = _serve(host, self._sock.fileno(), _s3_app(self._changed, self._restored, self._access))
+            server = serve(host, self._sock.fileno(), s3_app(self._changed, self._restored, self._access))
             self._thread = threading.Thread(target=server.serve_forever, name="s3-endpoint", daemon=True)
             self._thread.start()
             self._server = server
@@ -388,12 +457,11 @@ class MediaStore:
         if self._restoring:
             return
         try:
-            if what == "bucket":  # a multi-object delete
-                self._mirror.sync_bucket(self._s3, bucket)
-            else:
-                self._mirror.refresh_object(self._s3, bucket, key)
-        except Exception:
-            log.exception("media store: a change to %s/%s was not mirrored to disk", bucket, key[:200])
+            self._mirror.record(self._s3, what, bucket, key)
+        except Exception as e:
+            reason = f"{type(e).__name__}: {e}"
+            log.error("media store: a change to %s/%s was not mirrored to disk (%s)", bucket, key[:200], reason)
+            raise NotMirrored(reason) from e
 
     async def close(self) -> None:
         self._wake_w.send(b"x")
@@ -545,6 +613,13 @@ class Mirror:
     def __init__(self, root: Path) -> None:
         self.root = root
         self._lock = threading.Lock()  # the S3 endpoint's threads write manifests too
+
+    def record(self, s3: Any, what: Change, bucket: str, key: str) -> None:
+        """Write through what a request changed: one object, or the bucket's list (a multi-object delete)."""
+        if what == "bucket":
+            self.sync_bucket(s3, bucket)
+        else:
+            self.refresh_object(s3, bucket, key)
 
     def refresh_object(self, s3: Any, bucket: str, key: str) -> None:
         """Make the disk hold what the endpoint holds for one key, which a request just wrote or deleted."""
