@@ -274,6 +274,7 @@ def cmd_up(args: argparse.Namespace) -> int:
         return _up_with_tui(args, settings)
     if args.detach:
         return _detach(args, settings)
+    from emulator.core.statelock import StateDirInUse
     from emulator.media.selfcheck import MediaStoreBroken
     from emulator.server import PortInUse, Start, serve
 
@@ -289,7 +290,7 @@ def cmd_up(args: argparse.Namespace) -> int:
     try:
         with runner:
             runner.run(serve(settings, on_ready=lambda ep: _print_ready(ep, settings), start=start))
-    except (PortInUse, ConfigError, MediaStoreBroken) as e:
+    except (PortInUse, ConfigError, MediaStoreBroken, StateDirInUse) as e:
         print(f"emulator: {e}", file=sys.stderr)
         return 1
     return 0

@@ -28,7 +28,7 @@ from emulator import __version__
 from emulator.cloud.app import build_cloud_app
 from emulator.cloud.operations import OPERATIONS
 from emulator.config import ConfigError, Settings
-from emulator.core import kinds
+from emulator.core import kinds, statelock
 from emulator.core.boundary import Boundary
 from emulator.core.clock import iso
 from emulator.core.context import Core
@@ -250,10 +250,17 @@ def remove_endpoints(settings: Settings) -> None:
 
 
 async def serve(settings: Settings, on_ready: Any = None, start: Start | None = None) -> None:
-    """Serve every origin until SIGINT/SIGTERM."""
-    start = start or Start()
+    """Serve every origin until SIGINT/SIGTERM, holding the state dir's lock (`StateDirInUse` if another has it)."""
     t0 = time.perf_counter()
     private_dir(settings.state_dir)  # registrations, e-mails, key hashes, the journal: the user's own
+    lock = statelock.hold(settings.state_dir)  # before anything in it is read, bound or stopped
+    try:
+        await _serve(settings, on_ready, start or Start(), t0)
+    finally:
+        lock.release()
+
+
+async def _serve(settings: Settings, on_ready: Any, start: Start, t0: float) -> None:
     socks = {
         "site": bind(settings.host, settings.site_port, "site"),
         "auth": bind(settings.host, settings.auth_port, "identity provider"),

@@ -121,6 +121,39 @@ def test_detached_lifecycle(tmp_path: Path) -> None:
     assert gone.returncode != 0 and "not running" in gone.stderr
 
 
+def test_one_emulator_per_state_dir(tmp_path: Path) -> None:
+    """A second `up` on a running emulator's state dir is refused, naming the running one; a `kill -9` of that one
+    leaves no stale lock behind."""
+    state = tmp_path / "shared"
+    first = subprocess.Popen(
+        [sys.executable, "-m", "emulator", "up", *FREE_PORTS, "--state-dir", str(state), "--no-watch"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+    try:
+        assert first.stdout is not None and "is up" in first.stdout.readline()
+        site = json.loads((state / "endpoints.json").read_text())["site"]
+        for detach in ((), ("-d",)):
+            second = run("up", *detach, *FREE_PORTS, "--no-watch", state=state)
+            assert second.returncode == 1, second.stdout
+            said = second.stderr.strip().splitlines()[-1]
+            assert said == (
+                f"emulator: {state} is in use by the emulator running as pid {first.pid} (site {site}, api "
+                f"{json.loads((state / 'endpoints.json').read_text())['api']}). Stop it with `emulator down "
+                f"--state-dir {state}`, or start this one with another --state-dir"
+            ), said
+            # the first is untouched: still the one endpoints.json names, still serving
+            assert json.loads((state / "endpoints.json").read_text())["pid"] == first.pid
+            assert httpx.get(site + "/health").status_code == 200
+    finally:
+        first.kill()  # no chance to release anything itself
+        first.wait(10)
+    again = run("up", "-d", *FREE_PORTS, "--no-watch", state=state)
+    assert again.returncode == 0, again.stderr
+    assert run("down", state=state).returncode == 0
+
+
 def test_commands_can_address_an_emulator_by_url(emu: Emulator) -> None:
     r = subprocess.run(
         [sys.executable, "-m", "emulator", "status", "--url", emu.url],
