@@ -272,6 +272,14 @@ async def test_blob_upload_contract(emu: Emulator) -> None:
     assert (await c.put(url, content=blob, headers=headers)).status_code == 412  # already stored: success
     again = await prepare_blob(c, emu, t, sha, len(blob))
     assert again["upload"] is None
+    # Whether an archive is held is answered within the caller's organization: another is asked for its own upload
+    # of the same bytes (it learns nothing of the first's), and that upload is stored for it.
+    c2, other = await trial(emu)
+    theirs = await prepare_blob(c2, emu, other, sha, len(blob))
+    assert theirs["upload"] is not None and theirs["upload"]["url"] != url
+    assert (await c2.put(theirs["upload"]["url"], content=blob, headers=headers)).status_code == 201
+    assert (await prepare_blob(c2, emu, other, sha, len(blob)))["upload"] is None
+    await c2.aclose()
     assert_plain(
         await op(
             c,

@@ -19,12 +19,16 @@ import sys
 import textwrap
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import boto3
 import botocore.config
 import botocore.exceptions
 import httpx
 import pytest
+from botocore.auth import S3SigV4Auth
+from botocore.awsrequest import AWSRequest
+from botocore.credentials import Credentials
 
 from tests import agent_flow as flow
 from tests.conftest import Emulator
@@ -42,16 +46,24 @@ async def op(c: httpx.AsyncClient, emu: Emulator, key: str, /, **body: object) -
     return await c.post(emu.api, json=body, headers={"X-api-key": key})
 
 
-def s3(emu: Emulator) -> object:
-    """A plain boto3 client for the emulator's S3 endpoint (moto takes any key pair)."""
+def s3(creds: dict[str, Any], **config: Any) -> Any:
+    """A boto3 client with a database's credentials, as `get_bucket_credentials` hands them out."""
     return boto3.client(
         "s3",
-        endpoint_url=emu.endpoints["s3"],
+        endpoint_url=creds["endpoint_url"],
         region_name="us-east-1",
-        aws_access_key_id="test",
-        aws_secret_access_key="test",
-        config=botocore.config.Config(signature_version="s3v4", s3={"addressing_style": "path"}),
+        aws_access_key_id=creds["access_key_id"],
+        aws_secret_access_key=creds["secret_access_key"],
+        config=botocore.config.Config(signature_version="s3v4", s3={"addressing_style": "path"}, **config),
     )
+
+
+def signed(creds: dict[str, Any], method: str, url: str, body: bytes = b"", **headers: str) -> dict[str, str]:
+    """The headers of a request signed (SigV4) with `creds`, for a request that boto3 has no call for."""
+    request = AWSRequest(method=method, url=url, data=body, headers=headers)
+    key = Credentials(creds["access_key_id"], creds["secret_access_key"])
+    S3SigV4Auth(key, "s3", "us-east-1").add_auth(request)
+    return dict(request.headers.items())
 
 
 async def credentials(c: httpx.AsyncClient, emu: Emulator, t: dict, **extra: object) -> httpx.Response:
@@ -168,17 +180,19 @@ async def test_a_body_is_bytes_whatever_its_content_type_and_malformed_requests_
     assert r.status_code == 200, r.text
     back = await c.get((await presign(c, emu, t, "media/form.txt", "get")).json()["url"])
     assert back.content == body and back.headers["content-type"] == "application/x-www-form-urlencoded"
-    # what moto cannot read is a 400 in S3's XML error format, never a 500
-    bucket = (await credentials(c, emu, t)).json()["resolved_bucket_name"]
-    s3_url = f"{emu.endpoints['s3']}/{bucket}"
+    # what moto cannot read (signed by the bucket's key) is a 400 in S3's XML error format, never a 500
+    creds = (await credentials(c, emu, t)).json()
+    s3_url = f"{emu.endpoints['s3']}/{creds['resolved_bucket_name']}"
     for method, path, content in [
         ("POST", "?delete", b"<not xml"),
         ("PUT", "?tagging", b"<"),
         ("GET", "?list-type=2&max-keys=-5", b""),
         ("PUT", "?lifecycle", b"<LifecycleConfiguration><Rule></Rule></LifecycleConfiguration>"),
     ]:
-        r = await c.request(method, s3_url + path, content=content)
+        headers = signed(creds, method, s3_url + path, content)
+        r = await c.request(method, s3_url + path, content=content, headers=headers)
         assert r.status_code == 400 and r.text.startswith("<?xml") and "<Code>" in r.text, (method, path, r.text)
+        assert "<Code>SignatureDoesNotMatch" not in r.text and "<Code>AccessDenied" not in r.text, r.text
     assert "Traceback" not in emu.log()
     await c.aclose()
 
@@ -226,6 +240,55 @@ async def test_another_organizations_key_is_refused(emu: Emulator) -> None:
     await c.aclose()
 
 
+async def test_a_bucket_answers_its_own_databases_key_and_presigned_urls_only(emu: Emulator) -> None:
+    """moto takes any key pair; the endpoint does not: another organization's credentials, a made-up key, a wrong
+    secret, no signature and a copy out of another bucket are all refused in S3's terms, and nothing changes."""
+    c, t = await trial(emu)
+    _, other = await trial(emu)
+    mine = (await credentials(c, emu, t)).json()
+    theirs = (await credentials(c, emu, other)).json()
+    bucket = mine["resolved_bucket_name"]
+    assert theirs["access_key_id"] != mine["access_key_id"] and theirs["resolved_bucket_name"] != bucket
+    s3(mine).put_object(Bucket=bucket, Key="private.bin", Body=b"mine")
+
+    def refused(call: Any, code: str, **kwargs: Any) -> None:
+        with pytest.raises(botocore.exceptions.ClientError) as e:
+            call(**kwargs)
+        assert e.value.response["Error"]["Code"] == code, e.value.response
+
+    foreign = s3(theirs, retries={"max_attempts": 1})
+    made_up = s3({**mine, "access_key_id": "AKIAIOSFODNN7EXAMPLE"}, retries={"max_attempts": 1})
+    wrong_secret = s3({**mine, "secret_access_key": "x" * 40}, retries={"max_attempts": 1})
+    for client, code in (
+        (foreign, "AccessDenied"),
+        (made_up, "InvalidAccessKeyId"),
+        (wrong_secret, "SignatureDoesNotMatch"),
+    ):
+        refused(client.get_object, code, Bucket=bucket, Key="private.bin")
+        refused(client.put_object, code, Bucket=bucket, Key="private.bin", Body=b"theirs")
+        refused(client.delete_object, code, Bucket=bucket, Key="private.bin")
+        refused(client.list_objects_v2, code, Bucket=bucket)
+    # a copy into their own bucket out of mine: the source is checked too
+    refused(
+        foreign.copy_object,
+        "AccessDenied",
+        Bucket=theirs["resolved_bucket_name"],
+        Key="stolen.bin",
+        CopySource={"Bucket": bucket, "Key": "private.bin"},
+    )
+    # the list of every bucket is the emulator's own
+    refused(s3(mine, retries={"max_attempts": 1}).list_buckets, "AccessDenied")
+    # no signature at all: 403 for each method, in S3's XML
+    for method in ("GET", "PUT", "DELETE"):
+        r = await c.request(method, f"{emu.endpoints['s3']}/{bucket}/private.bin", content=b"x")
+        assert r.status_code == 403 and "<Code>AccessDenied</Code>" in r.text, r.text
+    # a presigned URL the control plane signed still works, and the object is untouched
+    got = await c.get((await presign(c, emu, t, "private.bin", "get")).json()["url"])
+    assert got.status_code == 200 and got.content == b"mine"
+    assert s3(mine).get_object(Bucket=bucket, Key="private.bin")["Body"].read() == b"mine"
+    await c.aclose()
+
+
 async def test_usage_reports_media_storage(emu: Emulator) -> None:
     c, t = await trial(emu)
     url = (await presign(c, emu, t, "sized.bin", "put")).json()["url"]
@@ -270,7 +333,8 @@ async def test_objects_survive_a_restart(start_emulator, tmp_path: Path) -> None
     assert (await c.put(url, content=b"png" * 300, headers={"Content-Type": "image/png"})).status_code == 200
     gone = (await presign(c, e, t, "photos/gone.bin", "put")).json()["url"]
     assert (await c.put(gone, content=b"x" * 10)).status_code == 200
-    s3(e).delete_object(Bucket=(await credentials(c, e, t)).json()["resolved_bucket_name"], Key="photos/gone.bin")
+    creds = (await credentials(c, e, t)).json()
+    s3(creds).delete_object(Bucket=creds["resolved_bucket_name"], Key="photos/gone.bin")
     await c.aclose()
     assert e.stop() == 0
 
@@ -287,10 +351,11 @@ async def test_an_acknowledged_write_survives_a_killed_emulator(start_emulator, 
     state = tmp_path / "killed"
     e: Emulator = start_emulator("--no-watch", state_dir=state)
     c, t = await trial(e)
-    bucket = (await credentials(c, e, t)).json()["resolved_bucket_name"]
+    creds = (await credentials(c, e, t)).json()
+    bucket = creds["resolved_bucket_name"]
     url = (await presign(c, e, t, "photos/kept.png", "put")).json()["url"]
     assert (await c.put(url, content=b"png" * 300, headers={"Content-Type": "image/png"})).status_code == 200
-    client = s3(e)
+    client = s3(creds)
     client.put_object(Bucket=bucket, Key="photos/gone.bin", Body=b"x" * 10)
     client.delete_object(Bucket=bucket, Key="photos/gone.bin")
     # A 12 MiB file through boto3's transfer manager: a multipart upload with a CRC32 per part (boto3's default
@@ -320,8 +385,9 @@ async def test_an_acknowledged_write_survives_a_killed_emulator(start_emulator, 
         back = await c.get((await presign(c, e, t, "photos/kept.png", "get")).json()["url"])
         assert back.content == b"png" * 300 and back.headers["content-type"] == "image/png"
         assert (await c.get((await presign(c, e, t, "photos/gone.bin", "get")).json()["url"])).status_code == 404
-    assert s3(e).get_object(Bucket=bucket, Key="big.bin")["Body"].read() == big
-    assert s3(e).get_object(Bucket=bucket, Key=accented)["Body"].read() == b"caf"
+    client = s3({**creds, "endpoint_url": e.endpoints["s3"]})  # the same key pair after a restart
+    assert client.get_object(Bucket=bucket, Key="big.bin")["Body"].read() == big
+    assert client.get_object(Bucket=bucket, Key=accented)["Body"].read() == b"caf"
     assert e.journal("media.restored")[-1]["data"]["objects"] == 3
     assert "not mirrored" not in e.log()
 
@@ -331,15 +397,9 @@ async def test_a_write_that_cannot_be_mirrored_is_not_acknowledged(start_emulato
     emulator would lose. The mirror's folder for the bucket is a file here (root writes through a read-only mode)."""
     e: Emulator = start_emulator("--no-watch")
     c, t = await trial(e)
-    bucket = (await credentials(c, e, t)).json()["resolved_bucket_name"]
-    once = boto3.client(
-        "s3",
-        endpoint_url=e.endpoints["s3"],
-        region_name="us-east-1",
-        aws_access_key_id="test",
-        aws_secret_access_key="test",
-        config=botocore.config.Config(s3={"addressing_style": "path"}, retries={"max_attempts": 1}),
-    )
+    creds = (await credentials(c, e, t)).json()
+    bucket = creds["resolved_bucket_name"]
+    once = s3(creds, retries={"max_attempts": 1})
     blocker = e.state_dir / "media" / bucket
     blocker.parent.mkdir(parents=True, exist_ok=True)
     blocker.write_bytes(b"")
@@ -407,16 +467,19 @@ async def test_uploads_expire_after_a_day_and_a_bucket_goes_with_its_database(st
     for key in ("uploads/req1/tar0.tar", "media/kept.png"):
         url = (await presign(c, e, t, key, "put")).json()["url"]
         assert (await c.put(url, content=b"y" * 600)).status_code == 200
-    bucket = (await credentials(c, e, t)).json()["resolved_bucket_name"]
+    creds = (await credentials(c, e, t)).json()
+    bucket, client = creds["resolved_bucket_name"], s3(creds)
     e.advance("23h")
-    assert len(s3(e).list_objects_v2(Bucket=bucket)["Contents"]) == 2
+    assert len(client.list_objects_v2(Bucket=bucket)["Contents"]) == 2
     e.advance("2h")  # the sweep runs before the clock move returns
-    assert [o["Key"] for o in s3(e).list_objects_v2(Bucket=bucket)["Contents"]] == ["media/kept.png"]
+    assert [o["Key"] for o in client.list_objects_v2(Bucket=bucket)["Contents"]] == ["media/kept.png"]
     assert e.journal("media.uploads_expired")[-1]["data"] == {"objects": 1}
     # The unclaimed trial expires after 48 hours, its database with it; its bucket follows within ten minutes.
     e.advance("24h")
     e.advance("11m")
-    assert bucket not in [b["Name"] for b in s3(e).list_buckets()["Buckets"]]
+    with pytest.raises(botocore.exceptions.ClientError) as gone:
+        client.head_bucket(Bucket=bucket)
+    assert gone.value.response["Error"]["Code"] == "404"
     assert [ev["subject"] for ev in e.journal("media.bucket_dropped")] == [bucket]
     await c.aclose()
 
@@ -459,18 +522,19 @@ def hosted(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Session]:
     yield from open_session(tmp_path_factory.mktemp("media"), ensure_client())
 
 
-def home_bucket(s: Session) -> str:
+def home_bucket(s: Session) -> dict[str, Any]:
+    """The credentials of the session's database's home bucket (and its name, `resolved_bucket_name`)."""
     r = httpx.post(
         s.e.api,
         json={"operation_type": "get_bucket_credentials", "org": s.org, "db": "main", "bucket_name": "home"},
         headers={"X-api-key": s.trial_key},
     )
-    return r.json()["resolved_bucket_name"]
+    return r.json()
 
 
 def objects(s: Session) -> dict[str, bytes]:
-    client = s3(s.e)
-    bucket = home_bucket(s)
+    creds = home_bucket(s)
+    client, bucket = s3(creds), creds["resolved_bucket_name"]
     listed = client.list_objects_v2(Bucket=bucket).get("Contents", [])
     return {o["Key"]: client.get_object(Bucket=bucket, Key=o["Key"])["Body"].read() for o in listed}
 

@@ -32,7 +32,7 @@ async def upload(request: Request[Any, Any, Any], org_id: str, sha256: str, sig:
     if not is_sha(sha256):
         raise ApiError(400, "bad_request", "the blob name must be its sha256 (64 lowercase hex digits)")
     blobs.check(sig, "put", org_id, sha256)
-    if await blobs.has(sha256):
+    if await blobs.has(org_id, sha256):
         return Response(b"", status_code=412)  # already stored: the client counts this as success
     body = await request.body()
     actual = hashlib.sha256(body)

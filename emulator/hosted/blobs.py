@@ -56,8 +56,10 @@ class Blobs:
     def path(self, sha256: str) -> Path:
         return self.root / sha256[:2] / sha256
 
-    async def has(self, sha256: str) -> bool:
-        return await one(self.core.store, "SELECT 1 FROM blobs WHERE sha256 = ?", (sha256,)) is not None
+    async def has(self, org_id: str, sha256: str) -> bool:
+        """Whether this organization uploaded this archive (another's upload of the same bytes does not count)."""
+        row = await one(self.core.store, "SELECT 1 FROM blobs WHERE sha256 = ? AND org_id = ?", (sha256, org_id))
+        return row is not None
 
     async def store(self, org_id: str, sha256: str, body: bytes) -> None:
         """Keep an uploaded archive (its hash already checked), then record it."""

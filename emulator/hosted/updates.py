@@ -114,7 +114,7 @@ async def prepare(core: Core, blobs: Blobs, org_id: str, slug: str, change: Chan
         check_target(target, org.trial)
     blob = check_blob(change.blob)
     upload = None
-    if blob is not None and not await blobs.has(blob.sha256):
+    if blob is not None and not await blobs.has(org_id, blob.sha256):
         upload = {"url": blobs.upload_url(org_id, blob.sha256), "headers": {}}
     existing = await services.of_database(core.store, org_id, db)
     generations, specs = [], []
@@ -176,7 +176,7 @@ async def _submit_database(
     org = await _org(core, org_id)
     check_target(target, org.trial)
     blob = check_blob(change.blob)
-    if blob is not None and not await blobs.has(blob.sha256):
+    if blob is not None and not await blobs.has(org_id, blob.sha256):
         raise ApiError(
             400, "bad_request", "the project archive was not uploaded; PUT it to the URL prepare_update gave"
         )

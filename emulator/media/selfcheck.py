@@ -126,17 +126,19 @@ def check() -> str | None:
         import botocore.config
         from boto3.s3.transfer import TransferConfig
 
-        from emulator.media.store import Change, Mirror, s3_app, serve
+        from emulator.media.store import Change, Keys, Mirror, s3_app, serve
 
         with tempfile.TemporaryDirectory(prefix="pxt-media-check-") as tmp:
             sock = socket.create_server(("127.0.0.1", 0))
+            keys = Keys(os.urandom(32))
+            access, secret = keys.of_bucket("pxt-check")  # a database's key, as the client gets one
             step = "making a boto3 client"
             s3 = boto3.client(
                 "s3",
                 endpoint_url=f"http://127.0.0.1:{sock.getsockname()[1]}",
                 region_name="us-east-1",
-                aws_access_key_id="check",
-                aws_secret_access_key="check",
+                aws_access_key_id=access,
+                aws_secret_access_key=secret,
                 config=botocore.config.Config(
                     signature_version="s3v4", s3={"addressing_style": "path"}, retries={"max_attempts": 1}
                 ),
@@ -149,7 +151,7 @@ def check() -> str | None:
                 mirror.record(s3, what, bucket, key)
 
             step = "starting moto's S3 server"
-            server = serve("127.0.0.1", sock.fileno(), s3_app(changed, restored, "check", raised.append))
+            server = serve("127.0.0.1", sock.fileno(), s3_app(changed, restored, keys, raised.append))
             threading.Thread(target=server.serve_forever, daemon=True).start()
             try:
                 step = "creating a bucket"

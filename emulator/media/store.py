@@ -44,7 +44,7 @@ from collections.abc import Awaitable, Callable, Iterable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
-from urllib.parse import parse_qs
+from urllib.parse import parse_qs, unquote
 from xml.etree import ElementTree
 from xml.parsers.expat import ExpatError
 from xml.sax.saxutils import escape as xml_escape
@@ -53,6 +53,7 @@ from emulator.core.context import Core
 from emulator.core.kinds import Kind
 from emulator.core.private import private_key
 from emulator.core.snapshots import copy_tree
+from emulator.media import sigv4
 
 if TYPE_CHECKING:
     from werkzeug.serving import BaseWSGIServer
@@ -290,10 +291,65 @@ def _until_restored(
     return wsgi
 
 
+class Keys:
+    """The key pairs the endpoint takes: the emulator's own (every bucket; no client has it), and one per bucket,
+    derived from a private key and the bucket's name (never stored), which `get_bucket_credentials` hands out for
+    that database's bucket alone."""
+
+    def __init__(self, key: bytes) -> None:
+        self._key = key
+        self.own = self._derive("emulator")
+
+    def _derive(self, label: str) -> tuple[str, str]:
+        digest = hmac.new(self._key, f"media\0{label}".encode(), hashlib.sha256).digest()
+        return KEY_PREFIX + base64.b32encode(digest[:10]).decode()[:16], base64.b64encode(digest[10:]).decode()[:40]
+
+    def of_bucket(self, bucket: str) -> tuple[str, str]:
+        """(access key id, secret) of one bucket."""
+        return self._derive(f"bucket\0{bucket}")
+
+
+def _authorized(app: Callable[..., Iterable[bytes]], keys: Keys) -> Callable[..., Iterable[bytes]]:
+    """Who may do what: a request must be signed (SigV4, a header or a presigned URL's query) with the emulator's own
+    key, or with the key of the one bucket it names (a copy's source included); anything else is S3's 403 (400 for
+    a malformed signature), before moto sees it. moto itself accepts any key pair."""
+
+    def wsgi(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
+        path = environ.get("PATH_INFO", "").encode("latin-1", "replace").decode("utf-8", "replace")
+        bucket = path.lstrip("/").partition("/")[0]
+        allowed = dict([keys.own, keys.of_bucket(bucket)]) if bucket else dict([keys.own])
+        verdict = sigv4.check(environ, allowed.get)
+        if isinstance(verdict, sigv4.Signed) and verdict.access_key != keys.own[0]:
+            source = unquote(environ.get("HTTP_X_AMZ_COPY_SOURCE", "")).split("?")[0].lstrip("/").partition("/")[0]
+            if source and source != bucket:
+                verdict = sigv4.Refused("AccessDenied", f"Access Denied: this key does not reach bucket {source}")
+        if isinstance(verdict, sigv4.Refused):
+            if verdict.code == "InvalidAccessKeyId" and f"Credential={KEY_PREFIX}" in _credential(environ):
+                # one of the emulator's keys (their prefix says so), for another bucket
+                what = f"bucket {bucket}" if bucket else "the list of buckets"
+                verdict = sigv4.Refused("AccessDenied", f"Access Denied: this key does not reach {what}")
+            status = "403 Forbidden" if verdict.code in _FORBIDDEN else "400 Bad Request"
+            start_response(status, [("Content-Type", "application/xml")])
+            return [] if environ.get("REQUEST_METHOD") == "HEAD" else [_s3_error(verdict.code, verdict.message)]
+        return app(environ, start_response)
+
+    return wsgi
+
+
+_FORBIDDEN = frozenset({"AccessDenied", "InvalidAccessKeyId", "SignatureDoesNotMatch"})
+KEY_PREFIX = "PXTE"  # every access key id the emulator makes (as AWS's begin with AKIA or ASIA)
+
+
+def _credential(environ: dict[str, Any]) -> str:
+    """Where a request names its key: the `Authorization` header, or a presigned URL's query."""
+    query = unquote(environ.get("QUERY_STRING", ""))
+    return environ.get("HTTP_AUTHORIZATION", "") + " " + query.replace("X-Amz-Credential=", "Credential=")
+
+
 def s3_app(
     changed: Callable[[Change, str, str], None],
     restored: threading.Event,
-    own: str,
+    keys: Keys,
     raised: Callable[[BaseException], None] | None = None,
 ) -> Callable[..., Iterable[bytes]]:
     """The endpoint's WSGI app: moto's S3 inside the layers above (`raised`: see `_refuse_unreadable`)."""
@@ -318,7 +374,7 @@ def s3_app(
 
     app.request_class = S3Request
     served = _declare_composite(_write_through(_refuse_unreadable(app, raised), changed))
-    return _until_restored(_refuse_expired(served), restored, own)
+    return _until_restored(_refuse_expired(_authorized(served, keys)), restored, keys.own[0])
 
 
 def bucket_name(org_id: str, db: str) -> str:
@@ -372,7 +428,8 @@ class MediaStore:
         self._swept = -math.inf
         self._restoring = False
         self._restored = threading.Event()  # clients' requests wait for it (see _until_restored)
-        self._access, self._secret = self.credentials("emulator")
+        self.keys = Keys(self._key)
+        self._access, self._secret = self.keys.own
         self._s3_client: Any = None  # the emulator's own boto3 client (see _bring_up)
         self._up = threading.Lock()
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -437,7 +494,7 @@ class MediaStore:
                 ),
             )
             host = self._sock.getsockname()[0]
-            server = serve(host, self._sock.fileno(), s3_app(self._changed, self._restored, self._access))
+            server = serve(host, self._sock.fileno(), s3_app(self._changed, self._restored, self.keys))
             self._thread = threading.Thread(target=server.serve_forever, name="s3-endpoint", daemon=True)
             self._thread.start()
             self._server = server
@@ -549,11 +606,9 @@ class MediaStore:
                 self._restoring = False
             self._buckets.update(self._mirror.buckets())
 
-    def credentials(self, org_id: str) -> tuple[str, str]:
-        """A stable key pair per organization, derived (never stored): (access key id, secret)."""
-        digest = hmac.new(self._key, f"media\0{org_id}".encode(), hashlib.sha256).digest()
-        access = "PXTE" + base64.b32encode(digest[:10]).decode()[:16]
-        return access, base64.b64encode(digest[10:]).decode()[:40]
+    def credentials(self, bucket: str) -> tuple[str, str]:
+        """A database's key pair (access key id, secret): it reaches that database's bucket only."""
+        return self.keys.of_bucket(bucket)
 
     async def ensure_bucket(self, name: str) -> None:
         """The bucket exists, and the endpoint is up (every control-plane operation on media starts here)."""
