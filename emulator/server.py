@@ -44,7 +44,7 @@ from emulator.hosted.blobs import Blobs
 from emulator.hosted.platform import Platform
 from emulator.hosted.reconciler import Reconciler
 from emulator.hosted.secrets import SecretBox
-from emulator.idp.identity import Identity, Urls
+from emulator.idp.identity import CLAIM_PAGE, Identity, Urls
 from emulator.idp.keys import Signer
 from emulator.idp.login import Logins
 from emulator.idp.routes import Idp, build_idp_app
@@ -315,13 +315,14 @@ async def _serve(settings: Settings, on_ready: Any, start: Start, t0: float) -> 
         # Before the origins serve: the first get_bucket_credentials may come as soon as they do.
         platform.media = MediaStore(core, s3_sock, url_of(s3_sock), settings.media_quota_bytes, live_databases)
         await platform.media.start()
+        reconciler.on_database_ended(platform.media.drop)  # a database's bucket goes with it
         core.on_reset(platform.reset)  # first: no workload may run on while its rows go
         core.on_reset(limiter.reset)
         core.after_load(idem.recover)
         core.after_load(reconciler.resume)
         core.clock.on_due(limiter.sweep)
         core.clock.on_due(idem.sweep)
-        core.clock.on_due(lambda now: trials.expire(core, now))
+        core.clock.on_due(lambda now: trials.expire(core, now, reconciler.end_org))
         ca = LocalCA.load_or_create(settings.state_dir / "tls", settings.cloud_domain)
         endpoints = {
             "site": urls.site,
@@ -362,7 +363,15 @@ async def _serve(settings: Settings, on_ready: Any, start: Start, t0: float) -> 
         core.on_reset(register_limiter.reset)
         core.faults.operations = frozenset(OPERATIONS)
         apps = {
-            name: RequestJournal(app, name, core.bus.publish, settings.trust_forwarded)
+            name: RequestJournal(
+                app,
+                name,
+                core.bus.publish,
+                settings.trust_forwarded,
+                last_seq=lambda: core.bus.last_seq,
+                # the person's claim link carries its attempt token in its query, as the emulator issued it
+                issued=frozenset({CLAIM_PAGE}) if name == "auth" else frozenset(),
+            )
             for name, app in (
                 ("site", build_site_app(site)),
                 ("auth", build_idp_app(Idp(core, identity, register_limiter, logins), boundary)),

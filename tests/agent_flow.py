@@ -5,11 +5,35 @@ from __future__ import annotations
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
+import boto3
+import botocore.config
 import httpx
 
 from tests.conftest import Emulator
 
 JWT_BEARER = "urn:ietf:params:oauth:grant-type:jwt-bearer"
+# A database's size as `submit_update` carries it (the client's DatabaseResources), for a trial's limits.
+DATABASE_TARGET = {
+    "cpu": 1.0,
+    "memory_mb": 1024,
+    "workers": 1,
+    "disk_gb": 5,
+    "fingerprint": None,
+    "pxt_md_version": 56,
+    "force_build_nonce": None,
+}
+
+
+def s3_client(creds: dict[str, Any], **config: Any) -> Any:
+    """A boto3 client with a database's credentials, as `get_bucket_credentials` hands them out."""
+    return boto3.client(
+        "s3",
+        endpoint_url=creds["endpoint_url"],
+        region_name="us-east-1",
+        aws_access_key_id=creds["access_key_id"],
+        aws_secret_access_key=creds["secret_access_key"],
+        config=botocore.config.Config(signature_version="s3v4", s3={"addressing_style": "path"}, **config),
+    )
 
 
 async def register(c: httpx.AsyncClient, emu: Emulator, **body: Any) -> dict[str, Any]:

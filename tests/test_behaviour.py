@@ -6,6 +6,7 @@ the gateway half of `hard-coded-url` and `update-while-not-available` need hoste
 
 from __future__ import annotations
 
+import asyncio
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -16,8 +17,11 @@ import httpx
 import pytest
 
 from emulator.behaviour import scorecard
+from emulator.core.served import failed
+from emulator.idp.login import CLIENT_ID
 from tests import agent_flow as flow
 from tests.conftest import Emulator, next_ip
+from tui.views.log import event_style
 
 FROZEN = "2031-01-01T00:00:00Z"
 README = Path(__file__).resolve().parent.parent / "README.md"
@@ -70,6 +74,12 @@ class Agent:
         assert r.status_code == 201, r.text
         self.trial = r.json()
         return self.trial
+
+    async def ask(self, body: dict[str, Any], key: str | None = None) -> httpx.Response:
+        """POST /ask with its access token, as an agent that sends its credential with every call does (a call
+        with none is nobody's: the scorecard never judges it)."""
+        headers = {"Authorization": f"Bearer {self.token}", **({"Idempotency-Key": key} if key else {})}
+        return await self.c.post("/ask", json=body, headers=headers)
 
     async def api(self, op: str, **body: Any) -> httpx.Response:
         return await self.c.post(
@@ -151,15 +161,15 @@ async def test_a_trace_follows_one_agent_across_origins_in_order(be: Emulator) -
         assert (await agent.api("list_orgs")).status_code == 200
     by_reg = be.admin().get(f"/_emulator/traces/{reg}").json()
     kinds = [(s["origin"], s["kind"], s["what"].split(" ")[:2]) for s in by_reg["steps"]]
-    assert kinds[:2] == [
-        ("site", "http.request", ["GET", "/.well-known/oauth-protected-resource"]),
-        ("auth", "http.request", ["GET", "/.well-known/oauth-authorization-server"]),
-    ]
-    assert [k for _, k, _ in kinds].count("idp.registered") == 1
+    # Only what carried its credentials: discovery and the registration call carry none (they are unattributed);
+    # the exchange carries its assertion, the trial its token, the control plane its key.
+    assert kinds[0] == ("auth", "idp.registered", ["idp.registered", reg])
+    assert ("auth", "http.request", ["POST", "/oauth2/token"]) in kinds
+    assert not [k for k in kinds if k[2][1:2] == ["/.well-known/oauth-protected-resource"]]
     assert ("site", "trial.created", ["trial.created", trial["org"]]) in kinds
     assert kinds[-1] == ("api", "http.request", ["POST", "/"]) and "list_orgs" in by_reg["steps"][-1]["what"]
     assert by_reg["agent"]["orgs"] == [trial["org"]] and by_reg["agent"]["keys"]
-    assert by_reg["requests"] == 6 and by_reg["errors"] == 0 and by_reg["p95_ms"] >= by_reg["p50_ms"] >= 0
+    assert by_reg["requests"] == 3 and by_reg["errors"] == 0 and by_reg["p95_ms"] >= by_reg["p50_ms"] >= 0
     seqs = [s["seq"] for s in by_reg["steps"]]
     assert seqs == sorted(seqs)
     # the bystander's calls are not in it, and the same trace is found by the organization and the key's name
@@ -171,7 +181,7 @@ async def test_a_trace_follows_one_agent_across_origins_in_order(be: Emulator) -
     out = cli(be, "trace", reg)
     assert out.returncode == 0, out.stderr
     assert f"agent {reg} (anonymous)" in out.stdout and "POST /api/v1/trial-orgs" in out.stdout
-    assert "6 requests, 0 errors" in out.stdout
+    assert "3 requests, 0 errors" in out.stdout
 
 
 def bystander_absent(trace: dict[str, Any], other: str) -> bool:
@@ -226,8 +236,8 @@ async def test_idempotency_key_reused_with_another_body(be: Emulator) -> None:
     async with be.client() as c:
         sloppy = Agent(be, c)
         reg = await sloppy.register()
-        first = await c.post("/ask", json={"query": "tables"}, headers={"Idempotency-Key": "k-1"})
-        other = await c.post("/ask", json={"query": "views"}, headers={"Idempotency-Key": "k-1"})
+        first = await sloppy.ask({"query": "tables"}, "k-1")
+        other = await sloppy.ask({"query": "views"}, "k-1")
         assert first.status_code == 200 and other.status_code == 422
     [found] = findings(be, reg)
     assert found["rule"] == "idempotency-key-reused" and "'k-1'" in found["detail"]
@@ -236,9 +246,9 @@ async def test_idempotency_key_reused_with_another_body(be: Emulator) -> None:
         careful = Agent(be, c)
         reg = await careful.register()
         for _ in range(2):  # a retry: the same key with the same body is what the key is for
-            r = await c.post("/ask", json={"query": "tables"}, headers={"Idempotency-Key": "k-2"})
+            r = await careful.ask({"query": "tables"}, "k-2")
             assert r.status_code == 200
-        assert (await c.post("/ask", json={"query": "views"}, headers={"Idempotency-Key": "k-3"})).status_code == 200
+        assert (await careful.ask({"query": "views"}, "k-3")).status_code == 200
     assert rule_ids(be, reg) == []
 
 
@@ -247,20 +257,19 @@ async def test_unsafe_retry_of_a_post_without_an_idempotency_key(be: Emulator) -
     async with be.client() as c:
         reckless = Agent(be, c)
         reg = await reckless.register()
-        assert (await c.post("/ask", json={"query": "tables"})).status_code == 500
-        assert (await c.post("/ask", json={"query": "tables"})).status_code == 200
+        assert (await reckless.ask({"query": "tables"})).status_code == 500
+        assert (await reckless.ask({"query": "tables"})).status_code == 200
     assert rule_ids(be, reg) == ["unsafe-retry"]
 
     be.admin().post("/_emulator/faults", json={"path": "/ask", "method": "POST", "status": 500, "count": 1})
     async with be.client() as c:
         safe = Agent(be, c)
         reg = await safe.register()
-        key = {"Idempotency-Key": "retry-me"}
-        assert (await c.post("/ask", json={"query": "tables"}, headers=key)).status_code == 500
-        assert (await c.post("/ask", json={"query": "tables"}, headers=key)).status_code == 200
+        assert (await safe.ask({"query": "tables"}, "retry-me")).status_code == 500
+        assert (await safe.ask({"query": "tables"}, "retry-me")).status_code == 200
         # asking the same thing again after a success is a new question, not a retry
-        assert (await c.post("/ask", json={"query": "tables"})).status_code == 200
-        assert (await c.post("/ask", json={"query": "tables"})).status_code == 200
+        assert (await safe.ask({"query": "tables"})).status_code == 200
+        assert (await safe.ask({"query": "tables"})).status_code == 200
     assert rule_ids(be, reg) == []
 
 
@@ -360,6 +369,107 @@ async def test_secret_in_url(be: Emulator) -> None:
         await tidy.get_trial()
         await c.get("/ask", params={"q": "what is an api_key"})
     assert rule_ids(be, reg) == []
+
+
+# --- what the scorecard must not hold against anyone --------------------------------------------------------------
+
+
+async def test_what_a_person_does_is_nobodys_and_a_claim_link_is_no_secret_in_url(be: Emulator) -> None:
+    """A person on the agent's own machine (the same address) opens the claim link the identity provider issued,
+    and sends a few bad requests with curl: none of it carries the agent's credentials, so none of it is the
+    agent's. It is counted apart, as unattributed, and the link's token is not a secret put in a URL."""
+    ip = next_ip()
+    before = be.admin().get("/_emulator/report").json()["unattributed"] or {"requests": 0, "errors": 0}
+    async with be.client(ip) as c, be.client(ip) as person:
+        agent = Agent(be, c)
+        reg = await agent.register()
+        await agent.get_trial()
+        started = await c.post(
+            be.auth + "/agent/identity/claim", json={"type": "service_auth", "claim_token": agent.reg["claim"]["token"]}
+        )
+        assert started.status_code == 200, started.text
+        page = await person.get(started.json()["attempt"]["verification_uri"])
+        assert page.status_code == 200 and "text/html" in page.headers["content-type"]
+        assert (await person.get("/ask")).status_code == 400  # no query
+        assert (await person.post(be.auth + "/oauth2/token", data={"grant_type": "nope"})).status_code == 400
+        assert (await person.get("/ask", params={"q": "x", "token": "not-a-credential"})).status_code == 200
+    [card] = be.admin().get("/_emulator/report", params={"agent": reg}).json()["agents"]
+    assert card["findings"] == [] and card["errors"] == 0 and card["requests"] == 2  # the exchange, the trial
+    claim_page = requests_of(be, path="/claim")[-1]
+    assert claim_page["subject"] == ip and "secret_in_url" not in claim_page["data"]
+    after = be.admin().get("/_emulator/report").json()["unattributed"]
+    assert after["requests"] - before["requests"] == 8  # discovery x2, register, claim start, page, 3 by curl
+    assert after["errors"] - before["errors"] == 2 and ip in after["addresses"]
+    out = cli(be, "report")
+    assert "unattributed (no credential; not judged)" in out.stdout
+
+
+async def test_a_pending_sign_in_poll_is_a_wait_not_an_error(be: Emulator) -> None:
+    """`pxt login` polls the sign-in until the person approves: `authorization_pending` is what it is told to
+    wait on, not an error (the dashboard's log leaves it plain too)."""
+    before = be.admin().get("/_emulator/report").json()["unattributed"] or {"requests": 0, "errors": 0}
+    async with be.client() as c:
+        started = (await c.post(be.auth + "/user_management/authorize/device", data={"client_id": CLIENT_ID})).json()
+        grant = {
+            "grant_type": "urn:ietf:params:oauth:grant-type:device_code",
+            "device_code": started["device_code"],
+            "client_id": CLIENT_ID,
+        }
+        pending = await c.post(be.auth + "/user_management/authenticate", data=grant)
+        assert pending.status_code == 400 and pending.json()["error"] == "authorization_pending"
+    polled = requests_of(be, path="/user_management/authenticate")[-1]
+    assert polled["data"]["status"] == 400 and polled["data"]["error_code"] == "authorization_pending"
+    assert not failed(polled["data"]) and event_style("http.request", polled["data"]) == ""
+    after = be.admin().get("/_emulator/report").json()["unattributed"]
+    assert (after["requests"] - before["requests"], after["errors"] - before["errors"]) == (2, 0)
+
+
+async def submit(agent: Agent, generation: int) -> httpx.Response:
+    """A `db update` of the agent's trial database (no archive: its size only), planned against `generation`."""
+    return await agent.api(
+        "submit_update",
+        org=agent.trial["org"],
+        db="main",
+        service_mutations=[],
+        blob=None,
+        database_target=flow.DATABASE_TARGET,
+        expected_generations={"database": generation, "services": []},
+    )
+
+
+async def test_an_update_is_judged_by_the_state_it_saw(be: Emulator) -> None:
+    """An update that fails makes its database FAILED before its own answer (and its `http.request` event) is out:
+    the rule judges it by the state before it, so it names nothing. An update sent to a stopped database is still
+    named."""
+    async with be.client() as c:
+        unlucky = Agent(be, c)
+        reg = await unlucky.register()
+        trial = await unlucky.get_trial()
+        r = be.admin().post(
+            "/_emulator/faults", json={"hosted": "db_update_fails", "target": f"{trial['org']}:main", "message": "x"}
+        )
+        assert r.status_code == 201, r.text
+        submitted = await submit(unlucky, 0)
+        assert submitted.status_code == 200, submitted.text
+    states = [ev for ev in be.journal("db.state") if ev["subject"] == f"{trial['org']}:main"]
+    assert states and states[-1]["data"]["state"] == "FAILED"
+    [update] = requests_of(be, op="submit_update", key=requests_of(be, op="submit_update")[-1]["data"]["key"])
+    assert update["data"]["after"] < states[-1]["seq"] < update["seq"]  # caused by it, journaled before it
+    assert "update-while-not-available" not in rule_ids(be, reg)
+
+    async with be.client() as c:
+        rash = Agent(be, c)
+        reg = await rash.register()
+        trial = await rash.get_trial()
+        assert (await rash.api("stop_db", org=trial["org"], db="main")).status_code == 200
+        for _ in range(200):  # the stop job settles by itself; read the journal, not the agent's polls
+            if [ev for ev in be.journal("db.state") if ev["subject"] == f"{trial['org']}:main"]:
+                break
+            await asyncio.sleep(0.05)
+        refused = await submit(rash, 1)
+        assert refused.status_code == 400, refused.text
+    [found] = findings(be, reg)
+    assert found["rule"] == "update-while-not-available" and "while it was STOPPED" in found["detail"]
 
 
 # --- the report ---------------------------------------------------------------------------------------------------

@@ -303,15 +303,7 @@ async def test_generations_states_and_receipts(emu: Emulator) -> None:
     c, t = await trial(emu)
     key, org = t["api_key"], t["org"]
     base = {"operation_type": "submit_update", "org": org, "db": "main", "service_mutations": [], "blob": None}
-    target = {
-        "cpu": 1.0,
-        "memory_mb": 1024,
-        "workers": 1,
-        "disk_gb": 5,
-        "fingerprint": None,
-        "pxt_md_version": 56,
-        "force_build_nonce": None,
-    }
+    target = flow.DATABASE_TARGET
     assert_plain(
         await op(c, emu, key, **base, database_target=target, expected_generations={"database": 7, "services": []}),
         409,

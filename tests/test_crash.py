@@ -27,8 +27,6 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-import boto3
-import botocore.config
 import httpx
 
 from tests import agent_flow as flow
@@ -153,15 +151,7 @@ async def signer(c: httpx.AsyncClient, e: Emulator, t: Trial) -> tuple[Any, str]
     r = await op(c, e, t.api_key, operation_type="get_bucket_credentials", org=t.org, db="main", bucket_name="home")
     assert r.status_code == 200, r.text
     creds = r.json()
-    s3 = boto3.client(
-        "s3",
-        endpoint_url=creds["endpoint_url"],
-        region_name="us-east-1",
-        aws_access_key_id=creds["access_key_id"],
-        aws_secret_access_key=creds["secret_access_key"],
-        config=botocore.config.Config(signature_version="s3v4", s3={"addressing_style": "path"}),
-    )
-    return s3, creds["resolved_bucket_name"]
+    return flow.s3_client(creds), creds["resolved_bucket_name"]
 
 
 def url(s3: Any, method: str, bucket: str, key: str) -> str:

@@ -46,16 +46,7 @@ async def op(c: httpx.AsyncClient, emu: Emulator, key: str, /, **body: object) -
     return await c.post(emu.api, json=body, headers={"X-api-key": key})
 
 
-def s3(creds: dict[str, Any], **config: Any) -> Any:
-    """A boto3 client with a database's credentials, as `get_bucket_credentials` hands them out."""
-    return boto3.client(
-        "s3",
-        endpoint_url=creds["endpoint_url"],
-        region_name="us-east-1",
-        aws_access_key_id=creds["access_key_id"],
-        aws_secret_access_key=creds["secret_access_key"],
-        config=botocore.config.Config(signature_version="s3v4", s3={"addressing_style": "path"}, **config),
-    )
+s3 = flow.s3_client
 
 
 def signed(creds: dict[str, Any], method: str, url: str, body: bytes = b"", **headers: str) -> dict[str, str]:

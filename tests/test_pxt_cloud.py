@@ -21,11 +21,14 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import botocore.exceptions
 import httpx
 import pytest
 
 from emulator.runtime.process import running
+from tests.agent_flow import s3_client
 from tests.conftest import Emulator
+from tests.leaks import leftovers
 from tests.pxt_client import Pxt, ensure_client
 from tests.test_pxt_client import emulator_env
 
@@ -783,7 +786,8 @@ def test_14b_the_real_clients_trace_and_scorecard(session: Session) -> None:
     wanted = {"http.request", "idp.registered", "idp.token_issued", "trial.created", "db.update_accepted"}
     wanted |= {"db.receipt", "db.state", "db.log", "service.state", "gateway.request", "tunnel.connected"}
     assert wanted <= kinds, wanted - kinds
-    assert steps[0]["what"] == "GET /.well-known/oauth-protected-resource"  # `pxt new` reads discovery first
+    # Its own from its registration on: discovery, read before it, carries no credential (it is unattributed)
+    assert steps[0]["kind"] == "idp.registered"
     assert any("submit_update" in s["what"] for s in steps)
     assert any(s["kind"] == "gateway.request" and s["status"] == 200 for s in steps)
     assert trace["agent"]["orgs"] == [session.org] and trace["requests"] > 20
@@ -831,6 +835,38 @@ def test_15_a_snapshot_brings_back_a_hosted_databases_rows(session: Session) -> 
     assert "hello hosted world" in printed and "after the save" not in printed
 
 
+def test_15b_an_expired_trial_leaves_nothing_behind(session: Session) -> None:
+    """The trial's 48 hours run out while its database, its services and their spares run and its bucket holds
+    media: everything goes, by the same path as a deleted database, and the journal says so in the order it
+    happened (each service, the database, the bucket, then the trial)."""
+    e = session.e
+    creds = httpx.post(
+        e.api,
+        json={"operation_type": "get_bucket_credentials", "org": session.org, "db": "main", "bucket_name": "home"},
+        headers={"X-api-key": session.trial_key},
+    ).json()
+    s3 = s3_client(creds)
+    s3.put_object(Bucket=creds["resolved_bucket_name"], Key="media/kept.png", Body=b"png")
+    session.python(f"import pixeltable as pxt; print(pxt.get_table('{session.db}/docs').count())")  # the server runs
+    assert eventually(lambda: service_workloads(e) >= 1), "a service runs"
+    assert leftovers(e), "there is something to leave behind"
+    since = e.journal()[-1]["seq"]
+
+    e.advance("48h1s")  # the expiry runs before the clock move returns
+
+    assert leftovers(e) == []
+    kinds = ("service.state", "db.state", "media.bucket_dropped", "trial.expired")
+    ours = (session.org, creds["resolved_bucket_name"])  # another trial of this module expires too
+    events = [ev for ev in e.journal(kinds=",".join(kinds), since=since) if str(ev["subject"]).startswith(ours)]
+    order = [ev["kind"] for ev in events]
+    assert order[-3:] == ["db.state", "media.bucket_dropped", "trial.expired"], order
+    assert order[:-3] and set(order[:-3]) == {"service.state"}, order
+    assert all(ev["data"]["state"] == "DELETED" for ev in events if ev["kind"].endswith(".state"))
+    with pytest.raises(botocore.exceptions.ClientError):
+        s3.head_bucket(Bucket=creds["resolved_bucket_name"])
+    session.pxt.stop_daemon()
+
+
 def test_16_a_reset_stops_and_removes_every_workload(session: Session) -> None:
     """`emulator reset` between tests: the hosted databases and services stop, their directories go, and the
     client's key names nothing any more; the emulator serves on, as new."""
@@ -847,6 +883,7 @@ def test_16_a_reset_stops_and_removes_every_workload(session: Session) -> None:
     else:
         assert not [p for p in (e.state_dir / "runtime" / "workloads").glob("*") if running(int(p.name))]
     assert not (e.state_dir / "runtime" / "databases").exists()
+    assert leftovers(e) == []
     sockets = Path((e.state_dir / "runtime" / "sockets").read_text())
     assert list(sockets.glob("*/*.sock")) == []
     assert session.admin("/_emulator/databases")["databases"] == []

@@ -450,8 +450,12 @@ async def test_the_agents_view_shows_counts_latency_the_scorecard_and_the_trace(
         again = await flow.create_trial(c, tui_emu, token)  # a second trial: the scorecard names it
         assert again.status_code == 409
         agent = reg["id"]
-        # calls refresh the view once a second: the counts catch up without a fetch per request
-        await until(pilot, lambda: (row_of(app, "agents", agent) or [""] * 4)[3] == "6", "the agent's calls", 10)
+        # calls refresh the view once a second: the counts catch up without a fetch per request. Its own are the
+        # calls that carried its credentials (the exchange, two trial requests, list_orgs); discovery and the
+        # registration carried none and show on the unattributed row, counted and not judged.
+        await until(pilot, lambda: (row_of(app, "agents", agent) or [""] * 4)[3] == "4", "the agent's calls", 10)
+        nobody = row_of(app, "agents", "(unattributed)") or []
+        assert nobody and int(nobody[3]) >= 2 and nobody[7] == "not judged"
         row = row_of(app, "agents", agent) or []
         assert row[1] == "anonymous" and row[2] == trial["org"] and row[4] == "1"  # the 409
         assert row[5].endswith(" ms") and row[6].endswith(" ms") and "second-trial" in row[7]
@@ -460,7 +464,7 @@ async def test_the_agents_view_shows_counts_latency_the_scorecard_and_the_trace(
         await until(pilot, lambda: isinstance(app.screen, DetailScreen), "the agent's details")
         text = cast(DetailScreen, app.screen).plain()
         assert "second-trial: asked for a trial again after 201" in text
-        assert "GET /.well-known/oauth-protected-resource" in text and "POST / list_orgs" in text
+        assert "POST /oauth2/token" in text and "POST / list_orgs" in text
         assert text.index("idp.registered") < text.index("trial.created") < text.index("list_orgs")
         assert trial["api_key"] not in text and token not in text
         await pilot.press("escape")

@@ -136,6 +136,7 @@ class Model:
     users: list[dict[str, Any]] = field(default_factory=list)
     keys: list[dict[str, Any]] = field(default_factory=list)
     agents: list[dict[str, Any]] = field(default_factory=list)  # the scorecard's cards
+    unattributed: dict[str, Any] | None = None  # the requests no credential names: counted, not judged
     switches: dict[str, bool] = field(default_factory=dict)
     # Trials deleted while we watched (or in the journal backlog): kept, with what was known of them (name,
     # expiry, keys, admins, registration), so they show as deleted rather than vanish.
@@ -162,6 +163,7 @@ class Model:
             self.switches = dict(body)
         elif name == "agents":
             self.agents = body["agents"]
+            self.unattributed = body.get("unattributed")
 
     def note_event(self, kind: str, subject: str | None, data: dict[str, Any], *, live: bool = True) -> None:
         """What an event tells directly, without a fetch. A replayed event (`live` False: one from before the

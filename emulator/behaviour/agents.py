@@ -3,15 +3,14 @@ scorecard and the dashboard's Agents view share.
 
 An agent is a registration at the identity provider, with what it made: its trial organizations, their keys
 (by the fingerprint `http.request` events carry) and the address it registered from. A request is the agent's
-when it carries its access token or one of its keys. A request with no credential is attributed by the
-client address: a discovery read to the registration that address makes next (an agent reads discovery
-before it registers), any other to the one it made last. An organization with no registration (made by
-`pxt login` or a declared state) is an agent of its own, found by its name.
+only when it carries one of its credentials: its access token, its assertion (a token exchange), or one of its
+keys. A request with none is nobody's: it is counted apart as unattributed (its address may be shared by any
+number of agents and people), never judged. An organization with no registration (made by `pxt login` or a
+declared state) is an agent of its own, found by its name.
 """
 
 from __future__ import annotations
 
-from bisect import bisect_left, bisect_right
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 
@@ -49,11 +48,9 @@ class Journal:
         self.trials: dict[str, list[Event]] = defaultdict(list)  # registration → trial.created
         self.keys_of_org: dict[str, dict[str, str]] = defaultdict(dict)  # org → fingerprint → name
         self.orgs: list[str] = []
-        by_ip: dict[str, list[tuple[int, str]]] = defaultdict(list)
         for e in self.events:
             if e.kind == Kind.IDP_REGISTERED and e.subject:
                 self.registered[e.subject] = e
-                by_ip[str(e.data.get("ip", ""))].append((e.seq, e.subject))
             elif e.kind == Kind.TRIAL_CREATED and e.subject:
                 self.trials[str(e.data.get("registration"))].append(e)
                 if e.data.get("key"):
@@ -62,7 +59,6 @@ class Journal:
                 self.keys_of_org[e.subject][str(e.data["key"])] = str(e.data.get("name"))
             if e.kind in (Kind.TRIAL_CREATED, Kind.CLOUD_ORG_CREATED) and e.subject and e.subject not in self.orgs:
                 self.orgs.append(e.subject)
-        self._by_ip = {ip: ([s for s, _ in regs], [r for _, r in regs]) for ip, regs in by_ip.items()}
         self.requests_from: dict[str, list[Event]] = defaultdict(list)  # client address → its http.requests
         for e in self.events:
             if e.kind == Kind.HTTP_REQUEST and e.subject:
@@ -140,8 +136,6 @@ class Journal:
             owner: str | None = None
             if e.kind in (Kind.HTTP_REQUEST, Kind.GATEWAY_REQUEST):
                 owner = by_reg.get(str(d.get("reg"))) or by_key.get(str(d.get("key")))
-                if owner is None and e.kind == Kind.HTTP_REQUEST and not any(c in d for c in _CREDENTIALS):
-                    owner = by_reg.get(str(self.anonymous_owner(e)))
             elif e.subject is not None:
                 owner = by_reg.get(e.subject) or by_org.get(e.subject)
                 if owner is None and e.kind.startswith(_HOSTED):
@@ -150,13 +144,7 @@ class Journal:
                 out[owner].append(e)
         return out
 
-    def anonymous_owner(self, e: Event) -> str | None:
-        """The registration a call with no credential belongs to, by its client address."""
-        seqs, regs = self._by_ip.get(str(e.subject), ((), ()))
-        if not regs:
-            return None
-        if str(e.data.get("path", "")).startswith(DISCOVERY):
-            after = bisect_left(seqs, e.seq)
-            return regs[after] if after < len(regs) else regs[-1]
-        before = bisect_right(seqs, e.seq) - 1
-        return regs[before] if before >= 0 else regs[0]
+    def unattributed(self) -> list[Event]:
+        """The requests that carried no credential: a person's browser or curl, discovery reads, registrations,
+        `pxt login`'s polls. Counted apart, never judged: their address proves nothing of who sent them."""
+        return [e for e in self.events if e.kind == Kind.HTTP_REQUEST and not any(c in e.data for c in _CREDENTIALS)]

@@ -37,7 +37,7 @@ _IDS = re.compile(
 )
 _INSTANT = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:Z|[+-]\d\d:\d\d)?")
 # Per-run measurements, not behaviour.
-_UNSTABLE = frozenset({"ms", "rt", "seconds", "now", "before", "bytes_up", "bytes_down", "pid", "took"})
+_UNSTABLE = frozenset({"ms", "rt", "after", "seconds", "now", "before", "bytes_up", "bytes_down", "pid", "took"})
 # Not what an agent did: the emulator starting and indexing its docs.
 _SKIPPED = frozenset({Kind.EMULATOR_STARTED.value, Kind.DOCS_INDEXED.value})
 

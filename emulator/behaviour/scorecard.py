@@ -18,6 +18,7 @@ from emulator.behaviour.agents import DISCOVERY, Agent, Journal
 from emulator.behaviour.traces import trace
 from emulator.core.events import Event
 from emulator.core.kinds import Kind
+from emulator.core.served import failed
 
 
 class Finding(msgspec.Struct, kw_only=True):
@@ -44,10 +45,19 @@ class RuleDoc(msgspec.Struct, kw_only=True):
     why: str
 
 
+class Unattributed(msgspec.Struct, kw_only=True):
+    """The requests that carried no credential: counted, never judged (see `agents`)."""
+
+    requests: int
+    errors: int
+    addresses: list[str]  # the client addresses they came from, the latest first (at most 20)
+
+
 class Report(msgspec.Struct, kw_only=True):
     agents: list[Card]
     rules: list[RuleDoc]
     clean: bool
+    unattributed: Unattributed | None = None  # the whole journal's (a report of every agent)
 
 
 Hit = tuple[list[int], str]  # (evidence, detail)
@@ -57,7 +67,6 @@ Check = Callable[[Journal, Agent, list[Event]], list[Hit]]
 IDEMPOTENT_POSTS = frozenset({("site", "/ask"), ("site", "/mcp")})
 TRIAL_PATH = "/api/v1/trial-orgs"
 TOKEN_PATH = "/oauth2/token"
-REGISTER_PATH = "/agent/identity"
 POLL_OPS = frozenset({"get_receipts", "get_db"})
 POLL_CADENCE = 5.0  # seconds: how often the product's client polls a receipt
 SERVICE_URL_OPS = frozenset({"list_services", "get_db", "get_receipts", "submit_update", "prepare_update"})
@@ -218,21 +227,17 @@ def re_registered_instead_of_exchange(j: Journal, agent: Agent, mine: list[Event
 
 def hard_coded_url(j: Journal, agent: Agent, mine: list[Event]) -> list[Hit]:
     hits: list[Hit] = []
-    calls = _calls(mine)
-    read_discovery = False
-    registered = False
     read_services: set[str] = set()
     flagged: set[str] = set()
-    for e in calls:
-        origin, method, path, op = _where(e)
-        if method == "GET" and path.startswith(DISCOVERY):
-            read_discovery = True
-        elif origin == "auth" and method == "POST" and path == REGISTER_PATH and not registered:
-            registered = True
-            read_discovery = read_discovery or _read_discovery_before(j, e)
-            if not read_discovery and agent.registrations:
+    for e in mine:
+        if e.kind == Kind.IDP_REGISTERED and e.subject in agent.registrations:
+            if not _read_discovery_before(j, e):
                 hits.append(([e.seq], "registered without reading discovery (/.well-known/oauth-protected-resource)"))
-        elif origin == "api" and op in SERVICE_URL_OPS and _status(e) < 400:
+            continue
+        if e.kind not in (Kind.HTTP_REQUEST, Kind.GATEWAY_REQUEST):
+            continue
+        origin, _, path, op = _where(e)
+        if origin == "api" and op in SERVICE_URL_OPS and _status(e) < 400:
             read_services.add(agent.keys.get(str(e.data.get("key")), "").split("/")[0])
         elif origin == "gateway":
             org = str(e.subject).split(":")[0]
@@ -242,24 +247,39 @@ def hard_coded_url(j: Journal, agent: Agent, mine: list[Event]) -> list[Hit]:
     return hits
 
 
-def _read_discovery_before(j: Journal, registering: Event) -> bool:
-    """Whether the address registering read discovery earlier (for an identity it had before)."""
+def _read_discovery_before(j: Journal, registered: Event) -> bool:
+    """Whether discovery was read from the address that registered, before it did. Discovery carries no
+    credential, so the address is all there is: it can only clear an agent (another agent on the address may
+    have read it), never accuse one."""
     return any(
-        e.seq < registering.seq and e.data.get("method") == "GET" and str(e.data.get("path", "")).startswith(DISCOVERY)
-        for e in j.requests_from.get(str(registering.subject), [])
+        e.seq < registered.seq and e.data.get("method") == "GET" and str(e.data.get("path", "")).startswith(DISCOVERY)
+        for e in j.requests_from.get(str(registered.data.get("ip")), [])
     )
+
+
+def _seen(history: list[tuple[int, str]], request: Event) -> tuple[str, int]:
+    """A database's state as a request saw it, and the event that said so: the last change journaled before the
+    request began (`after`). What the request itself caused is journaled before it, its answer waiting for it."""
+    limit = request.data.get("after")
+    limit = limit if isinstance(limit, int) and not isinstance(limit, bool) else request.seq
+    found = ("", 0)
+    for seq, state in history:
+        if seq > limit:
+            break
+        found = (state, seq)
+    return found
 
 
 def polling_too_fast(j: Journal, agent: Agent, mine: list[Event]) -> list[Hit]:
     """Runs of three or more polls of the same thing less than the client's cadence apart: the same receipts
     (`get_receipts` with the same body), or a database's status (`get_db`) while it is settling. A `get_db` of
     a settled database is a read, which the client makes many of (a final report, the tunnel's check)."""
-    state: dict[str, str] = {}
+    history: dict[str, list[tuple[int, str]]] = {}
     runs: dict[tuple[str, ...], list[Event]] = {}
     hits = []
     for e in mine:
         if e.kind == Kind.DB_STATE and e.subject:
-            state[e.subject] = str(e.data.get("state"))
+            history.setdefault(e.subject, []).append((e.seq, str(e.data.get("state"))))
             continue
         if e.kind != Kind.HTTP_REQUEST or e.data.get("op") not in POLL_OPS:
             continue
@@ -268,7 +288,7 @@ def polling_too_fast(j: Journal, agent: Agent, mine: list[Event]) -> list[Hit]:
             key = ("get_receipts", caller, str(e.data.get("body")))
         else:
             org = agent.keys.get(caller, agent.orgs[0] if agent.orgs else "").split("/")[0]
-            if state.get(f"{org}:{e.data.get('db', '')}") not in SETTLING:
+            if _seen(history.get(f"{org}:{e.data.get('db', '')}", []), e)[0] not in SETTLING:
                 continue
             key = ("get_db", caller, str(e.data.get("db", "")))
         run = runs.setdefault(key, [])
@@ -292,16 +312,16 @@ def _poll_hit(run: list[Event]) -> Hit:
 
 
 def update_while_not_available(j: Journal, agent: Agent, mine: list[Event]) -> list[Hit]:
-    state: dict[str, tuple[str, int]] = {}  # database → (its state, the event that said so)
+    history: dict[str, list[tuple[int, str]]] = {}  # database → (event, state) of each change
     flagged: set[tuple[str, int]] = set()  # one finding per database and state: a plan and its submit are one update
     hits = []
     for e in mine:
         if e.kind == Kind.DB_STATE and e.subject:
-            state[e.subject] = (str(e.data.get("state")), e.seq)
+            history.setdefault(e.subject, []).append((e.seq, str(e.data.get("state"))))
         elif e.kind == Kind.HTTP_REQUEST and e.data.get("op") in UPDATE_OPS and e.data.get("db"):
             org = agent.keys.get(str(e.data.get("key")), agent.orgs[0] if agent.orgs else "").split("/")[0]
             database = f"{org}:{e.data['db']}"
-            was, since = state.get(database, ("", 0))
+            was, since = _seen(history.get(database, []), e)
             if was and was not in SETTLED and (database, since) not in flagged:
                 flagged.add((database, since))
                 hits.append(
@@ -394,14 +414,32 @@ def report(j: Journal, agent: Agent | None = None) -> Report:
     agents = [agent] if agent is not None else j.agents()
     theirs = j.partition(agents)
     cards = [card(j, a, theirs[a.id]) for a in agents]
-    return Report(agents=cards, rules=[RuleDoc(id=r.id, why=r.why) for r in RULES], clean=all(c.clean for c in cards))
+    nobody = None
+    if agent is None:
+        calls = j.unattributed()
+        addresses = list(dict.fromkeys(str(e.subject) for e in reversed(calls)))  # the latest first
+        nobody = Unattributed(
+            requests=len(calls), errors=sum(1 for e in calls if failed(e.data)), addresses=addresses[:20]
+        )
+    return Report(
+        agents=cards,
+        rules=[RuleDoc(id=r.id, why=r.why) for r in RULES],
+        clean=all(c.clean for c in cards),
+        unattributed=nobody,
+    )
 
 
 def render(r: Report) -> str:
     """The report for people."""
-    if not r.agents:
-        return "no agent in the journal yet"
     lines = []
+    if r.unattributed is not None and r.unattributed.requests:
+        u = r.unattributed
+        lines.append(
+            f"unattributed (no credential; not judged): {u.requests} requests, {u.errors} errors, from "
+            f"{', '.join(u.addresses)}"
+        )
+    if not r.agents:
+        return "\n".join([*lines, "no agent in the journal yet"])
     for c in r.agents:
         verdict = "clean" if c.clean else f"{len(c.findings)} finding(s)"
         lines.append(

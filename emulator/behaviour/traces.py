@@ -10,6 +10,7 @@ from emulator.behaviour.agents import Agent, Journal
 from emulator.core.clock import iso
 from emulator.core.events import Event
 from emulator.core.kinds import Kind
+from emulator.core.served import failed
 
 
 class Step(msgspec.Struct, kw_only=True):
@@ -29,7 +30,7 @@ class Trace(msgspec.Struct, kw_only=True):
     agent: Agent
     steps: list[Step]
     requests: int
-    errors: int  # answers of 400 and above, and dropped connections
+    errors: int  # answers of 400 and above but a pending poll's, and dropped connections
     p50_ms: float | None
     p95_ms: float | None
 
@@ -86,7 +87,7 @@ def trace(journal: Journal, agent: Agent, mine: list[Event] | None = None) -> Tr
         agent=agent,
         steps=steps,
         requests=len(calls),
-        errors=sum(1 for s in calls if s.status is not None and (s.status >= 400 or s.status == 0)),
+        errors=sum(1 for s in calls if failed(s.data)),
         p50_ms=percentile(latencies, 0.5),
         p95_ms=percentile(latencies, 0.95),
     )

@@ -4,8 +4,13 @@ An ASGI layer outside each origin's boundary, so refusals are recorded too. It k
 how, never a credential: the registration and token id a bearer JWT names (read without verifying it: a
 request whose token is refused must still be attributed), a fingerprint of an API key (the first hex digits
 of the hash the store keeps, so a key is found again by its row), the `Idempotency-Key` and a digest of the
-body, a control-plane `operation_type`, the status, `Retry-After` and how long the answer took in real time.
-A secret-looking query parameter is recorded by its name only.
+body, a control-plane `operation_type`, the status, `Retry-After`, an error answer's code (`error` or `code`
+of its JSON) and how long the answer took in real time. A credential is looked for where a client may carry
+it: the headers, a query parameter, and a token exchange's `assertion`. A secret-looking query parameter is
+recorded by its name only, but for the links the emulator itself hands a person (a claim's `verification_uri`).
+
+`after` is the last event journaled when the request began: what the request caused is journaled before it
+(its answer waits for its effects), so a rule judges it against the state it saw, not the one it made.
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ import hashlib
 import time
 from collections.abc import Callable
 from typing import Any
+from urllib.parse import unquote_plus
 
 import msgspec
 
@@ -29,6 +35,9 @@ _SECRET_PARAMS = frozenset(
     | {"secret", "client_secret", "password", "authorization"}
 )
 _BODY_PEEK = 64 * 1024  # enough of a control-plane body to read its operation_type
+_ANSWER_PEEK = 4096  # enough of an error answer to read its code
+# Answers a client is told to poll on (RFC 8628's device flow): a wait, not an error.
+PENDING = frozenset({"authorization_pending", "slow_down"})
 _decode_json = msgspec.json.Decoder().decode
 
 Publish = Callable[..., Any]
@@ -60,8 +69,9 @@ def secret_in_query(query: str) -> str | None:
     return None
 
 
-def credentials(headers: dict[bytes, bytes]) -> dict[str, Any]:
-    """Who a request says it is, without any secret: registration, token id and expiry, key fingerprint."""
+def credentials(headers: dict[bytes, bytes], query: str = "", form: bytes = b"") -> dict[str, Any]:
+    """Who a request says it is, without any secret: registration, token id and expiry, key fingerprint. From its
+    headers first, then a credential in its query string, then a token exchange's `assertion` (a form body)."""
     found: dict[str, Any] = {}
     api_key = headers.get(b"x-api-key")
     bearer = headers.get(b"authorization", b"")
@@ -71,36 +81,77 @@ def credentials(headers: dict[bytes, bytes]) -> dict[str, Any]:
     elif token.startswith("pxtk_"):
         found["key"] = key_fingerprint(token)
     if token and "key" not in found:
-        claims = jwt_claims(token)
-        if claims is None:
-            found["token"] = "opaque"
-        else:
-            sub = str(claims.get("sub", ""))[:64]
-            # An agent's access token names its registration; a `pxt login` session names its person.
-            found["reg" if "registration_type" in claims else "user"] = sub
-            found["token"] = str(claims.get("jti", ""))[:64]
-            if isinstance(claims.get("exp"), int | float):
-                found["token_exp"] = claims["exp"]
+        _token(found, token)
+    if not found and query:
+        carried = next((v for _, v in _pairs(query) if v.startswith(("pxtk_", "eyJ"))), None)
+        if carried is not None:
+            found.update({"key": key_fingerprint(carried)} if carried.startswith("pxtk_") else {})
+            if carried.startswith("eyJ"):
+                _token(found, carried)
+    if not found and form:
+        assertion = next((v for k, v in _pairs(form.decode("latin-1")) if k == "assertion"), None)
+        claims = jwt_claims(assertion) if assertion else None
+        if claims is not None and str(claims.get("sub", "")).startswith("agent_reg_"):
+            found["reg"] = str(claims["sub"])[:64]  # the registration exchanging its own assertion
     return found
+
+
+def _token(found: dict[str, Any], token: str) -> None:
+    claims = jwt_claims(token)
+    if claims is None:
+        found["token"] = "opaque"
+        return
+    sub = str(claims.get("sub", ""))[:64]
+    # An agent's access token names its registration; a `pxt login` session names its person.
+    found["reg" if "registration_type" in claims else "user"] = sub
+    found["token"] = str(claims.get("jti", ""))[:64]
+    if isinstance(claims.get("exp"), int | float):
+        found["token_exp"] = claims["exp"]
+
+
+def _pairs(query: str) -> list[tuple[str, str]]:
+    return [(name, unquote_plus(value)) for name, _, value in (p.partition("=") for p in query.split("&") if p)]
+
+
+def failed(data: dict[str, Any]) -> bool:
+    """Whether a served request failed: dropped, or answered 400 and above, but for a wait the client was told to
+    poll on (`authorization_pending`, `slow_down`): the one rule the traces, the report and the dashboard share."""
+    status = data.get("status")
+    if not isinstance(status, int) or isinstance(status, bool):
+        return False
+    return (status == 0 or status >= 400) and data.get("error_code") not in PENDING
 
 
 class RequestJournal:
     """ASGI: one `http.request` event per request an origin answers (or drops)."""
 
-    def __init__(self, app: Any, origin: str, publish: Publish, trust_forwarded: bool = False) -> None:
+    def __init__(
+        self,
+        app: Any,
+        origin: str,
+        publish: Publish,
+        trust_forwarded: bool = False,
+        *,
+        last_seq: Callable[[], int] = lambda: 0,
+        issued: frozenset[str] = frozenset(),
+    ) -> None:
         self.app = app
         self.origin = origin
         self.publish = publish
         self.trust_forwarded = trust_forwarded
+        self.last_seq = last_seq  # the journal's last event number, when a request begins
+        self.issued = issued  # paths whose query carries a credential the emulator issued (a claim link)
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] != "http" or scope["path"].startswith(_UNRECORDED):
             await self.app(scope, receive, send)
             return
         began = time.monotonic()
+        after = self.last_seq()
         digest = hashlib.sha256()
         peek = bytearray()
         answer: dict[str, Any] = {"status": 0}
+        said = bytearray()  # the start of an error answer's body
 
         async def receive_body() -> Any:
             message = await receive()
@@ -117,15 +168,19 @@ class RequestJournal:
                 for name, value in message.get("headers", ()):
                     if name.lower() == b"retry-after":
                         answer["retry_after"] = value.decode("latin-1")
+            elif message["type"] == "http.response.body" and answer["status"] >= 400 and len(said) < _ANSWER_PEEK:
+                said.extend(message.get("body", b"")[: _ANSWER_PEEK - len(said)])
             await send(message)
 
         try:
             await self.app(scope, receive_body, send_answer)
         finally:
-            self._record(scope, answer, digest.hexdigest()[:16] if peek else None, bytes(peek), began)
+            if said:
+                answer["error_code"] = _error_code(bytes(said))
+            self._record(scope, answer, digest.hexdigest()[:16] if peek else None, bytes(peek), began, after)
 
     def _record(
-        self, scope: dict[str, Any], answer: dict[str, Any], body: str | None, peek: bytes, began: float
+        self, scope: dict[str, Any], answer: dict[str, Any], body: str | None, peek: bytes, began: float, after: int
     ) -> None:
         headers: dict[bytes, bytes] = {}
         for name, value in scope.get("headers", ()):
@@ -133,6 +188,9 @@ class RequestJournal:
         ip = scope["client"][0] if scope.get("client") else "unknown"
         if self.trust_forwarded and b"x-forwarded-for" in headers:
             ip = headers[b"x-forwarded-for"].decode("latin-1").split(",")[0].strip()
+        query = scope.get("query_string", b"").decode("latin-1")
+        issued = scope["path"] in self.issued
+        form = peek if headers.get(b"content-type", b"").startswith(b"application/x-www-form-urlencoded") else b""
         data: dict[str, Any] = {
             "origin": self.origin,
             "method": scope["method"],
@@ -140,22 +198,39 @@ class RequestJournal:
             "status": answer["status"],
             "ms": round((time.monotonic() - began) * 1000, 1),
             "rt": round(began, 3),  # real time (monotonic): how long an agent waited, even on a frozen clock
-            **credentials(headers),
+            "after": after,
+            **credentials(headers, "" if issued else query, form),
         }
         if "retry_after" in answer:
             data["retry_after"] = answer["retry_after"][:32]
+        if answer.get("error_code"):
+            data["error_code"] = answer["error_code"]
         idem = headers.get(b"idempotency-key")
         if idem is not None:
             data["idem"] = idem.decode("latin-1")[:255]
         if body is not None:
             data["body"] = body
-        query = scope.get("query_string", b"").decode("latin-1")
-        leaked = secret_in_query(query) if query else None
+        leaked = secret_in_query(query) if query and not issued else None
         if leaked is not None:
             data["secret_in_url"] = leaked
         if self.origin == "api" and peek.startswith(b"{"):
             data.update(_operation(peek))
         self.publish(Kind.HTTP_REQUEST, ip, **data)
+
+
+def _error_code(answer: bytes) -> str | None:
+    """The code of an error answer in JSON: OAuth's `error`, the site's `{"error": {"code": …}}`, or `code`."""
+    try:
+        decoded = _decode_json(answer)
+    except msgspec.DecodeError:
+        return None
+    if not isinstance(decoded, dict):
+        return None
+    error = decoded.get("error")
+    if isinstance(error, dict):
+        error = error.get("code")
+    code = error if isinstance(error, str) else decoded.get("code")
+    return code[:64] if isinstance(code, str) else None
 
 
 def _operation(body: bytes) -> dict[str, str]:

@@ -50,6 +50,11 @@ class RuntimeKeys:
     def owner(self, key: str) -> tuple[str, str] | None:
         return self._owners.get(key)
 
+    def forget(self, org_id: str) -> None:
+        """The organization is gone: its workloads' key with it."""
+        for key in [k for k, (owner, _) in self._owners.items() if owner == org_id]:
+            del self._owners[key]
+
     def for_org(self, core: Core, org_id: str, slug: str) -> str:
         for key, owner in self._owners.items():
             if owner == (org_id, slug):

@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -61,6 +61,8 @@ class Reconciler:
         self._running = asyncio.Event()  # cleared while a snapshot copies the databases' files
         self._running.set()
         self._starting: dict[tuple[str, str], asyncio.Task[None]] = {}
+        self._jobs: dict[tuple[str, str], set[asyncio.Task[None]]] = {}  # each database's jobs under way
+        self._ended: list[Callable[[str, str], Awaitable[None]]] = []  # told of each database that ends
         self._moved = asyncio.Event()  # set (and replaced) whenever a job settles a receipt
 
     @property
@@ -142,11 +144,21 @@ class Reconciler:
         self._moved.set()
         self._moved = asyncio.Event()
 
-    def _spawn(self, job: Any, name: str) -> asyncio.Task[None]:
+    def _spawn(self, job: Any, name: str, key: tuple[str, str]) -> asyncio.Task[None]:
+        """A job of the database `key` (org id, name), its services' included."""
         task = asyncio.create_task(job, name=name)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+        jobs = self._jobs.setdefault(key, set())
+        jobs.add(task)
+        task.add_done_callback(jobs.discard)
         return task
+
+    async def _jobs_done(self, key: tuple[str, str]) -> None:
+        """Wait for the database's jobs under way (but the caller's own) to finish, at most PAUSE_WAIT seconds."""
+        others = {t for t in self._jobs.get(key, ()) if t is not asyncio.current_task()}
+        if others:
+            await asyncio.wait(others, timeout=PAUSE_WAIT)
 
     def _lock(self, org_id: str, key: str) -> asyncio.Lock:
         return self._locks.setdefault((org_id, key), asyncio.Lock())
@@ -184,7 +196,7 @@ class Reconciler:
     # --- databases --------------------------------------------------------------------------------------------
 
     def schedule(self, org_id: str, slug: str, db: str, generation: int, verb: str) -> None:
-        self._spawn(self._job(org_id, slug, db, generation, verb), f"db-{verb}-{slug}-{db}")
+        self._spawn(self._job(org_id, slug, db, generation, verb), f"db-{verb}-{slug}-{db}", (org_id, db))
 
     async def route(self, org_id: str, slug: str, db: str) -> Address:
         """Where the database's server listens, starting it first if it is not running (first use).
@@ -197,7 +209,7 @@ class Reconciler:
         if self.supervisor.address(org_id, db) is None:
             task = self._starting.get(key)
             if task is None or task.done():
-                task = self._spawn(self._start_on_demand(org_id, slug, db), f"db-first-use-{slug}-{db}")
+                task = self._spawn(self._start_on_demand(org_id, slug, db), f"db-first-use-{slug}-{db}", key)
                 self._starting[key] = task
             try:
                 await asyncio.shield(task)
@@ -358,19 +370,46 @@ class Reconciler:
         )
 
     async def _delete(self, place: Place, generation: int) -> None:
-        await self.supervisor.stop_database(place)
+        await self._end_database(place, generation)
+
+    # --- the end of a database --------------------------------------------------------------------------------
+
+    def on_database_ended(self, hook: Callable[[str, str], Awaitable[None]]) -> None:
+        """`hook(org_id, db)` runs after each database's end (its bucket goes: the media store is not the domain's)."""
+        self._ended.append(hook)
+
+    async def end_org(self, org_id: str, slug: str) -> None:
+        """An organization ends (its trial expired): each of its databases by the one path, then its workloads' key."""
+        for row in await databases.of_org(self.core.store, org_id):
+            await self._jobs_done((org_id, row.name))  # a build or start under way finishes first, then is undone
+            async with self._lock(org_id, row.name):
+                await self._end_database(Place(org_id, slug, row.name), None)
+        self.auth.runtime_keys.forget(org_id)
+
+    async def _end_database(self, place: Place, generation: int | None) -> None:
+        """The one way a database ends (`delete_db`, its organization's end), under its lock: every workload it has
+        stops (services, spares, gateway, server), its directory, disks and bucket go, its rows go, and the events
+        say so in that order: each service DELETED, the database DELETED, its bucket dropped."""
         row = await databases.get(self.core.store, place.org_id, place.db)
-        await self._settle(place, generation, phase="DELETED", outcome="OBSERVED", waiting_for=None)
-        await databases.delete(self.core.store, place.org_id, place.db)
-        await logs.delete(self.core.store, place.org_id, place.db)
+        ended = list((await services.of_database(self.core.store, place.org_id, place.db)).values())
         await self.supervisor.remove_database(place)
+        if generation is not None:
+            await self._settle(place, generation, phase="DELETED", outcome="OBSERVED", waiting_for=None)
+        async with self.core.store.transaction() as conn:
+            await databases.delete(conn, place.org_id, place.db)  # its services' rows go with it (ON DELETE CASCADE)
+            await logs.delete(conn, place.org_id, place.db)
+        for s in ended:
+            subject = kinds.service(place.slug, place.db, s.label)
+            self.core.bus.publish(Kind.SERVICE_STATE, subject, state="DELETED", generation=s.generation)
         self.core.bus.publish(
             Kind.DB_STATE,
             kinds.database(place.slug, place.db),
             state="DELETED",
-            generation=generation,
+            generation=generation if generation is not None else (row.generation if row else None),
             resource_id=row.id if row else None,
         )
+        for hook in self._ended:
+            await hook(place.org_id, place.db)
 
     def _release(
         self, row: Database, digest: str, fingerprint: Any, resources: dict[str, Any] | None = None
@@ -440,7 +479,7 @@ class Reconciler:
         self, org_id: str, slug: str, db: str, base: str, name: str, generation: int, verb: str
     ) -> None:
         job = self._service_job(Place(org_id, slug, db), base, name, generation, verb)
-        self._spawn(job, f"service-{verb}-{slug}-{db}-{name}")
+        self._spawn(job, f"service-{verb}-{slug}-{db}-{name}", (org_id, db))
 
     async def _service_job(self, place: Place, base: str, name: str, generation: int, verb: str) -> None:
         label = service_label(base, name)

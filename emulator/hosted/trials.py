@@ -11,6 +11,7 @@ requests with one token get one trial. A "network" is the client's IPv4 /24 (`tr
 from __future__ import annotations
 
 import ipaddress
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from emulator.core.clock import iso
@@ -135,9 +136,11 @@ async def by_claim_token(core: Core, token: str) -> Org:
     return org
 
 
-async def expire(core: Core, now: float) -> None:
-    """Due job: an unclaimed trial whose time is over is deleted with everything in it."""
+async def expire(core: Core, now: float, end: Callable[[str, str], Awaitable[None]]) -> None:
+    """Due job: an unclaimed trial whose time is over is deleted with everything in it: `end(org_id, slug)` (the
+    reconciler's one teardown path) stops and removes what its databases run and hold, then its rows go."""
     for org in await orgs.lapsed_trials(core.store, now):
+        await end(org.id, org.slug)
         async with core.store.transaction() as conn:
             await orgs.delete_unclaimed(conn, org.id)
         core.bus.publish(Kind.TRIAL_EXPIRED, org.slug, org_id=org.id, expired_at=org.expires_at)

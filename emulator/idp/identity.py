@@ -31,6 +31,9 @@ _EMAIL = re.compile(r"^[^@\s]+@[^@\s]+\.[^@\s]+$")
 _USER_CODE = re.compile(r"^\d{6}$")
 
 
+CLAIM_PAGE = "/claim"  # the person's page of an agent's claim; its link carries the attempt token
+
+
 @dataclass(frozen=True)
 class Urls:
     site: str  # {base_url}: the protected resource
@@ -294,7 +297,7 @@ class Identity:
             "VALUES (?, ?, ?, ?, 'pending', ?, ?)",
             (self.core.ids.ident("cla_"), reg_id, secret_hash(token), login_hint, exp, now),
         )
-        return {"verification_uri": f"{self.urls.auth}/claim?token={token}", "expires_at": iso(exp)}
+        return {"verification_uri": f"{self.urls.auth}{CLAIM_PAGE}?token={token}", "expires_at": iso(exp)}
 
     async def _refresh(self, body: dict[str, Any]) -> dict[str, Any]:
         value = body.get("refresh_token")

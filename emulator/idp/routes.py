@@ -26,7 +26,7 @@ from emulator.core.faults import FaultGate
 from emulator.core.prerouted import raw_headers, read_body, send_whole, small_body
 from emulator.core.webapp import App
 from emulator.idp import discovery, login
-from emulator.idp.identity import JWT_BEARER, POST_CLAIM_SCOPES, PRE_CLAIM_SCOPES, Identity
+from emulator.idp.identity import CLAIM_PAGE, JWT_BEARER, POST_CLAIM_SCOPES, PRE_CLAIM_SCOPES, Identity
 from emulator.idp.login import Logins
 from emulator.site.errors import http_detail, log_internal, log_internal_error
 from emulator.site.ratelimit import RateLimiter
@@ -424,7 +424,7 @@ async def _claim_form(
     return html.page("Claim an agent", body, status)
 
 
-@get("/claim", exception_handlers={ApiError: page_error})
+@get(CLAIM_PAGE, exception_handlers={ApiError: page_error})
 async def claim_page(request: Request[Any, Any, Any], token: str = "") -> Response[str]:
     idp = idp_of(request)
     attempt = await idp.identity.attempt_for(token=token or None)

@@ -555,21 +555,42 @@ class MediaStore:
             self.core.bus.publish(Kind.MEDIA_BUCKET_DROPPED, name)
 
     def _sweep(self, cutoff: float, live: set[str], *, every: bool = False) -> tuple[int, list[str]]:
-        """Expire `uploads/` before `cutoff`; drop the databases' buckets not in `live` (`every`: any bucket)."""
+        """Expire `uploads/` before `cutoff`; drop the databases' buckets not in `live` (`every`: any bucket): a
+        database's end drops its bucket at once (`drop`), this catches what an emulator killed meanwhile left."""
         removed, dropped = 0, []
         for name in (b["Name"] for b in self._s3.list_buckets().get("Buckets", [])):
-            orphan = (every or name.startswith("pxt-")) and name not in live
-            paginator = self._s3.get_paginator("list_objects_v2")
-            for page in paginator.paginate(Bucket=name, Prefix="" if orphan else "uploads/"):
-                batch = page.get("Contents", [])
-                old = [{"Key": o["Key"]} for o in batch if orphan or o["LastModified"].timestamp() < cutoff]
+            if (every or name.startswith("pxt-")) and name not in live:
+                self._drop_bucket(name)
+                dropped.append(name)
+                continue
+            for page in self._s3.get_paginator("list_objects_v2").paginate(Bucket=name, Prefix="uploads/"):
+                old = [{"Key": o["Key"]} for o in page.get("Contents", []) if o["LastModified"].timestamp() < cutoff]
                 if old:
                     self._s3.delete_objects(Bucket=name, Delete={"Objects": old, "Quiet": True})
-                    removed += 0 if orphan else len(old)
-            if orphan:
-                self._s3.delete_bucket(Bucket=name)
-                dropped.append(name)
+                    removed += len(old)
         return removed, dropped
+
+    def _drop_bucket(self, name: str) -> None:
+        """The bucket, its objects and its copy on disk, gone."""
+        for page in self._s3.get_paginator("list_objects_v2").paginate(Bucket=name):
+            batch = [{"Key": o["Key"]} for o in page.get("Contents", [])]
+            if batch:
+                self._s3.delete_objects(Bucket=name, Delete={"Objects": batch, "Quiet": True})
+        self._s3.delete_bucket(Bucket=name)
+        self._mirror.forget(name)
+
+    async def drop(self, org_id: str, db: str) -> None:
+        """A database ended: its bucket goes with it (the reconciler's teardown calls this)."""
+        name = bucket_name(org_id, db)
+        if name not in self._buckets and name not in self._mirror.buckets():
+            return  # never made: nothing to bring the endpoint up for
+        await self.running()
+        try:
+            await asyncio.to_thread(self._drop_bucket, name)
+        except self._s3.exceptions.NoSuchBucket:
+            await asyncio.to_thread(self._mirror.forget, name)
+        self._buckets.discard(name)
+        self.core.bus.publish(Kind.MEDIA_BUCKET_DROPPED, name)
 
     async def reset(self) -> None:
         """Every bucket and object gone, from the endpoint and from disk (a reset of the emulator)."""
@@ -753,6 +774,12 @@ class Mirror:
     def clear(self) -> None:
         with self._lock:
             shutil.rmtree(self.root, ignore_errors=True)
+
+    def forget(self, bucket: str) -> None:
+        """A dropped bucket: its manifest and files go, so the next start does not make it again."""
+        with self._lock:
+            (self.root / f"{bucket}.json").unlink(missing_ok=True)
+            shutil.rmtree(self.root / bucket, ignore_errors=True)
 
     def copy_to(self, target: Path) -> None:
         with self._lock:  # no manifest changes while its files are copied

@@ -383,10 +383,19 @@ class Supervisor:
         await self.launcher.stopped(self.directory(*key))
 
     async def remove_database(self, place: Place) -> None:
-        """Stop the server and delete the database's directory and whatever backs it."""
-        await self._drop_spares(place)
+        """Everything the database runs stops (its services, every spare, its gateway, its server) and its directory
+        goes, with whatever backs it (disks, the services' file caches): what a deleted database leaves is nothing."""
+        for key in [k for k in self.services if k[:2] == place.key]:
+            await self.stop_service(key)
+        await self._drop_spares(place)  # the database's and its services' (their keys begin with the database's)
+        gateway = self.gateways.pop(place.key, None)
+        if gateway is not None:
+            await gateway[0].close()
         await self._stop_database(place.key)
         await self.launcher.remove_dir(self.directory(place.org_id, place.db))
+        self._places.pop(place.key, None)
+        for key in [k for k in self._sizes if k[:2] == place.key]:
+            del self._sizes[key]
 
     # --- services ---------------------------------------------------------------------------------------------
 

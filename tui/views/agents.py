@@ -7,6 +7,7 @@ from typing import Any, ClassVar
 
 from rich.text import Text
 
+from emulator.core.served import failed
 from tui.model import Model
 from tui.views.table import Row, TableView
 
@@ -22,12 +23,33 @@ def verdict(card: dict[str, Any]) -> Text:
     return Text(f"{len(card['findings'])}: {', '.join(rules)}", style="bold red")
 
 
+UNATTRIBUTED = "(unattributed)"
+
+
 class AgentsView(TableView):
     TITLE = "Agents (enter: scorecard and trace)"
     COLUMNS: ClassVar[list[str]] = ["Agent", "Type", "Trial", "Requests", "Errors", "p50", "p95", "Scorecard"]
     EMPTY = "no agent yet: one appears when it registers or gets an organization"
 
     def rows(self, model: Model) -> list[Row]:
+        nobody = model.unattributed
+        apart: list[Row] = []
+        if nobody and nobody["requests"]:
+            apart = [
+                (
+                    UNATTRIBUTED,
+                    [
+                        Text("(unattributed)", style="dim"),
+                        Text("no credential", style="dim"),
+                        Text("—", style="dim"),
+                        str(nobody["requests"]),
+                        Text(str(nobody["errors"]), style="red" if nobody["errors"] else ""),
+                        "—",
+                        "—",
+                        Text("not judged", style="dim"),
+                    ],
+                )
+            ]
         return [
             (
                 c["agent"],
@@ -43,9 +65,20 @@ class AgentsView(TableView):
                 ],
             )
             for c in model.agents
-        ]
+        ] + apart
 
     def details(self, model: Model, key: str) -> list[tuple[str, str | Text]] | None:
+        if key == UNATTRIBUTED and model.unattributed:
+            nobody = model.unattributed
+            return [
+                ("Requests", f"{nobody['requests']} ({nobody['errors']} errors) that carried no credential"),
+                ("From", ", ".join(nobody["addresses"]) or "—"),
+                (
+                    "Why apart",
+                    "a person's browser or curl, discovery reads, registrations and pxt login's polls "
+                    "name no agent: an address may be any agent's or a person's, so they are counted, not judged",
+                ),
+            ]
         card = next((c for c in model.agents if c["agent"] == key), None)
         if card is None:
             return None
@@ -73,7 +106,7 @@ def trace_lines(trace: dict[str, Any], limit: int = 400) -> Text:
         out.append(f"({len(steps) - limit} earlier steps not shown; emulator trace {trace['agent']['id']})\n", "dim")
     for s in steps[-limit:]:
         status = s["status"]
-        style = "red" if status is not None and (status == 0 or status >= 400) else ""
+        style = "red" if failed(s["data"]) else ""
         cell = "" if status is None else ("drop" if status == 0 else str(status))
         took = "" if s["ms"] is None else f"{s['ms']:.0f}ms"
         out.append(f"#{s['seq']:<6} {s['at'][11:19]} {s['origin']:<7} {cell:>4} {took:>6}  {s['what']}\n", style)

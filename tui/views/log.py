@@ -20,6 +20,7 @@ from textual.events import Resize
 from textual.widgets import RichLog
 
 from emulator.core.kinds import Kind
+from emulator.core.served import failed
 from tui.filter import RowFilter
 
 LOG_CAP = 5000
@@ -56,7 +57,7 @@ def event_style(kind: str, data: dict[str, Any]) -> str:
     a failure kind), yellow for what is worth noticing, plain otherwise."""
     status = data.get("status")
     if isinstance(status, int) and not isinstance(status, bool) and status >= 400:
-        return ERROR
+        return ERROR if failed(data) else ""  # a pending poll (pxt login's) is a wait, not an error
     if kind in FAILURES or data.get("error") or data.get("state") == "FAILED" or data.get("failure_reason"):
         return ERROR
     return WARNING if kind in NOTICES else ""
