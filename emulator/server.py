@@ -383,6 +383,7 @@ async def _serve(settings: Settings, on_ready: Any, start: Start, t0: float) -> 
         loop = asyncio.get_running_loop()
 
         def stop() -> None:
+            core.stopping.set()
             for server, _ in servers:
                 server.should_exit = True
             core.bus.end_streams()

@@ -242,3 +242,47 @@ async def test_with_a_seed_a_reset_repeats_the_ids_and_a_load_continues_them(
         assert (replayed["org"], replayed["api_key"]) == (second["org"], second["api_key"])
         orgs = sorted(o["org"] for o in admin.get("/_emulator/trials").json()["trials"])
         assert orgs == sorted([first["org"], second["org"]])
+
+
+def test_a_stop_during_a_long_save_keeps_its_bound_and_leaves_no_part_of_the_snapshot(
+    start_emulator: Callable[..., Emulator],
+) -> None:
+    """SIGTERM while a snapshot copies 100,000 files: the emulator stops within its graceful bound instead of after
+    the copy, the caller is told the snapshot was not saved (or, had it finished in time, gets it whole), and no
+    partial copy is left behind."""
+    import signal
+    import threading
+    import time
+
+    e = start_emulator("--no-watch")
+    many = e.state_dir / "blobs" / "zz"
+    many.mkdir(parents=True)
+    for n in range(100_000):
+        (many / f"f{n}").write_bytes(b"x")
+    answer: dict[str, httpx.Response] = {}
+    save = threading.Thread(
+        target=lambda: answer.update(r=httpx.post(e.url + "/_emulator/snapshots", json={"name": "big"}, timeout=120))
+    )
+    save.start()
+    snapshots = e.state_dir / "snapshots"
+    for _ in range(600):  # the copy has begun once its hidden folder holds a part
+        if any(snapshots.glob(".saving-*/blobs")):
+            break
+        time.sleep(0.05)
+    else:
+        raise AssertionError("the save never began")
+    assert e.proc is not None
+    stopped = time.monotonic()
+    e.proc.send_signal(signal.SIGTERM)
+    e.proc.wait(60)
+    took = time.monotonic() - stopped
+    save.join(60)
+    r = answer["r"]
+    if r.status_code == 503:
+        assert "snapshot big was not saved" in r.json()["error"]["message"], r.text
+        assert not (snapshots / "big").exists()
+    else:  # it finished first: then it is whole
+        assert r.status_code == 201 and (snapshots / "big" / "manifest.json").is_file()
+    assert not list(snapshots.glob(".saving-*")), "a partial copy was left behind"
+    assert took < 10, f"the stop took {took:.1f} s"  # the bound is 3 s; the copy alone took 22 s for 150,000 files
+    assert e.proc.returncode == 0 and "Traceback" not in e.log()

@@ -27,7 +27,7 @@ from emulator.core.kinds import Kind
 from emulator.core.webapp import App
 from emulator.hosted.auth import require_unrestricted
 from emulator.hosted.platform import Platform
-from emulator.site.errors import http_detail, log_internal
+from emulator.site.errors import http_detail, incomplete_body, last_resort
 
 _encode = msgspec.json.Encoder().encode
 PLAN_CODES = ("PLAN_LIMIT", "PAYMENT_REQUIRED", "STORE_FULL")
@@ -42,14 +42,20 @@ def plain_error(_: Request[Any, Any, Any], exc: ApiError) -> Response[str]:
 
 
 def http_error(request: Request[Any, Any, Any], exc: HTTPException) -> Response[str]:
+    cut = incomplete_body(exc)
+    if cut is not None:
+        return plain_error(request, cut)
     status = exc.status_code if exc.status_code < 500 else 500
     detail = "the management API is one POST to this URL" if status in (404, 405) else http_detail(exc)
     return plain_error(request, ApiError(status, "bad_request", detail))
 
 
 def internal_error(request: Request[Any, Any, Any], exc: Exception) -> Response[str]:
-    log_internal(request, exc)
-    return plain_error(request, ApiError(500, "internal", "the control plane failed; see the emulator's log"))
+    state_dir = platform_of(request).core.settings.state_dir
+    return plain_error(request, last_resort(request.method, request.url.path, exc, state_dir, _FAILED))
+
+
+_FAILED = ApiError(500, "internal", "the control plane failed; see the emulator's log")
 
 
 def operations_body() -> openapi.Body:

@@ -43,6 +43,7 @@ class Core:
         self.faults = Faults(bus)
         self.switches = Switches(settings, bus)
         self._ticker: asyncio.Task[None] | None = None
+        self.stopping = asyncio.Event()  # set when the emulator is told to stop: long work (a snapshot) gives way
         self._due_lock = asyncio.Lock()
         self._on_reset: list[Callable[[], Awaitable[None]]] = []
         self._after_load: list[Callable[[], Awaitable[None]]] = []

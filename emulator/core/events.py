@@ -26,6 +26,8 @@ from emulator.core.store import Store
 from emulator.core.tasks import cancel
 
 log = logging.getLogger(__name__)
+RETRY_EVERY = 1.0  # seconds between attempts to write a batch the store refused
+RETRY_KEEP = 100_000  # events kept for a journal that cannot be written; beyond, the oldest are dropped
 _encode = msgspec.json.Encoder().encode
 
 
@@ -78,6 +80,7 @@ class EventBus:
         self._written = 0
         self._subs: set[Subscription] = set()
         self._task: asyncio.Task[None] | None = None
+        self._failing: str | None = None  # why the last write failed, while the journal cannot be written
 
     async def start(self) -> None:
         row = await self._store.fetchone("SELECT COALESCE(MAX(seq), 0) AS seq FROM events")
@@ -107,10 +110,11 @@ class EventBus:
         return event
 
     async def flush(self) -> None:
-        """Wait until every event published so far is in the journal."""
+        """Wait until every event published so far is in the journal, or the journal cannot be written (a full
+        disk: what it holds is all there is to read until it has room again; a reader must not hang)."""
         target = self._seq
         async with self._flushed:
-            await self._flushed.wait_for(lambda: self._written >= target)
+            await self._flushed.wait_for(lambda: self._written >= target or self._failing is not None)
 
     async def _writer(self) -> None:
         while True:
@@ -124,9 +128,26 @@ class EventBus:
             prune = last - self._cap if last // 500 != (first - 1) // 500 else None
             try:
                 await self._store.write(functools.partial(_append, rows=rows, prune_to=prune))
-            except Exception:
-                # The journal is a record, not the source of truth: losing a batch must not stop the bus.
-                log.exception("event journal: a batch of %d events was not written", len(batch))
+            except Exception as e:
+                # Kept, and written once the store takes it (a full disk frees up): a subscriber is offered only
+                # what the journal holds, so the dashboard never shows an event that traces and reports miss.
+                self._pending = batch[-RETRY_KEEP:] + self._pending
+                if self._failing is None:
+                    log.error(
+                        "event journal: %d events not written yet, retrying every %.0f s: %s",
+                        len(batch),
+                        RETRY_EVERY,
+                        e,
+                    )
+                async with self._flushed:
+                    self._failing = str(e)
+                    self._flushed.notify_all()
+                await asyncio.sleep(RETRY_EVERY)
+                self._wake.set()
+                continue
+            if self._failing is not None:
+                log.warning("event journal: written again after %s", self._failing)
+                self._failing = None
             for sub in list(self._subs):
                 for event in batch:
                     if sub not in self._subs:

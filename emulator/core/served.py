@@ -222,7 +222,7 @@ def _error_code(answer: bytes) -> str | None:
     """The code of an error answer in JSON: OAuth's `error`, the site's `{"error": {"code": …}}`, or `code`."""
     try:
         decoded = _decode_json(answer)
-    except msgspec.DecodeError:
+    except (msgspec.DecodeError, ValueError):  # ValueError: bytes that are not UTF-8
         return None
     if not isinstance(decoded, dict):
         return None
@@ -237,7 +237,7 @@ def _operation(body: bytes) -> dict[str, str]:
     """A control-plane call's operation and the database it names, from the start of its JSON body."""
     try:
         decoded = _decode_json(body)
-    except msgspec.DecodeError:
+    except (msgspec.DecodeError, ValueError):  # ValueError: bytes that are not UTF-8 (the origin answers its 400)
         return {}
     if not isinstance(decoded, dict):
         return {}

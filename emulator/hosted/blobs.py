@@ -17,7 +17,7 @@ from emulator.core.context import Core
 from emulator.core.errors import ApiError
 from emulator.core.kinds import Kind
 from emulator.core.private import private_key
-from emulator.core.snapshots import copy_tree
+from emulator.core.snapshots import copy_tree, copy_tree_async
 from emulator.core.store import one, run
 
 MAX_BLOB = 2 * 1024**3
@@ -46,7 +46,7 @@ class Blobs:
         self._key = private_key(self.core.settings.state_dir / "keys" / "blob-signing.key")
 
     async def save_to(self, folder: Path) -> None:
-        await asyncio.to_thread(copy_tree, self.root, folder / "files")
+        await copy_tree_async(self.root, folder / "files")
 
     async def load_from(self, folder: Path) -> None:
         """The archives a snapshot holds (after a reset emptied the folder)."""

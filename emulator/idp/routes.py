@@ -28,7 +28,7 @@ from emulator.core.webapp import App
 from emulator.idp import discovery, login
 from emulator.idp.identity import CLAIM_PAGE, JWT_BEARER, POST_CLAIM_SCOPES, PRE_CLAIM_SCOPES, Identity
 from emulator.idp.login import Logins
-from emulator.site.errors import http_detail, log_internal, log_internal_error
+from emulator.site.errors import http_detail, incomplete_body, last_resort
 from emulator.site.ratelimit import RateLimiter
 
 _encode = msgspec.json.Encoder().encode
@@ -118,11 +118,15 @@ def page_error(_: Request[Any, Any, Any], exc: ApiError) -> Response[str]:
 
 
 def internal_error(request: Request[Any, Any, Any], exc: Exception) -> Response[bytes]:
-    log_internal(request, exc)
-    return registration_error(request, ApiError(500, "server_error", _FAILED))
+    state_dir = idp_of(request).core.settings.state_dir
+    failed = ApiError(500, "server_error", _FAILED)
+    return registration_error(request, last_resort(request.method, request.url.path, exc, state_dir, failed))
 
 
 def http_error(request: Request[Any, Any, Any], exc: HTTPException) -> Response[bytes]:
+    cut = incomplete_body(exc)
+    if cut is not None:
+        return registration_error(request, ApiError(400, "invalid_request", cut.message))
     if exc.status_code == 404:
         return registration_error(request, ApiError(404, "not_found", f"nothing is served at {request.url.path}"))
     return registration_error(request, ApiError(exc.status_code, "invalid_request", http_detail(exc)))
@@ -292,9 +296,10 @@ class TokenFastPath:
                 body,
             )
         except Exception as exc:  # as the app's last resort does: the traceback to the log, not the client
-            log_internal_error("POST", "/oauth2/token", exc)
-            status, extra = 500, {}
-            answer = _encode({"code": "server_error", "message": _FAILED, "error": "server_error"})
+            state_dir = self.idp.core.settings.state_dir
+            failed = last_resort("POST", "/oauth2/token", exc, state_dir, ApiError(500, "server_error", _FAILED))
+            status, extra = failed.status, failed.headers
+            answer = _encode({"code": failed.code, "message": failed.message, "error": failed.code})
         await send_whole(send, status, raw_headers(extra), b"application/json", answer)
 
 

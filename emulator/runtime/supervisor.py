@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from emulator.core.address import Address
-from emulator.core.snapshots import copy_tree
+from emulator.core.snapshots import copy_tree, copy_tree_async
 from emulator.core.tasks import cancel
 from emulator.gateway.server import DatabaseGateway, FaultHook, Target
 from emulator.runtime.environments import Build, BuildFailed
@@ -186,7 +186,7 @@ class Supervisor:
         """Copy every database's directory (its Pixeltable home: Postgres's data, files, media cache); the
         services' file caches are disposable and stay behind."""
         for base in self._database_dirs():
-            await asyncio.to_thread(copy_tree, base, folder / base.parent.name / base.name)
+            await copy_tree_async(base, folder / base.parent.name / base.name)
 
     async def load_from(self, folder: Path) -> None:
         """Put back the databases' directories a snapshot holds (after a reset removed them all); each goes onto

@@ -26,7 +26,7 @@ from emulator.core.clientip import scope_client_ip
 from emulator.core.errors import ApiError
 from emulator.core.kinds import Kind
 from emulator.core.prerouted import raw_headers, read_body, send_whole, small_body
-from emulator.site.errors import bad_request, error_bytes, internal_error_bytes, log_internal_error
+from emulator.site.errors import INTERNAL, bad_request, error_bytes, last_resort
 from emulator.site.idempotency import Answer, fingerprint, guarded, read_key
 from emulator.site.state import Site, site_of
 
@@ -317,8 +317,8 @@ class AskFastPath:
         except ApiError as exc:
             done = Answer(exc.status, {**exc.headers, "Content-Type": "application/json"}, error_bytes(exc))
         except Exception as exc:  # as the app's last resort does: the traceback to the log, not the client
-            log_internal_error("POST", "/ask", exc)
-            done = Answer(500, {"Content-Type": "application/json"}, internal_error_bytes())
+            failed = last_resort("POST", "/ask", exc, self.site.core.settings.state_dir, INTERNAL)
+            done = Answer(failed.status, {**failed.headers, "Content-Type": "application/json"}, error_bytes(failed))
         fields = dict(done.headers)
         ctype = fields.pop("Content-Type", "application/json")
         if done.stream is None:

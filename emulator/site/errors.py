@@ -7,13 +7,16 @@ refusal uses one of them, with the real HTTP status in `status`.
 from __future__ import annotations
 
 import logging
+import math
+import time
+from pathlib import Path
 from typing import Any
 
 import msgspec
 from litestar import Request, Response
-from litestar.exceptions import HTTPException
+from litestar.exceptions import HTTPException, InternalServerException
 
-from emulator.core.errors import ApiError
+from emulator.core.errors import ApiError, disk_full, full_disk
 
 log = logging.getLogger("emulator")
 
@@ -61,6 +64,9 @@ def on_api_error(_: Request[Any, Any, Any], exc: ApiError) -> Response[bytes]:
 
 def on_http_error(request: Request[Any, Any, Any], exc: HTTPException) -> Response[bytes]:
     """Litestar's own refusals (no route, wrong method, bad form) in the site's envelope."""
+    cut = incomplete_body(exc)
+    if cut is not None:
+        return error_response(cut)
     status = exc.status_code
     if status == 404:
         msg = f"nothing is served at {request.url.path}; the agent endpoints are /ask, /mcp and /health"
@@ -94,13 +100,45 @@ def log_internal_error(method: str, path: str, exc: Exception) -> None:
     log.error("unhandled error on %s %s", method, path, exc_info=exc)
 
 
+_full_said = [-math.inf]  # when the log last said the disk is full (once a minute, not once a request)
+
+
+def last_resort(method: str, path: str, exc: Exception, state_dir: Path, otherwise: ApiError) -> ApiError:
+    """What every origin answers for an exception no rule raised: 507 naming the state dir when its disk is full
+    (each origin renders it in its clients' format; the log says so once a minute, without a traceback), else
+    `otherwise` (a 500) with the traceback in the log."""
+    if disk_full(exc):
+        if time.monotonic() - _full_said[0] > 60:
+            _full_said[0] = time.monotonic()
+            log.warning(
+                "the disk of the state dir %s is full: writes are refused with 507 until it has room", state_dir
+            )
+        return full_disk(state_dir)
+    log_internal_error(method, path, exc)
+    return otherwise
+
+
+def incomplete_body(exc: HTTPException) -> ApiError | None:
+    """Litestar's refusal of a body that never arrived whole (the client went away, or the connection's deadline
+    closed it): the client's doing, a 400 with no traceback. None for any other refusal."""
+    if isinstance(exc, InternalServerException) and "disconnected prematurely" in str(exc.detail):
+        return ApiError(400, "bad_request", "the request's body did not arrive whole: the client went away or was slow")
+    return None
+
+
 def internal_error_bytes() -> bytes:
-    return _encode(ErrorBody(ErrorDetail("bad_request", "the emulator failed to answer; see its log", 500, True)))
+    return error_bytes(INTERNAL)
 
 
 def on_internal_error(request: Request[Any, Any, Any], exc: Exception) -> Response[bytes]:
-    log_internal(request, exc)
+    state_dir = request.app.state["site"].core.settings.state_dir
+    failed = last_resort(request.method, request.url.path, exc, state_dir, INTERNAL)
+    if failed is not INTERNAL:
+        return error_response(failed)
     return Response(internal_error_bytes(), status_code=500, media_type="application/json")
+
+
+INTERNAL = ApiError(500, "bad_request", "the emulator failed to answer; see its log", retryable=True)
 
 
 EXCEPTION_HANDLERS: dict[Any, Any] = {
