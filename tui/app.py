@@ -174,6 +174,8 @@ class Dashboard(App[None]):
     # --- rendering ------------------------------------------------------------------------------
 
     def _render_top(self) -> None:
+        if not self.query("#title"):  # the app is closing (a worker's last word comes after its widgets went)
+            return
         where = self.label or self.client.known_site or self.locator.describe()
         version = f" {self.model.version}" if self.model.version else ""
         title = Text.assemble((f"Pixeltable Cloud emulator{version}", "bold"), f"  {where}")
@@ -187,7 +189,8 @@ class Dashboard(App[None]):
         self.query_one("#conn", Static).update(Text(f"{mark} {self.connection}{detail}", style=style))
 
     def _render_clock(self) -> None:
-        self.query_one("#clock", Static).update(Text(f"clock {self.model.clock.label()}", style="bold"))
+        for clock in self.query("#clock").results(Static):  # none while the app closes
+            clock.update(Text(f"clock {self.model.clock.label()}", style="bold"))
 
     def _render(self, names: Iterable[str]) -> None:
         names = set(names)
