@@ -82,7 +82,11 @@ def parser() -> argparse.ArgumentParser:
         metavar="URL",
         help="http:// proxy that relays go through, or none (default: HTTPS_PROXY/ALL_PROXY of this environment)",
     )
-    up.add_argument("--docker-base-image", help="base image of hosted environments (default python:3.11-slim-bookworm)")
+    up.add_argument(
+        "--docker-base-image",
+        help="base image of hosted environments (default python:3.11-slim-bookworm if this machine has it, else "
+        "pxt-emulator-base:bookworm if `emulator base-image` built it, else python:3.11-slim-bookworm pulled)",
+    )
     up.add_argument("--state-dir", type=Path, help=f"where state is kept (default {default_state_dir()})")
     up.add_argument("--config", type=Path, help="settings file (default <state-dir>/emulator.toml)")
     up.add_argument(
@@ -397,7 +401,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     clock = status["clock"]
     print(f"emulator {status['version']}: running")
     for name, url in status["endpoints"].items():
-        if name != "base_url":
+        if name not in ("base_url", "runtime"):  # the runtime has a line of its own below
             print(f"  {name:<12} {url}")
     print(f"  clock        {clock['iso']}{' (frozen)' if clock['frozen'] else ''}")
     print(f"  state        {status['state_dir']}")
@@ -406,7 +410,8 @@ def cmd_status(args: argparse.Namespace) -> int:
     runtime = status.get("runtime") or {}
     if runtime.get("kind"):
         unenforced = ", ".join(runtime.get("unenforced_limits") or []) or "none"
-        print(f"  runtime      {runtime['kind']} (limits it cannot enforce: {unenforced})")
+        base = f", base image {runtime['base_image']}" if runtime.get("base_image") else ""
+        print(f"  runtime      {runtime['kind']}{base} (limits it cannot enforce: {unenforced})")
     proxy = status.get("proxy")
     if proxy:
         route = f"via {proxy['upstream']} (from {proxy['upstream_source']})" if proxy["upstream"] else "direct"

@@ -87,7 +87,7 @@ class Settings(msgspec.Struct, kw_only=True):
     # (local processes; the embedded fallback), or "auto" (Docker when an engine answers).
     runtime: str = "auto"
     # The image hosted environments are built on: any image with python3 (3.11 for pixeltable 0.7.21).
-    docker_base_image: str = "python:3.11-slim-bookworm"
+    docker_base_image: str = ""  # empty: the public slim image if this machine has it, else `emulator base-image`'s
     # The Docker network hosted containers join; its egress is limited to TCP 80, 443 and 5432.
     docker_network: str = "pxt-emulator"
     # A trial's media store (spec: 50 GB); at or over it the client is told `no_space_left`.

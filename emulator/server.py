@@ -140,6 +140,36 @@ def bind(host: str, port: int, origin: str) -> socket.socket:
     return sock
 
 
+PORTS_FILE = "ports.json"
+
+
+def bind_kept(host: str, port: int, origin: str, kept: dict[str, int], label: str) -> socket.socket:
+    """`bind`, but an origin set to a free port (0) takes the port it had in the state dir's last run when that is
+    free: clients keep what they hold by URL (the client's trial key is per control-plane URL), so a state dir's
+    URLs survive a restart. An explicit port always wins; a remembered one that is taken gives way to a free one."""
+    if port == 0 and kept.get(origin):
+        with contextlib.suppress(PortInUse):
+            return bind(host, kept[origin], label)
+        log.warning("%s: port %d of the last run is taken; a free one is used (its URL changes)", label, kept[origin])
+    return bind(host, port, label)
+
+
+def kept_ports(state_dir: Path) -> dict[str, int]:
+    try:
+        raw = json.loads((state_dir / PORTS_FILE).read_text())
+    except (OSError, ValueError):
+        return {}
+    return (
+        {k: v for k, v in raw.items() if isinstance(k, str) and isinstance(v, int) and 0 < v < 65536}
+        if isinstance(raw, dict)
+        else {}
+    )
+
+
+def keep_ports(state_dir: Path, socks: dict[str, socket.socket]) -> None:
+    write_private(state_dir / PORTS_FILE, json.dumps({k: s.getsockname()[1] for k, s in socks.items()}).encode())
+
+
 def url_of(sock: socket.socket) -> str:
     host, port = sock.getsockname()[:2]
     return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
@@ -261,14 +291,16 @@ async def serve(settings: Settings, on_ready: Any = None, start: Start | None = 
 
 
 async def _serve(settings: Settings, on_ready: Any, start: Start, t0: float) -> None:
+    kept = kept_ports(settings.state_dir)
     socks = {
-        "site": bind(settings.host, settings.site_port, "site"),
-        "auth": bind(settings.host, settings.auth_port, "identity provider"),
-        "api": bind(settings.host, settings.api_port, "control plane"),
+        "site": bind_kept(settings.host, settings.site_port, "site", kept, "site"),
+        "auth": bind_kept(settings.host, settings.auth_port, "auth", kept, "identity provider"),
+        "api": bind_kept(settings.host, settings.api_port, "api", kept, "control plane"),
     }
-    tunnel_sock = bind(settings.host, settings.tunnel_port, "database tunnel")
+    tunnel_sock = bind_kept(settings.host, settings.tunnel_port, "tunnel", kept, "database tunnel")
     tunnel_port = tunnel_sock.getsockname()[1]
-    s3_sock = bind(settings.host, settings.s3_port, "media store (S3)")
+    s3_sock = bind_kept(settings.host, settings.s3_port, "s3", kept, "media store (S3)")
+    keep_ports(settings.state_dir, {**socks, "tunnel": tunnel_sock, "s3": s3_sock})
     try:
         upstream = upstream_proxy(settings, [s.getsockname()[1] for s in (*socks.values(), tunnel_sock, s3_sock)])
     except ConfigError:

@@ -76,8 +76,8 @@ class Emulator:
         cmd += ["--state-dir", str(self.state_dir)]
         if "--runtime" not in self.args:  # hosted tests choose theirs; the rest need no engine
             cmd += ["--runtime", "process"]
-        elif "docker" in self.args:
-            cmd += ["--docker-base-image", BASE_IMAGE]
+        elif "docker" in self.args and "EMULATOR_TEST_BASE_IMAGE" in os.environ:
+            cmd += ["--docker-base-image", BASE_IMAGE]  # else the emulator's own default, as a user gets it
         self.proc = subprocess.Popen(
             [*cmd, *self.args],
             stdout=log,

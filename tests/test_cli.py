@@ -154,6 +154,36 @@ def test_one_emulator_per_state_dir(tmp_path: Path) -> None:
     assert run("down", state=state).returncode == 0
 
 
+def test_a_state_dirs_urls_survive_a_restart_and_its_flag_beats_an_exported_url(tmp_path: Path) -> None:
+    """`--port 0` picks free ports the first time; the same state dir started again gets the same URLs (the
+    client keeps its trial key by the control plane's URL). And `--state-dir` on a command line wins over an
+    `EMULATOR_URL` a shell still exports from another emulator."""
+    state = tmp_path / "kept"
+    keys = ("site", "auth", "api", "tunnel", "s3")
+    assert run("up", "-d", *FREE_PORTS, "--no-watch", state=state).returncode == 0
+    first = json.loads((state / "endpoints.json").read_text())
+    assert run("down", state=state).returncode == 0
+    assert run("up", "-d", *FREE_PORTS, "--no-watch", state=state).returncode == 0
+    try:
+        again = json.loads((state / "endpoints.json").read_text())
+        assert {k: again[k] for k in keys} == {k: first[k] for k in keys}
+        stale = {**os.environ, "EMULATOR_URL": "http://127.0.0.1:9"}  # nothing listens there
+        status = subprocess.run(
+            [sys.executable, "-m", "emulator", "status", "--state-dir", str(state)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env=stale,
+        )
+        assert status.returncode == 0 and again["site"] in status.stdout, status.stderr
+        without = subprocess.run(
+            [sys.executable, "-m", "emulator", "status"], capture_output=True, text=True, timeout=60, env=stale
+        )
+        assert without.returncode != 0 and "127.0.0.1:9" in without.stderr  # no flag: the exported URL
+    finally:
+        assert run("down", state=state).returncode == 0
+
+
 def test_commands_can_address_an_emulator_by_url(emu: Emulator) -> None:
     r = subprocess.run(
         [sys.executable, "-m", "emulator", "status", "--url", emu.url],

@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import os
 import subprocess
+import sys
 import threading
 import uuid
 from collections.abc import Iterator
@@ -188,6 +189,36 @@ def test_the_base_image_was_made_without_a_registry(client: Any) -> None:
         remove=True,
     ).decode()
     assert out.strip() == "(3, 11) True"
+
+
+def test_with_no_base_image_set_a_machine_without_a_registry_uses_the_one_it_built(
+    client: Any, start_emulator: Any
+) -> None:
+    """`--runtime docker` (or `auto` with an engine) and no `--docker-base-image`: the public slim image where this
+    machine has it, else the one `emulator base-image` built here (a machine with no registry), never a pull that
+    cannot succeed. `emulator status` says which."""
+    import docker.errors
+
+    try:
+        client.images.get("python:3.11-slim-bookworm")
+        expected = "python:3.11-slim-bookworm"
+    except docker.errors.ImageNotFound:
+        expected = "pxt-emulator-base:bookworm"  # setup-docker.sh built it; the suite's machines have no registry
+    e = start_emulator("--no-watch", "--runtime", "docker")
+    status = e.admin().get("/_emulator/status").json()
+    assert status["runtime"] == {
+        "kind": "docker",
+        "unenforced_limits": status["runtime"]["unenforced_limits"],
+        "base_image": expected,
+    }
+    shown = subprocess.run(
+        [sys.executable, "-m", "emulator", "status", "--state-dir", str(e.state_dir)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    ).stdout
+    assert f"runtime      docker, base image {expected} (limits" in shown
+    assert shown.count("runtime") == 1  # once, not also among the endpoints
 
 
 def test_a_build_container_of_a_dead_emulator_is_removed_at_the_next_start(client: Any, start_emulator: Any) -> None:

@@ -49,6 +49,7 @@ async def status(request: Request[Any, Any, Any]) -> Response[bytes]:
             "runtime": {
                 "kind": site.platform.reconciler.kind,
                 "unenforced_limits": list(site.platform.reconciler.unenforced),
+                "base_image": site.platform.reconciler.supervisor.base_image,
             },
             "proxy": site.proxy.status(),
             "limits": {

@@ -26,8 +26,16 @@ def state_dir(args: argparse.Namespace) -> Path:
 
 
 def locator(args: argparse.Namespace) -> Locator:
-    url = getattr(args, "url", None) or os.environ.get("EMULATOR_URL")
-    return Locator(url=url) if url else Locator(state_dir=state_dir(args))
+    """Which emulator a command talks to: `--url`, else `--state-dir`, else `EMULATOR_URL` (what `emulator env`
+    exports: a flag on the command line says more than a shell's leftover), else `EMULATOR_STATE_DIR` or the
+    default state dir."""
+    url = getattr(args, "url", None)
+    if url:
+        return Locator(url=url)
+    if getattr(args, "state_dir", None):
+        return Locator(state_dir=state_dir(args))
+    exported = os.environ.get("EMULATOR_URL")
+    return Locator(url=exported) if exported else Locator(state_dir=state_dir(args))
 
 
 def endpoints(args: argparse.Namespace) -> dict[str, Any]:

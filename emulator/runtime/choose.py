@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
+from typing import Any
 
 from emulator.config import ConfigError, Settings
+from emulator.runtime.base_image import DEFAULT_TAG
 from emulator.runtime.process import ProcessLauncher
 from emulator.runtime.workload import Launcher
 
@@ -30,8 +32,30 @@ def make_launcher(settings: Settings, root: Path, forward: list[int]) -> Launche
     return DockerLauncher(
         client,
         root,
-        base_image=settings.docker_base_image,
+        base_image=settings.docker_base_image or default_base_image(client),
         network=settings.docker_network,
         instance=settings.state_dir,
         forward=forward,
     )
+
+
+PUBLIC_BASE = "python:3.11-slim-bookworm"
+
+
+def default_base_image(client: Any) -> str:
+    """The base image when none is set: the public slim Python image if this machine has it; else the one
+    `emulator base-image` builds with no registry (`scripts/setup-docker.sh` does), if it is here; else the public
+    one, pulled at the first build. A machine with an engine and no registry thus works as set up."""
+    import docker.errors
+
+    for tag in (PUBLIC_BASE, DEFAULT_TAG):
+        try:
+            client.images.get(tag)
+        except docker.errors.ImageNotFound:
+            continue
+        except docker.errors.DockerException:
+            break
+        if tag != PUBLIC_BASE:
+            log.info("base image %s (this machine has no %s)", tag, PUBLIC_BASE)
+        return tag
+    return PUBLIC_BASE

@@ -139,6 +139,12 @@ class Supervisor:
     def unenforced(self) -> tuple[str, ...]:
         return self.launcher.unenforced
 
+    @property
+    def base_image(self) -> str | None:
+        """The image hosted environments are built on (None: local processes, no image)."""
+        image = getattr(self.launcher, "base_image", None)
+        return image if isinstance(image, str) else None
+
     async def open(self) -> None:
         await self.launcher.open()
         self.launcher.watch_disks(self._disk_filled)
