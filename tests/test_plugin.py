@@ -14,6 +14,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from emulator.core.processes import alive
 from tests.conftest import Emulator
 
 SAMPLE = Path(__file__).resolve().parent.parent / "examples" / "sample_agent"
@@ -159,14 +160,17 @@ def test_reuse_keeps_one_emulator_across_runs_until_its_flags_change(tmp_path: P
     first, second = (json.loads(line) for line in out.read_text().splitlines())
     assert first["url"] == second["url"] and second["reused"]
     assert answers(first["url"])  # it outlives the run, as asked
+    state = suite / ".pytest_cache" / "d" / "pxt-emulator"
+    kept = json.loads((state / "testkit-reuse.json").read_text())["pid"]
 
     # Other flags: the kept emulator is replaced by one started with them.
     done = pytest_run(suite, "--emulator-reuse", "-o", "emulator_args=--freeze-clock 2030-01-01T00:00:00Z", env=env)
     assert done.returncode == 0, done.stdout + done.stderr
     third = json.loads(out.read_text().splitlines()[-1])
-    assert third["url"] != first["url"] and not answers(first["url"]) and answers(third["url"])
-
-    state = suite / ".pytest_cache" / "d" / "pxt-emulator"
+    # a new emulator (the old one is gone), on the same state dir and so the same URL (a state dir keeps its ports)
+    replaced = json.loads((state / "testkit-reuse.json").read_text())["pid"]
+    assert replaced != kept and not alive(kept) and answers(third["url"])
+    assert third["url"] == first["url"]
     assert oct(state.stat().st_mode & 0o777) == "0o700"
     down = subprocess.run(
         [sys.executable, "-m", "emulator", "down", "--state-dir", str(state)],
