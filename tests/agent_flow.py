@@ -8,6 +8,9 @@ from urllib.parse import parse_qs, urlsplit
 import boto3
 import botocore.config
 import httpx
+from botocore.auth import S3SigV4Auth
+from botocore.awsrequest import AWSRequest
+from botocore.credentials import Credentials
 
 from tests.conftest import Emulator
 
@@ -22,6 +25,15 @@ DATABASE_TARGET = {
     "pxt_md_version": 56,
     "force_build_nonce": None,
 }
+
+
+def s3_signed(creds: dict[str, Any], method: str, url: str, body: bytes = b"", **headers: str) -> dict[str, str]:
+    """`headers` and a SigV4 signature over them with a database's credentials, as boto3 would sign them (for a
+    request that boto3 has no call for)."""
+    request = AWSRequest(method=method, url=url, data=body, headers=headers)
+    key = Credentials(creds["access_key_id"], creds["secret_access_key"])
+    S3SigV4Auth(key, "s3", "us-east-1").add_auth(request)
+    return dict(request.headers.items())
 
 
 def s3_client(creds: dict[str, Any], **config: Any) -> Any:

@@ -35,15 +35,13 @@ from typing import Any
 import httpx
 import msgspec.inspect as mi
 import pytest
-from botocore.auth import S3SigV4Auth
-from botocore.awsrequest import AWSRequest
-from botocore.credentials import Credentials
 from hypothesis import HealthCheck, example, given, seed, settings
 from hypothesis import strategies as st
 
 from emulator.cloud import requests as rq
 from emulator.cloud.operations import OPERATIONS
 from emulator.idp.login import CLIENT_ID
+from tests import agent_flow as flow
 from tests.conftest import FROZEN_AT, Emulator, next_ip
 
 # The bounds of a run; FUZZ_SCALE=10 (and another FUZZ_SEED) for a deeper one by hand.
@@ -516,14 +514,6 @@ S3_HEADERS = st.dictionaries(
 )
 
 
-def _signed(creds: dict[str, Any], method: str, url: str, body: bytes, headers: dict[str, str]) -> dict[str, str]:
-    """`headers` and a SigV4 signature over them with the bucket's key, as boto3 would sign them."""
-    request = AWSRequest(method=method, url=url, data=body, headers=headers)
-    key = Credentials(creds["access_key_id"], creds["secret_access_key"])
-    S3SigV4Auth(key, "s3", "us-east-1").add_auth(request)
-    return dict(request.headers.items())
-
-
 @pytest.fixture(scope="module")
 def media(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Emulator, dict[str, Any]]]:
     e = fuzz_emulator(tmp_path_factory.mktemp("fuzz-media"))
@@ -535,9 +525,9 @@ def media(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Emulator, 
             headers={"X-api-key": trial["api_key"]},
         ).json()
         kept = f"{e.endpoints['s3']}/{creds['resolved_bucket_name']}/kept"
-        assert httpx.put(kept, content=b"kept", headers=_signed(creds, "PUT", kept, b"kept", {})).status_code == 200
+        assert httpx.put(kept, content=b"kept", headers=flow.s3_signed(creds, "PUT", kept, b"kept")).status_code == 200
         yield e, creds
-        back = httpx.get(kept, headers=_signed(creds, "GET", kept, b"", {}))
+        back = httpx.get(kept, headers=flow.s3_signed(creds, "GET", kept))
         assert back.status_code < 500, back.text  # a fuzzed DELETE, ACL or policy may have changed it: that is S3
         assert_sound(e)
     finally:
@@ -566,7 +556,7 @@ def test_media_store(
     e, creds = media
     url = f"{e.endpoints['s3']}/{path.format(bucket=creds['resolved_bucket_name'])}" + (f"?{query}" if query else "")
     if signing == "bucket's key" and all(v.isascii() for v in headers.values()):
-        headers = _signed(creds, method, url, body, headers)
+        headers = flow.s3_signed(creds, method, url, body, **headers)
     with httpx.Client(timeout=30) as c:
         r = c.request(method, url, content=body, headers=_raw_headers(headers))
     assert r.status_code < 500, (r.status_code, r.text[:500], method, url, headers, body)

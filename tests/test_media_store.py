@@ -26,9 +26,6 @@ import botocore.config
 import botocore.exceptions
 import httpx
 import pytest
-from botocore.auth import S3SigV4Auth
-from botocore.awsrequest import AWSRequest
-from botocore.credentials import Credentials
 
 from tests import agent_flow as flow
 from tests.conftest import Emulator
@@ -49,12 +46,7 @@ async def op(c: httpx.AsyncClient, emu: Emulator, key: str, /, **body: object) -
 s3 = flow.s3_client
 
 
-def signed(creds: dict[str, Any], method: str, url: str, body: bytes = b"", **headers: str) -> dict[str, str]:
-    """The headers of a request signed (SigV4) with `creds`, for a request that boto3 has no call for."""
-    request = AWSRequest(method=method, url=url, data=body, headers=headers)
-    key = Credentials(creds["access_key_id"], creds["secret_access_key"])
-    S3SigV4Auth(key, "s3", "us-east-1").add_auth(request)
-    return dict(request.headers.items())
+signed = flow.s3_signed
 
 
 async def credentials(c: httpx.AsyncClient, emu: Emulator, t: dict, **extra: object) -> httpx.Response:

@@ -83,11 +83,11 @@ def credentials(headers: dict[bytes, bytes], query: str = "", form: bytes = b"")
     if token and "key" not in found:
         _token(found, token)
     if not found and query:
-        carried = next((v for _, v in _pairs(query) if v.startswith(("pxtk_", "eyJ"))), None)
-        if carried is not None:
-            found.update({"key": key_fingerprint(carried)} if carried.startswith("pxtk_") else {})
-            if carried.startswith("eyJ"):
-                _token(found, carried)
+        carried = next((v for _, v in _pairs(query) if v.startswith(("pxtk_", "eyJ"))), "")
+        if carried.startswith("pxtk_"):
+            found["key"] = key_fingerprint(carried)
+        elif carried:
+            _token(found, carried)
     if not found and form:
         assertion = next((v for k, v in _pairs(form.decode("latin-1")) if k == "assertion"), None)
         claims = jwt_claims(assertion) if assertion else None

@@ -101,10 +101,15 @@ def copy_tree(source: Path, target: Path) -> None:
     sparse; `cp -a` does all of it, and reflinks where the filesystem can."""
     target.mkdir(parents=True, exist_ok=True)
     if shutil.which("cp"):
-        args = ["cp", "-a", "--reflink=auto"] if os.uname().sysname == "Linux" else ["cp", "-a"]
-        subprocess.run([*args, f"{source}/.", str(target)], check=True, capture_output=True)
+        subprocess.run(_cp(source, target), check=True, capture_output=True)
     else:
         shutil.copytree(source, target, symlinks=True, dirs_exist_ok=True)
+
+
+def _cp(source: Path, target: Path) -> list[str]:
+    """`cp -a` of a folder's contents into another (reflinks where the filesystem can)."""
+    args = ["cp", "-a", "--reflink=auto"] if os.uname().sysname == "Linux" else ["cp", "-a"]
+    return [*args, f"{source}/.", str(target)]
 
 
 async def copy_tree_async(source: Path, target: Path) -> None:
@@ -114,9 +119,8 @@ async def copy_tree_async(source: Path, target: Path) -> None:
         await asyncio.to_thread(copy_tree, source, target)
         return
     await asyncio.to_thread(target.mkdir, parents=True, exist_ok=True)
-    args = ["cp", "-a", "--reflink=auto"] if os.uname().sysname == "Linux" else ["cp", "-a"]
     proc = await asyncio.create_subprocess_exec(
-        *args, f"{source}/.", str(target), stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE
+        *_cp(source, target), stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE
     )
     try:
         _, err = await proc.communicate()

@@ -22,9 +22,8 @@ class StateDirInUse(RuntimeError):
 
 
 class StateLock:
-    def __init__(self, fd: int, path: Path) -> None:
+    def __init__(self, fd: int) -> None:
         self._fd = fd
-        self.path = path
 
     def release(self) -> None:
         if self._fd >= 0:
@@ -47,7 +46,7 @@ def hold(state_dir: Path) -> StateLock:
         raise
     os.ftruncate(fd, 0)
     os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
-    return StateLock(fd, path)
+    return StateLock(fd)
 
 
 def _refusal(state_dir: Path, holder: str) -> str:

@@ -57,11 +57,10 @@ class Reconciler:
         self.api_url = api_url
         self.supervisor = Supervisor(root, launcher, self, host_ok, spares=core.settings.spares)
         self._locks: dict[tuple[str, str], asyncio.Lock] = {}
-        self._tasks: set[asyncio.Task[None]] = set()
+        self._tasks: dict[asyncio.Task[None], tuple[str, str]] = {}  # each job under way, and its database
         self._running = asyncio.Event()  # cleared while a snapshot copies the databases' files
         self._running.set()
         self._starting: dict[tuple[str, str], asyncio.Task[None]] = {}
-        self._jobs: dict[tuple[str, str], set[asyncio.Task[None]]] = {}  # each database's jobs under way
         self._ended: list[Callable[[str, str], Awaitable[None]]] = []  # told of each database that ends
         self._moved = asyncio.Event()  # set (and replaced) whenever a job settles a receipt
 
@@ -147,16 +146,13 @@ class Reconciler:
     def _spawn(self, job: Any, name: str, key: tuple[str, str]) -> asyncio.Task[None]:
         """A job of the database `key` (org id, name), its services' included."""
         task = asyncio.create_task(job, name=name)
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
-        jobs = self._jobs.setdefault(key, set())
-        jobs.add(task)
-        task.add_done_callback(jobs.discard)
+        self._tasks[task] = key
+        task.add_done_callback(lambda done: self._tasks.pop(done, None))
         return task
 
     async def _jobs_done(self, key: tuple[str, str]) -> None:
         """Wait for the database's jobs under way (but the caller's own) to finish, at most PAUSE_WAIT seconds."""
-        others = {t for t in self._jobs.get(key, ()) if t is not asyncio.current_task()}
+        others = {t for t, of in self._tasks.items() if of == key and t is not asyncio.current_task()}
         if others:
             await asyncio.wait(others, timeout=PAUSE_WAIT)
 

@@ -122,27 +122,17 @@ def check() -> str | None:
     raised: list[BaseException] = []
     step = "importing the media store"
     try:
-        import boto3
-        import botocore.config
         from boto3.s3.transfer import TransferConfig
 
-        from emulator.media.store import Change, Keys, Mirror, s3_app, serve
+        from emulator.media.store import Change, Keys, Mirror, client, s3_app, serve
 
         with tempfile.TemporaryDirectory(prefix="pxt-media-check-") as tmp:
             sock = socket.create_server(("127.0.0.1", 0))
             keys = Keys(os.urandom(32))
-            access, secret = keys.of_bucket("pxt-check")  # a database's key, as the client gets one
             step = "making a boto3 client"
-            s3 = boto3.client(
-                "s3",
-                endpoint_url=f"http://127.0.0.1:{sock.getsockname()[1]}",
-                region_name="us-east-1",
-                aws_access_key_id=access,
-                aws_secret_access_key=secret,
-                config=botocore.config.Config(
-                    signature_version="s3v4", s3={"addressing_style": "path"}, retries={"max_attempts": 1}
-                ),
-            )
+            endpoint = f"http://127.0.0.1:{sock.getsockname()[1]}"
+            # a database's key, as the client gets one
+            s3 = client(endpoint, keys.of_bucket("pxt-check"), retries={"max_attempts": 1})
             mirror = Mirror(Path(tmp))
             restored = threading.Event()
             restored.set()

@@ -35,10 +35,11 @@ class Signed(msgspec.Struct, frozen=True):
 
 
 class Refused(msgspec.Struct, frozen=True):
-    """A request that is not signed, or not signed right: S3's error code and message."""
+    """A request that is not signed, or not signed right: S3's error code and message, and the key it named."""
 
     code: str
     message: str
+    access_key: str = ""
 
 
 def check(environ: Mapping[str, Any], secret_of: Callable[[str], str | None]) -> Signed | Refused:
@@ -76,7 +77,8 @@ def check(environ: Mapping[str, Any], secret_of: Callable[[str], str | None]) ->
         return Refused("AuthorizationHeaderMalformed", "X-Amz-Date is missing or does not match the credential's date")
     secret = secret_of(access_key)
     if secret is None:
-        return Refused("InvalidAccessKeyId", "The AWS Access Key Id you provided does not exist in our records.")
+        message = "The AWS Access Key Id you provided does not exist in our records."
+        return Refused("InvalidAccessKeyId", message, access_key)
     names = signed_headers.split(";")
     if "host" not in names or names != sorted(names):
         return Refused("AuthorizationHeaderMalformed", "SignedHeaders must be sorted and include host")

@@ -192,6 +192,14 @@ class NotMirrored(Exception):
     """A change the endpoint made could not be written to disk: the request must not be acknowledged."""
 
 
+def _bucket_and_key(environ: dict[str, Any]) -> tuple[str, str]:
+    """The bucket and key a path-style request names. PATH_INFO holds the path's bytes as latin-1 (PEP 3333); keys
+    are UTF-8."""
+    path = environ.get("PATH_INFO", "").encode("latin-1", "replace").decode("utf-8", "replace")
+    bucket, _, key = path.lstrip("/").partition("/")
+    return bucket, key
+
+
 def _write_through(
     app: Callable[..., Iterable[bytes]], changed: Callable[[Change, str, str], None]
 ) -> Callable[..., Iterable[bytes]]:
@@ -221,9 +229,7 @@ def _write_through(
                 close()
         status, headers = started[0]
         query = parse_qs(environ.get("QUERY_STRING", ""), keep_blank_values=True)
-        # PATH_INFO holds the path's bytes as latin-1 (PEP 3333); keys are UTF-8.
-        path = environ.get("PATH_INFO", "").encode("latin-1", "replace").decode("utf-8", "replace")
-        bucket, _, key = path.lstrip("/").partition("/")
+        bucket, key = _bucket_and_key(environ)
         what = object_change(method, key, query)
         if status[:1] == "2" and bucket and what is not None:
             try:
@@ -315,8 +321,7 @@ def _authorized(app: Callable[..., Iterable[bytes]], keys: Keys) -> Callable[...
     a malformed signature), before moto sees it. moto itself accepts any key pair."""
 
     def wsgi(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
-        path = environ.get("PATH_INFO", "").encode("latin-1", "replace").decode("utf-8", "replace")
-        bucket = path.lstrip("/").partition("/")[0]
+        bucket, _ = _bucket_and_key(environ)
         allowed = dict([keys.own, keys.of_bucket(bucket)]) if bucket else dict([keys.own])
         verdict = sigv4.check(environ, allowed.get)
         if isinstance(verdict, sigv4.Signed) and verdict.access_key != keys.own[0]:
@@ -324,7 +329,7 @@ def _authorized(app: Callable[..., Iterable[bytes]], keys: Keys) -> Callable[...
             if source and source != bucket:
                 verdict = sigv4.Refused("AccessDenied", f"Access Denied: this key does not reach bucket {source}")
         if isinstance(verdict, sigv4.Refused):
-            if verdict.code == "InvalidAccessKeyId" and f"Credential={KEY_PREFIX}" in _credential(environ):
+            if verdict.code == "InvalidAccessKeyId" and verdict.access_key.startswith(KEY_PREFIX):
                 # one of the emulator's keys (their prefix says so), for another bucket
                 what = f"bucket {bucket}" if bucket else "the list of buckets"
                 verdict = sigv4.Refused("AccessDenied", f"Access Denied: this key does not reach {what}")
@@ -338,12 +343,6 @@ def _authorized(app: Callable[..., Iterable[bytes]], keys: Keys) -> Callable[...
 
 _FORBIDDEN = frozenset({"AccessDenied", "InvalidAccessKeyId", "SignatureDoesNotMatch"})
 KEY_PREFIX = "PXTE"  # every access key id the emulator makes (as AWS's begin with AKIA or ASIA)
-
-
-def _credential(environ: dict[str, Any]) -> str:
-    """Where a request names its key: the `Authorization` header, or a presigned URL's query."""
-    query = unquote(environ.get("QUERY_STRING", ""))
-    return environ.get("HTTP_AUTHORIZATION", "") + " " + query.replace("X-Amz-Credential=", "Credential=")
 
 
 def s3_app(
@@ -375,6 +374,22 @@ def s3_app(
     app.request_class = S3Request
     served = _declare_composite(_write_through(_refuse_unreadable(app, raised), changed))
     return _until_restored(_refuse_expired(_authorized(served, keys)), restored, keys.own[0])
+
+
+def client(endpoint: str, key: tuple[str, str], **config: Any) -> Any:
+    """A boto3 client of the endpoint with a key pair (the emulator's own, or a bucket's), path-style and SigV4 as
+    the real client's; boto3 is imported here, not at import (see `MediaStore`)."""
+    import boto3
+    import botocore.config
+
+    return boto3.client(
+        "s3",
+        endpoint_url=endpoint,
+        region_name="us-east-1",
+        aws_access_key_id=key[0],
+        aws_secret_access_key=key[1],
+        config=botocore.config.Config(signature_version="s3v4", s3={"addressing_style": "path"}, **config),
+    )
 
 
 def bucket_name(org_id: str, db: str) -> str:
@@ -429,7 +444,6 @@ class MediaStore:
         self._restoring = False
         self._restored = threading.Event()  # clients' requests wait for it (see _until_restored)
         self.keys = Keys(self._key)
-        self._access, self._secret = self.keys.own
         self._s3_client: Any = None  # the emulator's own boto3 client (see _bring_up)
         self._up = threading.Lock()
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -476,23 +490,9 @@ class MediaStore:
         with self._up:
             if self._server is not None:
                 return
-            import boto3  # here, not at import: see the class's docstring
-            import botocore.config
-
             # The emulator's own client: creates buckets, lists them for usage, signs URLs (signing is local).
-            self._s3_client = boto3.client(
-                "s3",
-                endpoint_url=self.endpoint,
-                region_name="us-east-1",
-                aws_access_key_id=self._access,
-                aws_secret_access_key=self._secret,
-                config=botocore.config.Config(
-                    signature_version="s3v4",
-                    s3={"addressing_style": "path"},
-                    retries={"max_attempts": 2, "mode": "standard"},
-                    max_pool_connections=16,
-                ),
-            )
+            retry = {"max_attempts": 2, "mode": "standard"}
+            self._s3_client = client(self.endpoint, self.keys.own, retries=retry, max_pool_connections=16)
             host = self._sock.getsockname()[0]
             server = serve(host, self._sock.fileno(), s3_app(self._changed, self._restored, self.keys))
             self._thread = threading.Thread(target=server.serve_forever, name="s3-endpoint", daemon=True)
@@ -626,10 +626,6 @@ class MediaStore:
             finally:
                 self._restoring = False
             self._buckets.update(self._mirror.buckets())
-
-    def credentials(self, bucket: str) -> tuple[str, str]:
-        """A database's key pair (access key id, secret): it reaches that database's bucket only."""
-        return self.keys.of_bucket(bucket)
 
     async def ensure_bucket(self, name: str) -> None:
         """The bucket exists, and the endpoint is up (every control-plane operation on media starts here)."""

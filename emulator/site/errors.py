@@ -91,12 +91,8 @@ def http_detail(exc: HTTPException) -> str:
     return f"{exc.detail}: {'; '.join(problems)}" if problems else str(exc.detail)
 
 
-def log_internal(request: Request[Any, Any, Any], exc: Exception) -> None:
-    """Every origin's last resort: the traceback goes to the log, never into a response."""
-    log_internal_error(request.method, request.url.path, exc)
-
-
 def log_internal_error(method: str, path: str, exc: Exception) -> None:
+    """Every origin's last resort: the traceback goes to the log, never into a response."""
     log.error("unhandled error on %s %s", method, path, exc_info=exc)
 
 
@@ -126,16 +122,9 @@ def incomplete_body(exc: HTTPException) -> ApiError | None:
     return None
 
 
-def internal_error_bytes() -> bytes:
-    return error_bytes(INTERNAL)
-
-
 def on_internal_error(request: Request[Any, Any, Any], exc: Exception) -> Response[bytes]:
     state_dir = request.app.state["site"].core.settings.state_dir
-    failed = last_resort(request.method, request.url.path, exc, state_dir, INTERNAL)
-    if failed is not INTERNAL:
-        return error_response(failed)
-    return Response(internal_error_bytes(), status_code=500, media_type="application/json")
+    return error_response(last_resort(request.method, request.url.path, exc, state_dir, INTERNAL))
 
 
 INTERNAL = ApiError(500, "bad_request", "the emulator failed to answer; see its log", retryable=True)
