@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import difflib
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -15,10 +17,11 @@ from typing import Any
 from emulator import __version__
 from emulator.admin.client import Locator, Unreachable, follow
 from emulator.commands import behaviour, common, declared, faults, snapshots, throwaway
-from emulator.commands.common import add_locator, call_or_exit, locator, state_dir
-from emulator.config import ConfigError, Settings, default_state_dir, load_settings
+from emulator.commands.common import add_json, add_locator, call_or_exit, locator, print_json, state_dir
+from emulator.config import BOOLS, CHOICES, FIELDS, HELP, ConfigError, Settings, flag_of, load_settings
+from emulator.core.clock import iso
 from emulator.core.private import private_dir
-from emulator.core.processes import alive
+from emulator.core.statelock import holder
 
 DESCRIPTION = """\
 Local emulator of Pixeltable Cloud: the public agent API (/ask, /mcp, /health, trials, discovery),
@@ -51,68 +54,15 @@ def parser() -> argparse.ArgumentParser:
     root.add_argument("--version", action="version", version=f"emulator {__version__}")
     sub = root.add_subparsers(dest="command", metavar="COMMAND")
 
-    up = sub.add_parser("up", help="start the emulator", description="Start the emulator and print its URLs.")
-    up.add_argument("--host", help="address to listen on (default 127.0.0.1; env EMULATOR_HOST)")
-    up.add_argument(
-        "--site-port",
-        "--port",
-        dest="site_port",
-        type=int,
-        help="port of the site origin (default 8700; 0 picks a free one; env EMULATOR_SITE_PORT)",
+    up = sub.add_parser(
+        "up",
+        help="start the emulator",
+        description="Start the emulator and print its URLs.",
+        usage="emulator up [-d] [--tui] [--import FILE] [--apply FILE] [--export-on-exit FILE] [--config FILE] "
+        "[SETTING FLAGS]",
     )
-    up.add_argument("--auth-port", type=int, help="port of the identity provider (default 8701; 0 = free)")
-    up.add_argument("--api-port", type=int, help="port of the control plane (default 8702; 0 = free)")
-    up.add_argument(
-        "--tunnel-port", type=int, help="port of the database tunnel and its CONNECT proxy (default 8704; 0 = free)"
-    )
-    up.add_argument("--s3-port", type=int, help="port of the media store's S3 endpoint (default 8705; 0 = free)")
-    up.add_argument(
-        "--runtime",
-        choices=["auto", "docker", "process"],
-        help="where hosted databases and services run (default auto: Docker when an engine answers)",
-    )
-    up.add_argument(
-        "--proxy-egress",
-        metavar="POLICY",
-        help="what the exported proxy relays outside the tunnel domain: allow (default), deny, or host patterns "
-        "such as api.example.com,*.pypi.org,127.0.0.1:8080",
-    )
-    up.add_argument(
-        "--upstream-proxy",
-        metavar="URL",
-        help="http:// proxy that relays go through, or none (default: HTTPS_PROXY/ALL_PROXY of this environment)",
-    )
-    up.add_argument(
-        "--docker-base-image",
-        help="base image of hosted environments (default python:3.11-slim-bookworm if this machine has it, else "
-        "pxt-emulator-base:bookworm if `emulator base-image` built it, else python:3.11-slim-bookworm pulled)",
-    )
-    up.add_argument("--state-dir", type=Path, help=f"where state is kept (default {default_state_dir()})")
+    add_setting_flags(up)
     up.add_argument("--config", type=Path, help="settings file (default <state-dir>/emulator.toml)")
-    up.add_argument(
-        "--docs",
-        type=Path,
-        help="folder of markdown or HTML docs that /ask and search_docs answer from "
-        "(default: the shipped Pixeltable Cloud corpus; env EMULATOR_DOCS)",
-    )
-    up.add_argument(
-        "--no-watch",
-        dest="watch_docs",
-        action="store_false",
-        default=None,
-        help="do not reindex the docs when their files change",
-    )
-    up.add_argument("--ask-rate-limit", type=int, help="requests per window per IP on /ask (default 10)")
-    up.add_argument("--ask-rate-window", type=int, help="rate-limit window in seconds (default 60)")
-    up.add_argument("--seed", type=int, help="make IDs and secrets reproducible (tests, snapshots)")
-    up.add_argument("--freeze-clock", metavar="ISO", help="start with the clock frozen at this instant")
-    up.add_argument(
-        "--deprecate",
-        dest="deprecations",
-        metavar="V=DATE[,SUNSET]",
-        help="announce API version V as deprecated (Deprecation and Sunset headers), e.g. 1=2026-12-01,2027-06-01",
-    )
-    up.add_argument("--log-level", choices=["critical", "error", "warning", "info", "debug"])
     up.add_argument(
         "--import",
         dest="import_file",
@@ -147,6 +97,16 @@ def parser() -> argparse.ArgumentParser:
         ("env", "print the shell exports that point clients at the emulator"),
     ):
         add_locator(sub.add_parser(name, help=text, description=text[0].upper() + text[1:] + "."))
+    add_json(sub.choices["status"])
+    logs = sub.add_parser(
+        "logs",
+        help="print the emulator's log (a line per request and per operation)",
+        description="Print the log of the emulator of a state dir (<state-dir>/emulator.log), foreground or "
+        "background. `emulator events -f` shows every event in full; `emulator tui` shows them live.",
+    )
+    add_locator(logs)
+    logs.add_argument("-f", "--follow", action="store_true", help="keep printing new lines")
+    logs.add_argument("-n", "--lines", type=int, default=50, metavar="N", help="the last N lines (default 50)")
 
     clock = sub.add_parser(
         "clock",
@@ -157,6 +117,8 @@ def parser() -> argparse.ArgumentParser:
     add_locator(clock)
     clock.add_argument("action", nargs="?", default="show", choices=["show", "advance", "set", "freeze", "resume"])
     clock.add_argument("value", nargs="?", help="advance: 90s, 15m, 48h, 2d; set/freeze: ISO 8601 instant")
+    # `clock advance -1h` is a value (refused by the emulator with a reason), not an unknown flag.
+    clock._negative_number_matcher = re.compile(r"^-\d")
 
     approve = sub.add_parser(
         "approve-claim",
@@ -168,6 +130,7 @@ def parser() -> argparse.ArgumentParser:
     approve.add_argument("claim", help="the claim's verification_uri, or the registration id (agent_reg_…)")
     approve.add_argument("--email", required=True, help="the person's e-mail")
     approve.add_argument("--deny", action="store_true", help="deny the claim instead")
+    add_json(approve)
 
     login = sub.add_parser(
         "approve-login",
@@ -198,12 +161,15 @@ def parser() -> argparse.ArgumentParser:
     add_locator(switch)
     switch.add_argument("name", nargs="?")
     switch.add_argument("value", nargs="?", choices=["on", "off"])
+    add_json(switch)
 
     for name, text in (
         ("trials", "list trial organizations and their time left"),
         ("registrations", "list agent registrations"),
     ):
-        add_locator(sub.add_parser(name, help=text, description=text[0].upper() + text[1:] + "."))
+        listing = sub.add_parser(name, help=text, description=text[0].upper() + text[1:] + ".")
+        add_locator(listing)
+        add_json(listing)
 
     tui = sub.add_parser(
         "tui",
@@ -224,6 +190,7 @@ def parser() -> argparse.ArgumentParser:
     db.add_argument("action", nargs="?", default="list", choices=["list", "stop", "start"])
     db.add_argument("org", nargs="?", help="the organization's slug")
     db.add_argument("db", nargs="?", help="the database's name (default main)")
+    add_json(db)
 
     events = sub.add_parser("events", help="print the event journal", description="Print the event journal.")
     add_locator(events)
@@ -244,6 +211,24 @@ def parser() -> argparse.ArgumentParser:
     base.add_argument("--suite", default="bookworm", help="Debian release (default %(default)s: Python 3.11)")
     base.add_argument("--mirror", default="http://deb.debian.org/debian", help="Debian mirror (default %(default)s)")
     return root
+
+
+ALIASES = {"site_port": ("--port",), "watch_docs": ("--no-watch",), "deprecations": ("--deprecate",)}
+
+
+def add_setting_flags(up: argparse.ArgumentParser) -> None:
+    """A flag for every setting, named as the setting is (`trial_lifetime` → `--trial-lifetime`). Values stay text
+    here: `load_settings` reads them as it reads the environment and the file, and names the flag in an error."""
+    group = up.add_argument_group("settings (each also EMULATOR_<NAME> or a key in emulator.toml)")
+    for name in FIELDS:
+        text = HELP[name]
+        if name in BOOLS:
+            group.add_argument(flag_of(name), dest=name, action=argparse.BooleanOptionalAction, help=text)
+            if name == "watch_docs":
+                group.add_argument("--no-watch", dest=name, action="store_false", help=argparse.SUPPRESS)
+            continue
+        names = [flag_of(name), *ALIASES.get(name, ())]
+        group.add_argument(*names, dest=name, metavar=name.upper(), choices=CHOICES.get(name), help=text)
 
 
 # --- commands ---------------------------------------------------------------------------------------
@@ -269,7 +254,12 @@ def _print_ready(endpoints: dict[str, str], settings: Settings) -> None:
     print(f"  tunnel       {endpoints['tunnel']}  (hosted databases; CONNECT proxy {endpoints['proxy']})")
     print(f"  s3           {endpoints['s3']}  (media store: the databases' home buckets)")
     print(f"  state        {settings.state_dir}")
-    print(f"  endpoints    {settings.endpoints_path}", flush=True)
+    print(f"  endpoints    {settings.endpoints_path}")
+    print(
+        f"  log          a line per request and operation below and in {settings.state_dir / 'emulator.log'} "
+        "(`emulator logs -f`); every event in full: `emulator events -f`, `emulator tui`",
+        flush=True,
+    )
 
 
 def cmd_up(args: argparse.Namespace) -> int:
@@ -278,6 +268,7 @@ def cmd_up(args: argparse.Namespace) -> int:
         return _up_with_tui(args, settings)
     if args.detach:
         return _detach(args, settings)
+    from emulator.core import runlog
     from emulator.core.statelock import StateDirInUse
     from emulator.media.selfcheck import MediaStoreBroken
     from emulator.server import PortInUse, Start, serve
@@ -291,12 +282,16 @@ def cmd_up(args: argparse.Namespace) -> int:
         runner = asyncio_runner(uvloop.new_event_loop)
     except ImportError:
         runner = asyncio_runner(None)
+    private_dir(settings.state_dir)
+    runlog.configure(settings.log_level, settings.state_dir)
     try:
         with runner:
             runner.run(serve(settings, on_ready=lambda ep: _print_ready(ep, settings), start=start))
     except (PortInUse, ConfigError, MediaStoreBroken, StateDirInUse) as e:
         print(f"emulator: {e}", file=sys.stderr)
         return 1
+    finally:
+        runlog.unconfigure()
     return 0
 
 
@@ -376,18 +371,30 @@ def _stop_child(pid: int) -> None:
 
 
 def cmd_down(args: argparse.Namespace) -> int:
-    endpoints = common.endpoints(args)
-    pid = endpoints.get("pid")
+    if getattr(args, "url", None):
+        raise SystemExit("emulator: down stops the emulator of a state dir; name it with --state-dir, not --url")
+    folder = state_dir(args)
+    pid = holder(folder)  # the lock says who runs, not endpoints.json (a `kill -9` leaves that behind)
+    if pid is None:
+        stale = folder / "endpoints.json"
+        if stale.exists():
+            stale.unlink(missing_ok=True)
+            print(
+                f"emulator: it was not running in {folder} (it had ended without cleaning up; removed its stale "
+                "endpoints.json)"
+            )
+        else:
+            print(f"emulator: it was not running in {folder}")
+        return 0
     if not pid:
-        raise SystemExit("emulator: endpoints.json names no process to stop")
+        raise SystemExit(f"emulator: {folder} is held by a process whose pid its lock does not name")
     try:
         os.kill(pid, signal.SIGTERM)
     except ProcessLookupError:
-        (state_dir(args) / "endpoints.json").unlink(missing_ok=True)
-        print("emulator: it was not running (stale endpoints.json removed)")
-        return 0
-    for _ in range(200):
-        if not alive(pid):
+        pass
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        if holder(folder) is None:  # released when it has stopped (a zombie holds no lock)
             print(f"emulator: stopped (pid {pid})")
             return 0
         time.sleep(0.05)
@@ -398,6 +405,9 @@ def cmd_down(args: argparse.Namespace) -> int:
 def cmd_status(args: argparse.Namespace) -> int:
     endpoints = common.endpoints(args)
     status = call_or_exit(endpoints["site"] + "/_emulator/status")
+    if args.json:
+        print_json(status)
+        return 0
     clock = status["clock"]
     print(f"emulator {status['version']}: running")
     for name, url in status["endpoints"].items():
@@ -431,12 +441,20 @@ def cmd_env(args: argparse.Namespace) -> int:
     return 0
 
 
+FELL_DUE = ("trial.expired", "db.state", "service.state", "media.uploads_expired", "idp.claim")
+"""Events a clock move can cause, as `clock advance` reports them (requests that came meanwhile are not)."""
+
+
 def cmd_clock(args: argparse.Namespace) -> int:
     site = common.endpoints(args)["site"]
     body: dict[str, Any] | None = None
     if args.action == "advance":
         if not args.value:
             raise SystemExit("emulator: clock advance needs a duration such as 90s, 15m, 48h or 2d")
+        if re.fullmatch(r"[+-]?\d+(\.\d+)?", args.value.strip()):
+            raise SystemExit(
+                f"emulator: {args.value} has no unit: say {args.value}s, {args.value}m, {args.value}h or {args.value}d"
+            )
         body = {"advance": args.value}
     elif args.action == "set":
         if not args.value:
@@ -446,9 +464,37 @@ def cmd_clock(args: argparse.Namespace) -> int:
         body = {"freeze": True, **({"set": args.value} if args.value else {})}
     elif args.action == "resume":
         body = {"freeze": False}
+    before = call_or_exit(site + "/_emulator/status")["events"] if body else 0
     state = call_or_exit(site + "/_emulator/clock", body)
     print(f"{state['iso']}{' (frozen)' if state['frozen'] else ''}")
+    if body and ("advance" in body or "set" in body):
+        query = f"since={before}&kinds={','.join(FELL_DUE)}&limit=5000"
+        due = call_or_exit(f"{site}/_emulator/journal?{query}")["events"]
+        for event in due:
+            print(f"  {describe_event(event)}")
+        if not due:
+            print("  nothing fell due (tokens, assertions and links past their lifetime are refused from now on)")
     return 0
+
+
+HIDDEN = frozenset({"rt", "after"})
+"""Event fields for the emulator's own bookkeeping (a monotonic instant, the journal's position), not a reader's."""
+INSTANTS = frozenset({"before", "now"})
+"""Event fields that hold an instant of the emulator's clock (besides every `…_at`)."""
+
+
+def describe_event(event: dict[str, Any]) -> str:
+    """One event on a line: its kind, its subject and its fields, instants as ISO 8601 (as the dashboard shows)."""
+    fields = []
+    for key, value in event["data"].items():
+        if value is None or key in HIDDEN:
+            continue
+        instant = key.endswith("_at") or key in INSTANTS
+        if instant and isinstance(value, (int, float)) and not isinstance(value, bool):
+            value = iso(value)
+        fields.append(f"{key}={value}")
+    subject = f" [{event['subject']}]" if event.get("subject") else ""
+    return f"{event['kind']}{subject} {' '.join(fields)}".rstrip()
 
 
 def cmd_events(args: argparse.Namespace) -> int:
@@ -458,9 +504,7 @@ def cmd_events(args: argparse.Namespace) -> int:
         if args.json:
             print(json.dumps(event), flush=True)
         else:
-            data = " ".join(f"{k}={v}" for k, v in event["data"].items() if v is not None)
-            subject = f" [{event['subject']}]" if event.get("subject") else ""
-            print(f"{event['seq']:>6} {event['iso']} {event['kind']}{subject} {data}", flush=True)
+            print(f"{event['seq']:>6} {event['iso']} {describe_event(event)}", flush=True)
 
     query = f"since={args.since}" + (f"&kinds={args.kinds}" if args.kinds else "")
     if not args.follow:
@@ -477,15 +521,37 @@ def cmd_events(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_logs(args: argparse.Namespace) -> int:
+    from emulator.core.runlog import LOG_NAME, tail
+
+    found = locator(args)
+    folder = found.state_dir
+    if folder is None:  # named by URL: its status says where its state dir is
+        folder = Path(call_or_exit(common.endpoints(args)["site"] + "/_emulator/status")["state_dir"])
+    try:
+        for line in tail(folder / LOG_NAME, args.lines, args.follow):
+            print(line, end="", flush=True)
+    except FileNotFoundError:
+        raise SystemExit(f"emulator: {folder / LOG_NAME} does not exist; has an emulator run in {folder}?") from None
+    except KeyboardInterrupt:
+        pass
+    return 0
+
+
 def cmd_approve_claim(args: argparse.Namespace) -> int:
     site = common.endpoints(args)["site"]
     key = "registration" if args.claim.startswith("agent_reg_") else "claim"
     path = "/_emulator/claims/deny" if args.deny else "/_emulator/claims/approve"
     answer = call_or_exit(site + path, {key: args.claim, "email": args.email})
-    if args.deny:
+    if args.json:
+        print_json(answer)
+    elif args.deny:
         print(f"denied: {answer['registration']} stays unclaimed")
     else:
-        print(answer["user_code"])
+        print(
+            f"user code {answer['user_code']} (shown once): the agent completes the claim of "
+            f"{answer['registration']} with it (POST /agent/identity/claim/complete) until {answer['expires_at']}"
+        )
     return 0
 
 
@@ -522,7 +588,13 @@ def cmd_tui(args: argparse.Namespace) -> int:
 def cmd_db(args: argparse.Namespace) -> int:
     site = common.endpoints(args)["site"]
     if args.action == "list":
-        for d in call_or_exit(site + "/_emulator/databases")["databases"]:
+        found = call_or_exit(site + "/_emulator/databases")["databases"]
+        if args.json:
+            print_json(found)
+            return 0
+        if not found:
+            print("no hosted databases yet (`pxt db update pxt://ORG:main` creates one)")
+        for d in found:
             note = f"  {d['failure_reason']}" if d.get("failure_reason") else ""
             print(f"{d['org']:<16} {d['db']:<12} {d['state']:<12} generation {d['generation']}{note}")
         return 0
@@ -530,6 +602,9 @@ def cmd_db(args: argparse.Namespace) -> int:
         raise SystemExit(f"emulator: db {args.action} needs ORG [DB]")
     db = args.db or "main"
     answer = call_or_exit(f"{site}/_emulator/databases/{args.org}/{db}/{args.action}", {})
+    if args.json:
+        print_json(answer)
+        return 0
     print(f"{answer['org']}:{db}: {args.action} accepted (generation {answer['receipt']['generation']})")
     return 0
 
@@ -539,20 +614,36 @@ def cmd_switch(args: argparse.Namespace) -> int:
     if args.name and not args.value:
         raise SystemExit("emulator: switch NAME needs on or off")
     body = {args.name: args.value == "on"} if args.name else None
-    for name, value in call_or_exit(site + "/_emulator/switches", body).items():
+    switches = call_or_exit(site + "/_emulator/switches", body)
+    if args.json:
+        print_json(switches)
+        return 0
+    for name, value in switches.items():
         print(f"{name:<28} {'on' if value else 'off'}")
     return 0
 
 
 def cmd_trials(args: argparse.Namespace) -> int:
-    for t in call_or_exit(common.endpoints(args)["site"] + "/_emulator/trials")["trials"]:
+    found = call_or_exit(common.endpoints(args)["site"] + "/_emulator/trials")["trials"]
+    if args.json:
+        print_json(found)
+        return 0
+    if not found:
+        print("no trial organizations yet (an agent creates one with POST /api/v1/trial-orgs, or `pxt new`)")
+    for t in found:
         left = f"{t['seconds_left'] // 3600}h{t['seconds_left'] % 3600 // 60:02d}m left" if t["expires_at"] else ""
         print(f"{t['org']:<14} {t['state']:<10} {left:<12} keys: {', '.join(t['api_keys'])}")
     return 0
 
 
 def cmd_registrations(args: argparse.Namespace) -> int:
-    for r in call_or_exit(common.endpoints(args)["site"] + "/_emulator/registrations")["registrations"]:
+    found = call_or_exit(common.endpoints(args)["site"] + "/_emulator/registrations")["registrations"]
+    if args.json:
+        print_json(found)
+        return 0
+    if not found:
+        print("no agent registrations yet (an agent registers with POST /agent/identity on the identity provider)")
+    for r in found:
         who = r["claimed_email"] or r["login_hint"] or ""
         print(
             f"{r['id']}  {r['type']:<12} {r['status']:<10} tokens {r['tokens_issued']:<3} "
@@ -584,6 +675,7 @@ COMMANDS = {
     "env": cmd_env,
     "clock": cmd_clock,
     "events": cmd_events,
+    "logs": cmd_logs,
 }
 
 
@@ -594,12 +686,35 @@ EXTENSIONS: tuple[Any, ...] = (snapshots, throwaway, faults, declared, behaviour
 def main(argv: list[str] | None = None) -> int:
     p = parser()
     argv = sys.argv[1:] if argv is None else argv
-    args = p.parse_args(argv)
-    args.argv = argv
+    args, extra = p.parse_known_args(argv)
     if not args.command:
+        if extra:
+            p.error(f"unrecognized arguments: {' '.join(extra)}")
         p.print_help()
         return 2
-    return COMMANDS[args.command](args)
+    if extra:
+        _refuse_unknown(subcommand(p, args.command), extra)
+    args.argv = argv
+    try:
+        return COMMANDS[args.command](args)
+    except BrokenPipeError:
+        # `emulator status | head`: the reader left; say nothing more (and not at exit either).
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
+
+
+def subcommand(p: argparse.ArgumentParser, name: str) -> argparse.ArgumentParser:
+    actions = (a for a in p._actions if isinstance(a, argparse._SubParsersAction))
+    return next(actions).choices[name]
+
+
+def _refuse_unknown(p: argparse.ArgumentParser, extra: list[str]) -> None:
+    """A wrong flag is reported with the usage of the subcommand it was given to, and the nearest right one."""
+    known = [o for a in p._actions for o in a.option_strings]
+    first = next((e for e in extra if e.startswith("-")), extra[0])
+    close = difflib.get_close_matches(first.split("=")[0], known, n=1, cutoff=0.6)
+    hint = f" (did you mean {close[0]}?)" if close and first.startswith("--") else ""
+    p.error(f"unrecognized arguments: {' '.join(extra)}{hint}")
 
 
 if __name__ == "__main__":

@@ -7,6 +7,7 @@ three places: `--ask-rate-limit`, `EMULATOR_ASK_RATE_LIMIT`, `ask_rate_limit = 1
 
 from __future__ import annotations
 
+import difflib
 import os
 import tomllib
 from datetime import UTC, date, datetime
@@ -29,7 +30,12 @@ def default_state_dir() -> Path:
 
 
 class ConfigError(ValueError):
-    """A setting has a value the emulator cannot use; the message names the setting."""
+    """A setting has a value the emulator cannot use; the message names the setting (`setting`, when it is one
+    setting, so the message can also say where its value came from)."""
+
+    def __init__(self, message: str, setting: str | None = None) -> None:
+        super().__init__(message)
+        self.setting = setting
 
 
 class Deprecation(msgspec.Struct, frozen=True):
@@ -65,7 +71,8 @@ class Settings(msgspec.Struct, kw_only=True):
     # Trust X-Forwarded-For for the client IP (only behind a proxy you run).
     trust_forwarded: bool = False
     watch_docs: bool = True
-    log_level: str = "warning"
+    # One line per request and per operation at `info`; `warning` keeps only what went wrong.
+    log_level: str = "info"
     deprecations: dict[str, Deprecation] = msgspec.field(default_factory=dict)
     # Identity provider (lifetimes in seconds of emulator time).
     access_token_ttl: int = 300
@@ -85,7 +92,7 @@ class Settings(msgspec.Struct, kw_only=True):
     trial_lifetime: int = 172_800
     # Where hosted databases and services run: "docker" (containers with enforced limits), "process"
     # (local processes; the embedded fallback), or "auto" (Docker when an engine answers).
-    runtime: str = "auto"
+    runtime: str = "auto"  # one of RUNTIMES
     # The image hosted environments are built on: any image with python3 (3.11 for pixeltable 0.7.21).
     docker_base_image: str = ""  # empty: the public slim image if this machine has it, else `emulator base-image`'s
     # The Docker network hosted containers join; its egress is limited to TCP 80, 443 and 5432.
@@ -128,6 +135,9 @@ class Settings(msgspec.Struct, kw_only=True):
         return self.state_dir / "endpoints.json"
 
 
+RUNTIMES = ("auto", "docker", "process")
+LOG_LEVELS = ("critical", "error", "warning", "info", "debug")
+
 _INT = {
     "site_port",
     "auth_port",
@@ -165,6 +175,65 @@ _BOOL = {
 }
 FIELDS = tuple(f for f in Settings.__struct_fields__)
 
+# What each setting does, in a line: the help of its flag (`emulator up --help`). A test holds this, the flags
+# and the README's table of settings to the same names.
+HELP: dict[str, str] = {
+    "host": "address every origin listens on (default 127.0.0.1)",
+    "site_port": "port of the site origin (default 8700; 0 picks a free one)",
+    "auth_port": "port of the identity provider (default 8701; 0 = free)",
+    "api_port": "port of the control plane (default 8702; 0 = free)",
+    "tunnel_port": "port of the database tunnel and its CONNECT proxy (default 8704; 0 = free)",
+    "s3_port": "port of the media store's S3 endpoint (default 8705; 0 = free)",
+    "cloud_domain": "hosted databases are <org>-<db>.DOMAIN (default pxt.test, never real DNS)",
+    "state_dir": "where state is kept (default ~/.local/state/pxt-emulator)",
+    "docs": "folder of markdown or HTML docs that /ask and search_docs answer from (default: the shipped corpus)",
+    "integrations": "JSON file of the integrations /ask and MCP list (default: the shipped one)",
+    "site_name": "the public name of the site the docs describe (default pixeltable.com)",
+    "ask_rate_limit": "requests per window per client IP on /ask (default 10)",
+    "ask_rate_window": "the /ask rate-limit window in seconds (default 60)",
+    "idempotency_ttl": "seconds an Idempotency-Key answer is replayed (default 600)",
+    "journal_cap": "events kept in the journal (default 20000)",
+    "seed": "make IDs and secrets reproducible (tests, snapshots)",
+    "freeze_clock": "start with the clock frozen at this ISO 8601 instant",
+    "trust_forwarded": "take the client IP from X-Forwarded-For (only behind your own proxy; default off)",
+    "watch_docs": "reindex the docs when their files change (default on)",
+    "log_level": "info (a line per request and operation; the default), warning, error, critical or debug",
+    "deprecations": "announce API version V deprecated (Deprecation, Sunset headers): V=DATE[,SUNSET]",
+    "access_token_ttl": "seconds an access token lives (default 300)",
+    "assertion_ttl": "seconds an identity assertion lives (default 3600)",
+    "claim_ttl": "seconds a registration may be claimed (default 86400)",
+    "attempt_ttl": "seconds a claim link and its user code live (default 600)",
+    "refresh_token_ttl": "seconds a refresh token lives (default 2592000)",
+    "registration_rate_limit": "registrations per minute per client IP (default 60)",
+    "anonymous_registration": "the anonymous_registration switch at start (default on)",
+    "service_auth_registration": "the service_auth_registration switch at start (default on)",
+    "trials_enabled": "the trials_enabled switch at start (default on)",
+    "cloud_reachable": "the cloud_reachable switch at start (default on)",
+    "trial_capacity": "unclaimed trials the platform holds at once (default 1000; 429 beyond)",
+    "trial_network_limit": "unclaimed trials one network may hold (default 10)",
+    "trial_network_bits": "prefix length of an IPv4 network for trial_network_limit (default 24)",
+    "trial_lifetime": "seconds an unclaimed trial lives (default 172800, 48 hours)",
+    "runtime": "where hosted databases and services run: auto (Docker when an engine answers), docker, process",
+    "docker_base_image": "base image of hosted environments (default python:3.11-slim-bookworm if this machine has "
+    "it, else pxt-emulator-base:bookworm if `emulator base-image` built it, else the public image pulled)",
+    "docker_network": "the Docker network hosted containers join (default pxt-emulator)",
+    "media_quota_bytes": "a trial's media store in bytes (default 50000000000); at or over it: no_space_left",
+    "proxy_egress": "what the exported proxy relays outside the tunnel domain: allow (default), deny, or host "
+    "patterns such as api.example.com,*.pypi.org,127.0.0.1:8080",
+    "upstream_proxy": "http:// proxy that relays go through, or none (default: HTTPS_PROXY/ALL_PROXY at start)",
+    "proxy_connect_timeout": "seconds to reach a relay's target (default 10; 504 beyond)",
+    "proxy_idle_timeout": "seconds a relay with nothing sent either way is kept (default 300)",
+    "proxy_max_relays": "relayed connections open at once (default 256; 503 beyond)",
+    "http_request_timeout": "seconds a connection may wait for (the rest of) a request (default 30)",
+    "receipt_hold": "seconds get_receipts waits for a settling job (0 to 25; default 20)",
+    "submit_hold": "seconds a change's answer waits for its job to settle (0 to 25; default 10)",
+    "spares": "keep a spare of each running service and database for fast restarts (default on; ~230 MB each)",
+    "allowed_hosts": "comma-separated extra names the origins answer to (Host)",
+    "allowed_origins": "comma-separated web origins allowed to send state-changing requests (Origin)",
+}
+CHOICES: dict[str, tuple[str, ...]] = {"runtime": RUNTIMES, "log_level": LOG_LEVELS}
+BOOLS = frozenset(_BOOL)  # on/off settings: `--spares` and `--no-spares`
+
 
 def parse_when(text: str, setting: str) -> datetime:
     """An ISO 8601 date or date-time; naive values are UTC."""
@@ -174,7 +243,7 @@ def parse_when(text: str, setting: str) -> datetime:
         try:
             d = date.fromisoformat(text.strip())
         except ValueError:
-            raise ConfigError(f"{setting}: {text!r} is not an ISO 8601 date or date-time") from None
+            raise ConfigError(f"{setting}: {text!r} is not an ISO 8601 date or date-time", setting) from None
         value = datetime(d.year, d.month, d.day)
     return value if value.tzinfo else value.replace(tzinfo=UTC)
 
@@ -186,20 +255,22 @@ def parse_deprecations(text: str) -> dict[str, Deprecation]:
         version, _, dates = item.partition("=")
         when = [d for d in dates.split(",") if d.strip()]
         if not version.strip() or not when or len(when) > 2:
-            raise ConfigError(f"deprecations: {item!r} is not VERSION=DEPRECATION_DATE[,SUNSET_DATE]")
+            raise ConfigError(f"deprecations: {item!r} is not VERSION=DEPRECATION_DATE[,SUNSET_DATE]", "deprecations")
         out[version.strip()] = _deprecation(version.strip(), when[0], when[1] if len(when) == 2 else None)
     return out
 
 
 def _deprecation(version: str, deprecated: Any, sunset: Any) -> Deprecation:
     if version not in SUPPORTED_API_VERSIONS:
-        raise ConfigError(f"deprecations: version {version!r} is not served (served: 1)")
+        raise ConfigError(f"deprecations: version {version!r} is not served (served: 1)", "deprecations")
     dep = deprecated if isinstance(deprecated, datetime) else parse_when(str(deprecated), "deprecations")
     sun = None
     if sunset is not None:
         sun = sunset if isinstance(sunset, datetime) else parse_when(str(sunset), "deprecations")
         if sun < dep:
-            raise ConfigError("deprecations: the sunset date must not be earlier than the deprecation date")
+            raise ConfigError(
+                "deprecations: the sunset date must not be earlier than the deprecation date", "deprecations"
+            )
     return Deprecation(dep, sun)
 
 
@@ -210,12 +281,12 @@ def _coerce(name: str, value: Any) -> Any:
         try:
             return int(value)
         except (TypeError, ValueError):
-            raise ConfigError(f"{name}: {value!r} is not a whole number") from None
+            raise ConfigError(f"{name}: {value!r} is not a whole number", name) from None
     if name in _FLOAT:
         try:
             return float(value)
         except (TypeError, ValueError):
-            raise ConfigError(f"{name}: {value!r} is not a number of seconds") from None
+            raise ConfigError(f"{name}: {value!r} is not a number of seconds", name) from None
     if name in _PATH:
         return Path(str(value)).expanduser()
     if name in _BOOL:
@@ -226,7 +297,7 @@ def _coerce(name: str, value: Any) -> Any:
             return True
         if text in {"0", "false", "no", "off"}:
             return False
-        raise ConfigError(f"{name}: {value!r} is not true or false")
+        raise ConfigError(f"{name}: {value!r} is not true or false", name)
     if name == "freeze_clock":
         if isinstance(value, datetime):
             return value if value.tzinfo else value.replace(tzinfo=UTC)
@@ -236,45 +307,76 @@ def _coerce(name: str, value: Any) -> Any:
             return parse_deprecations(value)
         if isinstance(value, dict):
             return {str(v): _deprecation(str(v), d.get("deprecated_at"), d.get("sunset_at")) for v, d in value.items()}
-        raise ConfigError("deprecations: expected a table of versions")
+        raise ConfigError("deprecations: expected a table of versions", "deprecations")
     return str(value)
 
 
+def flag_of(name: str) -> str:
+    """A setting's command-line flag: `ask_rate_limit` → `--ask-rate-limit`."""
+    return "--" + name.replace("_", "-")
+
+
+def env_of(name: str) -> str:
+    return f"EMULATOR_{name.upper()}"
+
+
 def load_settings(flags: dict[str, Any] | None = None, env: dict[str, str] | None = None) -> Settings:
-    """Merge flags, environment and file into validated settings."""
+    """Merge flags, environment and file into validated settings. A bad value's message says where it came from:
+    the flag, the environment variable or the file."""
     flags = {k: v for k, v in (flags or {}).items() if v is not None}
     env = dict(os.environ if env is None else env)
-    from_env = {name: env[f"EMULATOR_{name.upper()}"] for name in FIELDS if f"EMULATOR_{name.upper()}" in env}
-    state_dir = _coerce("state_dir", flags.get("state_dir") or from_env.get("state_dir") or default_state_dir())
+    from_env = {name: env[env_of(name)] for name in FIELDS if env_of(name) in env}
     config_path = flags.pop("config", None) or env.get("EMULATOR_CONFIG")
-    file_path = Path(config_path).expanduser() if config_path else state_dir / "emulator.toml"
-    from_file: dict[str, Any] = {}
-    if file_path.is_file():
-        try:
-            from_file = tomllib.loads(file_path.read_text())
-        except tomllib.TOMLDecodeError as e:
-            raise ConfigError(f"{file_path}: {e}") from None
-        unknown = sorted(set(from_file) - set(FIELDS))
-        if unknown:
-            raise ConfigError(f"{file_path}: unknown settings {', '.join(unknown)}")
-    elif config_path:
-        raise ConfigError(f"config: {file_path} does not exist")
-    merged: dict[str, Any] = {}
-    for source in (from_file, from_env, flags):
-        for name, value in source.items():
-            if name in FIELDS:
-                merged[name] = _coerce(name, value)
-    merged["state_dir"] = state_dir
-    settings = Settings(**merged)
-    _validate(settings)
+    where: dict[str, str] = {}  # each setting's source, as a person would look for it
+    try:
+        state_dir = _coerce("state_dir", flags.get("state_dir") or from_env.get("state_dir") or default_state_dir())
+        file_path = Path(config_path).expanduser() if config_path else state_dir / "emulator.toml"
+        from_file = _read_file(file_path, required=bool(config_path))
+        where |= {name: str(file_path) for name in from_file}
+        where |= {name: env_of(name) for name in from_env}
+        where |= {name: flag_of(name) for name in flags}
+        merged: dict[str, Any] = {}
+        for source in (from_file, from_env, flags):
+            for name, value in source.items():
+                if name in FIELDS:
+                    merged[name] = _coerce(name, value)
+        merged["state_dir"] = state_dir
+        settings = Settings(**merged)
+        _validate(settings)
+    except ConfigError as e:
+        if e.setting in where:
+            raise ConfigError(f"{e} (set by {where[e.setting]})", e.setting) from None
+        raise
     return settings
 
 
+def _read_file(path: Path, required: bool) -> dict[str, Any]:
+    if not path.is_file():
+        if required:
+            raise ConfigError(f"config: {path} does not exist")
+        return {}
+    try:
+        found = tomllib.loads(path.read_text())
+    except tomllib.TOMLDecodeError as e:
+        raise ConfigError(f"{path}: {e}") from None
+    unknown = sorted(set(found) - set(FIELDS))
+    if unknown:
+        hints = []
+        for name in unknown:
+            close = difflib.get_close_matches(name.replace("-", "_"), FIELDS, n=1, cutoff=0.75)
+            hints.append(f"{name} (did you mean {close[0]}?)" if close else name)
+        raise ConfigError(f"{path}: unknown settings {', '.join(hints)}; `emulator up --help` lists every setting")
+    return found
+
+
 def _validate(s: Settings) -> None:
+    def check(ok: bool, setting: str, message: str) -> None:
+        if not ok:
+            raise ConfigError(f"{setting}{' ' if message.startswith('must') else ': '}{message}", setting)
+
     for name in ("site_port", "auth_port", "api_port", "tunnel_port", "s3_port"):
         port = getattr(s, name)
-        if not 0 <= port <= 65535:
-            raise ConfigError(f"{name}: {port} is not a TCP port (0 picks a free one)")
+        check(0 <= port <= 65535, name, f"{port} is not a TCP port (0 picks a free one)")
     for name in (
         "access_token_ttl",
         "assertion_ttl",
@@ -284,35 +386,29 @@ def _validate(s: Settings) -> None:
         "trial_lifetime",
         "registration_rate_limit",
         "trial_network_limit",
+        "ask_rate_limit",
+        "ask_rate_window",
+        "journal_cap",
     ):
-        if getattr(s, name) < 1:
-            raise ConfigError(f"{name} must be at least 1")
-    if s.media_quota_bytes < 0:
-        raise ConfigError("media_quota_bytes must not be negative")
-    if s.trial_capacity < 0:
-        raise ConfigError("trial_capacity must not be negative")
-    if not 8 <= s.trial_network_bits <= 32:
-        raise ConfigError("trial_network_bits must be from 8 to 32")
-    if s.ask_rate_limit < 1 or s.ask_rate_window < 1:
-        raise ConfigError("ask_rate_limit and ask_rate_window must be at least 1")
-    if s.idempotency_ttl < 1:
-        raise ConfigError("idempotency_ttl must be at least 1 second")
-    if s.runtime not in ("auto", "docker", "process"):
-        raise ConfigError(f"runtime: {s.runtime!r} is not one of auto, docker, process")
+        check(getattr(s, name) >= 1, name, "must be at least 1")
+    check(s.media_quota_bytes >= 0, "media_quota_bytes", "must not be negative")
+    check(s.trial_capacity >= 0, "trial_capacity", "must not be negative")
+    check(8 <= s.trial_network_bits <= 32, "trial_network_bits", "must be from 8 to 32")
+    check(s.idempotency_ttl >= 1, "idempotency_ttl", "must be at least 1 second")
+    check(s.runtime in RUNTIMES, "runtime", f"{s.runtime!r} is not one of {', '.join(RUNTIMES)}")
+    check(s.log_level in LOG_LEVELS, "log_level", f"{s.log_level!r} is not one of {', '.join(LOG_LEVELS)}")
     for name in ("proxy_connect_timeout", "proxy_idle_timeout", "http_request_timeout"):
-        if not 0 < getattr(s, name) <= 86_400:
-            raise ConfigError(f"{name} must be more than 0 and at most 86400 seconds")
-    if not 0 <= s.receipt_hold <= 25:
-        raise ConfigError("receipt_hold must be 0 to 25 seconds (the client gives get_receipts 30 s)")
-    if not 0 <= s.submit_hold <= 25:
-        raise ConfigError("submit_hold must be 0 to 25 seconds (the client gives a change's answer 30 s)")
-    if s.proxy_max_relays < 1:
-        raise ConfigError("proxy_max_relays must be at least 1")
+        check(0 < getattr(s, name) <= 86_400, name, "must be more than 0 and at most 86400 seconds")
+    check(0 <= s.receipt_hold <= 25, "receipt_hold", "must be 0 to 25 seconds (the client gives get_receipts 30 s)")
+    check(0 <= s.submit_hold <= 25, "submit_hold", "must be 0 to 25 seconds (the client gives a change's answer 30 s)")
+    check(s.proxy_max_relays >= 1, "proxy_max_relays", "must be at least 1")
     try:
         EgressPolicy.parse(s.proxy_egress)
+    except EgressError as e:
+        raise ConfigError(str(e), "proxy_egress") from None
+    try:
         if s.upstream_proxy is not None:
             resolve_upstream(s.upstream_proxy, {})
     except EgressError as e:
-        raise ConfigError(str(e)) from None
-    if not s.docs.exists():
-        raise ConfigError(f"docs: {s.docs} does not exist")
+        raise ConfigError(str(e), "upstream_proxy") from None
+    check(s.docs.exists(), "docs", f"{s.docs} does not exist")

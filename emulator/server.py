@@ -36,6 +36,7 @@ from emulator.core.errors import ApiError
 from emulator.core.httpserver import timed_protocol
 from emulator.core.kinds import Kind
 from emulator.core.private import private_dir, write_private
+from emulator.core.runlog import EventLog
 from emulator.core.served import RequestJournal
 from emulator.core.snapshots import EXIT, START, Part
 from emulator.hosted import databases, declared, trials
@@ -179,7 +180,8 @@ def _uvicorn_config(app: Any, settings: Settings) -> uvicorn.Config:
     return uvicorn.Config(
         app,
         lifespan="off",
-        log_level=settings.log_level,
+        # The emulator logs each request itself (runlog); uvicorn says only what went wrong, unless debugging.
+        log_level="debug" if settings.log_level == "debug" else "warning",
         access_log=False,
         http=timed_protocol(settings.http_request_timeout),
         timeout_graceful_shutdown=3,
@@ -314,6 +316,7 @@ async def _serve(settings: Settings, on_ready: Any, start: Start, t0: float) -> 
     docs = DocsIndex(core, settings.docs)
     platform: Platform | None = None
     tunnel: TunnelServer | None = None
+    event_log = EventLog(core.bus)
     try:
         await docs.build()
         if settings.watch_docs and settings.docs.is_dir():
@@ -461,6 +464,7 @@ async def _serve(settings: Settings, on_ready: Any, start: Start, t0: float) -> 
         write_endpoints(settings, endpoints)
         await reconciler.resume()  # services that were running come back (they start in the background)
         core.start_ticker()
+        event_log.start()
         core.bus.publish(
             Kind.EMULATOR_STARTED,
             None,
@@ -474,6 +478,7 @@ async def _serve(settings: Settings, on_ready: Any, start: Start, t0: float) -> 
         if start.export_on_exit is not None:
             await export_on_exit(core, start.export_on_exit)
     finally:
+        await event_log.stop()
         if not media_check.done():
             media_check.cancel()
             await asyncio.gather(media_check, return_exceptions=True)

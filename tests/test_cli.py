@@ -107,7 +107,7 @@ def test_detached_lifecycle(tmp_path: Path) -> None:
         env = run("env", state=state).stdout
         site = json.loads((state / "endpoints.json").read_text())["site"]
         assert f"export PIXELTABLE_SITE_URL={site}" in env.splitlines()
-        assert run("clock", "advance", "48h", state=state).stdout.strip() == "2026-03-03T00:00:00Z (frozen)"
+        assert run("clock", "advance", "48h", state=state).stdout.splitlines()[0] == "2026-03-03T00:00:00Z (frozen)"
         assert run("clock", state=state).stdout.strip() == "2026-03-03T00:00:00Z (frozen)"
         httpx.get(site + "/ask", params={"q": "cli journal check"})
         events = run("events", "--kinds", "site.ask", "--json", state=state).stdout.splitlines()
@@ -206,10 +206,11 @@ def test_human_and_operator_commands(emu: Emulator) -> None:
         code = run(
             "approve-claim", reg["claim"]["attempt"]["verification_uri"], "--email", "cli@example.org", state=state
         )
-        assert code.returncode == 0 and re.fullmatch(r"\d{6}\n", code.stdout)
+        shown = re.match(r"user code (\d{6}) \(shown once\)", code.stdout)
+        assert code.returncode == 0 and shown, code.stdout
         done = c.post(
             emu.auth + "/agent/identity/claim/complete",
-            json={"claim_token": reg["claim"]["token"], "user_code": code.stdout.strip()},
+            json={"claim_token": reg["claim"]["token"], "user_code": shown[1]},
         )
         assert done.json()["status"] == "claimed"
 

@@ -185,3 +185,12 @@ def test_reuse_keeps_one_emulator_across_runs_until_its_flags_change(tmp_path: P
     out.unlink()
     assert pytest_run(suite, "-p", "no:cacheprovider", env=env).returncode == 0
     assert not answers(json.loads(out.read_text())["url"])
+
+
+def test_a_plain_install_brings_pytest_with_the_plugin() -> None:
+    """`pip install -e .` then `pytest`: the plugin's host is installed with it, not only with the test extra."""
+    from importlib.metadata import entry_points, requires
+
+    needs = [r for r in requires("pxt-cloud-emulator") or [] if "extra ==" not in r]
+    assert any(r.replace(" ", "").startswith("pytest>=") for r in needs), needs
+    assert any(e.value == "emulator.pytest_plugin" for e in entry_points(group="pytest11"))

@@ -22,6 +22,7 @@ from urllib.parse import quote
 import msgspec
 
 from emulator.admin.wire import EventView
+from emulator.core import statelock
 
 
 class EmulatorError(Exception):
@@ -43,12 +44,18 @@ class Locator:
         """What endpoints.json says (only the site's URL when the emulator was named by URL)."""
         if self.url:
             return {"site": self.url.rstrip("/"), "base_url": self.url.rstrip("/")}
-        path = (self.state_dir or Path(".")) / "endpoints.json"
+        folder = self.state_dir or Path(".")
+        path = folder / "endpoints.json"
         try:
             found = json.loads(path.read_text())
             found["site"] = str(found["site"]).rstrip("/")
         except (OSError, ValueError, KeyError, TypeError) as e:
             raise Unreachable(f"not running ({path} does not exist); start it with `emulator up`") from e
+        if (folder / statelock.LOCK_NAME).exists() and statelock.holder(folder) is None:
+            raise Unreachable(
+                f"not running: the emulator of {folder} (pid {found.get('pid')}) ended without cleaning up, "
+                f"and its endpoints.json is stale; start it again with `emulator up --state-dir {folder}`"
+            )
         return found
 
     def site(self) -> str:

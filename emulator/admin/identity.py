@@ -28,8 +28,15 @@ async def _decide(request: Request[Any, Any, Any], approve: bool) -> Response[by
     body = decode(await request.body(), ClaimDecision)
     attempt = await identity.attempt_for(token=_attempt_token(body.claim), registration=body.registration)
     code = await identity.decide(attempt, body.email, approve)
-    answer = {"registration": attempt["registration_id"], "email": body.email.strip(), "approved": approve}
-    return json_response({**answer, "user_code": code} if code else answer)
+    answer: dict[str, Any] = {
+        "registration": attempt["registration_id"],
+        "email": body.email.strip(),
+        "approved": approve,
+    }
+    if code:
+        decided = await identity.attempt_for(registration=attempt["registration_id"])
+        answer |= {"user_code": code, "expires_at": iso(decided["code_expires_at"] or decided["expires_at"])}
+    return json_response(answer)
 
 
 @post("/_emulator/claims/approve", status_code=200, opt=openapi.body(ClaimDecision))

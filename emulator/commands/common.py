@@ -4,6 +4,7 @@ a one-line message and exit status (SystemExit)."""
 from __future__ import annotations
 
 import argparse
+import json
 import os
 from pathlib import Path
 from typing import Any
@@ -19,6 +20,14 @@ def add_locator(p: argparse.ArgumentParser) -> None:
         help=f"state directory of the emulator to talk to (default {default_state_dir()}; env EMULATOR_STATE_DIR)",
     )
     p.add_argument("--url", help="site URL of the emulator to talk to (default: from endpoints.json; env EMULATOR_URL)")
+
+
+def add_json(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--json", action="store_true", help="print what the emulator answered, as JSON")
+
+
+def print_json(value: Any) -> None:
+    print(json.dumps(value, indent=2))
 
 
 def state_dir(args: argparse.Namespace) -> Path:

@@ -9,7 +9,7 @@ from typing import Any
 from urllib.parse import quote
 
 from emulator.admin.client import EmulatorError, Unreachable, download, upload
-from emulator.commands.common import add_locator, call_or_exit, endpoints
+from emulator.commands.common import add_json, add_locator, call_or_exit, endpoints, print_json
 
 # A save or load copies every hosted database's files: allow it minutes, not the usual seconds.
 SLOW = 900.0
@@ -36,7 +36,9 @@ def register(sub: Any) -> dict[str, Callable[[argparse.Namespace], int]]:
         p = verbs.add_parser(verb, help=text, description=text[0].upper() + text[1:] + ".")
         add_locator(p)
         p.add_argument("name")
-    add_locator(verbs.add_parser("list", help="list snapshots", description="List the snapshots by name."))
+    listed = verbs.add_parser("list", help="list snapshots", description="List the snapshots by name.")
+    add_locator(listed)
+    add_json(listed)
     export = verbs.add_parser("export", help="write snapshot NAME to FILE (.tar.gz)")
     add_locator(export)
     export.add_argument("name")
@@ -73,6 +75,9 @@ def cmd_snapshot(args: argparse.Namespace) -> int:
     base = f"{site}/_emulator/snapshots"
     if args.verb == "list":
         found = call_or_exit(base)["snapshots"]
+        if args.json:
+            print_json(found)
+            return 0
         if not found:
             print("no snapshots yet (emulator snapshot save NAME)")
         for s in found:

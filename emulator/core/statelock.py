@@ -49,6 +49,23 @@ def hold(state_dir: Path) -> StateLock:
     return StateLock(fd)
 
 
+def holder(state_dir: Path) -> int | None:
+    """The pid of the emulator that holds this state dir now, or None when none does (whatever endpoints.json says:
+    an emulator killed with `kill -9` leaves that file behind, never the lock)."""
+    try:
+        fd = os.open(state_dir / LOCK_NAME, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
+    except OSError:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        text = os.read(fd, 64).decode(errors="replace").strip()
+        return int(text) if text.isdigit() else 0
+    finally:
+        os.close(fd)  # a shared lock taken only to look is released with the descriptor
+    return None
+
+
 def _refusal(state_dir: Path, holder: str) -> str:
     who = f"pid {holder}" if holder.isdigit() else "another process"
     urls = ""

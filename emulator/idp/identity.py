@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 import sqlite3
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -602,12 +603,9 @@ class Identity:
         if (approve or email) and not valid_email(email):
             raise ApiError(400, "bad_request", "sign in with an e-mail address")
         now = self.core.clock.now()
-        if attempt["state"] == "superseded":
-            raise ApiError(410, "not_found", "this claim link was replaced by a newer one; use the newest link")
-        if attempt["state"] in ("completed",) or attempt["registration_status"] == "claimed":
-            raise ApiError(409, "bad_request", "this registration is already claimed")
-        if attempt["expires_at"] <= now:
-            raise ApiError(410, "not_found", "this claim link has expired; the agent can start a new claim")
+        closed = why_closed(attempt, now)
+        if closed is not None:
+            raise ApiError(closed.status, "not_found" if closed.status == 410 else "bad_request", closed.text)
         hint = attempt["login_hint"]
         if hint and email and hint.lower() != email.lower():
             raise ApiError(403, "bad_request", f"this claim is for {hint}; sign in with that account")
@@ -631,6 +629,35 @@ class Identity:
             email=email or None,
         )
         return code
+
+
+@dataclass(frozen=True)
+class Closed:
+    """Why a claim link takes no decision any more: the status of a refused decision, a title and a text."""
+
+    status: int
+    title: str
+    text: str
+
+
+def why_closed(attempt: sqlite3.Row, now: float, readable: Callable[[float], str] = iso) -> Closed | None:
+    """Whether a claim link still takes a decision. It works once: approved or denied, it is used."""
+    if attempt["state"] == "superseded":
+        return Closed(
+            410, "This claim link was replaced", "The agent started a newer claim: use the newest link it gives you."
+        )
+    if attempt["state"] == "completed" or attempt["registration_status"] == "claimed":
+        return Closed(409, "This claim link was already used", "The agent is already linked to an account.")
+    if attempt["state"] in ("confirmed", "denied"):
+        done = "approved" if attempt["state"] == "confirmed" else "denied"
+        who = f" as {attempt['email']}" if attempt["email"] else ""
+        again = (
+            " Its user code was shown once; the agent starts a new claim for a new one." if done == "approved" else ""
+        )
+        return Closed(409, "This claim link was already used", f"It was {done}{who}; it works once.{again}")
+    if attempt["expires_at"] <= now:
+        return Closed(410, "This claim link expired", f"It was valid until {readable(attempt['expires_at'])}.")
+    return None
 
 
 # --- read-only views for the operator (`/_emulator`): no hash and no secret ever leaves here -------------

@@ -26,7 +26,15 @@ from emulator.core.faults import FaultGate
 from emulator.core.prerouted import raw_headers, read_body, send_whole, small_body
 from emulator.core.webapp import App
 from emulator.idp import discovery, login
-from emulator.idp.identity import CLAIM_PAGE, JWT_BEARER, POST_CLAIM_SCOPES, PRE_CLAIM_SCOPES, Identity
+from emulator.idp.identity import (
+    CLAIM_PAGE,
+    JWT_BEARER,
+    POST_CLAIM_SCOPES,
+    PRE_CLAIM_SCOPES,
+    Closed,
+    Identity,
+    why_closed,
+)
 from emulator.idp.login import Logins
 from emulator.site.errors import http_detail, incomplete_body, last_resort
 from emulator.site.ratelimit import RateLimiter
@@ -366,25 +374,10 @@ async def wrong_host_prm(request: Request[Any, Any, Any]) -> None:
 # --- the person's verification page ---------------------------------------------------------------
 
 
-def _closed(attempt: Any, now: float) -> tuple[str, str] | None:
-    """Why a claim link no longer takes a decision (its page's title and text), or None while it does."""
-    if attempt["state"] == "superseded":
-        return "This claim link was replaced", "The agent started a newer claim: use the newest link it gives you."
-    if attempt["state"] == "completed" or attempt["registration_status"] == "claimed":
-        return "This claim link was already used", "The agent is already linked to an account."
-    if attempt["state"] in ("confirmed", "denied"):
-        done = "approved" if attempt["state"] == "confirmed" else "denied"
-        who = f" as {attempt['email']}" if attempt["email"] else ""
-        return "This claim link was already used", f"It was {done}{who}; it works once."
-    if attempt["expires_at"] <= now:
-        return "This claim link expired", f"It was valid until {html.readable(attempt['expires_at'])}."
-    return None
-
-
-def _closed_page(title: str, text: str) -> Response[str]:
+def _closed_page(closed: Closed) -> Response[str]:
     return html.gone(
-        title,
-        text,
+        closed.title,
+        closed.text,
         "Nothing was changed. If you still want to link the agent to your account, ask it to start a new claim: "
         "it gets a new link.",
     )
@@ -433,9 +426,9 @@ async def _claim_form(
 async def claim_page(request: Request[Any, Any, Any], token: str = "") -> Response[str]:
     idp = idp_of(request)
     attempt = await idp.identity.attempt_for(token=token or None)
-    closed = _closed(attempt, idp.core.clock.now())
+    closed = why_closed(attempt, idp.core.clock.now(), html.readable)
     if closed is not None:
-        return _closed_page(*closed)
+        return _closed_page(closed)
     return await _claim_form(request, attempt, token, attempt["login_hint"] or "")
 
 
@@ -448,9 +441,9 @@ async def claim_decide(request: Request[Any, Any, Any]) -> Response[str]:
     token = form.get("token", "")
     idp = idp_of(request)
     attempt = await idp.identity.attempt_for(token=token or None)
-    closed = _closed(attempt, idp.core.clock.now())
+    closed = why_closed(attempt, idp.core.clock.now(), html.readable)
     if closed is not None:
-        return _closed_page(*closed)
+        return _closed_page(closed)
     try:
         code = await idp.identity.decide(attempt, email, html.approved(form))
     except ApiError as e:

@@ -1,0 +1,146 @@
+"""The emulator's log: a line per request and per operation, in the foreground and in `<state-dir>/emulator.log`.
+
+The event journal holds everything in full (`emulator events`, the dashboard); the log is what a person reads
+while it runs, as LocalStack and the Firebase emulators print theirs: one line per answered request and per state
+change, with a level, so a failed build or a refused call stands out. Lines come from the journal's live feed, so
+the log never says what the journal does not hold, and they carry the event's number to look it up there.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import logging.handlers
+import os
+import sys
+import time
+from collections import deque
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from emulator.core.events import Event, EventBus
+from emulator.core.tasks import cancel
+
+LOG_NAME = "emulator.log"
+MAX_BYTES = 10_000_000  # then emulator.log.1 (one kept): a long run's log stays bounded
+FORMAT = "%(asctime)s.%(msecs)03dZ %(levelname)-7s %(message)s"  # wall time, UTC: when it happened here
+log = logging.getLogger("emulator.run")
+
+QUIET = frozenset({"db.log", "clock.moved", "docs.indexed"})
+"""Kinds with no line of their own: a database's own log lines (`emulator db` / `pxt db logs` show them), the
+ticker's clock moves, the docs index (its count is in the start banner)."""
+
+FAILED_STATES = frozenset({"FAILED", "ERROR", "CRASHED"})
+
+
+def configure(level: str, state_dir: Path) -> logging.Handler | None:
+    """Send the emulator's records to the terminal and to the state dir's log file; returns the file's handler
+    (None when stderr already is that file: a detached emulator's output goes there)."""
+    root = logging.getLogger("emulator")
+    root.setLevel(level.upper())
+    formatter = logging.Formatter(FORMAT, "%Y-%m-%dT%H:%M:%S")
+    formatter.converter = time.gmtime
+    path = state_dir / LOG_NAME
+    handlers: list[logging.Handler] = [logging.StreamHandler(sys.stderr)]
+    file_handler: logging.Handler | None = None
+    if not _is_file(sys.stderr, path):
+        file_handler = logging.handlers.RotatingFileHandler(path, maxBytes=MAX_BYTES, backupCount=1)
+        handlers.append(file_handler)
+    for handler in handlers:
+        handler.setFormatter(formatter)
+        root.addHandler(handler)
+    root.propagate = False
+    with contextlib.suppress(OSError):
+        os.chmod(path, 0o600)  # requests name clients and e-mails: the user's own, as the state dir is
+    return file_handler
+
+
+def unconfigure() -> None:
+    root = logging.getLogger("emulator")
+    for handler in list(root.handlers):
+        root.removeHandler(handler)
+        handler.close()
+    root.propagate = True
+
+
+def _is_file(stream: Any, path: Path) -> bool:
+    try:
+        a, b = os.fstat(stream.fileno()), os.stat(path)
+    except (OSError, ValueError, AttributeError):
+        return False
+    return (a.st_dev, a.st_ino) == (b.st_dev, b.st_ino)
+
+
+def line(event: Event) -> tuple[int, str] | None:
+    """An event as a log line and its level, or None for a kind that has no line."""
+    if event.kind in QUIET:
+        return None
+    d = event.data
+    if event.kind == "http.request":
+        status = d.get("status", 0)
+        code = f" {d['error_code']}" if d.get("error_code") else ""
+        op = f" {d['op']}" if d.get("op") else ""
+        level = logging.ERROR if status == 0 or status >= 500 else logging.INFO
+        dropped = "dropped" if status == 0 else str(status)
+        text = f"{d.get('origin', '?'):<4} {d.get('method')} {d.get('path')}{op} -> {dropped}{code} ({d.get('ms')} ms)"
+        return level, f"{text} from {event.subject}"
+    level = logging.INFO
+    state = str(d.get("state", ""))
+    if state in FAILED_STATES or event.kind in ("disk.full", "media.store_full"):
+        level = logging.ERROR
+    elif event.kind in ("fault.fired", "tunnel.refused", "db.exited"):
+        level = logging.WARNING
+    fields = " ".join(
+        f"{k}={v}" for k, v in d.items() if v is not None and k not in ("rt", "after") and not isinstance(v, dict)
+    )
+    subject = f" [{event.subject}]" if event.subject else ""
+    return level, f"{event.kind}{subject} {fields}".rstrip()
+
+
+class EventLog:
+    """Follows the journal's live feed and writes a line per event (at the levels `line` gives)."""
+
+    def __init__(self, bus: EventBus) -> None:
+        self._bus = bus
+        self._task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        if log.isEnabledFor(logging.WARNING):
+            self._task = asyncio.create_task(self._run(self._bus.last_seq), name="event-log")
+
+    async def stop(self) -> None:
+        await cancel(self._task)
+
+    async def _run(self, last: int) -> None:
+        while True:
+            async for event in self._bus.follow(last):
+                last = event.seq
+                found = line(event)
+                if found is not None and log.isEnabledFor(found[0]):
+                    log.log(found[0], "#%d %s", event.seq, found[1])
+            await asyncio.sleep(0.1)  # the feed ended (this reader fell behind): catch up from the journal
+
+
+def tail(path: Path, lines: int, follow: bool) -> Iterator[str]:
+    """The last `lines` lines of a log, then (`follow`) what is added to it, across a rotation too."""
+    with open(path, errors="replace") as f:
+        yield from deque(f, maxlen=max(0, lines))
+        if not follow:
+            return
+        inode = os.fstat(f.fileno()).st_ino
+        while True:
+            chunk = f.readline()
+            if chunk:
+                yield chunk
+                continue
+            try:
+                if os.stat(path).st_ino != inode:  # rotated: read the new file from its start
+                    f.close()
+                    f = open(path, errors="replace")
+                    inode = os.fstat(f.fileno()).st_ino
+                    continue
+            except FileNotFoundError:
+                pass
+            time.sleep(0.2)

@@ -1,0 +1,189 @@
+"""What a newcomer meets on the command line: every setting a flag (and a README row), wrong flags and values
+explained where they came from, a line per request in the log, JSON from every listing, a clock that says what it
+expired, and the truth about an emulator that was killed."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import httpx
+import pytest
+
+from emulator.cli import parser
+from emulator.config import BOOLS, CHOICES, FIELDS, HELP, ConfigError, env_of, flag_of, load_settings
+from tests.conftest import Emulator
+from tests.test_cli import FREE_PORTS, run
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def readme_settings() -> set[str]:
+    """The setting names in the first column of the README's table of settings."""
+    section = (ROOT / "README.md").read_text().split("### Settings", 1)[1].split("\n## ", 1)[0]
+    names: set[str] = set()
+    for row in section.splitlines():
+        if row.startswith("| `"):
+            names |= set(re.findall(r"`([a-z_0-9]+)`", row.split("|")[1]))
+    return names
+
+
+def test_every_setting_is_a_flag_an_environment_variable_a_file_key_and_a_readme_row(tmp_path: Path) -> None:
+    assert readme_settings() == set(FIELDS)
+    up_help = run("up", "--help").stdout
+    p = parser()
+    for name in FIELDS:
+        flag = flag_of(name)
+        assert flag in up_help and HELP[name]
+        value = CHOICES[name][0] if name in CHOICES else "1"
+        args = p.parse_args(["up", flag] if name in BOOLS else ["up", flag, value])
+        assert getattr(args, name) in (True, value), name
+        if name in BOOLS:
+            assert p.parse_args(["up", "--no-" + flag[2:]]).__dict__[name] is False
+    # the same setting three ways, each naming itself when its value is wrong
+    (tmp_path / "emulator.toml").write_text("trial_lifetime = 'long'\n")
+    cases = [
+        ({"trial_lifetime": "x"}, {}, "(set by --trial-lifetime)"),
+        ({}, {env_of("trial_lifetime"): "x"}, "(set by EMULATOR_TRIAL_LIFETIME)"),
+        ({}, {}, f"(set by {tmp_path / 'emulator.toml'})"),
+    ]
+    for flags, env, source in cases:
+        with pytest.raises(ConfigError) as e:
+            load_settings({"state_dir": tmp_path, **flags}, env)
+        assert str(e.value).startswith("trial_lifetime: ") and str(e.value).endswith(source), e.value
+    (tmp_path / "emulator.toml").write_text("trial_lifetime = 60\n")
+    assert load_settings({"state_dir": tmp_path}, {}).trial_lifetime == 60
+    assert load_settings({"state_dir": tmp_path, "trial_lifetime": "90"}, {}).trial_lifetime == 90
+
+
+def test_an_unknown_file_key_gets_the_nearest_setting(tmp_path: Path) -> None:
+    (tmp_path / "emulator.toml").write_text("ask_rate_limt = 3\nsite-port = 1\n")
+    with pytest.raises(ConfigError) as e:
+        load_settings({"state_dir": tmp_path}, {})
+    assert "ask_rate_limt (did you mean ask_rate_limit?)" in str(e.value)
+    assert "site-port (did you mean site_port?)" in str(e.value)
+
+
+def test_a_wrong_flag_gets_the_subcommands_usage_and_the_nearest_flag(tmp_path: Path) -> None:
+    r = run("up", "--trial-lifetme", "5", "--state-dir", str(tmp_path))
+    assert r.returncode == 2
+    assert r.stderr.startswith("usage: emulator up "), r.stderr
+    assert "unrecognized arguments: --trial-lifetme 5 (did you mean --trial-lifetime?)" in r.stderr
+    r = run("trials", "--jsn")
+    assert r.stderr.startswith("usage: emulator trials ") and "did you mean --json?" in r.stderr
+    r = run("up", "--state-dir", str(tmp_path), "--receipt-hold", "40")
+    assert r.returncode == 1 and "receipt_hold must be 0 to 25 seconds" in r.stderr
+    assert "(set by --receipt-hold)" in r.stderr
+
+
+def test_listings_speak_json_and_say_when_they_are_empty(start_emulator: object) -> None:
+    emu: Emulator = start_emulator("--no-watch")  # type: ignore[operator]
+    state = emu.state_dir
+    for command, empty in (
+        ("trials", "no trial organizations yet"),
+        ("registrations", "no agent registrations yet"),
+        ("db", "no hosted databases yet"),
+    ):
+        plain = run(command, state=state)
+        assert plain.returncode == 0 and plain.stdout.startswith(empty), plain.stdout
+        assert json.loads(run(command, "--json", state=state).stdout) == []
+    assert run("snapshot", "list", state=state).stdout.startswith("no snapshots yet")
+    assert json.loads(run("snapshot", "list", "--json", state=state).stdout) == []
+    status = json.loads(run("status", "--json", state=state).stdout)
+    assert status["endpoints"]["site"] == emu.url and status["runtime"]["kind"] == "process"
+    assert json.loads(run("switch", "--json", state=state).stdout)["trials_enabled"] is True
+    # a reader that stops early ends nothing in a traceback
+    piped = subprocess.run(
+        f"{sys.executable} -m emulator status | head -1",
+        shell=True,
+        capture_output=True,
+        text=True,
+        env={"EMULATOR_STATE_DIR": str(state), "PATH": "/usr/bin:/bin"},
+        timeout=60,
+    )
+    assert piped.stdout.startswith("emulator ") and "Traceback" not in piped.stderr, piped.stderr
+
+
+def test_the_log_has_a_line_per_request_and_the_clock_says_what_it_expired(start_emulator: object) -> None:
+    emu: Emulator = start_emulator("--no-watch", "--freeze-clock", "2026-03-01T00:00:00Z")  # type: ignore[operator]
+    state = emu.state_dir
+    with httpx.Client() as c:
+        c.get(emu.url + "/ask", params={"q": "trial"})
+        c.get(emu.url + "/no/such/page")
+        reg = c.post(emu.auth + "/agent/identity", json={"type": "anonymous"}).json()
+        token = c.post(
+            emu.auth + "/oauth2/token",
+            data={
+                "grant_type": "urn:ietf:params:oauth:grant-type:jwt-bearer",
+                "assertion": reg["identity"]["assertion"],
+            },
+        ).json()["access_token"]
+        trial = c.post(emu.url + "/api/v1/trial-orgs", headers={"Authorization": "Bearer " + token}).json()
+    assert run("clock", "advance", "48", state=state).stderr.strip() == (
+        "emulator: 48 has no unit: say 48s, 48m, 48h or 48d"
+    )
+    back = run("clock", "advance", "-1h", state=state)
+    assert back.returncode == 1 and "advance must not be negative; use set to go back" in back.stderr
+    moved = run("clock", "advance", "48h1s", state=state)
+    assert moved.stdout.splitlines()[0] == "2026-03-03T00:00:01Z (frozen)"
+    assert re.search(rf"^  trial\.expired \[{trial['org']}\]", moved.stdout, re.M), moved.stdout
+
+    events = run("events", state=state).stdout
+    assert " rt=" not in events and " after=" not in events
+    clock_line = next(line for line in events.splitlines() if "clock.moved" in line)
+    assert "before=2026-03-01T00:00:00Z now=2026-03-03T00:00:01Z" in clock_line, clock_line
+
+    def logged() -> str:
+        return run("logs", "-n", "200", state=state).stdout
+
+    log = logged()
+    assert re.search(r"Z INFO +#\d+ site GET /ask -> 200 \(\d", log), log
+    assert re.search(r"Z INFO +#\d+ site GET /no/such/page -> 404 not_found", log), log
+    assert re.search(r"Z INFO +#\d+ auth POST /oauth2/token -> 200", log), log
+    assert f"trial.expired [{trial['org']}]" in log
+    assert reg["identity"]["assertion"] not in log and token not in log  # credentials are never logged
+    assert (state / "emulator.log").stat().st_mode & 0o077 == 0
+
+
+def test_a_killed_emulator_is_reported_as_such_and_down_does_not_claim_to_stop_it(tmp_path: Path) -> None:
+    state = tmp_path / "killed"
+    up = run("up", "-d", *FREE_PORTS, "--no-watch", "--runtime", "process", state=state)
+    assert up.returncode == 0, up.stderr
+    pid = json.loads((state / "endpoints.json").read_text())["pid"]
+    os.kill(pid, signal.SIGKILL)
+    for _ in range(100):  # the kernel releases its lock as it reaps it
+        if run("status", state=state).returncode != 0:
+            break
+    status = run("status", state=state)
+    assert status.returncode == 1
+    assert "ended without cleaning up, and its endpoints.json is stale; start it again with `emulator up" in (
+        status.stderr
+    ), status.stderr
+    down = run("down", state=state)
+    assert down.returncode == 0 and "it was not running" in down.stdout and "stopped" not in down.stdout
+    assert "removed its stale endpoints.json" in down.stdout and not (state / "endpoints.json").exists()
+
+
+def test_a_claim_link_is_approved_once(emu: Emulator) -> None:
+    state = emu.state_dir
+    with httpx.Client(transport=httpx.HTTPTransport(local_address="127.99.1.3")) as c:
+        reg = c.post(emu.auth + "/agent/identity", json={"type": "service_auth", "login_hint": "once@example.org"})
+        reg = reg.json()
+        link = reg["claim"]["attempt"]["verification_uri"]
+        first = run("approve-claim", link, "--email", "once@example.org", state=state)
+        found = re.fullmatch(
+            r"user code (\d{6}) \(shown once\): the agent completes the claim of (\S+) .*\n", first.stdout
+        )
+        assert found and found[2] == reg["id"], first.stdout
+        again = run("approve-claim", link, "--email", "once@example.org", "--json", state=state)
+        assert again.returncode == 1 and "It was approved as once@example.org; it works once" in again.stderr
+        done = c.post(
+            emu.auth + "/agent/identity/claim/complete",
+            json={"claim_token": reg["claim"]["token"], "user_code": found[1]},
+        )
+        assert done.json()["status"] == "claimed"  # the first code still works: the second try replaced nothing
