@@ -94,6 +94,8 @@ def test_listings_speak_json_and_say_when_they_are_empty(start_emulator: object)
         assert json.loads(run(command, "--json", state=state).stdout) == []
     assert run("snapshot", "list", state=state).stdout.startswith("no snapshots yet")
     assert json.loads(run("snapshot", "list", "--json", state=state).stdout) == []
+    plain_status = run("status", state=state).stdout
+    assert [line.split()[0] for line in plain_status.splitlines()].count("runtime") == 1, plain_status
     status = json.loads(run("status", "--json", state=state).stdout)
     assert status["endpoints"]["site"] == emu.url and status["runtime"]["kind"] == "process"
     assert json.loads(run("switch", "--json", state=state).stdout)["trials_enabled"] is True
