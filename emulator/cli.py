@@ -17,9 +17,9 @@ from typing import Any
 from emulator import __version__
 from emulator.admin.client import Locator, Unreachable, follow
 from emulator.commands import behaviour, common, declared, faults, snapshots, throwaway
-from emulator.commands.common import add_json, add_locator, call_or_exit, locator, print_json, state_dir
+from emulator.commands.common import add_json, add_locator, call_or_exit, locator, print_json
 from emulator.config import BOOLS, CHOICES, FIELDS, HELP, ConfigError, Settings, flag_of, load_settings
-from emulator.core.clock import iso
+from emulator.core import runlog
 from emulator.core.private import private_dir
 from emulator.core.statelock import holder
 
@@ -268,7 +268,6 @@ def cmd_up(args: argparse.Namespace) -> int:
         return _up_with_tui(args, settings)
     if args.detach:
         return _detach(args, settings)
-    from emulator.core import runlog
     from emulator.core.statelock import StateDirInUse
     from emulator.media.selfcheck import MediaStoreBroken
     from emulator.server import PortInUse, Start, serve
@@ -371,9 +370,7 @@ def _stop_child(pid: int) -> None:
 
 
 def cmd_down(args: argparse.Namespace) -> int:
-    if getattr(args, "url", None):
-        raise SystemExit("emulator: down stops the emulator of a state dir; name it with --state-dir, not --url")
-    folder = state_dir(args)
+    folder = common.running_state_dir(args)
     pid = holder(folder)  # the lock says who runs, not endpoints.json (a `kill -9` leaves that behind)
     if pid is None:
         stale = folder / "endpoints.json"
@@ -477,24 +474,8 @@ def cmd_clock(args: argparse.Namespace) -> int:
     return 0
 
 
-HIDDEN = frozenset({"rt", "after"})
-"""Event fields for the emulator's own bookkeeping (a monotonic instant, the journal's position), not a reader's."""
-INSTANTS = frozenset({"before", "now"})
-"""Event fields that hold an instant of the emulator's clock (besides every `…_at`)."""
-
-
 def describe_event(event: dict[str, Any]) -> str:
-    """One event on a line: its kind, its subject and its fields, instants as ISO 8601 (as the dashboard shows)."""
-    fields = []
-    for key, value in event["data"].items():
-        if value is None or key in HIDDEN:
-            continue
-        instant = key.endswith("_at") or key in INSTANTS
-        if instant and isinstance(value, (int, float)) and not isinstance(value, bool):
-            value = iso(value)
-        fields.append(f"{key}={value}")
-    subject = f" [{event['subject']}]" if event.get("subject") else ""
-    return f"{event['kind']}{subject} {' '.join(fields)}".rstrip()
+    return runlog.describe(event["kind"], event.get("subject"), event["data"])
 
 
 def cmd_events(args: argparse.Namespace) -> int:
@@ -522,17 +503,14 @@ def cmd_events(args: argparse.Namespace) -> int:
 
 
 def cmd_logs(args: argparse.Namespace) -> int:
-    from emulator.core.runlog import LOG_NAME, tail
-
-    found = locator(args)
-    folder = found.state_dir
-    if folder is None:  # named by URL: its status says where its state dir is
-        folder = Path(call_or_exit(common.endpoints(args)["site"] + "/_emulator/status")["state_dir"])
+    folder = common.running_state_dir(args)
     try:
-        for line in tail(folder / LOG_NAME, args.lines, args.follow):
+        for line in runlog.tail(folder / runlog.LOG_NAME, args.lines, args.follow):
             print(line, end="", flush=True)
     except FileNotFoundError:
-        raise SystemExit(f"emulator: {folder / LOG_NAME} does not exist; has an emulator run in {folder}?") from None
+        raise SystemExit(
+            f"emulator: {folder / runlog.LOG_NAME} does not exist; has an emulator run in {folder}?"
+        ) from None
     except KeyboardInterrupt:
         pass
     return 0

@@ -47,6 +47,15 @@ def locator(args: argparse.Namespace) -> Locator:
     return Locator(url=exported) if exported else Locator(state_dir=state_dir(args))
 
 
+def running_state_dir(args: argparse.Namespace) -> Path:
+    """The state dir of the emulator a command names: the one given, or, when it is named by URL (`--url`,
+    `EMULATOR_URL`), the one its status reports (it must answer, then)."""
+    found = locator(args)
+    if found.state_dir is not None:
+        return found.state_dir
+    return Path(call_or_exit(endpoints(args)["site"] + "/_emulator/status")["state_dir"])
+
+
 def endpoints(args: argparse.Namespace) -> dict[str, Any]:
     try:
         return locator(args).endpoints()

@@ -20,6 +20,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from emulator.core.clock import iso
 from emulator.core.events import Event, EventBus
 from emulator.core.tasks import cancel
 
@@ -92,11 +93,28 @@ def line(event: Event) -> tuple[int, str] | None:
         level = logging.ERROR
     elif event.kind in ("fault.fired", "tunnel.refused", "db.exited"):
         level = logging.WARNING
-    fields = " ".join(
-        f"{k}={v}" for k, v in d.items() if v is not None and k not in ("rt", "after") and not isinstance(v, dict)
-    )
-    subject = f" [{event.subject}]" if event.subject else ""
-    return level, f"{event.kind}{subject} {fields}".rstrip()
+    return level, describe(event.kind, event.subject, {k: v for k, v in d.items() if not isinstance(v, dict)})
+
+
+HIDDEN = frozenset({"rt", "after"})
+"""Event fields for the emulator's own bookkeeping (a monotonic instant, the journal's position), not a reader's."""
+INSTANTS = frozenset({"before", "now"})
+"""Event fields that hold an instant of the emulator's clock (besides every `…_at`)."""
+
+
+def describe(kind: str, subject: str | None, data: dict[str, Any]) -> str:
+    """An event on one line, as the log and `emulator events` print it: kind, subject, fields, instants in ISO 8601
+    (as the dashboard shows them)."""
+    fields = []
+    for key, value in data.items():
+        if value is None or key in HIDDEN:
+            continue
+        instant = key.endswith("_at") or key in INSTANTS
+        if instant and isinstance(value, (int, float)) and not isinstance(value, bool):
+            value = iso(value)
+        fields.append(f"{key}={value}")
+    where = f" [{subject}]" if subject else ""
+    return f"{kind}{where} {' '.join(fields)}".rstrip()
 
 
 class EventLog:
