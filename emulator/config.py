@@ -16,7 +16,7 @@ from typing import Any
 
 import msgspec
 
-from emulator.tunnel.egress import EgressError, EgressPolicy, resolve_upstream
+from emulator.core.egress import EgressError, EgressPolicy, resolve_upstream
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_DOCS = PROJECT_ROOT / "fixtures" / "site"

@@ -32,6 +32,7 @@ from emulator.core import kinds, statelock
 from emulator.core.boundary import Boundary
 from emulator.core.clock import iso
 from emulator.core.context import Core
+from emulator.core.egress import EgressError, EgressPolicy, Upstream, resolve_upstream
 from emulator.core.errors import ApiError
 from emulator.core.httpserver import timed_protocol
 from emulator.core.kinds import Kind
@@ -42,12 +43,12 @@ from emulator.core.snapshots import EXIT, START, Part
 from emulator.hosted import databases, declared, trials
 from emulator.hosted.auth import Authenticator
 from emulator.hosted.blobs import Blobs
+from emulator.hosted.identity import CLAIM_PAGE, Identity, Urls
+from emulator.hosted.logins import Logins
 from emulator.hosted.platform import Platform
 from emulator.hosted.reconciler import Reconciler
 from emulator.hosted.secrets import SecretBox
-from emulator.idp.identity import CLAIM_PAGE, Identity, Urls
-from emulator.idp.keys import Signer
-from emulator.idp.login import Logins
+from emulator.hosted.signing import Signer
 from emulator.idp.routes import Idp, build_idp_app
 from emulator.media import selfcheck
 from emulator.media.store import MediaStore
@@ -58,7 +59,6 @@ from emulator.site.ratelimit import RateLimiter
 from emulator.site.search import DocsIndex
 from emulator.site.state import Site
 from emulator.tunnel.ca import LocalCA
-from emulator.tunnel.egress import EgressError, EgressPolicy, Upstream, resolve_upstream
 from emulator.tunnel.forward import ForwardProxy
 from emulator.tunnel.server import Authorize, Refusal, Route, TunnelServer
 

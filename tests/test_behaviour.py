@@ -18,7 +18,7 @@ import pytest
 
 from emulator.behaviour import scorecard
 from emulator.core.served import failed
-from emulator.idp.login import CLIENT_ID
+from emulator.hosted.logins import CLIENT_ID
 from tests import agent_flow as flow
 from tests.conftest import Emulator, next_ip
 from tui.views.log import event_style

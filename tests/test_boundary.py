@@ -14,7 +14,7 @@ import time
 import httpx
 import pytest
 
-from emulator.idp.login import CLIENT_ID
+from emulator.hosted.logins import CLIENT_ID
 from tests import agent_flow as flow
 from tests.conftest import Emulator
 

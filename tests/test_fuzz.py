@@ -40,7 +40,7 @@ from hypothesis import strategies as st
 
 from emulator.cloud import requests as rq
 from emulator.cloud.operations import OPERATIONS
-from emulator.idp.login import CLIENT_ID
+from emulator.hosted.logins import CLIENT_ID
 from tests import agent_flow as flow
 from tests.conftest import FROZEN_AT, Emulator, next_ip
 

@@ -15,7 +15,7 @@ from typing import Any
 import httpx
 import pytest
 
-from emulator.idp.login import CLIENT_ID
+from emulator.hosted.logins import CLIENT_ID
 from tests.conftest import FROZEN_AT, Emulator
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"

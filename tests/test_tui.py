@@ -26,7 +26,7 @@ from textual.widgets import DataTable, Input
 
 from emulator.admin.client import Locator
 from emulator.core.kinds import Kind
-from emulator.idp.login import CLIENT_ID
+from emulator.hosted.logins import CLIENT_ID
 from tests import agent_flow as flow
 from tests.conftest import FROZEN_AT, Emulator
 from tests.test_proxy import Origin, echo_through

@@ -13,7 +13,7 @@ from emulator.admin.emulator import decode, json_response
 from emulator.admin.wire import ClaimDecision, LoginDecision, UserView
 from emulator.core import openapi
 from emulator.core.clock import iso
-from emulator.idp.identity import POST_CLAIM_SCOPES, PRE_CLAIM_SCOPES, latest_claims, users_overview
+from emulator.hosted.identity import POST_CLAIM_SCOPES, PRE_CLAIM_SCOPES, latest_claims, users_overview
 from emulator.site.state import site_of
 
 

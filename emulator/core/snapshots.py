@@ -27,19 +27,38 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import msgspec
 
 from emulator import __version__
-from emulator.core.clock import iso
+from emulator.core.clock import Clock, iso
 from emulator.core.errors import ApiError
+from emulator.core.events import EventBus
+from emulator.core.faults import Faults
+from emulator.core.ids import Ids
 from emulator.core.kinds import Kind
 from emulator.core.private import private_dir
 from emulator.core.store import Store
+from emulator.core.switches import Switches
 
-if TYPE_CHECKING:
-    from emulator.core.context import Core
+
+class Host(Protocol):
+    """What snapshots need of the emulator's core (`emulator.core.context.Core`, which owns them)."""
+
+    store: Store
+    clock: Clock
+    bus: EventBus
+    ids: Ids
+    faults: Faults
+    switches: Switches
+    stopping: asyncio.Event
+
+    def exclusive(self) -> AbstractAsyncContextManager[None]: ...
+    async def clear_run(self) -> None: ...
+    async def reload_clock(self, at: float | None = None) -> None: ...
+    async def run_after_load(self) -> None: ...
+
 
 FORMAT = 1
 START = ".start"  # the state the emulator was started from (a name no user can give: it starts with a dot)
@@ -147,7 +166,7 @@ def _size(folder: Path) -> int:
 
 
 class Snapshots:
-    def __init__(self, core: Core, root: Path) -> None:
+    def __init__(self, core: Host, root: Path) -> None:
         self.core = core
         self.root = root
         self._parts: list[Part] = []

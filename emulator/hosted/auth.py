@@ -18,7 +18,7 @@ from emulator.core.errors import ApiError
 from emulator.core.store import one
 from emulator.hosted import keys, orgs
 from emulator.hosted.keys import GRANT
-from emulator.idp.keys import ACCESS_TOKEN_TYP, InvalidToken, Signer
+from emulator.hosted.signing import ACCESS_TOKEN_TYP, InvalidToken, Signer
 
 
 @dataclass(frozen=True)

@@ -20,8 +20,8 @@ from emulator.core.errors import ApiError
 from emulator.core.kinds import Kind
 from emulator.core.served import key_fingerprint
 from emulator.hosted import keys, orgs
+from emulator.hosted.identity import Identity, valid_email
 from emulator.hosted.records import Org
-from emulator.idp.identity import Identity, valid_email
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from emulator.idp.identity import IDENTITY_TYPES, JWT_BEARER, POST_CLAIM_SCOPES, Urls
+from emulator.hosted.identity import IDENTITY_TYPES, JWT_BEARER, POST_CLAIM_SCOPES, Urls
 
 API_CATALOG_PROFILE = "https://www.rfc-editor.org/info/rfc9727"
 

@@ -25,8 +25,7 @@ from emulator.core.errors import ApiError
 from emulator.core.faults import FaultGate
 from emulator.core.prerouted import raw_headers, read_body, send_whole, small_body
 from emulator.core.webapp import App
-from emulator.idp import discovery, login
-from emulator.idp.identity import (
+from emulator.hosted.identity import (
     CLAIM_PAGE,
     JWT_BEARER,
     POST_CLAIM_SCOPES,
@@ -35,7 +34,8 @@ from emulator.idp.identity import (
     Identity,
     why_closed,
 )
-from emulator.idp.login import Logins
+from emulator.hosted.logins import Logins
+from emulator.idp import discovery, login
 from emulator.site.errors import http_detail, incomplete_body, last_resort
 from emulator.site.ratelimit import RateLimiter
 

@@ -10,9 +10,9 @@ from litestar import Request
 from emulator.core.boundary import Boundary
 from emulator.core.clientip import client_ip
 from emulator.core.context import Core
+from emulator.hosted.identity import Identity
+from emulator.hosted.logins import Logins
 from emulator.hosted.platform import Platform
-from emulator.idp.identity import Identity
-from emulator.idp.login import Logins
 from emulator.site.idempotency import Idempotency
 from emulator.site.ratelimit import RateLimiter
 from emulator.site.search import DocsIndex

@@ -18,7 +18,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from emulator.tunnel.egress import EgressPolicy, Upstream, strip_brackets
+from emulator.core.egress import EgressPolicy, Upstream, strip_brackets
 
 log = logging.getLogger(__name__)
 

@@ -30,9 +30,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from emulator.core.address import Address
+from emulator.core.egress import EgressPolicy, valid_host
 from emulator.core.faults import Verdict
 from emulator.tunnel.ca import LocalCA, normalize_domain
-from emulator.tunnel.egress import EgressPolicy, valid_host
 from emulator.tunnel.forward import ForwardProxy
 
 FaultHook = Callable[[str, str], Awaitable[Verdict | None]]

@@ -20,7 +20,7 @@ from emulator.core.context import Core
 from emulator.core.errors import ApiError
 from emulator.core.ids import secret_hash
 from emulator.core.kinds import Kind
-from emulator.idp.keys import ACCESS_TOKEN_TYP, ASSERTION_TYP, InvalidToken, Signer
+from emulator.hosted.signing import ACCESS_TOKEN_TYP, ASSERTION_TYP, InvalidToken, Signer
 
 JWT_BEARER = "urn:ietf:params:oauth:grant-type:jwt-bearer"
 # Anonymous registrations get two read-only scopes: one public, one free tier.
