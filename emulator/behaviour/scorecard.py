@@ -19,6 +19,7 @@ from emulator.behaviour.traces import trace
 from emulator.core.events import Event
 from emulator.core.kinds import Kind
 from emulator.core.served import failed
+from emulator.hosted.states import ACCEPTS_UPDATE, DB_SETTLING, SERVICE_SETTLING
 
 
 class Finding(msgspec.Struct, kw_only=True):
@@ -70,9 +71,9 @@ TOKEN_PATH = "/oauth2/token"
 POLL_OPS = frozenset({"get_receipts", "get_db"})
 POLL_CADENCE = 5.0  # seconds: how often the product's client polls a receipt
 SERVICE_URL_OPS = frozenset({"list_services", "get_db", "get_receipts", "submit_update", "prepare_update"})
-SETTLED = frozenset({"AVAILABLE", "PROVISIONING"})  # where `db update` is accepted
+SETTLED = ACCEPTS_UPDATE  # where `db update` is accepted (the platform's own set)
 UPDATE_OPS = frozenset({"prepare_update", "submit_update"})
-SETTLING = frozenset({"UPDATING", "PROVISIONING", "STARTING", "STOPPING", "DEPLOYING"})
+SETTLING = DB_SETTLING | SERVICE_SETTLING  # a job is moving the resource: polling it is right
 
 
 def _calls(mine: list[Event]) -> list[Event]:

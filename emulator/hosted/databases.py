@@ -11,11 +11,15 @@ import hashlib
 import json
 from typing import Any
 
+import msgspec
+from msgspec import UNSET, UnsetType
+
 from emulator.core.context import Core
 from emulator.core.errors import ApiError
 from emulator.core.store import Db, one, run
-from emulator.hosted import plans, receipts
+from emulator.hosted import plans, receipts, states
 from emulator.hosted.records import Database, Receipt, fetch_all, fetch_one
+from emulator.hosted.states import BuildOutcome, DbState, IllegalTransition
 
 _SELECT = "SELECT d.*, o.slug FROM databases d JOIN orgs o ON o.id = d.org_id"
 
@@ -108,47 +112,60 @@ async def insert(
     await run(
         conn,
         "INSERT INTO databases (org_id, name, id, state, current, created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
-        (org_id, name, db_id, "PROVISIONING" if provisioning else "AVAILABLE", current, now, now),
+        (org_id, name, db_id, DbState.PROVISIONING if provisioning else DbState.AVAILABLE, current, now, now),
     )
 
 
-_JSON = {"current", "target"}
-_COLUMNS = {
-    "state",
-    "current",
-    "target",
-    "archive_sha256",
-    "last_build_outcome",
-    "last_build_error",
-    "failure_reason",
-    "env_digest",
-    "started_at",
-    "restarts",
-    "gateway_port",
-    "generation",
-    "receipt",
-}
+class DbChange(msgspec.Struct, kw_only=True):
+    """Columns a write sets on a database row; a field left UNSET is left as it is (None is written as NULL)."""
+
+    state: DbState | UnsetType = UNSET
+    generation: int | UnsetType = UNSET
+    current: dict[str, Any] | UnsetType | None = UNSET
+    target: dict[str, Any] | UnsetType | None = UNSET
+    receipt: Receipt | UnsetType = UNSET
+    archive_sha256: str | UnsetType | None = UNSET
+    last_build_outcome: BuildOutcome | UnsetType | None = UNSET
+    last_build_error: str | UnsetType | None = UNSET
+    failure_reason: str | UnsetType | None = UNSET
+    env_digest: str | UnsetType | None = UNSET
+    started_at: float | UnsetType | None = UNSET
+    restarts: int | UnsetType = UNSET
+    gateway_port: int | UnsetType | None = UNSET
 
 
-async def update(db: Db, org_id: str, name: str, now: float, **fields: Any) -> None:
-    """Set columns of a database (dicts for `current`/`target` and the receipt are stored as JSON)."""
-    unknown = set(fields) - _COLUMNS
-    if unknown:
-        raise ValueError(f"not a database column: {', '.join(sorted(unknown))}")
-    values = [
-        receipts.encode(v) if isinstance(v, Receipt) else json.dumps(v) if k in _JSON and v is not None else v
-        for k, v in fields.items()
-    ]
+def _column(name: str, value: Any) -> Any:
+    if isinstance(value, Receipt):
+        return receipts.encode(value)
+    if name in ("current", "target") and value is not None:
+        return json.dumps(value)
+    return value
+
+
+async def update(db: Db, org_id: str, name: str, now: float, change: DbChange) -> None:
+    """Set the columns `change` names. A new state is written only over a state it may follow (`states`), in the
+    same statement; over any other, `IllegalTransition`."""
+    fields = {k: v for k in change.__struct_fields__ if (v := getattr(change, k)) is not UNSET}
     sets = "".join(f"{k} = ?, " for k in fields)
-    await run(
-        db, f"UPDATE databases SET {sets}updated_at = ? WHERE org_id = ? AND name = ?", (*values, now, org_id, name)
-    )
+    where, params = "org_id = ? AND name = ?", [org_id, name]
+    if isinstance(change.state, DbState):
+        allowed = states.sources(change.state)
+        where += f" AND state IN ({', '.join('?' * len(allowed))})"
+        params += allowed
+    values = [_column(k, v) for k, v in fields.items()]
+    changed = await run(db, f"UPDATE databases SET {sets}updated_at = ? WHERE {where}", (*values, now, *params))
+    if not changed and isinstance(change.state, DbState):
+        found = await one(db, "SELECT state FROM databases WHERE org_id = ? AND name = ?", (org_id, name))
+        if found is not None:
+            raise IllegalTransition(f"database {name}: {found['state']} may not become {change.state}")
 
 
-async def settle(conn: Db, database: Database, receipt: Receipt, now: float, **fields: Any) -> None:
+async def settle(conn: Db, database: Database, receipt: Receipt, now: float, change: DbChange | None = None) -> None:
     """A generation's receipt as its job progresses (and any columns that change with it): the database's copy
     and the receipts table's, together."""
-    await update(conn, database.org_id, database.name, now, **fields, receipt=receipt)
+    await update(
+        conn, database.org_id, database.name, now, msgspec.structs.replace(change or DbChange(), receipt=receipt)
+    )
     await receipts.rewrite(conn, receipt)
 
 
@@ -158,19 +175,19 @@ async def accept(
     receipt: Receipt,
     now: float,
     *,
-    state: str,
+    state: DbState,
     target: dict[str, Any] | None = None,
     archive_sha256: str | None = None,
     submission: str | None = None,
 ) -> None:
     """A new generation: its number, its receipt (here and in the receipts table), the transitional state, and for
     an update the new desired resources and archive."""
-    fields: dict[str, Any] = {"generation": receipt.generation, "state": state}
+    change = DbChange(generation=receipt.generation, state=state, receipt=receipt)
     if target is not None:
-        fields["target"] = target
+        change.target = target
     if archive_sha256 is not None:
-        fields["archive_sha256"] = archive_sha256
-    await update(conn, database.org_id, database.name, now, **fields, receipt=receipt)
+        change.archive_sha256 = archive_sha256
+    await update(conn, database.org_id, database.name, now, change)
     await receipts.add(conn, database.org_id, receipt, submission)
 
 

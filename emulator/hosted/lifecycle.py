@@ -18,31 +18,34 @@ from emulator.core import kinds
 from emulator.core.context import Core
 from emulator.core.errors import ApiError
 from emulator.hosted import databases, plans, receipts, services
+from emulator.hosted.databases import DbChange
 from emulator.hosted.reconciler import Reconciler
 from emulator.hosted.records import Receipt, Service, service_label
+from emulator.hosted.states import DB_SETTLING, SERVICE_SETTLING, DbState, Phase, ServiceState
 
 
 @dataclass(frozen=True)
 class Verb:
-    state: str  # the state while its job runs
+    state: DbState  # the state while its job runs (a service's has the same name: `service_state`)
     waiting_for: dict[str, str]  # per resource kind: what the receipt says it waits for
+
+    @property
+    def service_state(self) -> ServiceState:
+        return ServiceState(self.state.value)
 
 
 VERBS = {
-    "start": Verb("STARTING", {"database": "start"}),
-    "stop": Verb("STOPPING", {"database": "stop", "service": "stop"}),
-    "restart": Verb("STARTING", {"database": "start", "service": "restart"}),
-    "delete": Verb("STOPPING", {"database": "deletion", "service": "delete"}),
-}
-SETTLING = {
-    "database": ("UPDATING", "PROVISIONING", "STARTING", "STOPPING"),
-    "service": ("DEPLOYING", "UPDATING", "STARTING", "STOPPING"),
+    "start": Verb(DbState.STARTING, {"database": "start"}),
+    "stop": Verb(DbState.STOPPING, {"database": "stop", "service": "stop"}),
+    "restart": Verb(DbState.STARTING, {"database": "start", "service": "restart"}),
+    "delete": Verb(DbState.STOPPING, {"database": "deletion", "service": "delete"}),
 }
 
 
-def check(kind: str, what: str, state: str, verb: str) -> None:
+def check(kind: str, what: str, state: DbState | ServiceState, verb: str) -> None:
     """Whether `verb` may act on a resource (`what`: "database main", "service ingest") in `state`."""
-    if state in SETTLING[kind] and verb != "delete":
+    settling = DB_SETTLING if kind == "database" else SERVICE_SETTLING
+    if state in settling and verb != "delete":
         raise ApiError(409, "conflict", f"{what} is {state}; wait for it to settle")
     if verb == "start" and state != "STOPPED":
         raise ApiError(400, "bad_request", f"{what} is {state}, not STOPPED")
@@ -69,7 +72,7 @@ def next_receipt(
         resource_id,
         generation,
         db,
-        phase="DELETING" if verb == "delete" else "PENDING",
+        phase=Phase.DELETING if verb == "delete" else Phase.PENDING,
         waiting_for=VERBS[verb].waiting_for[kind],
         attempt=core.ids.ident("att_"),
         service_name=service_name,
@@ -80,7 +83,7 @@ def next_receipt(
 def check_retry(what: str, receipt: Receipt | None, generation: int) -> Receipt:
     if receipt is None or receipt.generation != generation:
         raise ApiError(409, "conflict", f"generation {generation} is not the current one of {what}; plan again")
-    if receipt.phase != "FAILED":
+    if receipt.phase != Phase.FAILED:
         raise ApiError(400, "bad_request", f"generation {receipt.generation} of {what} has not failed")
     return receipt
 
@@ -112,9 +115,9 @@ async def retry_database(
         row = await databases.require(conn, org_id, slug, db)
         failed = check_retry(db, row.receipt, generation)
         receipt = msgspec.structs.replace(
-            failed, phase="PENDING", error=None, waiting_for="environment", attempt_id=core.ids.ident("att_")
+            failed, phase=Phase.PENDING, error=None, waiting_for="environment", attempt_id=core.ids.ident("att_")
         )
-        await databases.settle(conn, row, receipt, core.clock.now(), state="UPDATING")
+        await databases.settle(conn, row, receipt, core.clock.now(), DbChange(state=DbState.UPDATING))
     reconciler.schedule(org_id, slug, db, generation, "update")
     return receipt
 
@@ -143,7 +146,7 @@ async def service_verb(
         receipt = next_receipt(
             core, "service", verb, row.id, row.generation + 1, db, service_name=row.name, base_path=row.base_path
         )
-        await services.accept(conn, row, receipt, now, state=rule.state)
+        await services.accept(conn, row, receipt, now, state=rule.service_state)
         fresh = await services.get(conn, org_id, db, base, name)
     core.bus.publish(
         kinds.accepted("service", verb),

@@ -4,12 +4,13 @@ module writes that copy); a resent submission finds its original receipts by the
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 import msgspec
 
 from emulator.core.store import Db, many, one, run
 from emulator.hosted.records import Receipt
+from emulator.hosted.states import Phase
 
 Kind = Literal["database", "service"]
 
@@ -20,7 +21,7 @@ def new(
     generation: int,
     db: str,
     *,
-    phase: str,
+    phase: Phase,
     waiting_for: str | None,
     attempt: str,
     service_name: str | None = None,
@@ -37,6 +38,25 @@ def new(
         phase=phase,
         waiting_for=waiting_for,
     )
+
+
+def settled(
+    receipt: Receipt,
+    phase: Phase,
+    waiting_for: str | None,
+    outcome: str | None = None,
+    error: dict[str, Any] | None = None,
+    warnings: list[str] | None = None,
+) -> Receipt:
+    """A receipt moved on by its job: its phase, what it waits for, and (when given) its outcome, error, warnings."""
+    changed = msgspec.structs.replace(receipt, phase=phase, waiting_for=waiting_for)
+    if outcome is not None:
+        changed.outcome = outcome
+    if error is not None:
+        changed.error = error
+    if warnings is not None:
+        changed.warnings = warnings
+    return changed
 
 
 def failure(message: str) -> dict[str, object]:

@@ -17,8 +17,6 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
-import msgspec
-
 from emulator.core import kinds
 from emulator.core.address import Address
 from emulator.core.context import Core
@@ -28,8 +26,11 @@ from emulator.core.tasks import cancel
 from emulator.hosted import databases, logs, plans, receipts, secrets, services
 from emulator.hosted.auth import Authenticator
 from emulator.hosted.blobs import Blobs
+from emulator.hosted.databases import DbChange
+from emulator.hosted.receipts import settled
 from emulator.hosted.records import Database, Service, service_label
 from emulator.hosted.secrets import SecretBox
+from emulator.hosted.states import OBSERVED, BuildOutcome, DbState, Phase, ServiceState
 from emulator.runtime.environments import BuildFailed
 from emulator.runtime.supervisor import Environment, Place, Release, ServiceRelease, Supervisor
 from emulator.runtime.workload import SIZES, Launcher, resized
@@ -108,13 +109,13 @@ class Reconciler:
             yield
         finally:
             self._running.set()
-            for s in await services.every(self.core.store, state="AVAILABLE"):
+            for s in await services.every(self.core.store, state=ServiceState.AVAILABLE):
                 if (s.org_id, s.db, s.base_path, s.name) in ran:
                     self.schedule_service(s.org_id, s.slug, s.db, s.base_path, s.name, s.generation, "deploy")
 
     async def resume(self) -> None:
         """Bring back the services that were running when the emulator stopped (their databases start first)."""
-        for s in await services.every(self.core.store, state="AVAILABLE"):
+        for s in await services.every(self.core.store, state=ServiceState.AVAILABLE):
             self.schedule_service(s.org_id, s.slug, s.db, s.base_path, s.name, s.generation, "deploy")
 
     def status(self, org_id: str, db: str) -> dict[str, Any] | None:
@@ -176,9 +177,7 @@ class Reconciler:
         subject = kinds.database(place.slug, place.db)
         self.core.bus.publish(Kind.DISK_FULL, subject, service=service or None, limit_gb=limit_gb)
         if not service:
-            await databases.update(
-                self.core.store, place.org_id, place.db, self.core.clock.now(), failure_reason=message
-            )
+            await self._set(place.org_id, place.db, DbChange(failure_reason=message))
 
     def request(self, place: Place, path: str, status: int, served: dict[str, Any]) -> None:
         self.core.bus.publish(
@@ -229,7 +228,7 @@ class Reconciler:
             row = await databases.get(self.core.store, org_id, db)
             if row is None:
                 raise ApiError(404, "not_found", f"database {db} does not exist in {slug}")
-            if row.state in ("STOPPED", "STOPPING"):
+            if row.state in (DbState.STOPPED, DbState.STOPPING):
                 raise ApiError(503, "stopped", f"database {slug}:{db} is {row.state}; start it with pxt db start")
             if self.supervisor.address(org_id, db) is None:
                 try:
@@ -238,7 +237,7 @@ class Reconciler:
                     # The caller (the tunnel, the gateway's first use) refuses with the reason, as a client reads it.
                     await self.supervisor.stop_database(Place(org_id, slug, db))
                     raise ApiError(503, "unavailable", f"database {slug}:{db} could not start: {e}") from None
-                await self._set(org_id, db, started_at=self.core.clock.now())
+                await self._set(org_id, db, DbChange(started_at=self.core.clock.now()))
 
     async def _job(self, org_id: str, slug: str, db: str, generation: int, verb: str) -> None:
         await self._running.wait()
@@ -260,21 +259,14 @@ class Reconciler:
                     log.exception("%s of %s:%s failed", verb, slug, db)
                 message = e.message if isinstance(e, ApiError) else str(e)
                 await self.line(place, f"{verb} failed: {message}")
-                alive = self.supervisor.status(org_id, db) is not None
-                await self._set(
-                    org_id,
-                    db,
-                    state="AVAILABLE" if alive else "FAILED",
-                    failure_reason=message,
-                    **({"last_build_outcome": "FAILED", "last_build_error": message} if verb == "update" else {}),
-                )
-                await self._settle(place, generation, phase="FAILED", waiting_for=None, error=receipts.failure(message))
-                self.core.bus.publish(
-                    Kind.DB_STATE,
-                    kinds.database(slug, db),
-                    state="FAILED" if not alive else "AVAILABLE",
-                    error=message,
-                )
+                state = DbState.AVAILABLE if self.supervisor.status(org_id, db) is not None else DbState.FAILED
+                change = DbChange(state=state, failure_reason=message)
+                if verb == "update":
+                    change.last_build_outcome, change.last_build_error = BuildOutcome.FAILED, message
+                await self._set(org_id, db, change)
+                failure = receipts.failure(message)
+                await self._settle(place, generation, phase=Phase.FAILED, waiting_for=None, error=failure)
+                self.core.bus.publish(Kind.DB_STATE, kinds.database(slug, db), state=state, error=message)
 
     async def _update(self, place: Place, generation: int) -> None:
         row = await self._row(place)
@@ -303,24 +295,26 @@ class Reconciler:
             self.core.bus.publish(
                 Kind.DB_RESIZED, kinds.database(place.slug, place.db), changes=changes, generation=generation
             )
-        await self._settle(place, generation, phase="PENDING", waiting_for="database restart")
+        await self._settle(place, generation, phase=Phase.PENDING, waiting_for="database restart")
         await self._launch(row, digest=digest, fingerprint=fingerprint, resources=target)
         await self._set(
             place.org_id,
             place.db,
-            current=target,
-            state="AVAILABLE",
-            last_build_outcome="SUCCEEDED",
-            last_build_error=None,
-            failure_reason=None,
-            env_digest=digest,
-            started_at=self.core.clock.now(),
+            DbChange(
+                current=target,
+                state=DbState.AVAILABLE,
+                last_build_outcome=BuildOutcome.SUCCEEDED,
+                last_build_error=None,
+                failure_reason=None,
+                env_digest=digest,
+                started_at=self.core.clock.now(),
+            ),
         )
-        await self._settle(place, generation, phase="READY", outcome="OBSERVED", waiting_for=None, warnings=warnings)
+        await self._settle(place, generation, phase=Phase.READY, outcome=OBSERVED, waiting_for=None, warnings=warnings)
         self.core.bus.publish(
             Kind.DB_STATE,
             kinds.database(place.slug, place.db),
-            state="AVAILABLE",
+            state=DbState.AVAILABLE,
             generation=generation,
             environment=digest[:12],
             rebuilt=built,
@@ -328,41 +322,36 @@ class Reconciler:
 
     async def _start(self, place: Place, generation: int) -> None:
         await self._launch(await self._row(place))
-        await self._set(
-            place.org_id, place.db, state="AVAILABLE", failure_reason=None, started_at=self.core.clock.now()
-        )
-        await self._settle(place, generation, phase="READY", outcome="OBSERVED", waiting_for=None)
+        started = DbChange(state=DbState.AVAILABLE, failure_reason=None, started_at=self.core.clock.now())
+        await self._set(place.org_id, place.db, started)
+        await self._settle(place, generation, phase=Phase.READY, outcome=OBSERVED, waiting_for=None)
         self.core.bus.publish(
-            Kind.DB_STATE, kinds.database(place.slug, place.db), state="AVAILABLE", generation=generation
+            Kind.DB_STATE, kinds.database(place.slug, place.db), state=DbState.AVAILABLE, generation=generation
         )
 
     async def _restart(self, place: Place, generation: int) -> None:
         row = await self._row(place)
         await self._launch(row)
-        await self._set(
-            place.org_id,
-            place.db,
-            state="AVAILABLE",
-            restarts=row.restarts + 1,
-            failure_reason=None,
-            started_at=self.core.clock.now(),
+        restarted = DbChange(
+            state=DbState.AVAILABLE, restarts=row.restarts + 1, failure_reason=None, started_at=self.core.clock.now()
         )
-        await self._settle(place, generation, phase="READY", outcome="OBSERVED", waiting_for=None)
+        await self._set(place.org_id, place.db, restarted)
+        await self._settle(place, generation, phase=Phase.READY, outcome=OBSERVED, waiting_for=None)
         self.core.bus.publish(
             Kind.DB_STATE,
             kinds.database(place.slug, place.db),
-            state="AVAILABLE",
+            state=DbState.AVAILABLE,
             generation=generation,
             restarted=True,
         )
 
     async def _stop(self, place: Place, generation: int) -> None:
         await self.supervisor.stop_database(place)
-        await self._set(place.org_id, place.db, state="STOPPED")
+        await self._set(place.org_id, place.db, DbChange(state=DbState.STOPPED))
         await self.line(place, "database stopped (its data is kept)")
-        await self._settle(place, generation, phase="STOPPED", outcome="OBSERVED", waiting_for=None)
+        await self._settle(place, generation, phase=Phase.STOPPED, outcome=OBSERVED, waiting_for=None)
         self.core.bus.publish(
-            Kind.DB_STATE, kinds.database(place.slug, place.db), state="STOPPED", generation=generation
+            Kind.DB_STATE, kinds.database(place.slug, place.db), state=DbState.STOPPED, generation=generation
         )
 
     async def _delete(self, place: Place, generation: int) -> None:
@@ -390,17 +379,17 @@ class Reconciler:
         ended = list((await services.of_database(self.core.store, place.org_id, place.db)).values())
         await self.supervisor.remove_database(place)
         if generation is not None:
-            await self._settle(place, generation, phase="DELETED", outcome="OBSERVED", waiting_for=None)
+            await self._settle(place, generation, phase=Phase.DELETED, outcome=OBSERVED, waiting_for=None)
         async with self.core.store.transaction() as conn:
             await databases.delete(conn, place.org_id, place.db)  # its services' rows go with it (ON DELETE CASCADE)
             await logs.delete(conn, place.org_id, place.db)
         for s in ended:
             subject = kinds.service(place.slug, place.db, s.label)
-            self.core.bus.publish(Kind.SERVICE_STATE, subject, state="DELETED", generation=s.generation)
+            self.core.bus.publish(Kind.SERVICE_STATE, subject, state=ServiceState.DELETED, generation=s.generation)
         self.core.bus.publish(
             Kind.DB_STATE,
             kinds.database(place.slug, place.db),
-            state="DELETED",
+            state=DbState.DELETED,
             generation=generation if generation is not None else (row.generation if row else None),
             resource_id=row.id if row else None,
         )
@@ -449,16 +438,26 @@ class Reconciler:
             raise ApiError(404, "not_found", f"database {place.db} does not exist in {place.slug}")
         return row
 
-    async def _set(self, org_id: str, db: str, **fields: Any) -> None:
-        await databases.update(self.core.store, org_id, db, self.core.clock.now(), **fields)
+    async def _set(self, org_id: str, db: str, change: DbChange) -> None:
+        await databases.update(self.core.store, org_id, db, self.core.clock.now(), change)
 
-    async def _settle(self, place: Place, generation: int, **changes: Any) -> None:
+    async def _settle(
+        self,
+        place: Place,
+        generation: int,
+        *,
+        phase: Phase,
+        waiting_for: str | None,
+        outcome: str | None = None,
+        error: dict[str, Any] | None = None,
+        warnings: list[str] | None = None,
+    ) -> None:
         """Write the outcome of a generation into its receipt (and the database's, if still current)."""
         async with self.core.store.transaction() as conn:
             row = await databases.get(conn, place.org_id, place.db)
             if row is None or row.receipt is None or row.receipt.generation != generation:
                 return  # gone, or a newer generation superseded this one
-            receipt = msgspec.structs.replace(row.receipt, **changes)
+            receipt = settled(row.receipt, phase, waiting_for, outcome, error, warnings)
             await databases.settle(conn, row, receipt, self.core.clock.now())
         self.core.bus.publish(
             Kind.DB_RECEIPT,
@@ -488,10 +487,14 @@ class Reconciler:
             try:
                 if verb in ("deploy", "restart"):
                     await self._start_service(place, row)
-                    state, phase = "AVAILABLE", "READY"
+                    state, phase = ServiceState.AVAILABLE, Phase.READY
                 else:
                     await self.supervisor.stop_service((place.org_id, place.db, base, name))
-                    state, phase = ("STOPPED", "STOPPED") if verb == "stop" else ("DELETED", "DELETED")
+                    state, phase = (
+                        (ServiceState.STOPPED, Phase.STOPPED)
+                        if verb == "stop"
+                        else (ServiceState.DELETED, Phase.DELETED)
+                    )
                     if verb == "delete":
                         await self.supervisor.remove_service(place, base, name, label)
                 await self._settle_service(
@@ -499,7 +502,7 @@ class Reconciler:
                     generation,
                     None if verb == "delete" else state,
                     phase=phase,
-                    outcome="OBSERVED",
+                    outcome=OBSERVED,
                     waiting_for=None,
                 )
                 if verb == "delete":
@@ -510,10 +513,11 @@ class Reconciler:
                 if not isinstance(e, BuildFailed | ApiError):
                     log.exception("%s of service %s failed", verb, name)
                 await self.line(place, f"service {name}: {verb} failed: {message}", service=label)
+                failure = receipts.failure(message)
                 await self._settle_service(
-                    row, generation, "FAILED", phase="FAILED", waiting_for=None, error=receipts.failure(message)
+                    row, generation, ServiceState.FAILED, phase=Phase.FAILED, waiting_for=None, error=failure
                 )
-                self.core.bus.publish(Kind.SERVICE_STATE, subject, state="FAILED", error=message)
+                self.core.bus.publish(Kind.SERVICE_STATE, subject, state=ServiceState.FAILED, error=message)
 
     async def _start_service(self, place: Place, row: Service) -> None:
         await self.route(place.org_id, place.slug, place.db)  # the database's server (and its release) first
@@ -530,13 +534,23 @@ class Reconciler:
             place, release, env, gateway_port=database.gateway_port, resize=bool(changes)
         )
         if port != database.gateway_port:
-            await self._set(place.org_id, place.db, gateway_port=port)
+            await self._set(place.org_id, place.db, DbChange(gateway_port=port))
 
-    async def _settle_service(self, row: Service, generation: int, state: str | None, **changes: Any) -> None:
+    async def _settle_service(
+        self,
+        row: Service,
+        generation: int,
+        state: ServiceState | None,
+        *,
+        phase: Phase,
+        waiting_for: str | None,
+        outcome: str | None = None,
+        error: dict[str, Any] | None = None,
+    ) -> None:
         async with self.core.store.transaction() as conn:
             current = await services.get(conn, row.org_id, row.db, row.base_path, row.name)
             if current is None or current.receipt is None or current.receipt.generation != generation:
                 return
-            receipt = msgspec.structs.replace(current.receipt, **changes)
+            receipt = settled(current.receipt, phase, waiting_for, outcome, error)
             await services.settle(conn, current, receipt, self.core.clock.now(), state)
         self._receipt_settled()

@@ -9,6 +9,7 @@ from typing import Any, Literal, TypeVar
 import msgspec
 
 from emulator.core.store import Db, many, one
+from emulator.hosted.states import BuildOutcome, DbState, Phase, ServiceState
 
 # What a declared state did to one row: made it, changed it, or found it as declared.
 Outcome = Literal["created", "updated", "unchanged"]
@@ -17,7 +18,7 @@ Outcome = Literal["created", "updated", "unchanged"]
 class Receipt(msgspec.Struct, kw_only=True):
     """A generation's `GenerationReceipt`, as the client reads it from `get_receipts` and reports."""
 
-    kind: str  # "database" | "service"
+    kind: Literal["database", "service"]
     resource_id: str
     generation: int
     db: str
@@ -26,7 +27,7 @@ class Receipt(msgspec.Struct, kw_only=True):
     attempt_id: str
     outcome: str | None = None
     error: dict[str, Any] | None = None
-    phase: str
+    phase: Phase
     waiting_for: str | None
     warnings: list[str] = msgspec.field(default_factory=list)
 
@@ -59,13 +60,13 @@ class Database(msgspec.Struct, kw_only=True):
     org_id: str
     name: str
     id: str
-    state: str
+    state: DbState
     generation: int
     target: dict[str, Any] | None = None  # the desired DatabaseResources (None: no update yet)
     current: dict[str, Any] | None = None  # what it runs with
     receipt: Receipt | None = None  # the current generation's
     archive_sha256: str | None = None
-    last_build_outcome: str | None = None
+    last_build_outcome: BuildOutcome | None = None
     last_build_error: str | None = None
     failure_reason: str | None = None
     env_digest: str | None = None
@@ -85,7 +86,7 @@ class Service(msgspec.Struct, kw_only=True):
     name: str
     generation: int
     desired: dict[str, Any]  # the ServiceMutation last accepted (resources filled in)
-    state: str
+    state: ServiceState
     error: str | None = None
     fingerprint: Any = None  # what its pod reported
     receipt: Receipt | None = None

@@ -11,8 +11,9 @@ import json
 from typing import Any
 
 from emulator.core.store import Db, one, run
-from emulator.hosted import receipts
+from emulator.hosted import receipts, states
 from emulator.hosted.records import Receipt, Service, fetch_all, fetch_one
+from emulator.hosted.states import IllegalTransition, ServiceState
 
 _SELECT = "SELECT s.*, o.slug FROM services s JOIN orgs o ON o.id = s.org_id"
 
@@ -34,7 +35,7 @@ async def get(db: Db, org_id: str, database: str, base: str, name: str) -> Servi
     )
 
 
-async def every(db: Db, state: str | None = None) -> list[Service]:
+async def every(db: Db, state: ServiceState | None = None) -> list[Service]:
     where = "WHERE s.state = ? " if state else ""
     return await fetch_all(
         db, Service, f"{_SELECT} {where}ORDER BY o.slug, s.db, s.base_path, s.name", (state,) if state else ()
@@ -77,7 +78,7 @@ async def insert(
     await run(
         conn,
         "INSERT INTO services (id, org_id, db, base_path, name, generation, desired, state, receipt, "
-        "created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, 'DEPLOYING', ?, ?, ?)",
+        "created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
         (
             service_id,
             org_id,
@@ -86,6 +87,7 @@ async def insert(
             receipt.service_name,
             receipt.generation,
             json.dumps(desired),
+            ServiceState.DEPLOYING,
             receipts.encode(receipt),
             now,
             now,
@@ -99,36 +101,48 @@ async def accept(
     receipt: Receipt,
     now: float,
     *,
-    state: str,
+    state: ServiceState,
     desired: dict[str, Any] | None = None,
     submission: str | None = None,
 ) -> None:
     """A new generation of an existing service: its receipt (here and in the receipts table) and state, and for a
     deployment its new desired spec (which clears the last error)."""
     if desired is not None:
-        await run(
+        await _write(
             conn,
-            "UPDATE services SET generation = ?, desired = ?, state = ?, error = NULL, receipt = ?, updated_at = ? "
-            "WHERE id = ?",
-            (receipt.generation, json.dumps(desired), state, receipts.encode(receipt), now, service.id),
+            service,
+            state,
+            "generation = ?, desired = ?, error = NULL, receipt = ?",
+            (receipt.generation, json.dumps(desired), receipts.encode(receipt), now),
         )
     else:
-        await run(
-            conn,
-            "UPDATE services SET generation = ?, state = ?, receipt = ?, updated_at = ? WHERE id = ?",
-            (receipt.generation, state, receipts.encode(receipt), now, service.id),
+        await _write(
+            conn, service, state, "generation = ?, receipt = ?", (receipt.generation, receipts.encode(receipt), now)
         )
     await receipts.add(conn, service.org_id, receipt, submission)
 
 
-async def settle(conn: Db, service: Service, receipt: Receipt, now: float, state: str | None) -> None:
+async def _write(conn: Db, service: Service, state: ServiceState | None, sets: str, values: tuple[Any, ...]) -> None:
+    """`sets` (and `updated_at`, the last of `values`) and, unless None, a new state: written only over a state it
+    may follow (`states`), in the same statement; over any other, `IllegalTransition`."""
+    where, params = "id = ?", [service.id]
+    if state is not None:
+        sets = f"{sets}, state = ?"
+        values = (*values[:-1], state, values[-1])
+        allowed = states.sources(state)
+        where += f" AND state IN ({', '.join('?' * len(allowed))})"
+        params += allowed
+    changed = await run(conn, f"UPDATE services SET {sets}, updated_at = ? WHERE {where}", (*values, *params))
+    if not changed and state is not None:
+        found = await one(conn, "SELECT state FROM services WHERE id = ?", (service.id,))
+        if found is not None:
+            raise IllegalTransition(f"service {service.name}: {found['state']} may not become {state}")
+
+
+async def settle(conn: Db, service: Service, receipt: Receipt, now: float, state: ServiceState | None) -> None:
     """A generation's receipt as its job progresses, the state it reached (None: unchanged) and its error."""
     error = (receipt.error or {}).get("message")
-    await run(
-        conn,
-        "UPDATE services SET receipt = ?, state = COALESCE(?, state), error = ?, updated_at = ? WHERE id = ?",
-        (receipts.encode(receipt), state, error, now, service.id),
-    )
+    await _write(conn, service, state, "receipt = ?, error = ?", (receipts.encode(receipt), error, now))
     await receipts.rewrite(conn, receipt)
 
 

@@ -20,6 +20,7 @@ from emulator.hosted import databases, orgs, plans, receipts, services
 from emulator.hosted.blobs import Blobs
 from emulator.hosted.reconciler import Reconciler
 from emulator.hosted.records import Database, Org, Receipt, service_label
+from emulator.hosted.states import ACCEPTS_UPDATE, DbState, Phase, ServiceState
 
 
 @dataclass(frozen=True)
@@ -191,7 +192,7 @@ async def _submit_database(
             raise ApiError(
                 409, "conflict", f"database {db} is at generation {row.generation}, not {expected.database}; plan again"
             )
-        if row.state not in ("AVAILABLE", "PROVISIONING"):
+        if row.state not in ACCEPTS_UPDATE:
             raise ApiError(
                 400,
                 "bad_request",
@@ -203,7 +204,7 @@ async def _submit_database(
             row.id,
             row.generation + 1,
             db,
-            phase="PENDING",
+            phase=Phase.PENDING,
             waiting_for="environment",
             attempt=core.ids.ident("att_"),
         )
@@ -212,12 +213,14 @@ async def _submit_database(
             row,
             receipt,
             now,
-            state=row.state if row.state == "PROVISIONING" else "UPDATING",
+            state=row.state if row.state == DbState.PROVISIONING else DbState.UPDATING,
             target=desired(target, row, org.trial),
             archive_sha256=blob.sha256 if blob else None,
             submission=submission,
         )
-    core.bus.publish(Kind.DB_UPDATE_ACCEPTED, kinds.database(slug, db), generation=receipt.generation, state="UPDATING")
+    core.bus.publish(
+        Kind.DB_UPDATE_ACCEPTED, kinds.database(slug, db), generation=receipt.generation, state=DbState.UPDATING
+    )
     reconciler.schedule(org_id, slug, db, receipt.generation, "update")
     return receipt
 
@@ -240,7 +243,7 @@ async def _submit_services(
         database = await databases.require(conn, org_id, slug, db)
         if not (database.current or {}).get("fingerprint"):
             raise ApiError(400, "bad_request", f"database {db} has no project to serve; run pxt db update first")
-        if database.state != "AVAILABLE":
+        if database.state != DbState.AVAILABLE:
             raise ApiError(400, "bad_request", f"database {db} is {database.state}; services need it AVAILABLE")
         existing = await services.of_database(conn, org_id, db)
         new = [k for k in keys if k not in existing]
@@ -265,7 +268,7 @@ async def _submit_services(
                 service_id,
                 have + 1,
                 db,
-                phase="PENDING",
+                phase=Phase.PENDING,
                 waiting_for="service start",
                 attempt=core.ids.ident("att_"),
                 service_name=name,
@@ -275,7 +278,9 @@ async def _submit_services(
                 await services.insert(conn, service_id, org_id, db, spec, receipt, now)
                 await receipts.add(conn, org_id, receipt, submission)
             else:
-                await services.accept(conn, row, receipt, now, state="UPDATING", desired=spec, submission=submission)
+                await services.accept(
+                    conn, row, receipt, now, state=ServiceState.UPDATING, desired=spec, submission=submission
+                )
             accepted.append(receipt)
     for r in accepted:
         subject = kinds.service(slug, db, service_label(r.base_path, r.service_name or ""))
