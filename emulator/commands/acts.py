@@ -1,0 +1,193 @@
+"""`emulator approve-claim|approve-login|claim-trial|switch|trials|registrations|db`: the person's and the
+operator's acts on a running emulator, and what they act on."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable
+from typing import Any
+
+from emulator.commands import common
+from emulator.commands.common import add_json, add_locator, call_or_exit, print_json
+
+
+def register(sub: Any) -> dict[str, Callable[[argparse.Namespace], int]]:
+    approve = sub.add_parser(
+        "approve-claim",
+        help="play the person approving an agent's claim; prints the user code",
+        description="Sign in as EMAIL on a pending claim's verification page and approve it (or --deny). "
+        "Prints the 6-digit user code the agent needs for /agent/identity/claim/complete.",
+    )
+    add_locator(approve)
+    approve.add_argument("claim", help="the claim's verification_uri, or the registration id (agent_reg_…)")
+    approve.add_argument("--email", required=True, help="the person's e-mail")
+    approve.add_argument("--deny", action="store_true", help="deny the claim instead")
+    add_json(approve)
+
+    login = sub.add_parser(
+        "approve-login",
+        help="play the person approving a `pxt login` sign-in",
+        description="Approve (or --deny) the pxt login sign-in that shows CODE, signed in as EMAIL. "
+        "Without CODE, the only pending sign-in is approved.",
+    )
+    add_locator(login)
+    login.add_argument("code", nargs="?", help="the code pxt login prints (XXXX-XXXX)")
+    login.add_argument("--email", required=True, help="the person's e-mail")
+    login.add_argument("--deny", action="store_true", help="deny the sign-in instead")
+
+    claim = sub.add_parser(
+        "claim-trial",
+        help="play the person who opens a trial's claim_url",
+        description="Sign in as EMAIL and become the admin of a trial organization; it then never expires.",
+    )
+    add_locator(claim)
+    claim.add_argument("org", help="the trial's organization slug (agent-…)")
+    claim.add_argument("--email", required=True, help="the person's e-mail")
+
+    switch = sub.add_parser(
+        "switch",
+        help="show or flip the platform switches",
+        description="Show the switches, or set one: anonymous_registration, service_auth_registration, "
+        "trials_enabled, cloud_reachable.",
+    )
+    add_locator(switch)
+    switch.add_argument("name", nargs="?")
+    switch.add_argument("value", nargs="?", choices=["on", "off"])
+    add_json(switch)
+
+    for name, text in (
+        ("trials", "list trial organizations and their time left"),
+        ("registrations", "list agent registrations"),
+    ):
+        listing = sub.add_parser(name, help=text, description=text[0].upper() + text[1:] + ".")
+        add_locator(listing)
+        add_json(listing)
+
+    db = sub.add_parser(
+        "db",
+        help="list hosted databases, or stop or start one",
+        description="List hosted databases with their states, or stop or start one as the operator "
+        "(the same generation, receipt and events as pxt db stop/start).",
+    )
+    add_locator(db)
+    db.add_argument("action", nargs="?", default="list", choices=["list", "stop", "start"])
+    db.add_argument("org", nargs="?", help="the organization's slug")
+    db.add_argument("db", nargs="?", help="the database's name (default main)")
+    add_json(db)
+
+    return {
+        "approve-claim": cmd_approve_claim,
+        "approve-login": cmd_approve_login,
+        "claim-trial": cmd_claim_trial,
+        "switch": cmd_switch,
+        "trials": cmd_trials,
+        "registrations": cmd_registrations,
+        "db": cmd_db,
+    }
+
+
+def cmd_approve_claim(args: argparse.Namespace) -> int:
+    site = common.endpoints(args)["site"]
+    key = "registration" if args.claim.startswith("agent_reg_") else "claim"
+    path = "/_emulator/claims/deny" if args.deny else "/_emulator/claims/approve"
+    answer = call_or_exit(site + path, {key: args.claim, "email": args.email})
+    if args.json:
+        print_json(answer)
+    elif args.deny:
+        print(f"denied: {answer['registration']} stays unclaimed")
+    else:
+        print(
+            f"user code {answer['user_code']} (shown once): the agent completes the claim of "
+            f"{answer['registration']} with it (POST /agent/identity/claim/complete) until {answer['expires_at']}"
+        )
+    return 0
+
+
+def cmd_approve_login(args: argparse.Namespace) -> int:
+    site = common.endpoints(args)["site"]
+    code = args.code
+    if code is None:
+        pending = call_or_exit(site + "/_emulator/logins")["pending"]
+        if len(pending) != 1:
+            raise SystemExit(f"emulator: {len(pending)} sign-ins are pending; name the code")
+        code = pending[0]["user_code"]
+    answer = call_or_exit(
+        site + "/_emulator/logins/approve", {"user_code": code, "email": args.email, "deny": args.deny}
+    )
+    print(f"{answer['user_code']}: {'approved' if answer['approved'] else 'denied'} as {answer['email']}")
+    return 0
+
+
+def cmd_claim_trial(args: argparse.Namespace) -> int:
+    answer = call_or_exit(
+        common.endpoints(args)["site"] + "/_emulator/trials/claim", {"org": args.org, "email": args.email}
+    )
+    print(f"{answer['org']} is claimed by {answer['email']}; it no longer expires")
+    return 0
+
+
+def cmd_db(args: argparse.Namespace) -> int:
+    site = common.endpoints(args)["site"]
+    if args.action == "list":
+        found = call_or_exit(site + "/_emulator/databases")["databases"]
+        if args.json:
+            print_json(found)
+            return 0
+        if not found:
+            print("no hosted databases yet (`pxt db update pxt://ORG:main` creates one)")
+        for d in found:
+            note = f"  {d['failure_reason']}" if d.get("failure_reason") else ""
+            print(f"{d['org']:<16} {d['db']:<12} {d['state']:<12} generation {d['generation']}{note}")
+        return 0
+    if not args.org:
+        raise SystemExit(f"emulator: db {args.action} needs ORG [DB]")
+    db = args.db or "main"
+    answer = call_or_exit(f"{site}/_emulator/databases/{args.org}/{db}/{args.action}", {})
+    if args.json:
+        print_json(answer)
+        return 0
+    print(f"{answer['org']}:{db}: {args.action} accepted (generation {answer['receipt']['generation']})")
+    return 0
+
+
+def cmd_switch(args: argparse.Namespace) -> int:
+    site = common.endpoints(args)["site"]
+    if args.name and not args.value:
+        raise SystemExit("emulator: switch NAME needs on or off")
+    body = {args.name: args.value == "on"} if args.name else None
+    switches = call_or_exit(site + "/_emulator/switches", body)
+    if args.json:
+        print_json(switches)
+        return 0
+    for name, value in switches.items():
+        print(f"{name:<28} {'on' if value else 'off'}")
+    return 0
+
+
+def cmd_trials(args: argparse.Namespace) -> int:
+    found = call_or_exit(common.endpoints(args)["site"] + "/_emulator/trials")["trials"]
+    if args.json:
+        print_json(found)
+        return 0
+    if not found:
+        print("no trial organizations yet (an agent creates one with POST /api/v1/trial-orgs, or `pxt new`)")
+    for t in found:
+        left = f"{t['seconds_left'] // 3600}h{t['seconds_left'] % 3600 // 60:02d}m left" if t["expires_at"] else ""
+        print(f"{t['org']:<14} {t['state']:<10} {left:<12} keys: {', '.join(t['api_keys'])}")
+    return 0
+
+
+def cmd_registrations(args: argparse.Namespace) -> int:
+    found = call_or_exit(common.endpoints(args)["site"] + "/_emulator/registrations")["registrations"]
+    if args.json:
+        print_json(found)
+        return 0
+    if not found:
+        print("no agent registrations yet (an agent registers with POST /agent/identity on the identity provider)")
+    for r in found:
+        who = r["claimed_email"] or r["login_hint"] or ""
+        print(
+            f"{r['id']}  {r['type']:<12} {r['status']:<10} tokens {r['tokens_issued']:<3} "
+            f"trial {r['trial'] or '-':<14} {who}"
+        )
+    return 0
