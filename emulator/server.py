@@ -310,7 +310,7 @@ async def _serve(settings: Settings, on_ready: Any, start: Start, t0: float) -> 
             sock.close()
         raise
     urls = Urls(site=url_of(socks["site"]), auth=url_of(socks["auth"]), api=url_of(socks["api"]))
-    core = await Core.open(settings)
+    core = await Core.open(settings, fault_operations=frozenset(OPERATIONS))
     # In a child process, while the rest starts: does the media store answer with the libraries installed?
     media_check = asyncio.create_task(selfcheck.ensure_answers())
     docs = DocsIndex(core, settings.docs)
@@ -340,17 +340,15 @@ async def _serve(settings: Settings, on_ready: Any, start: Start, t0: float) -> 
             settings.allowed_origins.split(","),
         )
         reconciler = Reconciler(core, box, blobs, auth, urls.api, runtime_root, launcher, boundary.host_ok)
-        reconciler.supervisor.gateway_fault = lambda method, path: core.faults.request("gateway", method, path)
-        platform = Platform(core, auth, box, blobs, reconciler, api_url=urls.api, auth_url=urls.auth)
-        await reconciler.open()
 
         async def live_databases() -> list[tuple[str, str]]:
             return [(d.org_id, d.name) for d in await databases.every(core.store)]
 
-        # Before the origins serve: the first get_bucket_credentials may come as soon as they do.
-        platform.media = MediaStore(core, s3_sock, url_of(s3_sock), settings.media_quota_bytes, live_databases)
-        await platform.media.start()
-        reconciler.on_database_ended(platform.media.drop)  # a database's bucket goes with it
+        media = MediaStore(core, s3_sock, url_of(s3_sock), settings.media_quota_bytes, live_databases)
+        platform = Platform(core, auth, box, blobs, reconciler, media, api_url=urls.api, auth_url=urls.auth)
+        await reconciler.open()
+        await media.start()  # before the origins serve: the first get_bucket_credentials may come as soon as they do
+        reconciler.on_database_ended(media.drop)  # a database's bucket goes with it
         core.on_reset(platform.reset)  # first: no workload may run on while its rows go
         core.on_reset(limiter.reset)
         core.after_load(idem.recover)
@@ -368,7 +366,7 @@ async def _serve(settings: Settings, on_ready: Any, start: Start, t0: float) -> 
             "proxy": f"http://{settings.host}:{tunnel_port}",
             "ca_bundle": str(ca.bundle_path),
             "runtime": reconciler.kind,
-            "s3": platform.media.endpoint,
+            "s3": media.endpoint,
         }
         forward = ForwardProxy(
             EgressPolicy.parse(settings.proxy_egress),
@@ -396,7 +394,6 @@ async def _serve(settings: Settings, on_ready: Any, start: Start, t0: float) -> 
         register_limiter = RateLimiter(core.clock, settings.registration_rate_limit, 60, "register")
         core.clock.on_due(register_limiter.sweep)
         core.on_reset(register_limiter.reset)
-        core.faults.operations = frozenset(OPERATIONS)
         apps = {
             name: RequestJournal(
                 app,
@@ -450,7 +447,7 @@ async def _serve(settings: Settings, on_ready: Any, start: Start, t0: float) -> 
         await asyncio.to_thread(snapshots.sweep)
         snapshots.add_part(key_files(settings, reload_keys))
         snapshots.add_part(Part("blobs", blobs.save_to, blobs.load_from))
-        snapshots.add_part(Part("media", platform.media.save_to, platform.media.load_from))
+        snapshots.add_part(Part("media", media.save_to, media.load_from))
         supervisor = reconciler.supervisor
         snapshots.add_part(Part("databases", supervisor.save_to, supervisor.load_from, pause=reconciler.paused))
         await begin_from(core, start, lambda text, name: declared.apply(core, box, identity, text, name))
@@ -487,7 +484,6 @@ async def _serve(settings: Settings, on_ready: Any, start: Start, t0: float) -> 
         tunnel_sock.close()
         if platform is not None:
             await platform.reconciler.close()
-        if platform is not None and platform.media is not None:
             await platform.media.close()  # after the databases, which may still write media while stopping
         s3_sock.close()
         for sock in socks.values():

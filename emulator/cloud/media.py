@@ -58,8 +58,6 @@ def _check_ttl(seconds: int, name: str) -> None:
 async def _home(p: Platform, caller: Caller, org: str, db: str, bucket: str) -> tuple[MediaStore, str, bool, str]:
     """(the store, org id, trial?, physical bucket) of `pxt://org:db/buckets/<bucket>`, after the caller's checks."""
     media = p.media
-    if media is None:
-        raise ApiError(503, "unavailable", "the media store is not running", retryable=True)
     org_id, slug = await p.scope(caller, org, "access", db)
     await databases.require(p.core.store, org_id, slug, db)
     owner = await orgs.get(p.core.store, org_id)
@@ -123,6 +121,6 @@ async def get_presigned_urls(p: Platform, caller: Caller, req: rq.PresignedUrlsR
 
 async def usage_resource(p: Platform, org_id: str, trial: bool) -> dict[str, Any]:
     """The "Media storage" line of `get_usage`."""
-    used = await p.media.usage(org_id) if p.media is not None else 0
-    limit = p.media.quota_bytes if p.media is not None and trial else None
+    used = await p.media.usage(org_id)
+    limit = p.media.quota_bytes if trial else None
     return {"label": "Media storage", "used": used, "limit": limit, "unit": "bytes"}

@@ -34,13 +34,20 @@ _KEPT_TABLES = ("meta", "docs_")
 
 
 class Core:
-    def __init__(self, settings: Settings, store: Store, clock: Clock, bus: EventBus) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        store: Store,
+        clock: Clock,
+        bus: EventBus,
+        fault_operations: frozenset[str] = frozenset(),
+    ) -> None:
         self.settings = settings
         self.store = store
         self.clock = clock
         self.bus = bus
         self.ids = Ids(settings.seed)
-        self.faults = Faults(bus)
+        self.faults = Faults(bus, fault_operations)  # the control plane's operation types a rule may name
         self.switches = Switches(settings, bus)
         self._ticker: asyncio.Task[None] | None = None
         self.stopping = asyncio.Event()  # set when the emulator is told to stop: long work (a snapshot) gives way
@@ -53,7 +60,7 @@ class Core:
         self.start_snapshot: str | None = None
 
     @classmethod
-    async def open(cls, settings: Settings) -> Core:
+    async def open(cls, settings: Settings, fault_operations: frozenset[str] = frozenset()) -> Core:
         store = await Store.open(settings.db_path)
         saved = await store.get_meta("clock")
         state = msgspec.json.decode(saved, type=_SavedClock) if saved else _SavedClock()
@@ -62,7 +69,7 @@ class Core:
         clock = Clock(offset=state.offset, frozen_at=state.frozen_at)
         bus = EventBus(store, clock, settings.journal_cap)
         await bus.start()
-        core = cls(settings, store, clock, bus)
+        core = cls(settings, store, clock, bus, fault_operations)
         await core._save_clock()
         return core
 

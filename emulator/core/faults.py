@@ -184,7 +184,7 @@ def _validate(spec: FaultSpec, operations: frozenset[str]) -> None:
 @dataclass
 class Faults:
     bus: EventBus
-    operations: frozenset[str] = frozenset()  # the control plane's operation types (set at start)
+    operations: frozenset[str] = frozenset()  # the control plane's operation types (empty: any is taken)
     rules: dict[str, Rule] = field(default_factory=dict)
     _next: int = 1
     _holds: dict[str, int] = field(default_factory=dict)

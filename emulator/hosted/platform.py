@@ -5,7 +5,7 @@ that acts on it: the control plane, the site's trials, the admin API, the tunnel
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from emulator.core.address import Address
 from emulator.core.context import Core
@@ -16,9 +16,7 @@ from emulator.hosted.blobs import Blobs
 from emulator.hosted.reconciler import Reconciler
 from emulator.hosted.records import Database, Org
 from emulator.hosted.secrets import SecretBox
-
-if TYPE_CHECKING:
-    from emulator.media.store import MediaStore
+from emulator.media.store import MediaStore
 
 
 @dataclass
@@ -28,17 +26,16 @@ class Platform:
     box: SecretBox
     blobs: Blobs
     reconciler: Reconciler
+    media: MediaStore  # the home buckets' S3 endpoint
     api_url: str
     auth_url: str
-    media: MediaStore | None = None  # the home buckets' S3 endpoint, once started
 
     async def reset(self) -> None:
         """The hosted side of a reset: workloads stopped, database directories, archives and media deleted (the
         rows go with the store's)."""
         await self.reconciler.reset()
         await self.blobs.reset()
-        if self.media is not None:
-            await self.media.reset()
+        await self.media.reset()
 
     async def org_of(self, caller: Caller, org: str | None) -> tuple[str, str]:
         return await self.auth.resolve_org(caller, org)

@@ -56,7 +56,14 @@ class Reconciler:
         self.blobs = blobs
         self.auth = auth
         self.api_url = api_url
-        self.supervisor = Supervisor(root, launcher, self, host_ok, spares=core.settings.spares)
+        self.supervisor = Supervisor(
+            root,
+            launcher,
+            self,
+            host_ok,
+            spares=core.settings.spares,
+            gateway_fault=lambda method, path: core.faults.request("gateway", method, path),
+        )
         self._locks: dict[tuple[str, str], asyncio.Lock] = {}
         self._tasks: dict[asyncio.Task[None], tuple[str, str]] = {}  # each job under way, and its database
         self._running = asyncio.Event()  # cleared while a snapshot copies the databases' files

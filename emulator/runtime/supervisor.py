@@ -111,12 +111,13 @@ class Supervisor:
         host_ok: Callable[[str | None], bool] | None = None,
         *,
         spares: bool = True,
+        gateway_fault: FaultHook | None = None,
     ) -> None:
         self.root = root
         self.launcher = launcher
         self.reporter = reporter
         self.host_ok = host_ok  # the gateways' Host rule
-        self.gateway_fault: FaultHook | None = None  # the gateways' fault rules (set by the emulator at start)
+        self.gateway_fault = gateway_fault  # the gateways' fault rules
         self.running: dict[tuple[str, str], Workload] = {}  # (org_id, db) → its server
         self.services: dict[tuple[str, str, str, str], Workload] = {}  # (org_id, db, base_path, name)
         self.gateways: dict[tuple[str, str], tuple[DatabaseGateway, int]] = {}
