@@ -72,7 +72,6 @@ class ContainerWorkload:
     def __init__(
         self,
         container: Any,
-        network: str,
         digest: str,
         resources: dict[str, Any],
         role: str,
@@ -81,7 +80,6 @@ class ContainerWorkload:
     ) -> None:
         self.container = container
         self.spare = spare  # until released: a spare database server has not started Postgres, and must not stop it
-        self.network = network
         self.socket = socket  # where this machine reaches its server (None for a container without one)
         self.digest = digest
         self.resources = resources
@@ -90,7 +88,6 @@ class ContainerWorkload:
         self._code: int | None = None
         loop = asyncio.get_running_loop()
         self._exited = loop.create_future()
-        self._ip = ""
 
         def wait() -> None:  # a thread of its own: the default executor is too small for long waits
             try:
@@ -106,14 +103,10 @@ class ContainerWorkload:
         if not self._exited.done():
             self._exited.set_result(code)
 
-    async def attach(self) -> None:
-        await asyncio.to_thread(self.container.reload)
-        networks = self.container.attrs.get("NetworkSettings", {}).get("Networks", {})
-        self._ip = (networks.get(self.network) or {}).get("IPAddress", "")
-
     @property
     def address(self) -> Address:
-        return Address(socket=str(self.socket)) if self.socket is not None else Address(self._ip, PORT)
+        # A server's private socket; a prepare_project container serves nothing (its address is never asked).
+        return Address(socket=str(self.socket) if self.socket is not None else "")
 
     def returncode(self) -> int | None:
         return self._code
@@ -339,7 +332,7 @@ class DockerLauncher:
             self.pods[spec.base] = pod
             return pod
 
-    async def start(self, spec: Spec, port: int, log: Log) -> ContainerWorkload:
+    async def start(self, spec: Spec, log: Log) -> ContainerWorkload:
         import docker.errors
 
         pod = await self._pod(spec)
@@ -407,11 +400,7 @@ class DockerLauncher:
             if socket is not None:
                 shutil.rmtree(socket.parent, ignore_errors=True)
             raise BuildFailed(f"the {spec.role} container could not start: {e}") from None
-        workload = ContainerWorkload(
-            container, self.network_name, spec.digest, spec.resources, spec.role, socket, spec.spare
-        )
-        await workload.attach()
-        return workload
+        return ContainerWorkload(container, spec.digest, spec.resources, spec.role, socket, spec.spare)
 
     async def stopped(self, base: Path) -> None:
         """Postgres stopped with the database's container; the pod goes too once nothing of it runs."""

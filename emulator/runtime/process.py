@@ -200,7 +200,7 @@ class ProcessLauncher:
         await stop_postgres(base / "home" / "pgdata")  # still up if the server died on its own, its services not
         await asyncio.to_thread(shutil.rmtree, base, True)
 
-    async def start(self, spec: Spec, port: int, log: Log) -> ProcessWorkload:
+    async def start(self, spec: Spec, log: Log) -> ProcessWorkload:
         home = spec.base / "home"
         if spec.role == "prepare" and not spec.spare:  # no server: nothing to listen on (a spare waits beside one)
             socket, run = Path(), ["-m", spec.module]

@@ -297,7 +297,7 @@ class Supervisor:
         )
         running = await self._take_spare((*place.key, "server"), spec)
         if running is None:
-            running = await self.launcher.start(spec, port, db_log)
+            running = await self.launcher.start(spec, db_log)
         else:
             await db_log("the Pixeltable server is the database's spare, imports done")
         self._follow(place, running)
@@ -350,7 +350,7 @@ class Supervisor:
         spec = self._prepare_spec(place, release, seen, env, sizes)
         prep = await self._take_spare((*place.key, "prepare"), spec)
         if prep is None:
-            prep = await self.launcher.start(spec, 0, db_log)
+            prep = await self.launcher.start(spec, db_log)
         else:
             await db_log("prepare_project is the database's spare, imports done")
         try:
@@ -468,7 +468,7 @@ class Supervisor:
 
         running = await self._take_spare(key, spec)
         if running is None:
-            running = await self.launcher.start(spec, port, service_log)
+            running = await self.launcher.start(spec, service_log)
         else:
             await service_log(f"service {label}: the new generation is its spare, imports done")
         self._follow(place, running, label)
@@ -513,7 +513,7 @@ class Supervisor:
 
         made = dataclasses.replace(spec, env={**spec.env, SPARE: "1"}, spare=True)
         try:
-            spare = await self.launcher.start(made, 0, note)
+            spare = await self.launcher.start(made, note)
         except Exception as e:  # a spare is an optimisation: without one, the next generation starts cold
             log.warning("no spare for %s: %s", spec.label, e)
             return
