@@ -10,6 +10,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+from httpx_sse import aconnect_sse
 
 from tests.conftest import Emulator
 
@@ -21,8 +22,6 @@ def sse_events(text: str) -> list[dict]:
         if not block.strip():
             continue
         lines = block.split("\n")
-        if all(line.startswith("retry: ") for line in lines):
-            continue  # reconnection guidance, no event
         assert not any(line.startswith("event:") for line in lines), f"named event: {block!r}"
         data = [line[len("data: ") :] for line in lines if line.startswith("data: ")]
         assert len(data) == 1, block
@@ -162,8 +161,9 @@ async def test_curl_style_form_body_with_json_is_read_as_json(client: httpx.Asyn
 def _assert_stream(r: httpx.Response, query: str) -> list[dict]:
     assert r.status_code == 200
     assert r.headers["content-type"].startswith("text/event-stream")
-    # a reconnecting EventSource waits a whole rate window, not its default 3 s
-    assert r.text.startswith("retry: 60000\n\n")
+    # a reconnecting EventSource waits a whole rate window, not its default 3 s; the `retry:` rides in the first
+    # event's block, as a block of its own would be an event with empty data to some clients
+    assert r.text.startswith("retry: 60000\ndata: {")
     events = sse_events(r.text)
     kinds = [e["message_type"] for e in events]
     assert kinds == ["begin-nlweb-response", "result", "summary", "end-nlweb-response", "complete"]
@@ -179,6 +179,34 @@ async def test_accept_event_stream_streams_a_get(client: httpx.AsyncClient) -> N
     r = await client.get("/ask", params={"query": "video frames"}, headers={"Accept": "text/event-stream"})
     _assert_stream(r, "video frames")
     assert "RateLimit" in r.headers and "Retry-After" in r.headers
+
+
+async def test_httpx_sse_reads_one_json_object_per_event(client: httpx.AsyncClient) -> None:
+    # httpx-sse's documented pattern, as is: every event it yields must be JSON (an empty first event, from a
+    # `retry:` sent in a block of its own, fails json.loads).
+    async with aconnect_sse(client, "GET", "/ask", params={"query": "embedding index"}) as source:
+        events = [sse async for sse in source.aiter_sse()]
+    messages = [json.loads(sse.data) for sse in events]
+    assert [m["message_type"] for m in messages] == [
+        "begin-nlweb-response",
+        "result",
+        "summary",
+        "end-nlweb-response",
+        "complete",
+    ]
+    assert events[0].retry == 60000 and all(sse.event == "message" for sse in events)
+
+
+async def test_httpx_sse_reads_the_emulators_event_stream_as_json_too(client: httpx.AsyncClient) -> None:
+    # The control API's live feed: its opening comment and its `retry:` must not become an event without data.
+    events = []
+    async with aconnect_sse(client, "GET", "/_emulator/events", params={"since": "0"}) as source:
+        async for sse in source.aiter_sse():
+            events.append(sse)
+            if len(events) == 3:
+                break
+    assert [json.loads(sse.data)["seq"] for sse in events] == [int(sse.id) for sse in events]
+    assert events[0].retry == 1000
 
 
 async def test_prefer_header_streams_and_says_it_was_applied(client: httpx.AsyncClient) -> None:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import httpx
 import pytest
+from authlib.oauth2.rfc8414 import AuthorizationServerMetadata
+from authlib.oidc.discovery import OpenIDProviderMetadata
 
 from tests.conftest import Emulator
 
@@ -53,6 +55,21 @@ async def test_openid_configuration(client: httpx.AsyncClient, emu: Emulator, wh
     ]
     r = await client.get(emu.auth + "/oauth2/authorize")
     assert r.status_code == 400 and r.json()["error"] == "unsupported_response_type"
+
+
+@pytest.mark.parametrize("where", ["auth", "site"])
+async def test_authlib_validates_both_server_documents(client: httpx.AsyncClient, emu: Emulator, where: str) -> None:
+    # Authlib's own validators, as a client library reads the documents (loopback http counts as secure transport).
+    base = emu.auth if where == "auth" else emu.url
+    meta = (await client.get(base + "/.well-known/oauth-authorization-server")).json()
+    AuthorizationServerMetadata(meta).validate()
+    oidc = (await client.get(base + "/.well-known/openid-configuration")).json()
+    OpenIDProviderMetadata(oidc).validate()
+    # what is advertised is what is served: no response type that hands out a credential (there is no browser
+    # flow), and the signing key's algorithm next to the RS256 that OpenID Connect Discovery requires
+    assert meta["response_types_supported"] == oidc["response_types_supported"] == ["none"]
+    assert "authorization_endpoint" not in meta and "authorization_endpoint" not in oidc
+    assert oidc["id_token_signing_alg_values_supported"] == ["ES256", "RS256"]
 
 
 async def test_jwks_publishes_one_es256_public_key(client: httpx.AsyncClient, emu: Emulator) -> None:

@@ -122,7 +122,8 @@ async def test_service_auth_claim_through_the_verification_page(client: httpx.As
     assert page.status_code == 200 and 'name="email"' in page.text and "dev@example.org" in page.text
     token = flow.attempt_token(uri)
     wrong = await client.post(emu.auth + "/claim", data={"token": token, "email": "eve@example.org"})
-    assert wrong.status_code == 403 and "dev@example.org" in wrong.text
+    # the page may break a long e-mail only after its separators (<wbr>), on a phone
+    assert wrong.status_code == 403 and "dev@example.org" in wrong.text.replace("<wbr>", "")
     shown = await client.post(
         emu.auth + "/claim", data={"token": token, "email": "DEV@example.org", "decision": "approve"}
     )

@@ -8,6 +8,7 @@ Set TUI_SNAPSHOT_UPDATE=1 to rewrite them after an intended change (then look at
 
 from __future__ import annotations
 
+import io
 import os
 import re
 import subprocess
@@ -20,11 +21,17 @@ from pathlib import Path
 from typing import Any, cast
 
 import httpx
+import msgspec
 import pytest
+from rich.console import Console
+from textual.geometry import Spacing
 from textual.pilot import Pilot
-from textual.widgets import DataTable, Input
+from textual.widget import Widget
+from textual.widgets import DataTable, Input, Label, TabbedContent
+from textual.widgets._toast import Toast
 
 from emulator.admin.client import Locator
+from emulator.admin.wire import ServiceView
 from emulator.core.kinds import Kind
 from emulator.hosted.logins import CLIENT_ID
 from tests import agent_flow as flow
@@ -32,9 +39,11 @@ from tests.conftest import FROZEN_AT, Emulator
 from tests.test_proxy import Origin, echo_through
 from tui.app import Dashboard, short
 from tui.filter import RowFilter
-from tui.keys import KEYS
+from tui.keys import KEYS, VIEWS
 from tui.model import Model, affected, fmt_left, fmt_span
 from tui.screens import ConfirmScreen, DetailScreen, HelpScreen, PromptScreen
+from tui.views.services import ServicesView
+from tui.views.table import short_id
 
 SNAPSHOTS = Path(__file__).parent / "snapshots" / "test_tui"
 SIZE = (150, 36)
@@ -53,12 +62,14 @@ def tui_emu(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Emulator]:
 
 @asynccontextmanager
 async def dashboard(
-    emu: Emulator, size: tuple[int, int] = SIZE, **kw: Any
+    emu: Emulator, size: tuple[int, int] = SIZE, notifications: bool = False, **kw: Any
 ) -> AsyncIterator[tuple[Dashboard, Pilot[None]]]:
-    """The dashboard attached to `emu` through its state dir, as `emulator tui` attaches, once it is live."""
-    app = Dashboard(Locator(state_dir=emu.state_dir), label="emulator", **kw)
+    """The dashboard attached to `emu` through its state dir, as `emulator tui` attaches, once it is live (with
+    toasts when `notifications`: the pilot shows none otherwise)."""
+    kw.setdefault("label", "emulator")  # None: the emulator's URL, as a person sees it
+    app = Dashboard(Locator(state_dir=emu.state_dir), **kw)
     app.animation_level = "none"  # the tab underline's slide only slows the pilot down
-    async with app.run_test(size=size) as pilot:
+    async with app.run_test(size=size, notifications=notifications) as pilot:
         await until(pilot, lambda: app.connection == "live", what="the dashboard to go live")
         yield app, pilot
 
@@ -117,6 +128,20 @@ def footer_keys(app: Dashboard) -> set[str]:
     return {key for key, b in app.screen.active_bindings.items() if b.binding.show and b.enabled}
 
 
+def screen_lines(app: Dashboard) -> list[str]:
+    """The screen as text, row by row, as a person sees it (modal screens over the ones below them)."""
+    console = Console(width=app.size.width, height=app.size.height, record=True, file=io.StringIO())
+    console.print(app.screen._compositor.render_update(full=True, screen_stack=app._background_screens))  # pyright: ignore[reportPrivateUsage]
+    return console.export_text().splitlines()
+
+
+def shown_in(app: Dashboard, widget: Widget) -> str:
+    """The text on screen inside `widget`'s region, its rows joined, runs of spaces as one."""
+    r = widget.region
+    rows = screen_lines(app)[r.y : r.bottom]
+    return " ".join(" ".join(row[r.x : r.right] for row in rows).split())
+
+
 def normalized(svg: str) -> str:
     # Rich gives each export a unique id; it says nothing about what is shown.
     return re.sub(r"\bterminal-\d+-", "terminal-", svg)
@@ -157,9 +182,12 @@ def test_each_event_names_only_the_snapshots_it_changes() -> None:
     assert affected("idp.token_issued") == {"registrations"}
     assert affected("trial.expired") >= {"orgs", "registrations"}
     every = {"registrations", "claims", "logins", "orgs", "services", "users", "keys", "switches", "agents"}
+    every |= {"faults", "snapshots"}
     assert affected("http.request") == frozenset()  # many: the Agents view catches up once a second instead
     assert affected("emulator.started") == every
     assert affected("switch.changed") == {"switches"} and "keys" in affected("cloud.call")
+    assert affected("fault.armed") == affected("fault.fired") == affected("fault.removed") == {"faults"}
+    assert affected("snapshot.saved") == {"snapshots"} and affected("snapshot.loaded") == every
     assert {"users", "registrations"} <= affected("clock.moved")  # sessions expire, claims lapse
     shown = [fmt_left(s) for s in (172800, 3600, 3599, 59, 0, None)]
     assert shown == ["48h 00m", "1h 00m", "59m 59s", "59s", "due", "—"]
@@ -716,3 +744,259 @@ async def test_at_80x24_tables_scroll_sideways_and_enter_shows_every_field(snap_
         assert_snapshot(app, "registration-detail-80x24")
         await pilot.press("escape")
         assert not isinstance(app.screen, DetailScreen)
+
+
+# --- narrow and wide terminals ----------------------------------------------------------------
+
+
+async def test_at_80_columns_every_tab_shows_and_the_top_bar_keeps_the_url(snap_emu: Emulator) -> None:
+    async with dashboard(snap_emu, size=(80, 24), label=None) as (app, pilot):
+        await _settled(app, pilot)
+        tabs = app.query_one("#views", TabbedContent)
+        for v in VIEWS:
+            tab = tabs.get_tab(v.name).region
+            assert tab.width > 0 and tab.x >= 0 and tab.right <= 80, f"the tab of {v.title} is off screen"
+        screen = screen_lines(app)
+        assert all(f"{v.key}{v.short}" in screen[1] for v in VIEWS), screen[1]
+        assert snap_emu.url in screen[0] and "2026-11-01 11:30:00Z" in screen[0] and "live" in screen[0]
+        await pilot.press("9")
+        assert app.active == "agents"
+        await pilot.press("minus")
+        assert app.active == "snapshots"
+        await pilot.press("0")
+        assert app.active == "faults"
+    async with dashboard(snap_emu, size=(200, 50)) as (app, pilot):
+        bar = screen_lines(app)[1]
+        assert all(f"{v.key} {v.title}" in bar for v in VIEWS), bar
+
+
+async def test_at_80_columns_ids_are_short_so_the_columns_after_them_show(snap_emu: Emulator) -> None:
+    async with dashboard(snap_emu, size=(80, 24)) as (app, pilot):
+        await _settled(app, pilot)
+        await until(pilot, lambda: len(app.model.agents) == 2, "the agents")
+        screen = screen_lines(app)
+        header = next(line for line in screen if "Registration" in line)
+        assert all(column in header for column in ("Claim", "Trial", "E-mail", "Scopes")), header
+        for reg in app.model.registrations:
+            line = next(line for line in screen if short_id(reg["id"]) in line)
+            assert reg["id"] not in line and reg["scopes"][0] in line
+            assert (reg["trial"] or reg["login_hint"]) in line
+        # The filter matches the whole id, the part a narrow table does not show included.
+        first = app.model.registrations[0]["id"]
+        await pilot.press("slash", *first[10:20], "enter")
+        assert [r[0] for r in rows(app, "registrations")] == [short_id(first)]
+        await pilot.press("escape")
+        await pilot.press("9")
+        await until(pilot, lambda: len(rows(app, "agents")) == 3, "the agents' rows")
+        screen = screen_lines(app)
+        assert "Scorecard" in next(line for line in screen if "Agent" in line and "Type" in line)
+        for card in app.model.agents:
+            line = next(line for line in screen if short_id(card["agent"]) in line)
+            assert ("clean" if card["clean"] else f"{len(card['findings'])}: ") in line, line
+        assert_snapshot(app, "agents-80x24")
+
+
+async def test_log_lines_that_came_while_the_log_was_hidden_use_its_whole_width(tui_emu: Emulator) -> None:
+    async with dashboard(tui_emu, size=(200, 50)) as (app, pilot), tui_emu.client() as c:
+        log = app.log_view.log_widget
+        for shown_before in (False, True):  # never shown yet; shown once, then another view
+            if shown_before:
+                await pilot.press("5", "1")
+            before = len(app.log_view.lines())
+            _, _, trial = await flow.new_trial(c, tui_emu)
+            created = f"trial.created [{trial['org']}]"
+            await until(pilot, lambda: any(created in line for line in app.log_view.lines()), "its line")  # noqa: B023
+            await pilot.press("5")
+            width = log.scrollable_content_region.width
+            long = [line for line in app.log_view.lines()[before:] if 80 < len(line) < width]
+            assert long, "no new line between 80 columns and the pane's width"
+            whole = lambda: all(any(line in strip.text for strip in log.lines) for line in long)  # noqa: E731, B023
+            await until(pilot, whole, f"every line on one row of {width} columns")
+            await pilot.press("1")
+
+
+async def test_prompts_and_questions_show_their_whole_text_and_toasts_stay_inside_the_frame(
+    tui_emu: Emulator,
+) -> None:
+    async with tui_emu.client() as c:
+        reg = await flow.register(c, tui_emu, type="service_auth", login_hint="whole@example.org")
+        _, _, trial = await flow.new_trial(c, tui_emu)
+    for size in ((200, 50), (80, 24)):
+        async with dashboard(tui_emu, size=size, notifications=True) as (app, pilot):
+            await until(pilot, lambda: reg["id"] in app.model.claims, "the pending claim")
+            await select(pilot, app, "registrations", reg["id"])
+            await pilot.press("a")
+            await until(pilot, lambda: isinstance(app.screen, PromptScreen), "the prompt")
+            prompt = cast(PromptScreen, app.screen)
+            assert reg["id"] in prompt.title_text
+            assert shown_in(app, prompt.query(Label).first()) == prompt.title_text
+            await pilot.press("escape")
+            await pilot.press("3")
+            await until(pilot, lambda: row_of(app, "databases", trial["org"]) is not None)
+            await select(pilot, app, "databases", f"{trial['org']}:main")
+            await pilot.press("s")
+            await until(pilot, lambda: isinstance(app.screen, ConfirmScreen), "the question")
+            question = cast(ConfirmScreen, app.screen)
+            assert shown_in(app, question.query(Label).first()) == question.question
+            await pilot.press("n")
+            # An act's toast sits inside the view's frame, over neither its border nor the footer.
+            await pilot.press("t")
+            await answer(pilot, app, "1s")
+            await until(pilot, lambda: bool(app.screen.query(Toast)), "the act's toast")
+            toast = app.screen.query(Toast).first().region
+            inside = app.table_view("databases").region.shrink(Spacing(1, 1, 1, 1))
+            assert inside.contains_region(toast), (toast, inside)
+
+
+async def test_snapshot_of_a_question_at_80x24(snap_emu: Emulator) -> None:
+    async with dashboard(snap_emu, size=(80, 24), initial="databases") as (app, pilot):
+        await _settled(app, pilot)
+        await select(pilot, app, "databases", f"{app.model.orgs[0]['org']}:main")
+        await pilot.press("s")
+        await until(pilot, lambda: isinstance(app.screen, ConfirmScreen), "the question")
+        assert_snapshot(app, "stop-question-80x24")
+        await pilot.press("n")
+
+
+# --- every row has its details ----------------------------------------------------------------
+
+
+async def test_enter_shows_every_field_of_a_trial_and_of_an_org_and_its_database(tui_emu: Emulator) -> None:
+    async with dashboard(tui_emu, initial="trials") as (app, pilot), tui_emu.client() as c:
+        reg, _, trial = await flow.new_trial(c, tui_emu)
+        org = trial["org"]
+        await until(pilot, lambda: row_of(app, "trials", org) is not None)
+        await select(pilot, app, "trials", org)
+        await pilot.press("enter")
+        await until(pilot, lambda: isinstance(app.screen, DetailScreen), "the trial's details")
+        text = cast(DetailScreen, app.screen).plain()
+        assert f"Org: {org}" in text and f"Registration: {reg['id']}" in text
+        assert f"Expires at: {trial['expires_at']}" in text and "Databases: main AVAILABLE" in text
+        await pilot.press("escape")
+        await pilot.press("3")
+        await until(pilot, lambda: row_of(app, "databases", org) is not None)
+        await select(pilot, app, "databases", f"{org}:main")
+        await pilot.press("enter")
+        await until(pilot, lambda: isinstance(app.screen, DetailScreen), "the database's details")
+        text = cast(DetailScreen, app.screen).plain()
+        assert f"Org: {org}" in text and "Database: main" in text and "State: AVAILABLE" in text
+        assert "Generation: " in text and "API keys: trial" in text
+        await pilot.press("escape")
+        assert app.active == "databases" and not isinstance(app.screen, DetailScreen)  # `l` shows its log lines
+
+
+def test_a_service_row_has_every_field_for_enter() -> None:
+    """No service runs in these tests (one takes a built environment): its row and details from the wire type."""
+    service = ServiceView("acme", "main", "ingest", "api", "RUNNING", 3, "http://127.0.0.1:9/api/ingest", None, "x")
+    model = Model(services=[msgspec.to_builtins(service)])
+    view = ServicesView()
+    [(key, _)] = view.rows(model)
+    fields = dict(view.details(model, key) or [])
+    assert fields["Service"] == "ingest" and fields["Generation"] == "3" and fields["Base path"] == "api"
+    assert fields["Endpoint"] == "http://127.0.0.1:9/api/ingest" and str(fields["State"]) == "RUNNING"
+
+
+# --- faults, snapshots, reset -----------------------------------------------------------------
+
+
+async def test_the_faults_view_lists_the_rules_and_removes_them(tui_emu: Emulator) -> None:
+    async with dashboard(tui_emu, initial="faults") as (app, pilot):
+        with tui_emu.admin() as a:
+            one = a.post("/_emulator/faults", json={"path": "/_tui/one", "status": 500, "count": 3}).json()["id"]
+            spec = {"origin": "site", "path": "/_tui/two*", "latency_ms": 50, "nth": 2}
+            two = a.post("/_emulator/faults", json=spec).json()["id"]
+            a.post("/_emulator/faults", json={"hold": "/_tui/held", "count": 2}).raise_for_status()
+        await until(pilot, lambda: row_of(app, "faults", two) and row_of(app, "faults", "hold"), "the rules")
+        assert (row_of(app, "faults", one) or [])[1:6] == ["/_tui/one", "500", "3×", "0", "0"]
+        assert (row_of(app, "faults", two) or [])[1:4] == ["site /_tui/two*", "+50 ms", "from call 2, until removed"]
+        assert (row_of(app, "faults", "hold") or [])[1:4] == ["/_tui/held", "hold until released", "next 2"]
+        await select(pilot, app, "faults", one)
+        await pilot.press("enter")
+        await until(pilot, lambda: isinstance(app.screen, DetailScreen), "the rule's details")
+        text = cast(DetailScreen, app.screen).plain()
+        assert "Matches: /_tui/one" in text and "status: 500" in text and f"emulator fault clear {one}" in text
+        await pilot.press("escape")
+        # x removes the selected rule, as `emulator fault clear ID` does.
+        await select(pilot, app, "faults", one)
+        await pilot.press("x")
+        await until(pilot, lambda: row_of(app, "faults", one) is None, "the removal")
+        assert one not in {r["id"] for r in admin(tui_emu, "/_emulator/faults")["rules"]}
+        act = f"act: emulator fault clear {one} → removed {one}"
+        await until(pilot, lambda: any(act in line for line in app.log_view.entries_text()), "the act's line")
+        # A rule removed elsewhere (no event says so) is gone when the view is shown again.
+        with tui_emu.admin() as a:
+            a.delete(f"/_emulator/faults/{two}").raise_for_status()
+        await pilot.press("1", "0")
+        await until(pilot, lambda: row_of(app, "faults", two) is None, "the rule removed by the API")
+        # X asks first, then removes every rule and releases every hold.
+        await pilot.press("X")
+        await until(pilot, lambda: isinstance(app.screen, ConfirmScreen), "the question")
+        await pilot.press("n")
+        await pilot.pause(0.2)
+        assert row_of(app, "faults", "hold") is not None
+        await pilot.press("X")
+        await until(pilot, lambda: isinstance(app.screen, ConfirmScreen), "the question")
+        await pilot.press("y")
+        await until(pilot, lambda: not rows(app, "faults"), "no rule left")
+        assert admin(tui_emu, "/_emulator/faults") == {"rules": [], "holds": {}, "waiting": []}
+
+
+async def test_snapshots_save_load_and_delete_and_reset_asks_first(start_emulator: Any) -> None:
+    e: Emulator = start_emulator("--no-watch", "--freeze-clock", FROZEN_AT)
+    orgs = lambda app: {o["org"] for o in app.model.orgs}  # noqa: E731
+
+    async def confirmed(pilot: Pilot[None], app: Dashboard, key: str, yes: bool = True) -> str:
+        await pilot.press(key)
+        await until(pilot, lambda: isinstance(app.screen, ConfirmScreen), "the question")
+        question = cast(ConfirmScreen, app.screen)
+        assert shown_in(app, question.query(Label).first()) == question.question  # long, and whole
+        await pilot.press("y" if yes else "n")
+        return question.question
+
+    async with dashboard(e, initial="snapshots") as (app, pilot), e.client() as c:
+        _, _, kept = await flow.new_trial(c, e)
+        await until(pilot, lambda: kept["org"] in orgs(app), "the first trial")
+        await pilot.press("n")
+        await answer(pilot, app, "before")
+        await until(pilot, lambda: row_of(app, "snapshots", "before") is not None, "the snapshot", within=30)
+        assert [s["name"] for s in admin(e, "/_emulator/snapshots")["snapshots"]] == ["before"]
+        _, _, later = await flow.new_trial(c, e)
+        await until(pilot, lambda: later["org"] in orgs(app), "the second trial")
+        # L loads the selected snapshot once confirmed: the later trial is gone.
+        await select(pilot, app, "snapshots", "before")
+        assert "before" in await confirmed(pilot, app, "L")
+        await until(pilot, lambda: orgs(app) == {kept["org"]}, "the load", within=30)
+        act = "act: emulator snapshot load before → loaded before"
+        await until(pilot, lambda: any(act in line for line in app.log_view.entries_text()), "the act's line")
+        # x deletes it once confirmed.
+        await select(pilot, app, "snapshots", "before")
+        await confirmed(pilot, app, "x", yes=False)
+        await pilot.pause(0.2)
+        assert row_of(app, "snapshots", "before") is not None
+        await confirmed(pilot, app, "x")
+        await until(pilot, lambda: row_of(app, "snapshots", "before") is None, "the deletion")
+        assert admin(e, "/_emulator/snapshots")["snapshots"] == []
+        # R resets the emulator once confirmed: nothing the run made is left.
+        assert "Reset the emulator to an empty state" in await confirmed(pilot, app, "R")
+        await until(pilot, lambda: not app.model.orgs and not app.model.registrations, "the reset", within=30)
+        assert admin(e, "/_emulator/registrations")["registrations"] == []
+        act = "act: emulator reset → reset to empty"
+        await until(pilot, lambda: any(act in line for line in app.log_view.entries_text()), "the reset's line")
+        titles = [c.title for c in app.get_system_commands(app.screen)]
+        assert {"Reset the emulator to empty", "Save a snapshot…"} <= set(titles)
+
+    with e.admin() as a:
+        a.post("/_emulator/snapshots", json={"name": "kept"}).raise_for_status()
+        a.post("/_emulator/faults", json={"path": "/_tui/ro", "status": 500}).raise_for_status()
+    async with dashboard(e, readonly=True, initial="snapshots") as (app, pilot):
+        await until(pilot, lambda: row_of(app, "snapshots", "kept") is not None, "the snapshot")
+        await select(pilot, app, "snapshots", "kept")
+        assert not {"n", "L", "x"} & footer_keys(app)
+        await pilot.press("n", "L", "x", "R", "0", "x", "X")
+        await pilot.pause(0.2)
+        assert not isinstance(app.screen, (PromptScreen, ConfirmScreen))
+        assert [s["name"] for s in admin(e, "/_emulator/snapshots")["snapshots"]] == ["kept"]
+        assert len(admin(e, "/_emulator/faults")["rules"]) == 1
+        titles = [c.title for c in app.get_system_commands(app.screen)]
+        acts = [t for t in titles if not t.startswith("View: ")]
+        assert "View: Snapshots" in titles and not any("Reset" in t or "napshot" in t or "ault" in t for t in acts)

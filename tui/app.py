@@ -4,8 +4,10 @@ Two workers do all the I/O, so the screen never waits on the network:
 - `_follow` reads the event stream (after fetching every snapshot once per connection) and reconnects,
   with the stream's `since`, whenever the emulator goes away and comes back;
 - `_refresher` fetches again only the snapshots that the events named as stale, a burst at a time.
-Acts (claim, approve, clock, stop/start) run in workers of their own; the event stream then shows
-their effect like any other change.
+Acts (claim, approve, clock, stop/start, faults, snapshots, reset) run in workers of their own; the event
+stream then shows their effect like any other change.
+
+Every view's tab shows at 80 columns (titles shorten, then pack), and the top bar keeps the emulator's URL.
 """
 
 from __future__ import annotations
@@ -23,6 +25,8 @@ from textual import on
 from textual.app import App, ComposeResult, SystemCommand
 from textual.binding import Binding
 from textual.containers import Horizontal
+from textual.content import Content
+from textual.events import Resize
 from textual.message import Message
 from textual.screen import ModalScreen, Screen
 from textual.widgets import DataTable, Footer, Input, Static, TabbedContent, TabPane
@@ -36,10 +40,12 @@ from tui.model import AGENT_ACTIVITY, ALL, SNAPSHOTS, Model, affected, fmt_span,
 from tui.screens import ConfirmScreen, DetailScreen, HelpScreen, PromptScreen
 from tui.views.agents import AgentsView, trace_lines
 from tui.views.databases import DatabasesView
+from tui.views.faults import FaultsView
 from tui.views.keys import KeysView
 from tui.views.log import ERROR, Entry, LogView, db_line_style, event_style
 from tui.views.registrations import RegistrationsView
 from tui.views.services import ServicesView
+from tui.views.snapshots import SnapshotsView
 from tui.views.switches import SwitchesView
 from tui.views.table import TableView
 from tui.views.trials import TrialsView
@@ -59,6 +65,8 @@ _VIEW_SNAPSHOTS: dict[str, frozenset[str]] = {
     "keys": frozenset({"keys"}),
     "switches": frozenset({"switches"}),
     "agents": frozenset({"agents"}),
+    "faults": frozenset({"faults"}),
+    "snapshots": frozenset({"snapshots"}),
 }
 _TABLES: dict[str, type[TableView]] = {
     "registrations": RegistrationsView,
@@ -69,6 +77,8 @@ _TABLES: dict[str, type[TableView]] = {
     "keys": KeysView,
     "switches": SwitchesView,
     "agents": AgentsView,
+    "faults": FaultsView,
+    "snapshots": SnapshotsView,
 }
 # Keys that only mean something in one view (elsewhere they are hidden from the footer and do nothing).
 _ONLY_IN = {
@@ -81,7 +91,14 @@ _ONLY_IN = {
     "start_db": "databases",
     "db_logs": "databases",
     "follow": "log",
+    "remove_fault": "faults",
+    "clear_faults": "faults",
+    "save_snapshot": "snapshots",
+    "load_snapshot": "snapshots",
+    "delete_snapshot": "snapshots",
 }
+# Below this many columns the top bar drops the product's name and the clock's word, so the URL stays.
+NARROW_TOP = 110
 
 
 class FilterBar(Input):
@@ -124,6 +141,7 @@ class Dashboard(App[None]):
         self._snapshot_seq = 0  # events up to this one are already in the snapshots we hold
         self._agents_active = False  # agents made calls since the Agents view was last fetched
         self._filter_before = ""
+        self._tab_fit = ""  # how the tab labels fit the width now: "full", "short" or "packed"
 
     # --- layout ---------------------------------------------------------------------------------
 
@@ -133,9 +151,9 @@ class Dashboard(App[None]):
             yield Static(id="clock")
             yield Static(id="conn")
         with TabbedContent(initial=self.initial, id="views"):
-            for n, (name, title) in enumerate(VIEWS, 1):
-                with TabPane(f"{n} {title}", id=name):
-                    yield (_TABLES[name](id=f"{name}-view") if name in _TABLES else LogView(id="log-view"))
+            for v in VIEWS:
+                with TabPane(f"{v.key} {v.title}", id=v.name):
+                    yield (_TABLES[v.name](id=f"{v.name}-view") if v.name in _TABLES else LogView(id="log-view"))
         bar = FilterBar(placeholder="filter: text or regex; !text keeps what does not match", id="filter")
         bar.cursor_blink = False
         yield bar
@@ -143,6 +161,7 @@ class Dashboard(App[None]):
 
     def on_mount(self) -> None:
         self.query_one("#filter").display = False
+        self._fit_tabs(self.size.width)
         self._render_top()
         self._render_all()
         self.log_view.update_titles()
@@ -173,24 +192,56 @@ class Dashboard(App[None]):
 
     # --- rendering ------------------------------------------------------------------------------
 
+    def on_resize(self, event: Resize) -> None:
+        self._fit_tabs(event.size.width)
+        self._render_top()
+
+    def _fit_tabs(self, width: int) -> None:
+        """Label the tabs so that every one shows: whole titles when they fit, else short ones, else short ones
+        packed (the key in bold against the name, one column between tabs), which fit 80 columns."""
+        full = [f"{v.key} {v.title}" for v in VIEWS]
+        short = [f"{v.key} {v.short}" for v in VIEWS]
+        padded = lambda labels: sum(len(label) + 2 for label in labels)  # noqa: E731 (a tab's padding is 1+1)
+        fit = "full" if padded(full) <= width else "short" if padded(short) <= width else "packed"
+        if fit == self._tab_fit:
+            return
+        self._tab_fit = fit
+        tabs = self.query_one("#views", TabbedContent)
+        tabs.set_class(fit == "packed", "-packed")
+        for v, label in zip(VIEWS, full if fit == "full" else short, strict=True):
+            tabs.get_tab(v.name).label = Content.assemble((v.key, "bold"), v.short) if fit == "packed" else label
+
+    @property
+    def narrow(self) -> bool:
+        return self.size.width < NARROW_TOP
+
     def _render_top(self) -> None:
         if not self.query("#title"):  # the app is closing (a worker's last word comes after its widgets went)
             return
         where = self.label or self.client.known_site or self.locator.describe()
-        version = f" {self.model.version}" if self.model.version else ""
-        title = Text.assemble((f"Pixeltable Cloud emulator{version}", "bold"), f"  {where}")
-        if self.readonly:
-            title.append("  READ-ONLY", style="bold reverse yellow")
+        version = f" {self.model.version}" if self.model.version else ""  # none until the first status
+        readonly = ("READ-ONLY", "bold reverse yellow")
+        if self.narrow:  # READ-ONLY and the URL first, the version last: what is cut is what matters least
+            title = Text.assemble(*((readonly, " ") if self.readonly else ()), (where, "bold"), version)
+        else:
+            title = Text.assemble((f"Pixeltable Cloud emulator{version}", "bold"), f"  {where}")
+            title.append_text(Text.assemble("  ", readonly) if self.readonly else Text())
+        title.no_wrap, title.overflow = True, "ellipsis"
+        self.query_one("#topbar").set_class(self.narrow, "-narrow")
         self.query_one("#title", Static).update(title)
         self._render_clock()
         style = {"live": "bold green", "connecting": "yellow", "reconnecting": "bold yellow"}[self.connection]
         mark = "●" if self.connection == "live" else "◌"
         detail = f" ({self.connection_detail})" if self.connection_detail and self.connection != "live" else ""
-        self.query_one("#conn", Static).update(Text(f"{mark} {self.connection}{detail}", style=style))
+        conn = self.query_one("#conn", Static)
+        conn.tooltip = self.connection_detail if detail else None
+        detail = "" if self.narrow else detail  # narrow, the URL is kept and the reason is the tooltip alone
+        conn.update(Text(f"{mark} {self.connection}{detail}", style=style))
 
     def _render_clock(self) -> None:
         for clock in self.query("#clock").results(Static):  # none while the app closes
-            clock.update(Text(f"clock {self.model.clock.label()}", style="bold"))
+            label = self.model.clock.label()
+            clock.update(Text(label if self.narrow else f"clock {label}", style="bold"))
 
     def _render(self, names: Iterable[str]) -> None:
         names = set(names)
@@ -320,7 +371,7 @@ class Dashboard(App[None]):
         self.query_one("#views", TabbedContent).active = name
 
     def _step(self, by: int) -> None:
-        names = [name for name, _ in VIEWS]
+        names = [v.name for v in VIEWS]
         self.action_view(names[(names.index(self.active) + by) % len(names)])
 
     def action_next_view(self) -> None:
@@ -338,6 +389,9 @@ class Dashboard(App[None]):
         self._hide_filter()
         self._focus_view()
         self.refresh_bindings()
+        if pane == "faults":  # a rule's match count, and a rule removed by the CLI, come with no event
+            self._stale.add("faults")
+            self._wake.set()
 
     def action_go_back(self) -> None:
         view = self.active
@@ -414,9 +468,7 @@ class Dashboard(App[None]):
 
     @on(DataTable.RowSelected)
     def _row_selected(self, event: DataTable.RowSelected) -> None:
-        if self.active == "databases":
-            self.action_db_logs()
-        elif self.active == "switches":
+        if self.active == "switches":
             if not self.readonly:
                 self.action_toggle_switch()
         else:
@@ -464,12 +516,22 @@ class Dashboard(App[None]):
 
     # --- acts -----------------------------------------------------------------------------------
 
-    def _act(self, command: str, call: Callable[[], Awaitable[Any]], done: Callable[[Any], str]) -> None:
-        """Run an act in a worker; its outcome is a toast and a log line naming the equivalent command."""
+    def _act(
+        self,
+        command: str,
+        call: Callable[[], Awaitable[Any]],
+        done: Callable[[Any], str],
+        stales: frozenset[str] = frozenset(),
+    ) -> None:
+        """Run an act in a worker; its outcome is a toast and a log line naming the equivalent command. `stales`:
+        the snapshots it changes without an event saying so (fetched again once it is done)."""
 
         async def run() -> None:
             try:
                 outcome, ok = done(await call()), True
+                if stales:
+                    self._stale |= stales
+                    self._wake.set()
             except (EmulatorError, Unreachable) as e:
                 outcome, ok = str(e), False
             except Exception as e:  # an act must never take the dashboard down
@@ -602,16 +664,101 @@ class Dashboard(App[None]):
         if target is None:
             self.notify("select a database first", severity="warning")
             return
-
-        def answered(yes: bool | None) -> None:
-            if yes:
-                self._db_verb("stop", target)
-
         question = f"Stop the database {target[0]}:{target[1]}? Its server stops; sessions to it end."
-        self.push_screen(ConfirmScreen(question), answered)
+        self._confirm(question, lambda: self._db_verb("stop", target))
 
     def action_start_db(self, org: str | None = None, db: str | None = None) -> None:
         self._db_verb("start", (org, db) if org and db else None)
+
+    def _confirm(self, question: str, then: Callable[[], None]) -> None:
+        def answered(yes: bool | None) -> None:
+            if yes:
+                then()
+
+        self.push_screen(ConfirmScreen(question), answered)
+
+    def action_remove_fault(self, rule: str | None = None) -> None:
+        rule = rule or self.table_view("faults").selected_key()
+        if rule is None or rule not in {r["id"] for r in self.model.faults}:
+            self.notify("select a fault rule first (a hold goes with X)", severity="warning")
+            return
+        chosen = rule
+        self._act(
+            f"emulator fault clear {chosen}",
+            lambda: self.client.remove_fault(chosen),
+            lambda a: f"removed {a['removed']['id']}",
+            frozenset({"faults"}),
+        )
+
+    def action_clear_faults(self) -> None:
+        self._confirm(
+            "Remove every fault rule and release every held request?",
+            lambda: self._act(
+                "emulator fault clear",
+                self.client.clear_faults,
+                lambda a: f"cleared {a['cleared']} rule{'s' if a['cleared'] != 1 else ''} and holds",
+                frozenset({"faults"}),
+            ),
+        )
+
+    def action_save_snapshot(self, name: str | None = None) -> None:
+        def save(value: str) -> None:
+            self._act(
+                f"emulator snapshot save {value}",
+                lambda: self.client.save_snapshot(value),
+                lambda a: f"saved {a['name']} ({a['clock']} on its clock)",
+            )
+
+        if name:
+            save(name)
+        else:
+            self._ask("Save the emulator as the snapshot (a name; one of that name is replaced):", "", save)
+
+    def _selected_snapshot(self, name: str | None) -> str | None:
+        name = name or self.table_view("snapshots").selected_key()
+        if name is None or name not in {s["name"] for s in self.model.snapshots}:
+            self.notify("select a snapshot first", severity="warning")
+            return None
+        return name
+
+    def action_load_snapshot(self, name: str | None = None) -> None:
+        chosen = self._selected_snapshot(name)
+        if chosen is None:
+            return
+        self._confirm(
+            f"Load the snapshot {chosen}? Everything the emulator holds now is replaced by what it saved "
+            "(save a snapshot first to keep it).",
+            lambda: self._act(
+                f"emulator snapshot load {chosen}",
+                lambda: self.client.load_snapshot(chosen),
+                lambda a: f"loaded {a['loaded']} in {a['seconds']:.2f} s; the clock reads {a['clock']}",
+            ),
+        )
+
+    def action_delete_snapshot(self, name: str | None = None) -> None:
+        chosen = self._selected_snapshot(name)
+        if chosen is None:
+            return
+        self._confirm(
+            f"Delete the snapshot {chosen}? Its files are gone for good.",
+            lambda: self._act(
+                f"emulator snapshot delete {chosen}",
+                lambda: self.client.delete_snapshot(chosen),
+                lambda a: f"deleted {a['deleted']}",
+            ),
+        )
+
+    def action_reset(self, to: str = "empty") -> None:
+        what = "an empty state" if to == "empty" else "the state it was started from"
+        self._confirm(
+            f"Reset the emulator to {what}? Registrations, trials, organizations, keys, sessions, databases, "
+            "services, the journal, faults, switches and the clock go back; snapshots stay.",
+            lambda: self._act(
+                "emulator reset" + ("" if to == "empty" else f" --to {to}"),
+                lambda: self.client.reset(to),
+                lambda a: f"reset to {a['to']} in {a['seconds']:.2f} s; the clock reads {a['clock']}",
+            ),
+        )
 
     # --- command palette ------------------------------------------------------------------------
 
@@ -626,8 +773,8 @@ class Dashboard(App[None]):
 
     def get_system_commands(self, screen: Screen[Any]) -> Iterable[SystemCommand]:
         yield from super().get_system_commands(screen)
-        for n, (name, title) in enumerate(VIEWS, 1):
-            yield SystemCommand(f"View: {title}", f"key {n}", lambda name=name: self.action_view(name))
+        for v in VIEWS:
+            yield SystemCommand(f"View: {v.title}", f"key {v.key}", lambda name=v.name: self.action_view(name))
         yield SystemCommand("Keys", "every key of the dashboard (?)", self.action_help)
         if self.readonly:
             return
@@ -638,6 +785,35 @@ class Dashboard(App[None]):
                 lambda d=duration: self.action_advance_clock(d),
             )
         yield SystemCommand("Advance clock by…", "emulator clock advance DURATION", self.action_advance_clock)
+        yield SystemCommand("Reset the emulator to empty", "emulator reset (asks first)", self.action_reset)
+        yield SystemCommand(
+            "Reset the emulator to its start",
+            "emulator reset --to start (asks first)",
+            lambda: self.action_reset("start"),
+        )
+        yield SystemCommand("Save a snapshot…", "emulator snapshot save NAME", self.action_save_snapshot)
+        for snap in self.model.snapshots:
+            name = snap["name"]
+            yield SystemCommand(
+                f"Load snapshot {name}",
+                f"emulator snapshot load {name} (asks first)",
+                lambda name=name: self.action_load_snapshot(name),
+            )
+            yield SystemCommand(
+                f"Delete snapshot {name}",
+                f"emulator snapshot delete {name} (asks first)",
+                lambda name=name: self.action_delete_snapshot(name),
+            )
+        for rule in self.model.faults:
+            yield SystemCommand(
+                f"Remove fault {rule['id']}",
+                f"emulator fault clear {rule['id']}",
+                lambda rule=rule["id"]: self.action_remove_fault(rule),
+            )
+        if self.model.faults or self.model.holds:
+            yield SystemCommand(
+                "Remove every fault rule", "emulator fault clear (asks first)", self.action_clear_faults
+            )
         for reg, claim in self.model.claims.items():
             if claim["state"] == "pending":
                 yield SystemCommand(

@@ -7,6 +7,7 @@ with `--readonly`.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from textual.binding import Binding
 
@@ -25,23 +26,32 @@ class Key:
     priority: bool = False
 
 
-VIEWS: list[tuple[str, str]] = [
-    ("registrations", "Registrations"),
-    ("trials", "Trials"),
-    ("databases", "Orgs & databases"),
-    ("services", "Services"),
-    ("log", "Log"),
-    ("users", "Users"),
-    ("keys", "Keys"),
-    ("switches", "Switches"),
-    ("agents", "Agents"),
+class View(NamedTuple):
+    name: str
+    title: str  # the tab's label when the bar has room for every title
+    short: str  # the tab's label when it has not (80 columns must show every tab)
+    key: str  # the key that shows it, as it reads
+
+
+VIEWS: list[View] = [
+    View("registrations", "Registrations", "Regs", "1"),
+    View("trials", "Trials", "Trials", "2"),
+    View("databases", "Orgs & databases", "Orgs", "3"),
+    View("services", "Services", "Svcs", "4"),
+    View("log", "Log", "Log", "5"),
+    View("users", "Users", "Users", "6"),
+    View("keys", "Keys", "Keys", "7"),
+    View("switches", "Switches", "Switch", "8"),
+    View("agents", "Agents", "Agents", "9"),
+    View("faults", "Faults", "Faults", "0"),
+    View("snapshots", "Snapshots", "Snaps", "-"),
 ]
+# Textual's names of the view keys that are not letters or digits.
+_KEY_NAMES = {"-": "minus"}
+
 
 KEYS: list[Key] = [
-    *(
-        Key(str(n), str(n), f"view('{name}')", f"show {title.lower()}", "Views", footer=None)
-        for n, (name, title) in enumerate(VIEWS, 1)
-    ),
+    *(Key(_KEY_NAMES.get(v.key, v.key), v.key, f"view('{v.name}')", f"show {v.title.lower()}", "Views") for v in VIEWS),
     Key("tab,right_square_bracket", "tab ]", "next_view", "next view", "Views", priority=True),
     Key("shift+tab,left_square_bracket", "shift+tab [", "prev_view", "previous view", "Views", priority=True),
     Key(
@@ -56,7 +66,7 @@ KEYS: list[Key] = [
     Key("question_mark", "?", "help", "show every key", "Navigate", "keys"),
     Key("ctrl+p", "ctrl+p", "command_palette", "command palette: every view and act by name", "Navigate", bind=False),
     Key("up,down,pgup,pgdn", "↑ ↓ pgup pgdn", "", "move in a table, scroll the log", "Navigate", bind=False),
-    Key("l", "l / enter", "db_logs", "log lines of the selected database", "Navigate", "logs"),
+    Key("l", "l", "db_logs", "log lines of the selected database", "Navigate", "logs"),
     Key("enter", "enter", "details", "every field of the selected row, wrapped", "Navigate", bind=False),
     Key("left,right", "← →", "", "scroll a wide table sideways", "Navigate", bind=False),
     Key("w", "w", "wrap", "log: wrap long lines, or cut them (wrapping is on at start)", "Navigate", "wrap"),
@@ -141,6 +151,66 @@ KEYS: list[Key] = [
         "on/off",
         act=True,
         cli="emulator switch NAME on/off",
+    ),
+    Key(
+        "x",
+        "x",
+        "remove_fault",
+        "faults: remove the selected rule",
+        "Acts",
+        "remove",
+        act=True,
+        cli="emulator fault clear ID",
+    ),
+    Key(
+        "X",
+        "X",
+        "clear_faults",
+        "faults: remove every rule and release every hold (asks first)",
+        "Acts",
+        "clear all",
+        act=True,
+        cli="emulator fault clear",
+    ),
+    Key(
+        "n",
+        "n",
+        "save_snapshot",
+        "snapshots: save the emulator as a new snapshot (asks its name)",
+        "Acts",
+        "save",
+        act=True,
+        cli="emulator snapshot save NAME",
+    ),
+    Key(
+        "L",
+        "L",
+        "load_snapshot",
+        "snapshots: load the selected snapshot, replacing the emulator's state (asks first)",
+        "Acts",
+        "load",
+        act=True,
+        cli="emulator snapshot load NAME",
+    ),
+    Key(
+        "x",
+        "x",
+        "delete_snapshot",
+        "snapshots: delete the selected snapshot (asks first)",
+        "Acts",
+        "delete",
+        act=True,
+        cli="emulator snapshot delete NAME",
+    ),
+    Key(
+        "R",
+        "R",
+        "reset",
+        "reset the emulator to empty: everything a run made is gone (asks first)",
+        "Acts",
+        None,  # out of the footer: rare, and the footer is short at 80 columns
+        act=True,
+        cli="emulator reset",
     ),
 ]
 

@@ -25,6 +25,8 @@ SNAPSHOTS: dict[str, str] = {
     "keys": "/_emulator/keys",
     "switches": "/_emulator/switches",
     "agents": "/_emulator/report",
+    "faults": "/_emulator/faults",
+    "snapshots": "/_emulator/snapshots",
 }
 ALL = frozenset(SNAPSHOTS)
 
@@ -55,6 +57,10 @@ _AFFECTS: dict[str, frozenset[str]] = {
     **dict.fromkeys((Kind.CLOUD_KEY_CREATED, Kind.CLOUD_KEY_UPDATED, Kind.CLOUD_KEY_DELETED), _ORGS | _KEYS),
     Kind.CLOUD_CALL: _KEYS,  # a key's last use
     Kind.SWITCH_CHANGED: frozenset({"switches"}),
+    # A rule armed, fired (a counted rule may be spent) or a request held. Removing a rule publishes nothing:
+    # the dashboard fetches the rules again after its own removal and whenever the Faults view is shown.
+    **dict.fromkeys((Kind.FAULT_ARMED, Kind.FAULT_FIRED, Kind.FAULT_HELD, Kind.FAULT_REMOVED), frozenset({"faults"})),
+    **dict.fromkeys((Kind.SNAPSHOT_SAVED, Kind.SNAPSHOT_DELETED, Kind.SNAPSHOT_IMPORTED), frozenset({"snapshots"})),
     Kind.STATE_APPLIED: ALL,
     Kind.DB_STATE: frozenset({"orgs", "services"}),
     **dict.fromkeys(
@@ -138,6 +144,10 @@ class Model:
     agents: list[dict[str, Any]] = field(default_factory=list)  # the scorecard's cards
     unattributed: dict[str, Any] | None = None  # the requests no credential names: counted, not judged
     switches: dict[str, bool] = field(default_factory=dict)
+    faults: list[dict[str, Any]] = field(default_factory=list)  # the armed rules, as `emulator fault list`
+    holds: dict[str, int] = field(default_factory=dict)  # path -> requests still to hold
+    waiting: list[str] = field(default_factory=list)  # paths of requests held now
+    snapshots: list[dict[str, Any]] = field(default_factory=list)
     # Trials deleted while we watched (or in the journal backlog): kept, with what was known of them (name,
     # expiry, keys, admins, registration), so they show as deleted rather than vanish.
     expired: dict[str, dict[str, Any]] = field(default_factory=dict)
@@ -164,6 +174,10 @@ class Model:
         elif name == "agents":
             self.agents = body["agents"]
             self.unattributed = body.get("unattributed")
+        elif name == "faults":
+            self.faults, self.holds, self.waiting = body["rules"], body["holds"], body["waiting"]
+        elif name == "snapshots":
+            self.snapshots = body["snapshots"]
 
     def note_event(self, kind: str, subject: str | None, data: dict[str, Any], *, live: bool = True) -> None:
         """What an event tells directly, without a fetch. A replayed event (`live` False: one from before the

@@ -44,12 +44,15 @@ class HelpScreen(ModalScreen[None]):
         self.query_one("#help").border_title = "Keys"
 
     def rows(self) -> list[tuple[str, str, str, str]]:
-        """(keys, what they do, the same as a command, group); the view keys 1-5 share one row."""
-        numbers = [k for k in self.keys if k.label.isdigit()]
-        rows = [(k.label, k.help, k.cli or "", k.group) for k in self.keys if not k.label.isdigit()]
-        if numbers:
-            views = ", ".join(k.help.removeprefix("show ") for k in numbers)
-            rows.insert(0, (f"{numbers[0].label}-{numbers[-1].label}", views, "", numbers[0].group))
+        """(keys, what they do, the same as a command, group); the view keys share one row."""
+        views = [k for k in self.keys if k.action.startswith("view(")]
+        rows = [(k.label, k.help, k.cli or "", k.group) for k in self.keys if k not in views]
+        if views:
+            what = ", ".join(f"{k.label} {k.help.removeprefix('show ')}" for k in views)
+            digits = [k.label for k in views if k.label in "123456789"]
+            rest = [k.label for k in views if k.label not in digits]
+            keys = " ".join([f"{digits[0]}-{digits[-1]}" if len(digits) > 1 else "".join(digits), *rest]).strip()
+            rows.insert(0, (keys, what, "", views[0].group))
         return rows
 
     def plain(self) -> str:

@@ -24,6 +24,9 @@ import msgspec
 from emulator.admin.wire import EventView
 from emulator.core import statelock
 
+# Seconds a snapshot save or load, or a reset, may take (each copies every hosted database's files).
+SLOW = 900.0
+
 
 class EmulatorError(Exception):
     """The emulator answered with an error (its message is what a person should read)."""
@@ -163,9 +166,13 @@ class EmulatorClient:
     async def close(self) -> None:
         await self._http.aclose()
 
-    async def _request(self, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
+    async def _request(
+        self, method: str, path: str, body: dict[str, Any] | None = None, within: float | None = None
+    ) -> Any:
         try:
-            r = await self._http.request(method, self.site + path, json=body)
+            r = await self._http.request(
+                method, self.site + path, json=body, timeout=within if within is not None else self._http.timeout
+            )
         except self._httpx.TransportError as e:
             self.relocate()
             raise Unreachable(f"cannot reach {self._site or self.locator.describe()} ({type(e).__name__})") from e
@@ -176,8 +183,12 @@ class EmulatorClient:
     async def get(self, path: str) -> Any:
         return await self._request("GET", path)
 
-    async def post(self, path: str, body: dict[str, Any] | None = None) -> Any:
-        return await self._request("POST", path, body or {})
+    async def post(self, path: str, body: dict[str, Any] | None = None, within: float | None = None) -> Any:
+        """`within`: seconds the answer may take, when not the client's usual."""
+        return await self._request("POST", path, body or {}, within)
+
+    async def delete(self, path: str) -> Any:
+        return await self._request("DELETE", path)
 
     # --- snapshots ----------------------------------------------------------------------------
 
@@ -220,6 +231,24 @@ class EmulatorClient:
 
     async def db_verb(self, org: str, db: str, verb: str) -> dict[str, Any]:
         return await self.post(f"/_emulator/databases/{quote(org)}/{quote(db)}/{verb}")
+
+    async def remove_fault(self, rule_id: str) -> dict[str, Any]:
+        return await self.delete(f"/_emulator/faults/{quote(rule_id, safe='')}")
+
+    async def clear_faults(self) -> dict[str, Any]:
+        return await self.delete("/_emulator/faults")
+
+    async def save_snapshot(self, name: str) -> dict[str, Any]:
+        return await self.post("/_emulator/snapshots", {"name": name}, within=SLOW)
+
+    async def load_snapshot(self, name: str) -> dict[str, Any]:
+        return await self.post(f"/_emulator/snapshots/{quote(name, safe='')}/load", within=SLOW)
+
+    async def delete_snapshot(self, name: str) -> dict[str, Any]:
+        return await self.delete(f"/_emulator/snapshots/{quote(name, safe='')}")
+
+    async def reset(self, to: str = "empty") -> dict[str, Any]:
+        return await self.post("/_emulator/reset", {"to": to}, within=SLOW)
 
     # --- the live feed ------------------------------------------------------------------------
 

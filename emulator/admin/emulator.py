@@ -128,9 +128,13 @@ async def events(request: Request[Any, Any, Any]) -> Stream:
     since, kinds = _since(request), _kinds(request)
 
     async def frames() -> AsyncIterator[bytes]:
-        yield b": emulator event stream\nretry: 1000\n\n"
+        # The comment opens the stream at once; `retry:` rides in the first event's block, since a block of its own
+        # is an event with empty data to SSE clients such as httpx-sse.
+        yield b": emulator event stream\n\n"
+        retry = b"retry: 1000\n"
         async for event in core.bus.follow(since, kinds):
-            yield b"id: %d\ndata: %s\n\n" % (event.seq, _encode(EventView.of(event)))
+            yield b"%sid: %d\ndata: %s\n\n" % (retry, event.seq, _encode(EventView.of(event)))
+            retry = b""
 
     return Stream(frames(), media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
 

@@ -43,7 +43,7 @@ async def faults_add(request: Request[Any, Any, Any]) -> Response[bytes]:
 
 @delete("/_emulator/faults", status_code=200)
 async def faults_clear(request: Request[Any, Any, Any]) -> Response[bytes]:
-    return json_response({"cleared": site_of(request).core.faults.clear()})
+    return json_response({"cleared": site_of(request).core.faults.clear(announce=True)})
 
 
 @delete("/_emulator/faults/{rule_id:str}", status_code=200)

@@ -17,6 +17,7 @@ from litestar.datastructures import State
 from litestar.exceptions import HTTPException
 
 from emulator.cloud import blobs
+from emulator.cloud.compat import refuse_old_client
 from emulator.cloud.context import platform_of
 from emulator.cloud.operations import OPERATIONS, SCOPED
 from emulator.core import jsonbody, openapi
@@ -90,6 +91,7 @@ async def management(request: Request[Any, Any, Any]) -> Response[bytes]:
         raise ApiError(400, "bad_request", f"the body is not valid JSON: {e}") from None
     if not isinstance(body, dict) or not isinstance(body.get("operation_type"), str):
         raise ApiError(400, "bad_request", "the body must be a JSON object with an operation_type")
+    refuse_old_client(body)  # before the lookup and the strict decoding, whose refusals would not say why
     op = body["operation_type"]
     found = OPERATIONS.get(op)
     if found is None:

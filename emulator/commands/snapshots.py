@@ -8,11 +8,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
-from emulator.admin.client import EmulatorError, Unreachable, download, upload
+from emulator.admin.client import SLOW, EmulatorError, Unreachable, download, upload
 from emulator.commands.common import add_json, add_locator, call_or_exit, endpoints, print_json
-
-# A save or load copies every hosted database's files: allow it minutes, not the usual seconds.
-SLOW = 900.0
 
 
 def register(sub: Any) -> dict[str, Callable[[argparse.Namespace], int]]:

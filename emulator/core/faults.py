@@ -221,13 +221,17 @@ class Faults:
         rule = self.rules.pop(rule_id, None)
         if rule is None:
             raise ApiError(404, "not_found", f"no fault {rule_id!r}; `emulator fault list` shows them")
+        self.bus.publish(Kind.FAULT_REMOVED, rule.id)
         return rule
 
-    def clear(self) -> int:
-        """Every rule gone and every hold released (a reset, a snapshot load, `emulator fault clear`)."""
+    def clear(self, announce: bool = False) -> int:
+        """Every rule gone and every hold released (a reset, a snapshot load, `emulator fault clear`; the last
+        `announce`s it: a reset or a load has events of its own)."""
         cleared = len(self.rules) + len(self._holds)
         self.rules.clear()
         self.release()
+        if announce and cleared:
+            self.bus.publish(Kind.FAULT_REMOVED, None, cleared=cleared)
         return cleared
 
     def listed(self) -> list[dict[str, Any]]:

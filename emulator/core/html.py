@@ -8,6 +8,7 @@ Pages are server-rendered HTML that needs no JavaScript; every value put into a 
 from __future__ import annotations
 
 import html as _html
+import re
 from datetime import UTC, datetime
 from urllib.parse import parse_qs
 
@@ -49,7 +50,9 @@ STYLESHEET = (
     "a{color:var(--accent)}"
     "dl.facts{display:grid;grid-template-columns:max-content 1fr;gap:.35rem 1.25rem;margin:1.25rem 0;"
     "padding:1rem 1.25rem;background:var(--bg);border-radius:8px}"
-    "dl.facts dt{color:var(--muted)}dl.facts dd{margin:0;overflow-wrap:anywhere}"
+    # A value breaks where `wrappable` lets it (after a separator) and a piece that still cannot fit scrolls inside
+    # its own box: never mid-word, never the page sideways.
+    "dl.facts dt{color:var(--muted)}dl.facts dd{margin:0;min-width:0;overflow-x:auto}"
     "label{display:block;font-weight:600;margin-top:1rem}"
     "input{display:block;width:100%;font:inherit;font-weight:400;padding:.55rem .75rem;margin-top:.35rem;"
     "border:1px solid var(--line);border-radius:8px;background:#fff;color:inherit}"
@@ -68,6 +71,16 @@ STYLESHEET = (
     ".error{color:var(--danger);background:var(--danger-bg);border:1px solid #fecdca;border-radius:8px;"
     "padding:.6rem .85rem}"
     "footer{text-align:center;color:var(--muted);font-size:.85rem;margin:0 1rem 2rem}"
+    "nav.crumbs{display:flex;flex-wrap:wrap;gap:1rem;font-size:.9rem;margin:0 0 1.25rem}"
+    "nav.pager{display:flex;flex-wrap:wrap;justify-content:space-between;gap:1rem;margin-top:2rem;"
+    "padding-top:1rem;border-top:1px solid var(--line)}"
+    "nav.pager a{display:flex;flex-direction:column;text-decoration:none}nav.pager a[rel=next]{margin-left:auto;"
+    "text-align:right}nav.pager span{color:var(--muted);font-size:.8rem}"
+    "ul.index{padding-left:1.1rem}ul.index li{margin:.35rem 0}ul.index .note{display:block}"
+    # A phone: the card fills the width, and a fact's value goes under its name (beside it, a long id or e-mail
+    # would get a sliver of the width).
+    "@media (max-width:32rem){main{margin:1rem .5rem;padding:1.25rem 1rem}"
+    "dl.facts{grid-template-columns:1fr;gap:0}dl.facts dd{margin-bottom:.6rem}}"
 )
 
 NOTE = "Pixeltable Cloud emulator: no password is asked; any e-mail signs in."
@@ -104,10 +117,26 @@ def document(title: str, main_html: str, *, doc: bool = False, note: str = NOTE)
     )
 
 
+_TEXT = re.compile(r">([^<]+)<")  # the text between two tags (values are escaped: no `<` or `>` in them)
+_LONG = re.compile(r"\S{12,}")  # a token that may not fit a phone's line: an e-mail, an id, a URL
+_AFTER_SEPARATOR = re.compile(r"(?<=[@._/])(?=\S)")  # after a separator, where more of the token follows
+
+
+def wrappable(body_html: str) -> str:
+    """`body_html` with a line break allowed (`<wbr>`) after each `@`, `.`, `_` and `/` of its long tokens, so a
+    narrow screen wraps `dev@example.org` or `agent_reg_2G67…` between its parts, never inside one (a hyphen
+    already allows a break). Text only: tags and attribute values, such as an input's e-mail, are left alone."""
+
+    def text(m: re.Match[str]) -> str:
+        return ">" + _LONG.sub(lambda t: _AFTER_SEPARATOR.sub("<wbr>", t.group()), m.group(1)) + "<"
+
+    return _TEXT.sub(text, body_html)
+
+
 def page(title: str, body_html: str, status: int = 200) -> Response[str]:
     """A person's page: `title` as its heading, then `body_html` (already escaped where it holds any value)."""
     return Response(
-        document(title, f"<h1>{escape(title)}</h1>{body_html}"),
+        document(title, f"<h1>{escape(title)}</h1>{wrappable(body_html)}"),
         status_code=status,
         media_type=HTML_TYPE,
         headers={"Cache-Control": "no-store"},

@@ -24,6 +24,7 @@ class Kind(StrEnum):
     FAULT_ARMED = "fault.armed"
     FAULT_HELD = "fault.held"
     FAULT_FIRED = "fault.fired"
+    FAULT_REMOVED = "fault.removed"  # by the person (`fault clear`, the dashboard); a reset or load says so itself
     DOCS_INDEXED = "docs.indexed"
     # every request the site, the identity provider and the control plane serve (subject: the client's IP)
     HTTP_REQUEST = "http.request"

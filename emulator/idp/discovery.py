@@ -33,7 +33,11 @@ def authorization_server(urls: Urls) -> dict[str, Any]:
         "revocation_endpoint": f"{auth}/oauth2/revoke",
         "jwks_uri": f"{auth}/.well-known/jwks.json",
         "grant_types_supported": [JWT_BEARER],
-        "response_types_supported": [],
+        # RFC 8414 requires the member, and validators (Authlib) refuse an empty list. No grant here uses an
+        # authorization endpoint (none is advertised), and "none" (OAuth 2.0 Multiple Response Type Encoding
+        # Practices §4) is the registered value for one that returns no credentials: true of this provider, where
+        # "code" would promise a browser flow it does not have.
+        "response_types_supported": ["none"],
         "token_endpoint_auth_methods_supported": ["none"],
         "revocation_endpoint_auth_methods_supported": ["none"],
         "scopes_supported": POST_CLAIM_SCOPES,
@@ -53,7 +57,9 @@ def openid_configuration(urls: Urls) -> dict[str, Any]:
     return {
         **authorization_server(urls),
         "subject_types_supported": ["public"],
-        "id_token_signing_alg_values_supported": ["ES256"],
+        # No flow here issues an ID token; ES256 is the provider's key, and RS256 is listed because OpenID Connect
+        # Discovery §3 requires it of every provider (validators such as Authlib refuse the document without it).
+        "id_token_signing_alg_values_supported": ["ES256", "RS256"],
         "claims_supported": ["iss", "sub", "aud", "exp", "iat", "email", "email_verified"],
     }
 

@@ -203,9 +203,12 @@ def _meta(site: Site, streaming: bool) -> AskMeta:
     return AskMeta("summary", "0.1", site.core.settings.site_name, streaming)
 
 
-def _sse(payload: dict[str, Any]) -> bytes:
-    # One JSON object per unnamed `data:` event, so EventSource.onmessage sees every one.
-    return b"data: " + _encode(payload) + b"\n\n"
+def _sse(payload: dict[str, Any], retry_ms: int | None = None) -> bytes:
+    # One JSON object per unnamed `data:` event, so EventSource.onmessage sees every one. A `retry:` rides in an
+    # event's own block: alone in a block, SSE clients such as httpx-sse make it an event with empty data, which
+    # breaks the JSON-per-event reading their documentation shows.
+    retry = b"" if retry_ms is None else b"retry: %d\n" % retry_ms
+    return retry + b"data: " + _encode(payload) + b"\n\n"
 
 
 async def _stream(site: Site, ask: AskInput) -> AsyncIterator[bytes]:
@@ -213,8 +216,8 @@ async def _stream(site: Site, ask: AskInput) -> AsyncIterator[bytes]:
     meta = msgspec.to_builtins(_meta(site, True))
     # An EventSource reconnects when the stream ends, after `retry` ms (3 s by default): a naive page would spend
     # the whole rate limit asking again. One rate window between reconnects keeps it inside the limit.
-    yield f"retry: {site.core.settings.ask_rate_window * 1000}\n\n".encode()
-    yield _sse({"message_type": "begin-nlweb-response", "query_id": ask.query_id, "query": ask.query, "_meta": meta})
+    begin = {"message_type": "begin-nlweb-response", "query_id": ask.query_id, "query": ask.query, "_meta": meta}
+    yield _sse(begin, retry_ms=site.core.settings.ask_rate_window * 1000)
     yield _sse({"message_type": "result", "content": msgspec.to_builtins(results)})
     yield _sse({"message_type": "summary", "message": answer})
     yield _sse({"message_type": "end-nlweb-response", "query_id": ask.query_id})

@@ -30,6 +30,8 @@ class AgentsView(TableView):
     TITLE = "Agents (enter: scorecard and trace)"
     COLUMNS: ClassVar[list[str]] = ["Agent", "Type", "Trial", "Requests", "Errors", "p50", "p95", "Scorecard"]
     EMPTY = "no agent yet: one appears when it registers or gets an organization"
+    NARROW_FIRST: ClassVar[list[str]] = ["Agent", "Type", "Trial", "Scorecard"]
+    ID_COLUMNS: ClassVar[frozenset[str]] = frozenset({"Agent"})
 
     def rows(self, model: Model) -> list[Row]:
         nobody = model.unattributed

@@ -1,4 +1,5 @@
-"""Organizations and their databases, with the databases' states (AVAILABLE, STOPPED, UPDATING, FAILED, ...)."""
+"""Organizations and their databases, with the databases' states (AVAILABLE, STOPPED, UPDATING, FAILED, ...).
+Enter shows every field of the selected organization and database; `l` its log lines."""
 
 from __future__ import annotations
 
@@ -56,3 +57,39 @@ class DatabasesView(TableView):
             return None
         org, _, db = key.partition(":")
         return org, db
+
+    def details(self, model: Model, key: str) -> list[tuple[str, str | Text]] | None:
+        slug, _, name = key.partition(":")
+        o = next((o for o in model.orgs if o["org"] == slug), None)
+        if o is None:
+            return None
+        fields: list[tuple[str, str | Text]] = [
+            ("Org", o["org"]),
+            ("Org id", o["org_id"]),
+            ("Kind", org_kind(o)),
+            ("Created", o["created_at"]),
+            ("Expires at", o["expires_at"] or "—"),
+            ("API keys", "\n".join(o["api_keys"]) or "—"),
+            ("Admins", "\n".join(o["admins"]) or "—"),
+        ]
+        d = next((d for d in o["databases"] if d["db"] == name), None)
+        if d is None:
+            return [*fields, ("Databases", Text("none", style="dim"))]
+        server = d.get("server")
+        return [
+            *fields,
+            ("Database", d["db"]),
+            ("State", state_cell(d["state"])),
+            ("Generation", str(d["generation"])),
+            ("Environment", d["environment"] or "base"),
+            ("Last build", d.get("last_build_outcome") or "—"),
+            ("Failure", Text(d["failure_reason"] or "—", style="red" if d["failure_reason"] else "")),
+            ("Server", Text.assemble(server_cell(d), f" ({server_fields(server)})" if server else "")),
+            ("Gateway port", str(d["gateway_port"]) if d.get("gateway_port") else "—"),
+            ("Updated", d.get("updated_at") or "—"),
+            ("Log lines", Text("l on this row shows them", style="dim")),
+        ]
+
+
+def server_fields(server: dict[str, Any]) -> str:
+    return ", ".join(f"{k} {v}" for k, v in server.items())

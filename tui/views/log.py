@@ -16,7 +16,7 @@ from rich.cells import cell_len
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.containers import Vertical
-from textual.events import Resize
+from textual.events import Resize, Show
 from textual.widgets import RichLog
 
 from emulator.core.kinds import Kind
@@ -88,6 +88,9 @@ class LogView(Vertical):
         self.wrap = True
         self.shown: deque[str] = deque(maxlen=LOG_CAP)
         self._width = 0
+        # Lines came while the pane was hidden: they are written when it shows, at its width then (written
+        # hidden, a RichLog measures no width and wraps at its minimum, 78 columns).
+        self._unwritten = False
 
     def compose(self) -> ComposeResult:
         yield FollowLog(max_lines=LOG_CAP, wrap=True, markup=False, highlight=False, auto_scroll=False)
@@ -102,12 +105,20 @@ class LogView(Vertical):
             return entries
         return [e for e in entries if self.filter.keeps(e.text)]
 
+    @property
+    def hidden(self) -> bool:
+        log = self.log_widget
+        return not log.is_mounted or log.scrollable_content_region.width <= 0
+
     def _write(self, entries: list[Entry], *, scroll_end: bool) -> None:
         if not entries:
             return
+        self.shown.extend(e.text for e in entries)
+        if self.hidden:
+            self._unwritten = True
+            return
         text = Text("\n").join(Text(e.text, style=e.style) for e in entries)
         self.log_widget.write(text, width=self._width_for(entries), shrink=self.wrap, scroll_end=scroll_end)
-        self.shown.extend(e.text for e in entries)
 
     def _width_for(self, entries: list[Entry]) -> int | None:
         """Wrapped, a line fits the pane; cut, it keeps its whole width and the pane scrolls sideways. (Said
@@ -133,12 +144,19 @@ class LogView(Vertical):
         self._write(shown, scroll_end=following)
         self.update_titles()
 
-    def rerender(self) -> None:
+    def rerender(self, *, follow: bool = True) -> None:
+        """Write every visible line again (after a change of filter, scope, wrap or width); `follow` False keeps
+        the place a person scrolled to."""
         log = self.log_widget
-        log.clear()
         self.shown.clear()
         visible = self._visible()
-        self._write(visible, scroll_end=True)
+        self._unwritten = self.hidden  # written, and the hint with them, when the pane shows
+        if self._unwritten:
+            self.shown.extend(e.text for e in visible)
+            return
+        place = log.scroll_y
+        log.clear()
+        self._write(visible, scroll_end=follow)
         if self.scope and self.filled and not self.scoped:
             log.write(
                 Text(
@@ -149,8 +167,15 @@ class LogView(Vertical):
                 width=self._width_for([Entry("")]) if self.wrap else None,
                 shrink=True,
             )
-        log.scroll_end(animate=False, immediate=True, x_axis=False)
+        if follow:
+            log.scroll_end(animate=False, immediate=True, x_axis=False)
+        else:
+            log.scroll_to(y=place, animate=False, immediate=True)
         self.update_titles()
+
+    def on_show(self, event: Show) -> None:
+        if self._unwritten:
+            self.rerender(follow=self.following)
 
     def on_resize(self, event: Resize) -> None:
         # Wrapped lines are cut to the width they were written at: write them again at the new width.

@@ -54,6 +54,9 @@ class RegistrationsView(TableView):
         "E-mail",
         "Scopes",
     ]
+    # Narrow, the claim, trial, e-mail and scopes come before the counts (the type and status follow them).
+    NARROW_FIRST: ClassVar[list[str]] = ["Registration", "Claim", "Trial", "E-mail", "Scopes"]
+    ID_COLUMNS: ClassVar[frozenset[str]] = frozenset({"Registration"})
 
     def compose(self) -> ComposeResult:
         yield from super().compose()

@@ -1,8 +1,9 @@
-"""Hosted services and their endpoints (the database gateway's address while it runs)."""
+"""Hosted services and their endpoints (the database gateway's address while it runs). Enter shows every field
+of the selected service."""
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from rich.text import Text
 
@@ -15,10 +16,14 @@ class ServicesView(TableView):
     COLUMNS: ClassVar[list[str]] = ["Org", "Database", "Service", "State", "Gen", "Endpoint", "Error"]
     EMPTY = "no services (pxt service update deploys one)"
 
+    @staticmethod
+    def key_of(s: dict[str, Any]) -> str:
+        return f"{s['org']}:{s['db']}/{s['base_path']}/{s['service']}"
+
     def rows(self, model: Model) -> list[Row]:
         return [
             (
-                f"{s['org']}:{s['db']}/{s['base_path']}/{s['service']}",
+                self.key_of(s),
                 [
                     s["org"],
                     s["db"],
@@ -30,4 +35,20 @@ class ServicesView(TableView):
                 ],
             )
             for s in model.services
+        ]
+
+    def details(self, model: Model, key: str) -> list[tuple[str, str | Text]] | None:
+        s = next((s for s in model.services if self.key_of(s) == key), None)
+        if s is None:
+            return None
+        return [
+            ("Org", s["org"]),
+            ("Database", s["db"]),
+            ("Service", s["service"]),
+            ("Base path", s["base_path"] or "—"),
+            ("State", state_cell(s["state"])),
+            ("Generation", str(s["generation"])),
+            ("Endpoint", s["endpoint"] or "—"),
+            ("Error", Text(s["error"] or "—", style="red" if s["error"] else "")),
+            ("Updated", s["updated_at"]),
         ]

@@ -1,9 +1,9 @@
 """Trial organizations: claimed or not, time left on the emulator's clock, API keys by name. A trial deleted
-while watched keeps its row, name and expiry, shown as deleted."""
+while watched keeps its row, name and expiry, shown as deleted. Enter shows every field of the selected trial."""
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from rich.text import Text
 
@@ -14,6 +14,7 @@ from tui.views.table import Row, TableView, state_cell
 class TrialsView(TableView):
     TITLE = "Trial organizations"
     COLUMNS: ClassVar[list[str]] = ["Org", "State", "Time left", "Expires at", "API keys", "Admins", "Registration"]
+    ID_COLUMNS: ClassVar[frozenset[str]] = frozenset({"Registration"})
 
     def rows(self, model: Model) -> list[Row]:
         now = model.clock.current()
@@ -52,3 +53,40 @@ class TrialsView(TableView):
                 )
             )
         return rows
+
+    def details(self, model: Model, key: str) -> list[tuple[str, str | Text]] | None:
+        if key.startswith("expired:"):
+            slug = key.removeprefix("expired:")
+            e = model.expired.get(slug)
+            if e is None:
+                return None
+            return [
+                ("Org", slug),
+                ("State", Text("deleted (its trial expired)", style="dim")),
+                ("Expired at", e.get("expires_at") or fmt_instant(e.get("expired_at"))),
+                *_known(e),
+            ]
+        o = next((o for o in model.trials() if o["org"] == key), None)
+        if o is None:
+            return None
+        left = fmt_left(o["expires_ts"] - model.clock.current()) if o["expires_ts"] else "never (claimed)"
+        return [
+            ("Org", o["org"]),
+            ("State", state_cell(o["state"])),
+            ("Time left", left),
+            ("Expires at", o["expires_at"] or "—"),
+            ("Created", o.get("created_at") or "—"),
+            *_known(o),
+            ("Databases", "\n".join(f"{d['db']} {d['state']}" for d in o.get("databases") or []) or "—"),
+        ]
+
+
+def _known(o: dict[str, Any]) -> list[tuple[str, str | Text]]:
+    """What a trial and a deleted trial both tell: its id, keys, admins, registration and network."""
+    return [
+        ("Org id", o.get("org_id") or "—"),
+        ("API keys", "\n".join(o.get("api_keys") or []) or "—"),
+        ("Admins", "\n".join(o.get("admins") or []) or "—"),
+        ("Registration", o.get("registration") or "—"),
+        ("Network", o.get("network") or "—"),
+    ]
