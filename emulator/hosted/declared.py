@@ -24,6 +24,7 @@ from collections.abc import Iterator
 from datetime import UTC, datetime
 from typing import Literal
 
+import aiosqlite
 import msgspec
 
 from emulator.core.clock import MAX_TIME, iso, parse_duration
@@ -433,7 +434,13 @@ async def apply(core: Core, box: SecretBox, identity: Identity, text: str, name:
 
 
 async def _write(
-    core: Core, box: SecretBox, identity: Identity, conn: Db, plan: _Plan, now: float, counts: dict[str, Counts]
+    core: Core,
+    box: SecretBox,
+    identity: Identity,
+    conn: aiosqlite.Connection,
+    plan: _Plan,
+    now: float,
+    counts: dict[str, Counts],
 ) -> None:
     world, exact = plan.world, plan.now is not None
     org_ids = await _references(conn, plan)

@@ -15,6 +15,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
+import aiosqlite
+
+from emulator.config import Settings
 from emulator.core.clock import iso
 from emulator.core.context import Core
 from emulator.core.errors import ApiError
@@ -68,7 +71,7 @@ class Identity:
         self.urls = urls
 
     @property
-    def _s(self) -> Any:
+    def _s(self) -> Settings:
         return self.core.settings
 
     # --- tokens -----------------------------------------------------------------------------------
@@ -284,7 +287,9 @@ class Identity:
         answer["claim"] = claim
         return answer
 
-    async def _new_attempt(self, conn: Any, reg_id: str, login_hint: str | None, now: float) -> dict[str, Any]:
+    async def _new_attempt(
+        self, conn: aiosqlite.Connection, reg_id: str, login_hint: str | None, now: float
+    ) -> dict[str, Any]:
         """Mint a claim attempt; it supersedes the previous one (its link and code stop working)."""
         await conn.execute(
             "UPDATE claim_attempts SET state = 'superseded' WHERE registration_id = ? "
@@ -337,7 +342,7 @@ class Identity:
             },
         }
 
-    async def _new_refresh_token(self, conn: Any, reg_id: str, now: float) -> tuple[str, float]:
+    async def _new_refresh_token(self, conn: aiosqlite.Connection, reg_id: str, now: float) -> tuple[str, float]:
         value = self.core.ids.token("art_", 24)
         exp = now + self._s.refresh_token_ttl
         await conn.execute(
@@ -348,7 +353,7 @@ class Identity:
 
     # --- claim ceremony ---------------------------------------------------------------------------
 
-    async def _registration_by_claim_token(self, conn: Any, token: Any) -> sqlite3.Row:
+    async def _registration_by_claim_token(self, conn: aiosqlite.Connection, token: Any) -> sqlite3.Row:
         if not isinstance(token, str) or not token:
             raise reg_error(400, "invalid_request", "claim_token is required")
         async with conn.execute("SELECT * FROM registrations WHERE claim_token_hash = ?", (secret_hash(token),)) as cur:
@@ -439,17 +444,17 @@ class Identity:
     # --- what trials do to a registration (this module is the one writer of registrations) ------
 
     @staticmethod
-    async def registration(conn: Any, registration_id: str) -> sqlite3.Row | None:
+    async def registration(conn: aiosqlite.Connection, registration_id: str) -> sqlite3.Row | None:
         async with conn.execute("SELECT * FROM registrations WHERE id = ?", (registration_id,)) as cur:
             return await cur.fetchone()
 
     @staticmethod
-    async def attach_trial(conn: Any, registration_id: str, org_id: str) -> None:
+    async def attach_trial(conn: aiosqlite.Connection, registration_id: str, org_id: str) -> None:
         """The registration got its one trial (kept after the trial is deleted)."""
         await conn.execute("UPDATE registrations SET trial_org_id = ? WHERE id = ?", (org_id, registration_id))
 
     @staticmethod
-    async def claim_with_trial(conn: Any, registration_id: str, email: str, now: float) -> None:
+    async def claim_with_trial(conn: aiosqlite.Connection, registration_id: str, email: str, now: float) -> None:
         """A person claimed the trial the registration made: the registration is the person's too."""
         await conn.execute(
             "UPDATE registrations SET status = 'claimed', claimed_email = ?, claimed_at = ? "
@@ -459,7 +464,7 @@ class Identity:
 
     async def declare_registration(
         self,
-        conn: Any,
+        conn: aiosqlite.Connection,
         reg_id: str,
         *,
         kind: str,
@@ -543,7 +548,9 @@ class Identity:
             outcome = "updated" if outcome == "unchanged" else outcome
         return outcome
 
-    async def _declare_refresh_token(self, conn: Any, reg_id: str, value: str, now: float, exact: bool) -> bool:
+    async def _declare_refresh_token(
+        self, conn: aiosqlite.Connection, reg_id: str, value: str, now: float, exact: bool
+    ) -> bool:
         """A fixed refresh token, unspent (a declared state); whether anything changed."""
         async with conn.execute("SELECT * FROM refresh_tokens WHERE hash = ?", (secret_hash(value),)) as cur:
             row = await cur.fetchone()
@@ -562,12 +569,12 @@ class Identity:
         return True
 
     @staticmethod
-    async def user_id(conn: Any, email: str) -> str | None:
+    async def user_id(conn: aiosqlite.Connection, email: str) -> str | None:
         async with conn.execute("SELECT id FROM users WHERE email = ?", (email,)) as cur:
             row = await cur.fetchone()
         return str(row["id"]) if row else None
 
-    async def ensure_user(self, conn: Any, email: str, now: float) -> str:
+    async def ensure_user(self, conn: aiosqlite.Connection, email: str, now: float) -> str:
         async with conn.execute("SELECT id FROM users WHERE email = ?", (email,)) as cur:
             row = await cur.fetchone()
         if row:
