@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
@@ -15,6 +16,14 @@ from botocore.credentials import Credentials
 from tests.conftest import Emulator
 
 JWT_BEARER = "urn:ietf:params:oauth:grant-type:jwt-bearer"
+
+
+def must(found: re.Match[str] | None) -> re.Match[str]:
+    """A match the test requires: its absence fails the test where it is read."""
+    assert found is not None
+    return found
+
+
 # A database's size as `submit_update` carries it (the client's DatabaseResources), for a trial's limits.
 DATABASE_TARGET = {
     "cpu": 1.0,

@@ -51,6 +51,7 @@ def test_up_prints_its_urls_writes_endpoints_and_is_healthy_at_once(tmp_path: Pa
         stderr=subprocess.PIPE,
         text=True,
     )
+    assert proc.stdout is not None
     try:
         first = proc.stdout.readline()
         site = proc.stdout.readline().split()[1]

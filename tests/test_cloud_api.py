@@ -48,6 +48,7 @@ async def prepare_blob(c: httpx.AsyncClient, emu: Emulator, t: dict, sha: str, s
 
 async def wait_for_state(c: httpx.AsyncClient, emu: Emulator, t: dict, state: str) -> dict:
     """Poll get_db until the database reaches `state` (bounded: the jobs settle in well under 10 s)."""
+    report: dict = {}
     for _ in range(200):
         report = (await op(c, emu, t["api_key"], operation_type="get_db", org=t["org"], db="main")).json()
         if report["report"]["current"]["state"] == state:
@@ -332,6 +333,7 @@ async def test_generations_states_and_receipts(emu: Emulator) -> None:
     # Stop first (no server runs yet, so it settles at once); then an update is refused until started.
     stopped = (await op(c, emu, key, operation_type="stop_db", org=org, db="main")).json()["receipt"]
     assert stopped["generation"] == 1 and stopped["kind"] == "database"
+    got: list[dict] = []
     for _ in range(200):  # the stop job settles the receipt (bounded)
         got = (
             await op(

@@ -64,6 +64,7 @@ async def test_a_body_that_never_arrives_whole_is_a_400_without_a_traceback(
     # Large enough that /ask and /oauth2/token take their routes (their fast paths read small bodies themselves).
     body = b'{"jsonrpc": "2.0", "id": 1, '
     await asyncio.to_thread(_cut_short, emu.endpoints[origin], path, body, 200_000, t["api_key"])
+    events = served(emu, path)
     for _ in range(100):  # the journal is written in the background: bounded wait
         events = served(emu, path)
         if len(events) > before:

@@ -437,9 +437,9 @@ def test_control_plane_raw_bytes(control_plane: tuple[Emulator, dict[str, Any], 
         assert_control_plane_answer(r, raw)
 
 
-def _raw_headers(headers: dict[str, str]) -> dict[str, bytes]:
+def _raw_headers(headers: dict[str, str]) -> dict[bytes, bytes]:
     """Header values as UTF-8 bytes: httpx refuses non-ASCII text, a client on the wire need not."""
-    return {k: v.encode("utf-8") for k, v in headers.items()}
+    return {k.encode("ascii"): v.encode("utf-8") for k, v in headers.items()}
 
 
 # --- hypothesis: the media store ------------------------------------------------------------------------------

@@ -7,6 +7,7 @@ import json
 import httpx
 import pytest
 from mcp import Client
+from mcp.types import TextContent
 
 from tests.conftest import Emulator
 
@@ -29,7 +30,7 @@ async def test_official_sdk_connects_lists_and_calls_both_tools(emu: Emulator, m
         results = found.structured_content["results"]
         assert 1 <= len(results) <= 3
         assert all(r["url"].startswith(emu.url + "/docs/") for r in results)
-        assert results[0]["url"] in found.content[0].text
+        assert isinstance(found.content[0], TextContent) and results[0]["url"] in found.content[0].text
 
         integrations = await client.call_tool("list_integrations", {})
         assert not integrations.is_error
@@ -40,7 +41,7 @@ async def test_official_sdk_connects_lists_and_calls_both_tools(emu: Emulator, m
         assert {i["category"] for i in llms.structured_content["integrations"]} == {"llm"}
 
         bad = await client.call_tool("search_docs", {})
-        assert bad.is_error and "`query` is required" in bad.content[0].text
+        assert isinstance(bad.content[0], TextContent) and bad.is_error and "`query` is required" in bad.content[0].text
 
 
 async def rpc(c: httpx.AsyncClient, body: object, **headers: str) -> httpx.Response:

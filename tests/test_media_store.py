@@ -524,7 +524,7 @@ def objects(s: Session) -> dict[str, bytes]:
 
 def test_real_client_1_a_hosted_database_with_an_image_table(hosted: Session) -> None:
     out = hosted.run("new")
-    hosted.org = re.search(r"organization (agent-[0-9a-f]{6})", out).group(1)
+    hosted.org = flow.must(re.search(r"organization (agent-[0-9a-f]{6})", out)).group(1)
     hosted.run("init")
     (hosted.project / "app.py").write_text(APP)
     out = hosted.run("db", "update", hosted.db, "-f", "--add-config-entry")
@@ -549,7 +549,7 @@ def test_real_client_2_an_image_goes_through_the_tunnel_into_the_home_bucket_and
     """)
     )
     assert "SAME True (64, 48)" in printed, printed
-    url = re.search(r"^URL (\S+)$", printed, re.M).group(1)
+    url = flow.must(re.search(r"^URL (\S+)$", printed, re.M)).group(1)
     assert url.startswith(f"pxt://{hosted.org}:main/buckets/home/"), url
     original = noise.read_bytes()
     assert len(original) >= 512  # uploaded, not inlined in the request
@@ -580,7 +580,7 @@ def test_real_client_3_a_service_returns_an_image_as_a_url_that_downloads(hosted
         f"im = PIL.Image.open(io.BytesIO(urllib.request.urlopen({url!r}).read()))\n"
         "print('IMG', im.size, im.convert('RGB').getpixel((10, 10)))"
     )
-    red, green, blue = map(int, re.search(r"IMG \(64, 48\) \((\d+), (\d+), (\d+)\)", printed).groups())
+    red, green, blue = map(int, flow.must(re.search(r"IMG \(64, 48\) \((\d+), (\d+), (\d+)\)", printed)).groups())
     assert red > 240 and green < 16 and blue < 16, printed  # red, give or take JPEG's rounding
     calls = [ev["data"]["operation"] for ev in hosted.e.journal("cloud.call")]
     assert "get_presigned_url" in calls

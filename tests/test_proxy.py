@@ -13,7 +13,7 @@ import subprocess
 import sys
 import time
 from collections.abc import AsyncIterator, Callable
-from typing import Any
+from typing import Any, Self
 
 import pytest
 
@@ -33,7 +33,7 @@ class Origin:
         self.server: asyncio.Server | None = None
         self._held: list[asyncio.StreamWriter] = []
 
-    async def start(self) -> Origin:
+    async def start(self) -> Self:
         self.server = await asyncio.start_server(self._handle, "127.0.0.1", 0)
         return self
 

@@ -26,7 +26,7 @@ import httpx
 import pytest
 
 from emulator.runtime.process import running
-from tests.agent_flow import s3_client
+from tests.agent_flow import must, s3_client
 from tests.conftest import Emulator
 from tests.leaks import leftovers
 from tests.pxt_client import Pxt, ensure_client
@@ -127,12 +127,12 @@ def open_session(root: Path, exe: Path, *args: str) -> Iterator[Session]:
 
 def test_1_trial_identity_keys_and_secrets(session: Session) -> None:
     out = session.run("new")
-    session.org = re.search(r"organization (agent-[0-9a-f]{6})", out).group(1)
+    session.org = must(re.search(r"organization (agent-[0-9a-f]{6})", out)).group(1)
     assert f"Trial {session.db} on {session.e.api}" in session.run("whoami")
     assert re.search(rf"^{session.org}\s+id=org_\w+\s+default_db=main$", session.run("org", "list"), re.M)
 
     created = session.run("key", "create", "ci-key")
-    secret = re.search(r"^(pxtk_[0-9a-f]{48})$", created, re.M).group(1)
+    secret = must(re.search(r"^(pxtk_[0-9a-f]{48})$", created, re.M)).group(1)
     listed = session.run("key", "list")
     assert "ci-key" in listed and secret not in listed
     # The new key works on its own; the secret is stored only as a hash.
@@ -427,6 +427,7 @@ def test_8_login_and_org_create(session: Session, tmp_path: Path) -> None:
             [str(pxt.exe), "login"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=pxt.env
         )
         code = None
+        assert proc.stdout is not None
         for line in proc.stdout:  # bounded by the process (it gives up after its own deadline)
             m = re.search(r"Your code is ([A-Z]{4}-[A-Z]{4})", line)
             if m:
@@ -701,30 +702,32 @@ def test_13_a_killed_emulator_leaves_nothing_running_after_the_next_start(sessio
     them (the process runtime by its ledger of pids, Docker by its containers' labels) before starting anew."""
     e = session.e
     ledger = e.state_dir / "runtime" / "workloads"
+    names: list[str] = []  # the Docker runtime's containers
+    pids: list[int] = []  # the process runtime's workloads
     if e.runtime == "docker":
-        before = containers(e)
+        names = containers(e)
     else:
-        before = [int(p.name) for p in ledger.iterdir()]
-        assert all(running(pid) for pid in before)
-    assert before
+        pids = [int(p.name) for p in ledger.iterdir()]
+        assert all(running(pid) for pid in pids)
+    assert names or pids
     assert e.proc is not None
     e.proc.kill()  # SIGKILL
     e.proc.wait(10)
     # the workloads outlived it
     if e.runtime == "docker":
-        assert set(containers(e)) >= set(before)
+        assert set(containers(e)) >= set(names)
     else:
-        assert any(running(pid) for pid in before)
+        assert any(running(pid) for pid in pids)
     # the same state dir and ports: the client keeps its trial's key by the control plane's URL
     ports = [u.rsplit(":", 1)[1].rstrip("/") for u in (e.url, e.auth, e.api, e.endpoints["tunnel"], e.endpoints["s3"])]
     flags = ("--site-port", "--auth-port", "--api-port", "--tunnel-port", "--s3-port")
     e.args = [*e.args, *(x for pair in zip(flags, ports, strict=True) for x in pair)]
     e.start()
     if e.runtime == "docker":
-        assert not set(containers(e)) & set(before)
+        assert not set(containers(e)) & set(names)
     else:
-        assert not [pid for pid in before if running(pid)]  # an unreaped zombie does not run
-        assert not {int(p.name) for p in ledger.iterdir()} & set(before)
+        assert not [pid for pid in pids if running(pid)]  # an unreaped zombie does not run
+        assert not {int(p.name) for p in ledger.iterdir()} & set(pids)
     # and the database comes back on first use, through the new emulator (one server: its data intact)
     session.pxt.stop_daemon()  # the client's daemon held connections to the killed emulator
     assert emulator_env(e)["PIXELTABLE_API_URL"] == session.pxt.env["PIXELTABLE_API_URL"]
@@ -818,7 +821,7 @@ def test_15_a_snapshot_brings_back_a_hosted_databases_rows(session: Session) -> 
     def count() -> int:
         session.pxt.stop_daemon()  # its connections were to a server the snapshot stopped
         printed = session.python(f"import pixeltable as pxt; print('N', pxt.get_table('{session.db}/docs').count())")
-        return int(re.search(r"^N (\d+)", printed, re.M).group(1))  # type: ignore[union-attr]
+        return int(must(re.search(r"^N (\d+)", printed, re.M)).group(1))
 
     before = count()
     assert before >= 1

@@ -128,7 +128,7 @@ async def test_service_auth_claim_through_the_verification_page(client: httpx.As
         emu.auth + "/claim", data={"token": token, "email": "DEV@example.org", "decision": "approve"}
     )
     assert shown.status_code == 200
-    code = re.search(r'<code class="usercode">(\d{6})</code>', shown.text).group(1)
+    code = flow.must(re.search(r'<code class="usercode">(\d{6})</code>', shown.text)).group(1)
 
     bad = await client.post(emu.auth + "/agent/identity/claim/complete", json={**complete, "user_code": "12345"})
     assert bad.status_code == 400 and bad.json()["code"] == "invalid_request"
