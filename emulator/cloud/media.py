@@ -7,8 +7,6 @@ with a `no_space_detail` the client shows as is, and a presigned PUT is refused 
 
 from __future__ import annotations
 
-from typing import Any
-
 import msgspec
 
 from emulator.cloud import requests as rq
@@ -17,6 +15,7 @@ from emulator.core.errors import ApiError
 from emulator.core.kinds import Kind
 from emulator.hosted import databases, orgs
 from emulator.hosted.auth import Caller
+from emulator.hosted.plans import UsageLine
 from emulator.hosted.platform import Platform
 from emulator.media.store import CREDENTIAL_TTL, HOME, MAX_KEYS, MAX_URL_TTL, MediaStore, bucket_name
 
@@ -70,7 +69,7 @@ async def _home(p: Platform, caller: Caller, org: str, db: str, bucket: str) -> 
     return media, org_id, bool(owner and owner.trial), name
 
 
-async def get_bucket_credentials(p: Platform, caller: Caller, req: rq.BucketCredentialsRequest) -> dict[str, Any]:
+async def get_bucket_credentials(p: Platform, caller: Caller, req: rq.BucketCredentialsRequest) -> BucketCredentials:
     if req.prefix is not None and req.prefix.startswith("/"):
         raise ApiError(400, "bad_request", "prefix is a key prefix within the bucket, without a leading /")
     media, org_id, trial, name = await _home(p, caller, req.org, req.db, req.bucket_name)
@@ -78,23 +77,21 @@ async def get_bucket_credentials(p: Platform, caller: Caller, req: rq.BucketCred
     if full:
         p.core.bus.publish(Kind.MEDIA_STORE_FULL, kinds.database(req.org, req.db), operation="get_bucket_credentials")
     access, secret = media.keys.of_bucket(name)  # the database's own: it reaches this bucket alone
-    return msgspec.to_builtins(
-        BucketCredentials(
-            access_key_id=access,
-            secret_access_key=secret,
-            session_token="",
-            endpoint_url=media.endpoint,
-            storage_provider="s3",
-            resolved_bucket_name=name,
-            ttl_seconds=CREDENTIAL_TTL,
-            prefix=req.prefix,
-            no_space_left=full is not None,
-            no_space_detail=full,
-        )
+    return BucketCredentials(
+        access_key_id=access,
+        secret_access_key=secret,
+        session_token="",
+        endpoint_url=media.endpoint,
+        storage_provider="s3",
+        resolved_bucket_name=name,
+        ttl_seconds=CREDENTIAL_TTL,
+        prefix=req.prefix,
+        no_space_left=full is not None,
+        no_space_detail=full,
     )
 
 
-async def get_presigned_url(p: Platform, caller: Caller, req: rq.PresignedUrlRequest) -> dict[str, Any]:
+async def get_presigned_url(p: Platform, caller: Caller, req: rq.PresignedUrlRequest) -> PresignedUrl:
     _check_key(req.key)
     _check_ttl(req.expiration, "expiration")
     media, org_id, trial, name = await _home(p, caller, req.org, req.db, req.bucket_name)
@@ -105,10 +102,10 @@ async def get_presigned_url(p: Platform, caller: Caller, req: rq.PresignedUrlReq
             # 402 like the trial's other limits; the code makes the client show the text as it is.
             raise ApiError(402, "STORE_FULL", full)
     url = media.presign(name, req.key, req.method, req.expiration)
-    return msgspec.to_builtins(PresignedUrl(url=url, key=req.key, expiration=req.expiration))
+    return PresignedUrl(url=url, key=req.key, expiration=req.expiration)
 
 
-async def get_presigned_urls(p: Platform, caller: Caller, req: rq.PresignedUrlsRequest) -> dict[str, Any]:
+async def get_presigned_urls(p: Platform, caller: Caller, req: rq.PresignedUrlsRequest) -> PresignedUrls:
     if len(req.keys) > MAX_KEYS:
         raise ApiError(400, "bad_request", f"at most {MAX_KEYS} keys a call ({len(req.keys)} sent)")
     for key in req.keys:
@@ -116,11 +113,9 @@ async def get_presigned_urls(p: Platform, caller: Caller, req: rq.PresignedUrlsR
     _check_ttl(req.expires_in, "expires_in")
     media, _, _, name = await _home(p, caller, req.org, req.db, req.bucket_name)
     urls = {key: media.presign(name, key, "get", req.expires_in) for key in dict.fromkeys(req.keys)}
-    return msgspec.to_builtins(PresignedUrls(urls=urls, expires_in=req.expires_in))
+    return PresignedUrls(urls=urls, expires_in=req.expires_in)
 
 
-async def usage_resource(p: Platform, org_id: str, trial: bool) -> dict[str, Any]:
+async def usage_resource(p: Platform, org_id: str, trial: bool) -> UsageLine:
     """The "Media storage" line of `get_usage`."""
-    used = await p.media.usage(org_id)
-    limit = p.media.quota_bytes if trial else None
-    return {"label": "Media storage", "used": used, "limit": limit, "unit": "bytes"}
+    return UsageLine("Media storage", await p.media.usage(org_id), p.media.quota_bytes if trial else None, "bytes")

@@ -10,6 +10,9 @@ import asyncio
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+import msgspec
+
+from emulator.cloud import answers as a
 from emulator.cloud import media
 from emulator.cloud import requests as rq
 from emulator.core.clock import iso
@@ -17,73 +20,70 @@ from emulator.core.errors import ApiError
 from emulator.hosted import databases, keys, lifecycle, logs, orgs, plans, receipts, secrets, services, updates
 from emulator.hosted.auth import Caller
 from emulator.hosted.platform import Platform
-from emulator.hosted.records import Receipt, service_label
+from emulator.hosted.records import Database, Receipt, service_label
 
-Handler = Callable[[Platform, Caller, Any], Awaitable[dict[str, Any]]]
+Handler = Callable[[Platform, Caller, Any], Awaitable[msgspec.Struct]]
 
 
 # --- organizations ------------------------------------------------------------------------------------------
 
 
-async def list_orgs(p: Platform, caller: Caller, req: rq.Empty) -> dict[str, Any]:
+async def list_orgs(p: Platform, caller: Caller, req: rq.Empty) -> a.Orgs:
     if caller.credential == "api_key":
         found = await orgs.listed(p.core.store, org_id=caller.org_id)
     else:
         found = await orgs.listed(p.core.store, user_id=caller.user_id)
-    return {
-        "orgs": [
-            {
-                "org_id": org.id,
-                "org": org.slug,
-                "default_db": default_db,
-                "created_at": org.created_at,
-                "updated_at": org.updated_at,
-            }
+    return a.Orgs(
+        orgs=[
+            a.OrgEntry(
+                org_id=org.id,
+                org=org.slug,
+                default_db=default_db,
+                created_at=org.created_at,
+                updated_at=org.updated_at,
+            )
             for org, default_db in found
         ]
-    }
+    )
 
 
-async def create_org(p: Platform, caller: Caller, req: rq.CreateOrg) -> dict[str, Any]:
+async def create_org(p: Platform, caller: Caller, req: rq.CreateOrg) -> a.CreatedOrg:
     if caller.credential != "session" or caller.user_id is None:
         raise ApiError(
             403, "forbidden", "organizations are created by a person: sign in with pxt login, then pxt org create"
         )
     org_id, now = await orgs.create_for(p.core, req.org, req.display_name, caller.user_id, caller.email)
-    return {
-        "org_id": org_id,
-        "org": req.org,
-        "default_db": plans.DEFAULT_DB,
-        "created_at": iso(now),
-        "updated_at": iso(now),
-    }
+    return a.CreatedOrg(
+        org_id=org_id, org=req.org, default_db=plans.DEFAULT_DB, created_at=iso(now), updated_at=iso(now)
+    )
 
 
 # --- keys ---------------------------------------------------------------------------------------------------
 
 
-async def create_key(p: Platform, caller: Caller, req: rq.CreateKey) -> dict[str, Any]:
+async def create_key(p: Platform, caller: Caller, req: rq.CreateKey) -> a.KeyAnswer:
     org_id, slug = await p.org_of(caller, None)
     key, secret = await keys.create(
         p.core, org_id, slug, req.name, req.grants, created_by=caller.email or caller.key_name, by=caller.label
     )
-    return {"key": keys.wire(key, secret)}
+    return a.KeyAnswer(key=a.ApiKeyRecord.of(key, secret))
 
 
-async def list_keys(p: Platform, caller: Caller, req: rq.Empty) -> dict[str, Any]:
+async def list_keys(p: Platform, caller: Caller, req: rq.Empty) -> a.Keys:
     org_id, _ = await p.org_of(caller, None)
-    return {"keys": [keys.wire(k) for k in await keys.of_org(p.core.store, org_id)]}
+    return a.Keys(keys=[a.ApiKeyRecord.of(k) for k in await keys.of_org(p.core.store, org_id)])
 
 
-async def update_key(p: Platform, caller: Caller, req: rq.UpdateKey) -> dict[str, Any]:
+async def update_key(p: Platform, caller: Caller, req: rq.UpdateKey) -> a.KeyAnswer:
     org_id, slug = await p.org_of(caller, None)
-    return {"key": keys.wire(await keys.update(p.core, org_id, slug, req.name, req.allow, req.revoke))}
+    updated = await keys.update(p.core, org_id, slug, req.name, req.allow, req.revoke)
+    return a.KeyAnswer(key=a.ApiKeyRecord.of(updated))
 
 
-async def delete_key(p: Platform, caller: Caller, req: rq.KeyName) -> dict[str, Any]:
+async def delete_key(p: Platform, caller: Caller, req: rq.KeyName) -> a.KeyDeleted:
     org_id, slug = await p.org_of(caller, None)
     await keys.delete(p.core, org_id, slug, req.name)
-    return {"name": req.name}
+    return a.KeyDeleted(name=req.name)
 
 
 # --- secrets ------------------------------------------------------------------------------------------------
@@ -96,22 +96,22 @@ async def _secret_scope(p: Platform, caller: Caller, org: str | None, db: str | 
     return org_id, slug, db or ""
 
 
-async def set_secret(p: Platform, caller: Caller, req: rq.SetSecret) -> dict[str, Any]:
+async def set_secret(p: Platform, caller: Caller, req: rq.SetSecret) -> a.SecretRevision:
     org_id, slug, db = await _secret_scope(p, caller, req.org, req.db)
     key = secrets.check_key(req.key)
-    return {"key": key, "revision": await secrets.set_value(p.core, p.box, org_id, slug, db, key, req.value)}
+    return a.SecretRevision(key=key, revision=await secrets.set_value(p.core, p.box, org_id, slug, db, key, req.value))
 
 
-async def delete_secret(p: Platform, caller: Caller, req: rq.DeleteSecret) -> dict[str, Any]:
+async def delete_secret(p: Platform, caller: Caller, req: rq.DeleteSecret) -> a.SecretRevision:
     org_id, slug, db = await _secret_scope(p, caller, req.org, req.db)
     await secrets.delete(p.core, org_id, slug, db, secrets.check_key(req.key))
-    return {"key": req.key, "revision": None}
+    return a.SecretRevision(key=req.key, revision=None)
 
 
-async def list_all_secrets(p: Platform, caller: Caller, req: rq.ListSecrets) -> dict[str, Any]:
+async def list_all_secrets(p: Platform, caller: Caller, req: rq.ListSecrets) -> a.Secrets:
     org_id, slug, _ = await _secret_scope(p, caller, req.org, req.db)
     listed = await secrets.names(p.core, org_id, req.db)
-    return {"org": slug, "secrets": [{"key": key, "db": db or None} for key, db in listed]}
+    return a.Secrets(org=slug, secrets=[a.SecretEntry(key=key, db=db or None) for key, db in listed])
 
 
 # --- databases ----------------------------------------------------------------------------------------------
@@ -123,15 +123,33 @@ def _db(req: rq.DbScoped) -> str:
     return req.db
 
 
-async def get_db(p: Platform, caller: Caller, req: rq.DbScoped) -> dict[str, Any]:
+async def get_db(p: Platform, caller: Caller, req: rq.DbScoped) -> a.DbAnswer:
     org_id, slug = await p.scope(caller, req.org, "access", _db(req))
     row = await databases.require(p.core.store, org_id, slug, _db(req))
-    return {"report": databases.report(row), "worker_status": p.worker_status(row)}
+    return a.DbAnswer(report=a.DatabaseReport.of(row), worker_status=_workers(p, row))
 
 
-async def list_dbs(p: Platform, caller: Caller, req: rq.OrgScoped) -> dict[str, Any]:
+def _workers(p: Platform, row: Database) -> list[a.WorkerStatus]:
+    """The `worker_status` of `get_db`: the database's server, as a pod would be listed."""
+    running = p.reconciler.status(row.org_id, row.name)
+    if running is None:
+        return []
+    now = p.core.clock.now()
+    return [
+        a.WorkerStatus(
+            pod_id=f"{row.name}-0",
+            status="Running" if running["ready"] else "Starting",
+            ready=1 if running["ready"] else 0,
+            total=1,
+            restarts=row.restarts,
+            age_s=int(now - (row.started_at or now)),
+        )
+    ]
+
+
+async def list_dbs(p: Platform, caller: Caller, req: rq.OrgScoped) -> a.Reports:
     org_id, _ = await p.org_of(caller, req.org)
-    return {"reports": [databases.report(r) for r in await databases.of_org(p.core.store, org_id)]}
+    return a.Reports(reports=[a.DatabaseReport.of(r) for r in await databases.of_org(p.core.store, org_id)])
 
 
 async def _held(p: Platform, org_id: str, refs: list[tuple[str, str, int]], hold: float) -> list[Receipt]:
@@ -162,16 +180,16 @@ async def _settling(p: Platform, org_id: str, accepted: list[Receipt]) -> list[R
     return await _held(p, org_id, [(r.kind, r.resource_id, r.generation) for r in accepted], hold)
 
 
-async def get_receipts(p: Platform, caller: Caller, req: rq.GetReceipts) -> dict[str, Any]:
+async def get_receipts(p: Platform, caller: Caller, req: rq.GetReceipts) -> a.Receipts:
     """The receipts asked for. While one is unsettled and a job is under way, the answer waits for it (up to
     `receipt_hold` seconds): the client polls every 5 s, and so learns of the outcome when it happens rather than
     at its next poll, or not at all when `submit_update` already settled it."""
     org_id, _ = await p.org_of(caller, req.org)
     refs = [(ref.kind, ref.resource_id, ref.generation) for ref in req.receipts]
-    return {"receipts": await _held(p, org_id, refs, p.core.settings.receipt_hold)}
+    return a.Receipts(receipts=await _held(p, org_id, refs, p.core.settings.receipt_hold))
 
 
-async def get_archive(p: Platform, caller: Caller, req: rq.DbScoped) -> dict[str, Any]:
+async def get_archive(p: Platform, caller: Caller, req: rq.DbScoped) -> a.Archive:
     org_id, slug = await p.scope(caller, req.org, "access", _db(req))
     row = await databases.require(p.core.store, org_id, slug, _db(req))
     # The release being deployed (the desired state), which is what a starting pod must run.
@@ -179,14 +197,14 @@ async def get_archive(p: Platform, caller: Caller, req: rq.DbScoped) -> dict[str
     if not row.archive_sha256 or not release.get("fingerprint"):
         raise ApiError(404, "not_found", f"database {row.name} has no project yet (run pxt db update)")
     fingerprint = release["fingerprint"]
-    return {
-        "presigned_url": p.blobs.signed_url(row.archive_sha256),
-        "digest": databases.archive_digest(fingerprint),
-        "fingerprint": fingerprint,
-    }
+    return a.Archive(
+        presigned_url=p.blobs.signed_url(row.archive_sha256),
+        digest=databases.archive_digest(fingerprint),
+        fingerprint=fingerprint,
+    )
 
 
-async def get_logs(p: Platform, caller: Caller, req: rq.GetLogs) -> dict[str, Any]:
+async def get_logs(p: Platform, caller: Caller, req: rq.GetLogs) -> a.Logs:
     org_id, slug = await p.scope(caller, req.org, "access", _db(req))
     row = await databases.require(p.core.store, org_id, slug, _db(req))
     since = 3600 if req.since_seconds is None else req.since_seconds
@@ -207,10 +225,10 @@ async def get_logs(p: Platform, caller: Caller, req: rq.GetLogs) -> dict[str, An
         limit=limit,
         health=bool(req.include_health),
     )
-    return {"records": [{"ts_ms": line.ts_ms, "line": line.line} for line in lines]}
+    return a.Logs(records=[a.LogRecord(ts_ms=line.ts_ms, line=line.line) for line in lines])
 
 
-async def get_usage(p: Platform, caller: Caller, req: rq.Empty) -> dict[str, Any]:
+async def get_usage(p: Platform, caller: Caller, req: rq.Empty) -> a.Usage:
     org_id, _ = await p.org_of(caller, None)
     org = await orgs.get(p.core.store, org_id)
     if org is None:
@@ -221,18 +239,13 @@ async def get_usage(p: Platform, caller: Caller, req: rq.Empty) -> dict[str, Any
     counts = plans.usage_resources(
         org.trial, await databases.count(p.core.store, org_id), await services.count(p.core.store, org_id)
     )
-    return {
-        "plan": plans.plan_name(org.trial),
-        "period_start": start.isoformat(),
-        "period_end": end.isoformat(),
-        "counts_from": None,
-        "used_usd": 0.0,
-        "included_usd": 0.0,
-        "stops_at_limit": True,
-        "limit_reached_at": None,
-        "meters": [],
-        "resources": [*counts, await media.usage_resource(p, org_id, org.trial)],
-    }
+    lines = [*counts, await media.usage_resource(p, org_id, org.trial)]
+    return a.Usage(
+        plan=plans.plan_name(org.trial),
+        period_start=start.isoformat(),
+        period_end=end.isoformat(),
+        resources=[a.UsageResource(label=u.label, used=u.used, limit=u.limit, unit=u.unit) for u in lines],
+    )
 
 
 def _change(req: rq.PrepareUpdate) -> updates.Change:
@@ -240,33 +253,43 @@ def _change(req: rq.PrepareUpdate) -> updates.Change:
     return updates.Change(_db(req), req.database_target, blob, req.service_mutations or [])
 
 
-async def prepare_update(p: Platform, caller: Caller, req: rq.PrepareUpdate) -> dict[str, Any]:
+async def prepare_update(p: Platform, caller: Caller, req: rq.PrepareUpdate) -> a.PlanAnswer:
     org_id, slug = await p.org_of(caller, req.org)
-    return await updates.prepare(p.core, p.blobs, org_id, slug, _change(req))
+    change = _change(req)
+    plan = await updates.prepare(p.core, p.blobs, org_id, slug, change)
+    return a.PlanAnswer(
+        generations=a.Generations(
+            database=plan.row.generation if plan.row else 0,
+            services=[a.ServiceGeneration(service_name=n, base_path=b, generation=g) for b, n, g in plan.services],
+        ),
+        report=a.DatabaseReport.of(plan.row) if plan.row else a.DatabaseReport.new(change.db),
+        services=plan.specs,
+        upload=a.Upload(url=plan.upload_url) if plan.upload_url else None,
+    )
 
 
-async def submit_update(p: Platform, caller: Caller, req: rq.SubmitUpdate) -> dict[str, Any]:
+async def submit_update(p: Platform, caller: Caller, req: rq.SubmitUpdate) -> a.Receipts:
     org_id, slug = await p.org_of(caller, req.org)
     expected = updates.Expected(
         req.expected_generations.database,
         {(g.base_path or "", g.service_name or ""): g.generation for g in req.expected_generations.services or []},
     )
     accepted = await updates.submit(p.core, p.blobs, p.reconciler, org_id, slug, _change(req), expected)
-    return {"receipts": await _settling(p, org_id, accepted)}
+    return a.Receipts(receipts=await _settling(p, org_id, accepted))
 
 
 def _db_verb(verb: str) -> Handler:
     """`start_db`, `stop_db`, `restart_db`, `delete_db`: one lifecycle rule, four verbs."""
 
-    async def handle(p: Platform, caller: Caller, req: rq.DbScoped) -> dict[str, Any]:
+    async def handle(p: Platform, caller: Caller, req: rq.DbScoped) -> a.ReceiptAnswer:
         org_id, slug = await p.org_of(caller, req.org)
         receipt = await lifecycle.database_verb(p.core, p.reconciler, org_id, slug, _db(req), verb)
-        return {"receipt": (await _settling(p, org_id, [receipt]))[0]}
+        return a.ReceiptAnswer(receipt=(await _settling(p, org_id, [receipt]))[0])
 
     return handle
 
 
-async def retry(p: Platform, caller: Caller, req: rq.Retry) -> dict[str, Any]:
+async def retry(p: Platform, caller: Caller, req: rq.Retry) -> a.ReceiptAnswer:
     org_id, slug = await p.org_of(caller, req.org)
     if req.kind == "service":
         base, name = _service_key(req.service_name, req.base_path)
@@ -274,7 +297,7 @@ async def retry(p: Platform, caller: Caller, req: rq.Retry) -> dict[str, Any]:
         receipt = await lifecycle.retry_service(p.core, p.reconciler, org_id, slug, db, base, name, req.generation)
     else:
         receipt = await lifecycle.retry_database(p.core, p.reconciler, org_id, slug, _db(req), req.generation)
-    return {"receipt": (await _settling(p, org_id, [receipt]))[0]}
+    return a.ReceiptAnswer(receipt=(await _settling(p, org_id, [receipt]))[0])
 
 
 # --- services -----------------------------------------------------------------------------------------------
@@ -284,36 +307,38 @@ def _service_key(name: str | None, base: str | None) -> tuple[str, str]:
     return updates.mutation_key({"service_name": name, "base_path": base or ""})
 
 
-async def list_services(p: Platform, caller: Caller, req: rq.ListServices) -> dict[str, Any]:
+async def list_services(p: Platform, caller: Caller, req: rq.ListServices) -> a.Instances:
     db = req.db or plans.DEFAULT_DB
     org_id, _ = await p.scope(caller, req.org, "access", db, service="")  # "": any of its services
     found = await services.of_database(p.core.store, org_id, db)
-    return {"instances": [services.record(s, p.reconciler.endpoint(s)) for s in found.values()]}
+    return a.Instances(instances=[a.ServiceInstanceRecord.of(s, p.reconciler.endpoint(s)) for s in found.values()])
 
 
 def _service_verb(verb: str) -> Handler:
     """`stop_service`, `restart_service`, `delete_service`: the same lifecycle rule as a database's."""
 
-    async def handle(p: Platform, caller: Caller, req: rq.ServiceRef) -> dict[str, Any]:
+    async def handle(p: Platform, caller: Caller, req: rq.ServiceRef) -> a.ServiceAnswer | a.ServiceDeleted:
         base, name = _service_key(req.service_name, req.base_path)
         db = req.db or plans.DEFAULT_DB
         org_id, slug = await p.scope(caller, req.org, "manage", db, service_label(base, name))
         service, receipt = await lifecycle.service_verb(p.core, p.reconciler, org_id, slug, db, base, name, verb)
         [receipt] = await _settling(p, org_id, [receipt])
         if service is None:
-            return {"service_name": name, "receipt": receipt}
+            return a.ServiceDeleted(service_name=name, receipt=receipt)
         service = await services.get(p.core.store, org_id, db, base, name) or service  # as the job left it
-        return {"instance": services.record(service, p.reconciler.endpoint(service)), "receipt": receipt}
+        return a.ServiceAnswer(
+            instance=a.ServiceInstanceRecord.of(service, p.reconciler.endpoint(service)), receipt=receipt
+        )
 
     return handle
 
 
-async def report_service_instance(p: Platform, caller: Caller, req: rq.ReportServiceInstance) -> dict[str, Any]:
+async def report_service_instance(p: Platform, caller: Caller, req: rq.ReportServiceInstance) -> a.Nothing:
     """A service pod says which project it loaded (before serving); kept as the instance's fingerprint."""
     base, name = _service_key(req.service_name, req.base_path)
     org_id, _ = await p.scope(caller, req.org, "manage", req.db or plans.DEFAULT_DB, service_label(base, name))
     await services.set_fingerprint(p.core.store, org_id, req.db or plans.DEFAULT_DB, base, name, req.fingerprint)
-    return {}
+    return a.Nothing()
 
 
 # What a key created with grants may call at all (each checks its grants against the database or service it

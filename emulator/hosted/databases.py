@@ -78,28 +78,6 @@ async def count(db: Db, org_id: str) -> int:
     return int(row["n"]) if row else 0
 
 
-def report(row: Database | None) -> dict[str, Any]:
-    """A `DatabaseReport`: desired resources, the running status, and the current generation's receipt."""
-    if row is None:
-        return {"db": None, "target_resources": None, "current": None, "receipt": None}
-    current = row.current
-    return {
-        "db": row.name,
-        "target_resources": row.target,
-        "current": None
-        if current is None
-        else {
-            "resources": current,
-            "state": row.state,
-            "last_build_outcome": row.last_build_outcome,
-            "last_build_error": row.last_build_error,
-            "failure_reason": row.failure_reason,
-            "md_version": current.get("pxt_md_version"),
-        },
-        "receipt": row.receipt,
-    }
-
-
 # --- writes -------------------------------------------------------------------------------------------------
 
 

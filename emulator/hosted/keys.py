@@ -64,18 +64,6 @@ def check_grants(grants: list[str], org: str) -> list[str]:
     return list(dict.fromkeys(grants))
 
 
-def wire(key: ApiKey, secret: str | None = None) -> dict[str, Any]:
-    """An `ApiKeyRecord` (with the secret only when it was just created)."""
-    return {
-        "name": key.name,
-        "key_type": key.key_type,
-        "grants": key.grants,
-        "created_at": iso(key.created_at),
-        "created_by": key.created_by or "",
-        "api_key": secret,
-    }
-
-
 async def insert(
     core: Core,
     conn: Db,

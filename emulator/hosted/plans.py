@@ -9,7 +9,8 @@ shows as they are.
 
 from __future__ import annotations
 
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Literal
 
 from emulator.core.errors import ApiError
 
@@ -101,9 +102,19 @@ def disk_full_message(what: str, size: str, service: bool) -> str:
     return f"disk full: the {what} has used all of its {size} GB disk; raise {knob} (a trial allows {TRIAL_DISK_GB} GB)"
 
 
-def usage_resources(trial: bool, databases: int, services: int) -> list[dict[str, Any]]:
+@dataclass(frozen=True)
+class UsageLine:
+    """A line of `get_usage`'s resources: what is used of what the plan allows (None: no limit)."""
+
+    label: str
+    used: int
+    limit: int | None
+    unit: Literal["count", "bytes"]
+
+
+def usage_resources(trial: bool, databases: int, services: int) -> list[UsageLine]:
     """The count lines of `get_usage` (the media line is the media store's)."""
     return [
-        {"label": "Databases", "used": databases, "limit": TRIAL_DATABASES if trial else None, "unit": "count"},
-        {"label": "Services", "used": services, "limit": TRIAL_SERVICES if trial else None, "unit": "count"},
+        UsageLine("Databases", databases, TRIAL_DATABASES if trial else None, "count"),
+        UsageLine("Services", services, TRIAL_SERVICES if trial else None, "count"),
     ]

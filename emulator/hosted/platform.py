@@ -5,7 +5,6 @@ that acts on it: the control plane, the site's trials, the admin API, the tunnel
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 from emulator.core.address import Address
 from emulator.core.context import Core
@@ -14,7 +13,7 @@ from emulator.hosted import databases, orgs
 from emulator.hosted.auth import Authenticator, Caller, require
 from emulator.hosted.blobs import Blobs
 from emulator.hosted.reconciler import Reconciler
-from emulator.hosted.records import Database, Org
+from emulator.hosted.records import Org
 from emulator.hosted.secrets import SecretBox
 from emulator.media.store import MediaStore
 
@@ -54,23 +53,6 @@ class Platform:
         if org is None:
             raise ApiError(404, "not_found", f"no organization {ref!r}")
         return org
-
-    def worker_status(self, row: Database) -> list[dict[str, Any]]:
-        """The `worker_status` of `get_db`: the database's server, as a pod would be listed."""
-        running = self.reconciler.status(row.org_id, row.name)
-        if running is None:
-            return []
-        now = self.core.clock.now()
-        return [
-            {
-                "pod_id": f"{row.name}-0",
-                "status": "Running" if running["ready"] else "Starting",
-                "ready": 1 if running["ready"] else 0,
-                "total": 1,
-                "restarts": row.restarts,
-                "age_s": int(now - (row.started_at or now)),
-            }
-        ]
 
     async def tunnel_route(self, org: str, db: str, credential: str) -> tuple[Address, str]:
         """Who may open the database tunnel, and where it leads: (address, who). The same credentials as the

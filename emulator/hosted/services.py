@@ -47,28 +47,6 @@ async def count(db: Db, org_id: str) -> int:
     return int(row["n"]) if row else 0
 
 
-def record(row: Service, endpoint: str) -> dict[str, Any]:
-    """A `ServiceInstanceRecord`."""
-    desired = row.desired
-    return {
-        "service_name": row.name,
-        "base_path": row.base_path,
-        "endpoint": endpoint,
-        "app_module": desired.get("app_module", ""),
-        "spec": desired.get("spec"),
-        "otel": bool(desired.get("otel")),
-        "state": row.state,
-        "created_at": row.created_at,
-        "updated_at": row.updated_at,
-        "error": row.error,
-        "fingerprint": row.fingerprint,
-        "update_pending": False,
-        "resources": desired.get("resources") or {},
-        "description": desired.get("description"),
-        "receipt": row.receipt,
-    }
-
-
 # --- writes -------------------------------------------------------------------------------------------------
 
 

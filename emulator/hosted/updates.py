@@ -103,9 +103,20 @@ async def _org(core: Core, org_id: str) -> Org:
     return org
 
 
-async def prepare(core: Core, blobs: Blobs, org_id: str, slug: str, change: Change) -> dict[str, Any]:
-    """The plan's answer: current generations, the database's report, the services' current specs, and where to
-    upload the archive if it is not stored yet."""
+@dataclass(frozen=True)
+class Plan:
+    """What `prepare_update` finds: the database (None: the change would create it), the current generation of each
+    service the change names (base path, name, generation; 0: new), their current specs, and where to upload the
+    archive when it is not stored yet."""
+
+    row: Database | None
+    services: list[tuple[str, str, int]]
+    specs: list[dict[str, Any]]
+    upload_url: str | None
+
+
+async def prepare(core: Core, blobs: Blobs, org_id: str, slug: str, change: Change) -> Plan:
+    """The plan of a change, checked as its submission will be."""
     db, target, mutations = change.db, change.target, change.mutations
     org = await _org(core, org_id)
     row = await databases.get(core.store, org_id, db)
@@ -116,26 +127,17 @@ async def prepare(core: Core, blobs: Blobs, org_id: str, slug: str, change: Chan
     blob = check_blob(change.blob)
     upload = None
     if blob is not None and not await blobs.has(org_id, blob.sha256):
-        upload = {"url": blobs.upload_url(org_id, blob.sha256), "headers": {}}
+        upload = blobs.upload_url(org_id, blob.sha256)
     existing = await services.of_database(core.store, org_id, db)
-    generations, specs = [], []
+    generations: list[tuple[str, str, int]] = []
+    specs: list[dict[str, Any]] = []
     for m in mutations:
-        key = mutation_key(m)
-        found = existing.get(key)
-        generations.append(
-            {"service_name": key[1], "base_path": key[0], "generation": found.generation if found else 0}
-        )
+        base, name = mutation_key(m)
+        found = existing.get((base, name))
+        generations.append((base, name, found.generation if found else 0))
         if found is not None:
             specs.append(found.desired)
-    return {
-        "generations": {"database": row.generation if row else 0, "services": generations},
-        "report": databases.report(row)
-        if row
-        else {"db": db, "target_resources": None, "current": None, "receipt": None},
-        "plan": None,
-        "services": specs,
-        "upload": upload,
-    }
+    return Plan(row, generations, specs, upload)
 
 
 def digest(change: Change, expected: Expected) -> str:
