@@ -9,7 +9,7 @@ from typing import Any
 
 from emulator.core.address import Address
 from emulator.core.context import Core
-from emulator.core.errors import ApiError
+from emulator.core.errors import NOT_FOUND
 from emulator.hosted import databases, orgs
 from emulator.hosted.auth import Authenticator, Caller, require
 from emulator.hosted.blobs import Blobs
@@ -52,7 +52,7 @@ class Platform:
         """An organization by slug or id, for the operator's acts (which call the same rules a client's do)."""
         org = await orgs.find(self.core.store, ref)
         if org is None:
-            raise ApiError(404, "not_found", f"no organization {ref!r}")
+            raise NOT_FOUND(f"no organization {ref!r}")
         return org
 
     def worker_status(self, row: Database) -> list[dict[str, Any]]:
