@@ -1,7 +1,8 @@
 """The site's error envelope: `{"error": {code, message, status, retryable}}`.
 
 The spec allows four codes (`bad_request`, `rate_limited`, `not_found`, `invalid_json`); every site
-refusal uses one of them, with the real HTTP status in `status`.
+refusal shows one of them (a refusal of another kind in the catalogue, core/errors.py, shows `bad_request`),
+with the real HTTP status in `status`.
 """
 
 from __future__ import annotations
