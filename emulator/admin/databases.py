@@ -10,7 +10,7 @@ from litestar.params import Parameter
 
 from emulator.admin.emulator import json_response
 from emulator.admin.wire import DatabaseView, LogLineView, ServiceView
-from emulator.core.errors import ApiError
+from emulator.core.errors import NOT_FOUND
 from emulator.hosted import databases, lifecycle, logs, orgs, services
 from emulator.site.state import Site, site_of
 
@@ -47,7 +47,7 @@ async def database_logs(
     site = site_of(request)
     found = await orgs.find(site.core.store, org)
     if found is None:
-        raise ApiError(404, "not_found", f"no organization {org!r}")
+        raise NOT_FOUND(f"no organization {org!r}")
     lines = await logs.after(site.core.store, found.id, db, since)
     return json_response({"lines": [LogLineView(x.id, x.ts_ms, x.service or None, x.line) for x in lines]})
 

@@ -10,7 +10,7 @@ from litestar import Request, Response, post
 
 from emulator.admin.emulator import json_response
 from emulator.core import openapi
-from emulator.core.errors import ApiError
+from emulator.core.errors import BAD_REQUEST
 from emulator.hosted import declared
 from emulator.site.state import site_of
 
@@ -40,7 +40,7 @@ async def apply(request: Request[Any, Any, Any]) -> Response[bytes]:
     try:
         text = (await request.body()).decode()
     except UnicodeDecodeError:
-        raise ApiError(400, "bad_request", f"{name}: not UTF-8 text (a TOML file is)") from None
+        raise BAD_REQUEST(f"{name}: not UTF-8 text (a TOML file is)") from None
     applied = await declared.apply(site.core, site.platform.box, site.identity, text, name)
     return json_response(applied)
 

@@ -15,7 +15,7 @@ from emulator.admin.wire import ClockMove, ClockView, EventView
 from emulator.config import parse_when
 from emulator.core import jsonbody, openapi
 from emulator.core.clock import MAX_TIME, parse_duration
-from emulator.core.errors import ApiError
+from emulator.core.errors import BAD_REQUEST
 from emulator.site.state import site_of
 
 _encode = msgspec.json.Encoder().encode
@@ -30,7 +30,7 @@ def decode(body: bytes, type_: Any) -> Any:
     try:
         return jsonbody.decode(body or b"{}", type_)
     except jsonbody.NotJson as e:
-        raise ApiError(400, "bad_request", str(e)) from None
+        raise BAD_REQUEST(str(e)) from None
 
 
 @get("/_emulator/status")
@@ -73,7 +73,7 @@ async def clock_move(request: Request[Any, Any, Any]) -> Response[bytes]:
     try:
         advance = parse_duration(str(move.advance)) if move.advance is not None else None
     except ValueError as e:
-        raise ApiError(400, "bad_request", f"clock: advance: {e}") from None
+        raise BAD_REQUEST(f"clock: advance: {e}") from None
     set_to: float | None = None
     if isinstance(move.set, (int, float)):
         set_to = float(move.set)
@@ -81,12 +81,12 @@ async def clock_move(request: Request[Any, Any, Any]) -> Response[bytes]:
         try:
             set_to = parse_when(move.set, "set").timestamp()
         except ValueError as e:
-            raise ApiError(400, "bad_request", f"clock: {e}") from None
+            raise BAD_REQUEST(f"clock: {e}") from None
     if advance is not None and advance < 0:
-        raise ApiError(400, "bad_request", "clock: advance must not be negative; use set to go back")
+        raise BAD_REQUEST("clock: advance must not be negative; use set to go back")
     target = set_to if set_to is not None else core.clock.now()
     if not 0 <= target + (advance or 0) <= MAX_TIME:
-        raise ApiError(400, "bad_request", "clock: the result must lie between 1970 and 9999")
+        raise BAD_REQUEST("clock: the result must lie between 1970 and 9999")
     state = await core.move_clock(advance=advance, set_to=set_to, freeze=move.freeze)
     return json_response(ClockView.of(state))
 
@@ -100,7 +100,7 @@ def _since(request: Request[Any, Any, Any]) -> int | None:
     except ValueError:
         since = None
     if since is None or since > MAX_EVENT:  # events are numbered in SQLite's 64-bit integers
-        raise ApiError(400, "bad_request", f"since / Last-Event-ID must be an event number (0 to {MAX_EVENT})")
+        raise BAD_REQUEST(f"since / Last-Event-ID must be an event number (0 to {MAX_EVENT})")
     return since
 
 
@@ -116,7 +116,7 @@ async def journal(request: Request[Any, Any, Any]) -> Response[bytes]:
     try:
         limit = min(5000, max(1, int(request.query_params.get("limit", "500"))))
     except ValueError:
-        raise ApiError(400, "bad_request", "limit must be a number") from None
+        raise BAD_REQUEST("limit must be a number") from None
     events = await core.bus.history(_since(request) or 0, _kinds(request), limit)
     return json_response({"events": [EventView.of(e) for e in events], "last_seq": core.bus.last_seq})
 

@@ -11,7 +11,7 @@ from litestar.params import Parameter
 from emulator.admin.emulator import decode, json_response
 from emulator.admin.wire import FaultRelease
 from emulator.core import openapi
-from emulator.core.errors import ApiError
+from emulator.core.errors import BAD_REQUEST
 from emulator.core.faults import KILLS, FaultSpec
 from emulator.site.state import site_of
 
@@ -34,7 +34,7 @@ async def faults_add(request: Request[Any, Any, Any]) -> Response[bytes]:
         wanted = 3 if spec.hosted == "kill_service" else 2
         if len(parts) != wanted or not all(parts):
             shape = "ORG:DB:SERVICE" if wanted == 3 else "ORG:DB"
-            raise ApiError(400, "bad_request", f"fault: {spec.hosted} names its target as {shape}")
+            raise BAD_REQUEST(f"fault: {spec.hosted} names its target as {shape}")
         org = await site.platform.org(parts[0])
         await site.platform.reconciler.kill(org.id, org.slug, parts[1], parts[2] if wanted == 3 else None)
         return json_response(faults.add(spec, fired=True).view(), 201)

@@ -12,7 +12,7 @@ from emulator.admin.databases import database_views
 from emulator.admin.emulator import decode, json_response
 from emulator.admin.wire import KeyView, OrgView, TrialClaim
 from emulator.core import openapi
-from emulator.core.errors import ApiError
+from emulator.core.errors import NOT_FOUND
 from emulator.hosted import keys, orgs, trials
 from emulator.site.state import Site, site_of
 
@@ -44,7 +44,7 @@ async def trials_claim(request: Request[Any, Any, Any]) -> Response[bytes]:
     body = decode(await request.body(), TrialClaim)
     org = await orgs.find(site.core.store, body.org)
     if org is None:
-        raise ApiError(404, "not_found", f"no organization {body.org!r} (an unclaimed trial is deleted after 48 h)")
+        raise NOT_FOUND(f"no organization {body.org!r} (an unclaimed trial is deleted after 48 h)")
     slug = await trials.claim(site.core, site.identity, org.id, body.email)
     return json_response({"org": slug, "email": body.email.strip(), "state": "claimed"})
 

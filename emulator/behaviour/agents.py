@@ -16,7 +16,7 @@ from collections.abc import Iterable, Sequence
 
 import msgspec
 
-from emulator.core.errors import ApiError
+from emulator.core.errors import CONFLICT, NOT_FOUND
 from emulator.core.events import Event
 from emulator.core.kinds import Kind
 
@@ -113,10 +113,8 @@ class Journal:
             return self.of_org(named[0][0])
         if named:
             many = ", ".join(sorted(f"{org}/{self.keys_of_org[org][fp]}" for org, fp in named)[:10])
-            raise ApiError(409, "conflict", f"{len(named)} keys are named {who!r} ({many}); say ORG/NAME")
-        raise ApiError(
-            404, "not_found", f"the journal names no registration, organization or API key {who!r} (a reset empties it)"
-        )
+            raise CONFLICT(f"{len(named)} keys are named {who!r} ({many}); say ORG/NAME")
+        raise NOT_FOUND(f"the journal names no registration, organization or API key {who!r} (a reset empties it)")
 
     # -- what is theirs
 

@@ -22,7 +22,7 @@ from emulator.cloud.context import platform_of
 from emulator.cloud.operations import OPERATIONS, SCOPED
 from emulator.core import jsonbody, openapi
 from emulator.core.boundary import Boundary, BoundaryGate
-from emulator.core.errors import ApiError
+from emulator.core.errors import BAD_REQUEST, INTERNAL, ApiError
 from emulator.core.faults import FaultGate, drop
 from emulator.core.kinds import Kind
 from emulator.core.webapp import App
@@ -56,7 +56,7 @@ def internal_error(request: Request[Any, Any, Any], exc: Exception) -> Response[
     return plain_error(request, last_resort(request.method, request.url.path, exc, state_dir, _FAILED))
 
 
-_FAILED = ApiError(500, "internal", "the control plane failed; see the emulator's log")
+_FAILED = INTERNAL("the control plane failed; see the emulator's log")
 
 
 def operations_body() -> openapi.Body:
@@ -88,14 +88,14 @@ async def management(request: Request[Any, Any, Any]) -> Response[bytes]:
     try:
         body = jsonbody.decode(await request.body())
     except jsonbody.NotJson as e:
-        raise ApiError(400, "bad_request", f"the body is not valid JSON: {e}") from None
+        raise BAD_REQUEST(f"the body is not valid JSON: {e}") from None
     if not isinstance(body, dict) or not isinstance(body.get("operation_type"), str):
-        raise ApiError(400, "bad_request", "the body must be a JSON object with an operation_type")
+        raise BAD_REQUEST("the body must be a JSON object with an operation_type")
     refuse_old_client(body)  # before the lookup and the strict decoding, whose refusals would not say why
     op = body["operation_type"]
     found = OPERATIONS.get(op)
     if found is None:
-        raise ApiError(400, "bad_request", f"unknown operation_type {op!r}")
+        raise BAD_REQUEST(f"unknown operation_type {op!r}")
     kind, handler = found
     verdict = await platform.core.faults.request("api", "POST", request.url.path, operation_type=op)
     if verdict is not None:
@@ -107,7 +107,7 @@ async def management(request: Request[Any, Any, Any]) -> Response[bytes]:
     try:
         req = msgspec.convert(body, kind)
     except msgspec.ValidationError as e:
-        raise ApiError(400, "bad_request", f"{op}: {e}") from None
+        raise BAD_REQUEST(f"{op}: {e}") from None
     result = await handler(platform, caller, req)
     platform.core.bus.publish(
         Kind.CLOUD_CALL,

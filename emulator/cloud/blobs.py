@@ -13,7 +13,7 @@ from litestar.response import File
 
 from emulator.cloud.context import platform_of
 from emulator.core import openapi
-from emulator.core.errors import ApiError
+from emulator.core.errors import BAD_REQUEST, FORBIDDEN, NOT_FOUND
 from emulator.hosted.blobs import MAX_BLOB, Blobs, is_sha
 
 
@@ -30,17 +30,17 @@ def _blobs(request: Request[Any, Any, Any]) -> Blobs:
 async def upload(request: Request[Any, Any, Any], org_id: str, sha256: str, sig: str = "") -> Response[bytes]:
     blobs = _blobs(request)
     if not is_sha(sha256):
-        raise ApiError(400, "bad_request", "the blob name must be its sha256 (64 lowercase hex digits)")
+        raise BAD_REQUEST("the blob name must be its sha256 (64 lowercase hex digits)")
     blobs.check(sig, "put", org_id, sha256)
     if await blobs.has(org_id, sha256):
         return Response(b"", status_code=412)  # already stored: the client counts this as success
     body = await request.body()
     actual = hashlib.sha256(body)
     if actual.hexdigest() != sha256:
-        raise ApiError(400, "bad_request", f"the body hashes to {actual.hexdigest()}, not {sha256}")
+        raise BAD_REQUEST(f"the body hashes to {actual.hexdigest()}, not {sha256}")
     claimed = request.headers.get("x-amz-checksum-sha256")
     if claimed is not None and claimed != base64.b64encode(actual.digest()).decode():
-        raise ApiError(400, "bad_request", "x-amz-checksum-sha256 does not match the body")
+        raise BAD_REQUEST("x-amz-checksum-sha256 does not match the body")
     await blobs.store(org_id, sha256, body)
     return Response(b"", status_code=201)
 
@@ -50,10 +50,10 @@ async def download(request: Request[Any, Any, Any], sha256: str, exp: int = 0, s
     blobs = _blobs(request)
     blobs.check(sig, "get", sha256, str(exp))
     if exp < blobs.core.clock.now():
-        raise ApiError(403, "forbidden", "this URL has expired; ask get_archive for a new one")
+        raise FORBIDDEN("this URL has expired; ask get_archive for a new one")
     path = blobs.path(sha256) if is_sha(sha256) else None
     if path is None or not path.is_file():
-        raise ApiError(404, "not_found", "no such blob")
+        raise NOT_FOUND("no such blob")
     return File(path, media_type="application/x-bzip2", filename=f"{sha256}.tar.bz2")
 
 

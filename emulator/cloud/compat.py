@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from emulator.core.errors import ApiError
+from emulator.core.errors import CLIENT_TOO_OLD
 
 # The oldest client whose management protocol is the emulator's (pixeltable/service/management_protocol.py is the same
 # from 0.7.18 to 0.7.21, the version the emulator is tested with).
@@ -55,9 +55,7 @@ def refuse_old_client(body: dict[str, Any]) -> None:
         return
     version = _version_sent(body)
     client = f"pixeltable {version}" if version else f"pixeltable older than {MIN_CLIENT}"
-    raise ApiError(
-        400,
-        "client_too_old",
+    raise CLIENT_TOO_OLD(
         f"this client ({client}) is older than the emulator supports: {why}. "
         f"Upgrade to pixeltable >= {MIN_CLIENT}: pip install -U 'pixeltable>={MIN_CLIENT}'",
     )

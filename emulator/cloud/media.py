@@ -11,7 +11,7 @@ import msgspec
 
 from emulator.cloud import requests as rq
 from emulator.core import kinds
-from emulator.core.errors import ApiError
+from emulator.core.errors import BAD_REQUEST, NOT_FOUND, STORE_FULL
 from emulator.core.kinds import Kind
 from emulator.hosted import databases, orgs
 from emulator.hosted.auth import Caller
@@ -46,12 +46,12 @@ class PresignedUrls(msgspec.Struct):
 
 def _check_key(key: str) -> None:
     if not key or len(key.encode()) > 1024 or key.startswith("/"):
-        raise ApiError(400, "bad_request", f"{key[:80]!r} is not an object key (1 to 1024 bytes, no leading /)")
+        raise BAD_REQUEST(f"{key[:80]!r} is not an object key (1 to 1024 bytes, no leading /)")
 
 
 def _check_ttl(seconds: int, name: str) -> None:
     if not 1 <= seconds <= MAX_URL_TTL:
-        raise ApiError(400, "bad_request", f"{name} must be from 1 to {MAX_URL_TTL} seconds")
+        raise BAD_REQUEST(f"{name} must be from 1 to {MAX_URL_TTL} seconds")
 
 
 async def _home(p: Platform, caller: Caller, org: str, db: str, bucket: str) -> tuple[MediaStore, str, bool, str]:
@@ -61,9 +61,7 @@ async def _home(p: Platform, caller: Caller, org: str, db: str, bucket: str) -> 
     await databases.require(p.core.store, org_id, slug, db)
     owner = await orgs.get(p.core.store, org_id)
     if bucket != HOME:
-        raise ApiError(
-            404, "not_found", f"pxt://{slug}:{db}/buckets/{bucket} does not exist (a hosted database has one: home)"
-        )
+        raise NOT_FOUND(f"pxt://{slug}:{db}/buckets/{bucket} does not exist (a hosted database has one: home)")
     name = bucket_name(org_id, db)
     await media.ensure_bucket(name)
     return media, org_id, bool(owner and owner.trial), name
@@ -71,7 +69,7 @@ async def _home(p: Platform, caller: Caller, org: str, db: str, bucket: str) -> 
 
 async def get_bucket_credentials(p: Platform, caller: Caller, req: rq.BucketCredentialsRequest) -> BucketCredentials:
     if req.prefix is not None and req.prefix.startswith("/"):
-        raise ApiError(400, "bad_request", "prefix is a key prefix within the bucket, without a leading /")
+        raise BAD_REQUEST("prefix is a key prefix within the bucket, without a leading /")
     media, org_id, trial, name = await _home(p, caller, req.org, req.db, req.bucket_name)
     full = await media.fullness(org_id, trial)
     if full:
@@ -100,14 +98,14 @@ async def get_presigned_url(p: Platform, caller: Caller, req: rq.PresignedUrlReq
         if full:
             p.core.bus.publish(Kind.MEDIA_STORE_FULL, kinds.database(req.org, req.db), operation="get_presigned_url")
             # 402 like the trial's other limits; the code makes the client show the text as it is.
-            raise ApiError(402, "STORE_FULL", full)
+            raise STORE_FULL(full)
     url = media.presign(name, req.key, req.method, req.expiration)
     return PresignedUrl(url=url, key=req.key, expiration=req.expiration)
 
 
 async def get_presigned_urls(p: Platform, caller: Caller, req: rq.PresignedUrlsRequest) -> PresignedUrls:
     if len(req.keys) > MAX_KEYS:
-        raise ApiError(400, "bad_request", f"at most {MAX_KEYS} keys a call ({len(req.keys)} sent)")
+        raise BAD_REQUEST(f"at most {MAX_KEYS} keys a call ({len(req.keys)} sent)")
     for key in req.keys:
         _check_key(key)
     _check_ttl(req.expires_in, "expires_in")

@@ -16,7 +16,7 @@ from emulator.cloud import answers as a
 from emulator.cloud import media
 from emulator.cloud import requests as rq
 from emulator.core.clock import iso
-from emulator.core.errors import ApiError
+from emulator.core.errors import BAD_REQUEST, FORBIDDEN, NOT_FOUND
 from emulator.hosted import databases, keys, lifecycle, logs, orgs, plans, receipts, secrets, services, updates
 from emulator.hosted.auth import Caller
 from emulator.hosted.platform import Platform
@@ -49,9 +49,7 @@ async def list_orgs(p: Platform, caller: Caller, req: rq.Empty) -> a.Orgs:
 
 async def create_org(p: Platform, caller: Caller, req: rq.CreateOrg) -> a.CreatedOrg:
     if caller.credential != "session" or caller.user_id is None:
-        raise ApiError(
-            403, "forbidden", "organizations are created by a person: sign in with pxt login, then pxt org create"
-        )
+        raise FORBIDDEN("organizations are created by a person: sign in with pxt login, then pxt org create")
     org_id, now = await orgs.create_for(p.core, req.org, req.display_name, caller.user_id, caller.email)
     return a.CreatedOrg(
         org_id=org_id, org=req.org, default_db=plans.DEFAULT_DB, created_at=iso(now), updated_at=iso(now)
@@ -119,7 +117,7 @@ async def list_all_secrets(p: Platform, caller: Caller, req: rq.ListSecrets) -> 
 
 def _db(req: rq.DbScoped) -> str:
     if not req.db:
-        raise ApiError(400, "bad_request", "db (the database name) is required")
+        raise BAD_REQUEST("db (the database name) is required")
     return req.db
 
 
@@ -162,7 +160,7 @@ async def _held(p: Platform, org_id: str, refs: list[tuple[str, str, int]], hold
         for kind, resource_id, generation in refs:
             found = await receipts.get(p.core.store, org_id, kind, resource_id, generation)
             if found is None:
-                raise ApiError(404, "not_found", f"no receipt {kind}/{resource_id}#{generation}")
+                raise NOT_FOUND(f"no receipt {kind}/{resource_id}#{generation}")
             answers.append(found)
         left = deadline - loop.time()
         settled = all(r.outcome is not None or r.error is not None for r in answers)
@@ -195,7 +193,7 @@ async def get_archive(p: Platform, caller: Caller, req: rq.DbScoped) -> a.Archiv
     # The release being deployed (the desired state), which is what a starting pod must run.
     release = row.target or row.current or {}
     if not row.archive_sha256 or not release.get("fingerprint"):
-        raise ApiError(404, "not_found", f"database {row.name} has no project yet (run pxt db update)")
+        raise NOT_FOUND(f"database {row.name} has no project yet (run pxt db update)")
     fingerprint = release["fingerprint"]
     return a.Archive(
         presigned_url=p.blobs.signed_url(row.archive_sha256),
@@ -210,9 +208,7 @@ async def get_logs(p: Platform, caller: Caller, req: rq.GetLogs) -> a.Logs:
     since = 3600 if req.since_seconds is None else req.since_seconds
     limit = 200 if req.limit is None else req.limit
     if not 1 <= since <= logs.MAX_SINCE or not 1 <= limit <= 10_000:
-        raise ApiError(
-            400, "bad_request", f"since_seconds must be from 1 to {logs.MAX_SINCE} and limit from 1 to 10000"
-        )
+        raise BAD_REQUEST(f"since_seconds must be from 1 to {logs.MAX_SINCE} and limit from 1 to 10000")
     service = req.service_name or ""
     if service:
         service = f"{(req.base_path or '').strip('/')}/{service}".lstrip("/")
@@ -232,7 +228,7 @@ async def get_usage(p: Platform, caller: Caller, req: rq.Empty) -> a.Usage:
     org_id, _ = await p.org_of(caller, None)
     org = await orgs.get(p.core.store, org_id)
     if org is None:
-        raise ApiError(404, "not_found", "the organization no longer exists")
+        raise NOT_FOUND("the organization no longer exists")
     now = p.core.clock.datetime()
     start = now.replace(day=1, hour=0, minute=0, second=0, microsecond=0)
     end = start.replace(year=start.year + 1, month=1) if start.month == 12 else start.replace(month=start.month + 1)

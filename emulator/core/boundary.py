@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
-from emulator.core.errors import ApiError
+from emulator.core.errors import FORBIDDEN, UNSUPPORTED_MEDIA_TYPE, ApiError
 
 _SAFE = frozenset({"GET", "HEAD", "OPTIONS"})
 _LOOPBACK_NAMES = ("127.0.0.1", "localhost", "::1")
@@ -89,9 +89,7 @@ class Boundary:
         host = headers.get("host")
         if not self.host_ok(host):
             assert host is not None
-            return ApiError(
-                403,
-                "forbidden",
+            return FORBIDDEN(
                 f"the Host {host[:100]!r} is not this emulator's; it answers to {', '.join(sorted(self.hosts))} "
                 "(add a name with the allowed_hosts setting)",
             )
@@ -99,9 +97,7 @@ class Boundary:
         open_path = path in _OPEN_PATHS
         guarded = (method not in _SAFE and not open_path) or path.startswith(_GUARDED_PREFIXES)
         if origin is not None and guarded and _origin(origin) not in self.origins:
-            return ApiError(
-                403,
-                "forbidden",
+            return FORBIDDEN(
                 f"requests from the web page at {origin[:100]!r} are refused: only the emulator's own pages may "
                 "send them (add an origin with the allowed_origins setting)",
             )
@@ -110,7 +106,7 @@ class Boundary:
             wanted = _OTHER_BODIES.get(path, ("application/json",))
             if kind not in wanted:
                 as_ = " or ".join(wanted)
-                return ApiError(415, "unsupported_media_type", f"send the body as {as_}, not {kind or 'untyped'}")
+                return UNSUPPORTED_MEDIA_TYPE(f"send the body as {as_}, not {kind or 'untyped'}")
         return None
 
 

@@ -1,9 +1,16 @@
-"""One error type for every refusal; each surface renders it in the format its clients parse."""
+"""One error type for every refusal, and the catalogue of refusals: each kind named once with its status and code.
+
+Each surface renders an error in the format its clients parse, and shows its code only as far as they read one:
+the site's envelope has four codes and says `bad_request` for any other (`site/errors.py`), the control plane
+names only a plan's (`cloud/app.py`), the identity provider every code (OAuth's and the registration protocol's),
+pages and the gateways none.
+"""
 
 from __future__ import annotations
 
 import errno
 import sqlite3
+from dataclasses import dataclass
 from pathlib import Path
 
 
@@ -27,6 +34,71 @@ class ApiError(Exception):
         self.headers = headers or {}
 
 
+@dataclass(frozen=True, slots=True)
+class Failure:
+    """A kind of refusal; called with a message (and what a caller may need: retryable, headers), the error."""
+
+    status: int
+    code: str
+
+    def __call__(self, message: str, *, retryable: bool = False, headers: dict[str, str] | None = None) -> ApiError:
+        return ApiError(self.status, self.code, message, retryable=retryable, headers=headers)
+
+
+# --- the catalogue ------------------------------------------------------------------------------------------
+
+BAD_REQUEST = Failure(400, "bad_request")
+UNAUTHORIZED = Failure(401, "unauthorized")
+FORBIDDEN = Failure(403, "forbidden")
+NOT_FOUND = Failure(404, "not_found")
+METHOD_NOT_ALLOWED = Failure(405, "method_not_allowed")
+CONFLICT = Failure(409, "conflict")
+# A claim link or sign-in code that is no more: its code is the site's nearest of its four (the operator's acts).
+GONE = Failure(410, "not_found")
+TOO_LARGE = Failure(413, "too_large")
+UNSUPPORTED_MEDIA_TYPE = Failure(415, "unsupported_media_type")
+UNPROCESSABLE = Failure(422, "unprocessable")
+RATE_LIMITED = Failure(429, "rate_limited")
+INTERNAL = Failure(500, "internal")
+UNAVAILABLE = Failure(503, "unavailable")
+INSUFFICIENT_STORAGE = Failure(507, "insufficient_storage")
+
+# The site's: a body of /ask that is not JSON.
+INVALID_JSON = Failure(400, "invalid_json")
+
+# The control plane's: a client too old to be served; a plan's refusals (`X-Pixeltable-Error-Code`).
+CLIENT_TOO_OLD = Failure(400, "client_too_old")
+PLAN_LIMIT = Failure(402, "PLAN_LIMIT")
+STORE_FULL = Failure(402, "STORE_FULL")
+
+# The identity provider's, which its clients read: OAuth 2.0's (RFC 6749 §5.2, RFC 6750 §3.1, RFC 8628 §3.5) ...
+INVALID_REQUEST = Failure(400, "invalid_request")
+INVALID_CLIENT = Failure(400, "invalid_client")
+INVALID_GRANT = Failure(400, "invalid_grant")
+INVALID_SCOPE = Failure(400, "invalid_scope")
+UNSUPPORTED_GRANT_TYPE = Failure(400, "unsupported_grant_type")
+UNSUPPORTED_RESPONSE_TYPE = Failure(400, "unsupported_response_type")
+AUTHORIZATION_PENDING = Failure(400, "authorization_pending")
+ACCESS_DENIED = Failure(400, "access_denied")
+EXPIRED_TOKEN = Failure(400, "expired_token")
+INVALID_TOKEN = Failure(401, "invalid_token")
+SERVER_ERROR = Failure(500, "server_error")
+# ... and the agent registration protocol's.
+ISSUER_NOT_ENABLED = Failure(400, "issuer_not_enabled")
+INVALID_LOGIN_HINT = Failure(400, "invalid_login_hint")
+INVALID_REFRESH_TOKEN = Failure(400, "invalid_refresh_token")
+INVALID_CLAIM_TOKEN = Failure(401, "invalid_claim_token")
+INVALID_USER_CODE = Failure(401, "invalid_user_code")
+ANONYMOUS_REGISTRATION_DISABLED = Failure(403, "anonymous_registration_disabled")
+SERVICE_AUTH_REGISTRATION_DISABLED = Failure(403, "service_auth_registration_disabled")
+CLAIM_DENIED = Failure(403, "claim_denied")
+ALREADY_CLAIMED = Failure(409, "already_claimed")
+CLAIM_NOT_CONFIRMED = Failure(409, "claim_not_confirmed")
+CLAIM_EXPIRED = Failure(410, "claim_expired")
+USER_CODE_EXPIRED = Failure(410, "user_code_expired")
+RATE_LIMIT_EXCEEDED = Failure(429, "rate_limit_exceeded")
+
+
 def disk_full(exc: BaseException) -> bool:
     """Whether `exc` (or what caused it) is a full disk: the OS's ENOSPC or EDQUOT, or SQLite's "database or disk
     is full"."""
@@ -44,9 +116,7 @@ def disk_full(exc: BaseException) -> bool:
 
 def full_disk(state_dir: Path) -> ApiError:
     """The answer while the state dir's disk is full: 507, which names it; the write did not happen."""
-    return ApiError(
-        507,
-        "insufficient_storage",
+    return INSUFFICIENT_STORAGE(
         f"the disk of the emulator's state dir ({state_dir}) is full, so nothing was changed; free some space and "
         "send the request again",
         retryable=True,

@@ -25,7 +25,7 @@ from typing import Any
 
 import msgspec
 
-from emulator.core.errors import ApiError
+from emulator.core.errors import BAD_REQUEST, NOT_FOUND, ApiError
 from emulator.core.events import EventBus
 from emulator.core.kinds import Kind
 
@@ -120,7 +120,7 @@ def error_code(status: int) -> str:
 
 
 def _bad(message: str) -> ApiError:
-    return ApiError(400, "bad_request", f"fault: {message}")
+    return BAD_REQUEST(f"fault: {message}")
 
 
 def _validate(spec: FaultSpec, operations: frozenset[str]) -> None:
@@ -220,7 +220,7 @@ class Faults:
     def remove(self, rule_id: str) -> Rule:
         rule = self.rules.pop(rule_id, None)
         if rule is None:
-            raise ApiError(404, "not_found", f"no fault {rule_id!r}; `emulator fault list` shows them")
+            raise NOT_FOUND(f"no fault {rule_id!r}; `emulator fault list` shows them")
         self.bus.publish(Kind.FAULT_REMOVED, rule.id)
         return rule
 

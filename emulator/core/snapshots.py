@@ -33,7 +33,7 @@ import msgspec
 
 from emulator import __version__
 from emulator.core.clock import Clock, iso
-from emulator.core.errors import ApiError
+from emulator.core.errors import BAD_REQUEST, CONFLICT, NOT_FOUND, TOO_LARGE, UNAVAILABLE, UNPROCESSABLE, ApiError
 from emulator.core.events import EventBus
 from emulator.core.faults import Faults
 from emulator.core.ids import Ids
@@ -106,9 +106,7 @@ class Part:
 
 def check_name(name: str) -> str:
     if not _NAME.match(name):
-        raise ApiError(
-            400,
-            "bad_request",
+        raise BAD_REQUEST(
             f"snapshot name {name[:80]!r}: use 1-64 letters, digits, dots, dashes or underscores, starting with a "
             "letter or digit",
         )
@@ -189,7 +187,7 @@ class Snapshots:
         folder = self._folder(name)
         if not (folder / "manifest.json").is_file():
             known = ", ".join(sorted(v.name for v in self._views())) or "none saved yet"
-            raise ApiError(404, "not_found", f"no snapshot named {name!r} (snapshots: {known})")
+            raise NOT_FOUND(f"no snapshot named {name!r} (snapshots: {known})")
         return folder
 
     # --- listing ------------------------------------------------------------------------------------------------
@@ -234,9 +232,7 @@ class Snapshots:
         if not saving.done():
             saving.cancel()
             await asyncio.gather(saving, return_exceptions=True)
-            raise ApiError(
-                503, "stopping", f"the emulator is stopping: snapshot {name} was not saved (nothing of it was kept)"
-            )
+            raise UNAVAILABLE(f"the emulator is stopping: snapshot {name} was not saved (nothing of it was kept)")
         return saving.result()
 
     async def _save(self, name: str, internal: bool) -> SnapshotView:
@@ -293,16 +289,14 @@ class Snapshots:
         core = self.core
         current = await core.store.schema_version()
         if manifest.schema > current:
-            raise ApiError(
-                409,
-                "conflict",
+            raise CONFLICT(
                 f"snapshot {name!r} was saved by emulator {manifest.emulator}, whose store is newer (schema "
                 f"{manifest.schema}) than this emulator's (schema {current}, emulator {__version__}); "
                 "upgrade to load it",
             )
         missing = [p.name for p in self._parts if not (folder / p.name).is_dir()]
         if missing:
-            raise ApiError(422, "unprocessable", f"snapshot {name!r} is incomplete: it lacks {', '.join(missing)}")
+            raise UNPROCESSABLE(f"snapshot {name!r} is incomplete: it lacks {', '.join(missing)}")
         began = time.perf_counter()
         with tempfile.TemporaryDirectory(dir=self.root) as work:
             store_file = Path(work) / "store.sqlite3"
@@ -382,7 +376,7 @@ class Snapshots:
                 async for chunk in chunks:
                     size += len(chunk)
                     if size > MAX_IMPORT_BYTES:
-                        raise ApiError(413, "too_large", f"a snapshot export is at most {MAX_IMPORT_BYTES} bytes")
+                        raise TOO_LARGE(f"a snapshot export is at most {MAX_IMPORT_BYTES} bytes")
                     f.write(chunk)
         except BaseException:
             os.unlink(path)
@@ -399,9 +393,7 @@ class Snapshots:
             target = check_name(name or manifest.name)
             current = await self.core.store.schema_version()
             if manifest.schema > current:
-                raise ApiError(
-                    409,
-                    "conflict",
+                raise CONFLICT(
                     f"this export was made by emulator {manifest.emulator}, whose store is newer (schema "
                     f"{manifest.schema}) than this emulator's (schema {current}, emulator {__version__}); "
                     "upgrade to import it",
@@ -409,7 +401,7 @@ class Snapshots:
             missing = [p.name for p in self._parts if not (work / "snapshot" / p.name).is_dir()]
             if missing or not (work / "snapshot" / "store.sqlite3").is_file():
                 lacks = ", ".join(missing) or "the store"
-                raise ApiError(422, "unprocessable", f"the export is not a complete snapshot: it lacks {lacks}")
+                raise UNPROCESSABLE(f"the export is not a complete snapshot: it lacks {lacks}")
             await asyncio.to_thread(_check_store, work / "snapshot" / "store.sqlite3")
             await asyncio.to_thread(_put, work / "snapshot", self._folder(target))
         finally:
@@ -434,22 +426,18 @@ def read_manifest(folder: Path) -> Manifest:
     try:
         raw = json.loads((folder / "manifest.json").read_bytes())
     except (OSError, ValueError):
-        raise ApiError(
-            422, "unprocessable", f"{folder.name}: not an emulator snapshot (no readable manifest.json)"
-        ) from None
+        raise UNPROCESSABLE(f"{folder.name}: not an emulator snapshot (no readable manifest.json)") from None
     if not isinstance(raw, dict) or not isinstance(raw.get("format"), int):
-        raise ApiError(422, "unprocessable", f"{folder.name}: not an emulator snapshot (its manifest has no format)")
+        raise UNPROCESSABLE(f"{folder.name}: not an emulator snapshot (its manifest has no format)")
     if raw["format"] > FORMAT:
-        raise ApiError(
-            409,
-            "conflict",
+        raise CONFLICT(
             f"the snapshot is of format {raw['format']}, made by emulator {raw.get('emulator', '?')}; this emulator "
             f"({__version__}) reads format {FORMAT}: upgrade it",
         )
     try:
         return msgspec.convert(raw, Manifest)
     except msgspec.ValidationError as e:
-        raise ApiError(422, "unprocessable", f"{folder.name}: the snapshot's manifest is not valid ({e})") from None
+        raise UNPROCESSABLE(f"{folder.name}: the snapshot's manifest is not valid ({e})") from None
 
 
 def _unpack(archive: Path, work: Path) -> Manifest:
@@ -461,9 +449,7 @@ def _unpack(archive: Path, work: Path) -> Manifest:
             for m in members:
                 top = m.name.split("/", 1)[0]
                 if top != "snapshot" or not (m.isfile() or m.isdir() or m.issym() or m.islnk()):
-                    raise ApiError(
-                        422, "unprocessable", f"the export holds {m.name[:120]!r}, which no emulator snapshot has"
-                    )
+                    raise UNPROCESSABLE(f"the export holds {m.name[:120]!r}, which no emulator snapshot has")
 
             def keep_owner(member: tarfile.TarInfo, dest: str) -> tarfile.TarInfo:
                 safe = tarfile.data_filter(member, dest)  # no absolute paths, nothing outside, no devices
@@ -471,7 +457,7 @@ def _unpack(archive: Path, work: Path) -> Manifest:
 
             tar.extractall(work, members=members, filter=keep_owner, numeric_owner=True)
     except (tarfile.TarError, EOFError, OSError, ValueError) as e:
-        raise ApiError(422, "unprocessable", f"the file is not an emulator snapshot export (a .tar.gz): {e}") from None
+        raise UNPROCESSABLE(f"the file is not an emulator snapshot export (a .tar.gz): {e}") from None
     return read_manifest(work / "snapshot")
 
 
@@ -485,9 +471,9 @@ def _check_store(path: Path) -> None:
         finally:
             conn.close()
     except sqlite3.Error as e:
-        raise ApiError(422, "unprocessable", f"the export's store is not a readable SQLite database: {e}") from None
+        raise UNPROCESSABLE(f"the export's store is not a readable SQLite database: {e}") from None
     if not ok or ok[0] != "ok":
-        raise ApiError(422, "unprocessable", f"the export's store is damaged: {ok[0] if ok else 'unknown'}")
+        raise UNPROCESSABLE(f"the export's store is damaged: {ok[0] if ok else 'unknown'}")
 
 
 async def _counts(store: Store) -> dict[str, int]:

@@ -7,7 +7,7 @@ Each starts from its setting and can be flipped while the emulator runs (`/_emul
 from __future__ import annotations
 
 from emulator.config import Settings
-from emulator.core.errors import ApiError
+from emulator.core.errors import BAD_REQUEST
 from emulator.core.events import EventBus
 from emulator.core.kinds import Kind
 
@@ -34,7 +34,7 @@ class Switches:
 
     def set(self, name: str, value: bool) -> None:
         if name not in self._values:
-            raise ApiError(400, "bad_request", f"no switch {name!r}; switches: {', '.join(SWITCHES)}")
+            raise BAD_REQUEST(f"no switch {name!r}; switches: {', '.join(SWITCHES)}")
         if self._values[name] != value:
             self._values[name] = value
             self._bus.publish(Kind.SWITCH_CHANGED, name, value=value)

@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from emulator.core.context import Core
-from emulator.core.errors import ApiError
+from emulator.core.errors import BAD_REQUEST, FORBIDDEN, UNAUTHORIZED, ApiError
 from emulator.core.store import one
 from emulator.hosted import keys, orgs
 from emulator.hosted.keys import GRANT
@@ -79,7 +79,7 @@ class Authenticator:
         scheme, _, token = headers.get("authorization", "").partition(" ")
         if scheme.lower() == "bearer" and token.strip():
             return await self.credential(token.strip(), bearer=True)
-        raise ApiError(401, "unauthorized", "an API key (X-api-key) or a bearer token is required")
+        raise UNAUTHORIZED("an API key (X-api-key) or a bearer token is required")
 
     async def credential(self, credential: str, *, bearer: bool) -> Caller:
         """Any credential by its shape: a hosted workload's runtime key, an API key (`pxtk_…`), or a session token."""
@@ -93,9 +93,7 @@ class Authenticator:
     async def _key(self, secret: str) -> Caller:
         found = await keys.owner(self.core.store, secret)
         if found is None:
-            raise ApiError(
-                401, "unauthorized", "the API key is not valid (a trial's key stops working when the trial expires)"
-            )
+            raise UNAUTHORIZED("the API key is not valid (a trial's key stops working when the trial expires)")
         org, key = found
         grants = tuple(key.grants) if key.grants else None
         return Caller("api_key", None, None, org.id, org.slug, key.name, org.trial, grants)
@@ -104,11 +102,11 @@ class Authenticator:
         try:
             typ, claims = self.signer.verify(token)
         except InvalidToken:
-            raise ApiError(401, "unauthorized", "the bearer token is not valid") from None
+            raise UNAUTHORIZED("the bearer token is not valid") from None
         if typ != ACCESS_TOKEN_TYP or claims.get("aud") != self.api_url:
-            raise ApiError(401, "unauthorized", "the bearer token was not issued for this control plane")
+            raise UNAUTHORIZED("the bearer token was not issued for this control plane")
         if float(claims.get("exp", 0)) <= self.core.clock.now():
-            raise ApiError(401, "unauthorized", "the session token has expired")
+            raise UNAUTHORIZED("the session token has expired")
         # the sessions table is the identity provider's; it is only read here
         session = await one(
             self.core.store,
@@ -117,13 +115,13 @@ class Authenticator:
             (claims.get("sid"),),
         )
         if session is None or session["revoked_at"] is not None:
-            raise ApiError(401, "unauthorized", "the session was signed out")
+            raise UNAUTHORIZED("the session was signed out")
         org_id = claims.get("org_id") or None
         slug = None
         if org_id:
             org = await orgs.member_org(self.core.store, session["user_id"], org_id)
             if org is None:
-                raise ApiError(403, "forbidden", "this session's person is not a member of its organization")
+                raise FORBIDDEN("this session's person is not a member of its organization")
             slug = org.slug
         return Caller("session", session["user_id"], session["email"], org_id, slug)
 
@@ -131,17 +129,17 @@ class Authenticator:
         """(org id, slug) a request acts on: its `org` field if set, else the credential's organization."""
         if caller.credential == "api_key":
             if org is not None and org != caller.org:
-                raise ApiError(403, "forbidden", f"this API key belongs to {caller.org}, not {org}")
+                raise FORBIDDEN(f"this API key belongs to {caller.org}, not {org}")
             assert caller.org_id is not None and caller.org is not None
             return caller.org_id, caller.org
         if org is None:
             if caller.org_id is None or caller.org is None:
-                raise ApiError(400, "bad_request", "no organization is selected; create one with pxt org create")
+                raise BAD_REQUEST("no organization is selected; create one with pxt org create")
             return caller.org_id, caller.org
         assert caller.user_id is not None
         found = await orgs.member_org(self.core.store, caller.user_id, org)
         if found is None:
-            raise ApiError(403, "forbidden", f"{caller.email} is not a member of {org}")
+            raise FORBIDDEN(f"{caller.email} is not a member of {org}")
         return found.id, found.slug
 
     async def admits(self, credential: str, slug: str, db: str, service: str) -> ApiError | None:
@@ -175,16 +173,12 @@ def require(caller: Caller, verb: str, org: str, db: str, service: str | None = 
         return
     if not any(_grant_allows(g, verb, org, db, service) for g in caller.grants):
         what = f"{verb} pxt://{org}:{db}" + (f"/services/{service}" if service else "")
-        raise ApiError(
-            403, "forbidden", f"key {caller.key_name}'s grants ({', '.join(caller.grants)}) do not allow {what}"
-        )
+        raise FORBIDDEN(f"key {caller.key_name}'s grants ({', '.join(caller.grants)}) do not allow {what}")
 
 
 def require_unrestricted(caller: Caller, operation: str) -> None:
     if caller.grants is not None:
-        raise ApiError(
-            403,
-            "forbidden",
+        raise FORBIDDEN(
             f"key {caller.key_name} acts only as its grants ({', '.join(caller.grants)}), "
             f"which do not allow {operation}",
         )

@@ -14,7 +14,7 @@ import shutil
 from pathlib import Path
 
 from emulator.core.context import Core
-from emulator.core.errors import ApiError
+from emulator.core.errors import FORBIDDEN
 from emulator.core.kinds import Kind
 from emulator.core.private import private_key
 from emulator.core.snapshots import copy_tree, copy_tree_async
@@ -88,4 +88,4 @@ class Blobs:
     def check(self, sig: str, *parts: str) -> None:
         # bytes, not str: compare_digest refuses a str that is not ASCII (`?sig=%C3%A9` was a 500)
         if not hmac.compare_digest(sig.encode(), self._sign(*parts).encode()):
-            raise ApiError(403, "forbidden", "the signature of this URL is not valid")
+            raise FORBIDDEN("the signature of this URL is not valid")

@@ -15,7 +15,7 @@ import msgspec
 from msgspec import UNSET, UnsetType
 
 from emulator.core.context import Core
-from emulator.core.errors import ApiError
+from emulator.core.errors import NOT_FOUND
 from emulator.core.store import Db, one, run
 from emulator.hosted import plans, receipts, states
 from emulator.hosted.records import Database, Receipt, fetch_all, fetch_one
@@ -60,7 +60,7 @@ async def get(db: Db, org_id: str, name: str) -> Database | None:
 async def require(db: Db, org_id: str, slug: str, name: str) -> Database:
     found = await get(db, org_id, name)
     if found is None:
-        raise ApiError(404, "not_found", f"database {name} does not exist in {slug}")
+        raise NOT_FOUND(f"database {name} does not exist in {slug}")
     return found
 
 

@@ -29,7 +29,7 @@ import msgspec
 
 from emulator.core.clock import MAX_TIME, iso, parse_duration
 from emulator.core.context import Core
-from emulator.core.errors import ApiError
+from emulator.core.errors import BAD_REQUEST, ApiError
 from emulator.core.kinds import Kind
 from emulator.core.store import Db
 from emulator.hosted import databases, keys, orgs, plans, secrets
@@ -206,7 +206,7 @@ def refusal(name: str, text: str, path: Path, message: str) -> ApiError:
     line = line_of(text, path) if path else None
     where = f"{name}:{line}" if line else name
     place = _dotted(path)
-    return ApiError(400, "bad_request", f"{where}: {place + ': ' if place else ''}{message}")
+    return BAD_REQUEST(f"{where}: {place + ': ' if place else ''}{message}")
 
 
 # --- reading the file ------------------------------------------------------------------------------------------
@@ -224,7 +224,7 @@ def parse(text: str, name: str) -> World:
         m = _TOML_AT.match(str(e))
         line, message = (m.group(2), m.group(1)) if m else (max(1, len(text.splitlines())), str(e))
         message = message.replace(" (at end of document)", " (at the end of the file)")
-        raise ApiError(400, "bad_request", f"{name}:{line}: {message}") from None
+        raise BAD_REQUEST(f"{name}:{line}: {message}") from None
     try:
         return msgspec.convert(raw, World)
     except msgspec.ValidationError as e:

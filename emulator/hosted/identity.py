@@ -20,7 +20,29 @@ import aiosqlite
 from emulator.config import Settings
 from emulator.core.clock import iso
 from emulator.core.context import Core
-from emulator.core.errors import ApiError
+from emulator.core.errors import (
+    ALREADY_CLAIMED,
+    ANONYMOUS_REGISTRATION_DISABLED,
+    BAD_REQUEST,
+    CLAIM_DENIED,
+    CLAIM_EXPIRED,
+    CLAIM_NOT_CONFIRMED,
+    CONFLICT,
+    FORBIDDEN,
+    GONE,
+    INVALID_CLAIM_TOKEN,
+    INVALID_GRANT,
+    INVALID_LOGIN_HINT,
+    INVALID_REFRESH_TOKEN,
+    INVALID_REQUEST,
+    INVALID_SCOPE,
+    INVALID_TOKEN,
+    INVALID_USER_CODE,
+    ISSUER_NOT_ENABLED,
+    NOT_FOUND,
+    SERVICE_AUTH_REGISTRATION_DISABLED,
+    USER_CODE_EXPIRED,
+)
 from emulator.core.ids import secret_hash
 from emulator.core.kinds import Kind
 from emulator.hosted.signing import ACCESS_TOKEN_TYP, ASSERTION_TYP, InvalidToken, Signer
@@ -54,10 +76,6 @@ class AccessGrant:
     registration_type: str
     scopes: list[str]
     expires_at: float
-
-
-def reg_error(status: int, code: str, message: str, **headers: str) -> ApiError:
-    return ApiError(status, code, message, headers=headers or None)
 
 
 def valid_email(value: Any) -> bool:
@@ -98,16 +116,14 @@ class Identity:
         try:
             typ, claims = self.signer.verify(assertion)
         except InvalidToken as e:
-            raise ApiError(400, "invalid_grant", f"the assertion is not valid: {e}") from None
+            raise INVALID_GRANT(f"the assertion is not valid: {e}") from None
         if typ == ACCESS_TOKEN_TYP:
-            raise ApiError(400, "invalid_grant", "this is an access token; send the identity assertion")
+            raise INVALID_GRANT("this is an access token; send the identity assertion")
         if typ != ASSERTION_TYP or claims.get("iss") != self.urls.auth or claims.get("aud") != self.urls.auth:
-            raise ApiError(400, "invalid_grant", "the assertion was not issued by this identity provider")
+            raise INVALID_GRANT("the assertion was not issued by this identity provider")
         now = self.core.clock.now()
         if float(claims.get("exp", 0)) <= now:
-            raise ApiError(
-                400, "invalid_grant", "the assertion has expired; refresh the registration or register again"
-            )
+            raise INVALID_GRANT("the assertion has expired; refresh the registration or register again")
         jti = self.core.ids.ident("at_")
         exp = now + self._s.access_token_ttl
 
@@ -116,20 +132,16 @@ class Identity:
             # committed in between cannot leave a token of the state before it.
             reg = db.execute("SELECT * FROM registrations WHERE id = ?", (claims.get("sub"),)).fetchone()
             if reg is None:
-                raise ApiError(400, "invalid_grant", "the registration no longer exists; register again")
+                raise INVALID_GRANT("the registration no longer exists; register again")
             if reg["status"] == "claimed" and "email" not in claims:
-                raise ApiError(
-                    400, "invalid_grant", "this registration was claimed; use the assertion the claim returned"
-                )
+                raise INVALID_GRANT("this registration was claimed; use the assertion the claim returned")
             granted = POST_CLAIM_SCOPES if reg["status"] == "claimed" else PRE_CLAIM_SCOPES
             scopes = granted
             if scope:
                 scopes = scope.split()
                 extra = sorted(set(scopes) - set(granted))
                 if extra:
-                    raise ApiError(
-                        400,
-                        "invalid_scope",
+                    raise INVALID_SCOPE(
                         f"not granted to this registration: {' '.join(extra)}; granted: {' '.join(granted)}",
                     )
             db.execute(
@@ -166,24 +178,22 @@ class Identity:
         try:
             typ, claims = self.signer.verify(token)
         except InvalidToken:
-            raise ApiError(401, "invalid_token", "the access token is not valid") from None
+            raise INVALID_TOKEN("the access token is not valid") from None
         if typ == ASSERTION_TYP:
-            raise ApiError(
-                401,
-                "invalid_token",
+            raise INVALID_TOKEN(
                 f"this is an identity assertion; exchange it at {self.urls.auth}/oauth2/token first",
             )
         if typ != ACCESS_TOKEN_TYP or claims.get("aud") != self.urls.site or claims.get("iss") != self.urls.auth:
-            raise ApiError(401, "invalid_token", "the access token was not issued for this site")
+            raise INVALID_TOKEN("the access token was not issued for this site")
         if float(claims.get("exp", 0)) <= self.core.clock.now():
-            raise ApiError(401, "invalid_token", "the access token has expired; exchange the assertion again")
+            raise INVALID_TOKEN("the access token has expired; exchange the assertion again")
         row = await self.core.store.fetchone(
             "SELECT t.revoked_at, r.type FROM access_tokens t JOIN registrations r ON r.id = t.registration_id "
             "WHERE t.jti = ?",
             (claims.get("jti"),),
         )
         if row is None or row["revoked_at"] is not None:
-            raise ApiError(401, "invalid_token", "the access token was revoked; exchange the assertion again")
+            raise INVALID_TOKEN("the access token was revoked; exchange the assertion again")
         return AccessGrant(
             str(claims["jti"]),
             str(claims["sub"]),
@@ -220,36 +230,30 @@ class Identity:
         if kind == "refresh":
             return await self._refresh(body)
         if "requested_credential_type" in body:
-            raise reg_error(
-                400,
-                "invalid_request",
+            raise INVALID_REQUEST(
                 "requested_credential_type is from an old protocol: register with {type: anonymous} or "
                 "{type: service_auth, login_hint}, then exchange the assertion at /oauth2/token",
             )
         if kind == "identity_assertion":
-            raise reg_error(
-                400,
-                "issuer_not_enabled",
+            raise ISSUER_NOT_ENABLED(
                 "identity_assertion (ID-JAG) registration is not enabled here; use anonymous or service_auth",
             )
         if kind not in IDENTITY_TYPES:
-            raise reg_error(
-                400,
-                "invalid_request",
+            raise INVALID_REQUEST(
                 "type must be one of anonymous, service_auth, refresh"
                 + (f" (got {kind!r})" if kind is not None else ""),
             )
         if kind == "anonymous" and not self.core.switches["anonymous_registration"]:
-            raise reg_error(403, "anonymous_registration_disabled", "anonymous registration is disabled here")
+            raise ANONYMOUS_REGISTRATION_DISABLED("anonymous registration is disabled here")
         if kind == "service_auth" and not self.core.switches["service_auth_registration"]:
-            raise reg_error(403, "service_auth_registration_disabled", "service_auth registration is disabled here")
+            raise SERVICE_AUTH_REGISTRATION_DISABLED("service_auth registration is disabled here")
         login_hint = None
         if kind == "service_auth":
             login_hint = body.get("login_hint")
             if login_hint is None:
-                raise reg_error(400, "invalid_request", "service_auth needs login_hint: the user's e-mail")
+                raise INVALID_REQUEST("service_auth needs login_hint: the user's e-mail")
             if not valid_email(login_hint):
-                raise reg_error(400, "invalid_login_hint", "login_hint must be an e-mail address")
+                raise INVALID_LOGIN_HINT("login_hint must be an e-mail address")
             login_hint = login_hint.strip()
         now = self.core.clock.now()
         reg = {
@@ -308,7 +312,7 @@ class Identity:
     async def _refresh(self, body: dict[str, Any]) -> dict[str, Any]:
         value = body.get("refresh_token")
         if not isinstance(value, str) or not value:
-            raise reg_error(400, "invalid_request", "type refresh needs refresh_token")
+            raise INVALID_REQUEST("type refresh needs refresh_token")
         now = self.core.clock.now()
         async with self.core.store.transaction() as conn:
             async with conn.execute(
@@ -318,9 +322,7 @@ class Identity:
             ) as cur:
                 row = await cur.fetchone()
             if row is None or row["spent_at"] is not None or row["expires_at"] <= now:
-                raise reg_error(
-                    400,
-                    "invalid_refresh_token",
+                raise INVALID_REFRESH_TOKEN(
                     "the refresh token is unknown, expired or already used (refresh tokens rotate: "
                     "use the one the last refresh returned)",
                 )
@@ -329,7 +331,7 @@ class Identity:
             async with conn.execute("SELECT * FROM registrations WHERE id = ?", (row["registration_id"],)) as c:
                 reg = await c.fetchone()
             if reg is None:  # deleted with its tokens (ON DELETE CASCADE): not reachable with a live token
-                raise reg_error(400, "invalid_refresh_token", "the registration no longer exists")
+                raise INVALID_REFRESH_TOKEN("the registration no longer exists")
         assertion, exp = self.assertion(reg)
         self.core.bus.publish(Kind.IDP_REFRESHED, reg["id"])
         return {
@@ -355,27 +357,25 @@ class Identity:
 
     async def _registration_by_claim_token(self, conn: aiosqlite.Connection, token: Any) -> sqlite3.Row:
         if not isinstance(token, str) or not token:
-            raise reg_error(400, "invalid_request", "claim_token is required")
+            raise INVALID_REQUEST("claim_token is required")
         async with conn.execute("SELECT * FROM registrations WHERE claim_token_hash = ?", (secret_hash(token),)) as cur:
             reg = await cur.fetchone()
         if reg is None:
-            raise reg_error(401, "invalid_claim_token", "the claim token is not one this provider issued")
+            raise INVALID_CLAIM_TOKEN("the claim token is not one this provider issued")
         if reg["status"] == "claimed":
-            raise reg_error(409, "already_claimed", "this registration is already claimed")
+            raise ALREADY_CLAIMED("this registration is already claimed")
         if reg["claim_expires_at"] <= self.core.clock.now():
-            raise reg_error(410, "claim_expired", "the claim window of this registration has closed")
+            raise CLAIM_EXPIRED("the claim window of this registration has closed")
         return reg
 
     async def start_claim(self, body: dict[str, Any]) -> dict[str, Any]:
         if body.get("type") != "service_auth":
-            raise reg_error(
-                400,
-                "invalid_request",
+            raise INVALID_REQUEST(
                 'the claim method is type: "service_auth" (for anonymous registrations too)',
             )
         login_hint = body.get("login_hint")
         if login_hint is not None and not valid_email(login_hint):
-            raise reg_error(400, "invalid_login_hint", "login_hint must be an e-mail address")
+            raise INVALID_LOGIN_HINT("login_hint must be an e-mail address")
         now = self.core.clock.now()
         async with self.core.store.transaction() as conn:
             reg = await self._registration_by_claim_token(conn, body.get("claim_token"))
@@ -386,10 +386,10 @@ class Identity:
 
     async def complete_claim(self, body: dict[str, Any]) -> dict[str, Any]:
         if "otp" in body and "user_code" not in body:
-            raise reg_error(400, "invalid_request", "send the code as user_code")
+            raise INVALID_REQUEST("send the code as user_code")
         code = body.get("user_code")
         if not isinstance(code, str) or not _USER_CODE.match(code):
-            raise reg_error(400, "invalid_request", "user_code must be the 6 digits shown on the claim page")
+            raise INVALID_REQUEST("user_code must be the 6 digits shown on the claim page")
         now = self.core.clock.now()
         async with self.core.store.transaction() as conn:
             reg = await self._registration_by_claim_token(conn, body.get("claim_token"))
@@ -400,21 +400,19 @@ class Identity:
             ) as cur:
                 attempt = await cur.fetchone()
             if attempt is None:
-                raise reg_error(409, "claim_not_confirmed", "no claim was started; POST /agent/identity/claim")
+                raise CLAIM_NOT_CONFIRMED("no claim was started; POST /agent/identity/claim")
             if attempt["state"] == "denied":
-                raise reg_error(403, "claim_denied", "the person denied this claim")
+                raise CLAIM_DENIED("the person denied this claim")
             if attempt["state"] == "pending":
                 if attempt["expires_at"] <= now:
-                    raise reg_error(410, "claim_expired", "the claim link expired; start a new claim")
-                raise reg_error(
-                    409,
-                    "claim_not_confirmed",
+                    raise CLAIM_EXPIRED("the claim link expired; start a new claim")
+                raise CLAIM_NOT_CONFIRMED(
                     "the person has not confirmed yet: they sign in at the verification_uri and read you the code",
                 )
             if attempt["code_expires_at"] <= now:
-                raise reg_error(410, "user_code_expired", "the user code expired; start a new claim")
+                raise USER_CODE_EXPIRED("the user code expired; start a new claim")
             if secret_hash(code) != attempt["user_code_hash"]:
-                raise reg_error(401, "invalid_user_code", "that is not the code shown on the claim page")
+                raise INVALID_USER_CODE("that is not the code shown on the claim page")
             email = attempt["email"]
             await conn.execute("UPDATE claim_attempts SET state = 'completed' WHERE id = ?", (attempt["id"],))
             await conn.execute(
@@ -486,7 +484,7 @@ class Identity:
                 "SELECT id FROM registrations WHERE claim_token_hash = ? AND id != ?", (token_hash, reg_id)
             ) as cur:
                 if await cur.fetchone() is not None:
-                    raise ApiError(400, "bad_request", "this claim token is already another registration's")
+                    raise BAD_REQUEST("this claim token is already another registration's")
         if claimed_email:
             await self.ensure_user(conn, claimed_email, now)  # as a completed claim does
         reg = await self.registration(conn, reg_id)
@@ -555,7 +553,7 @@ class Identity:
         async with conn.execute("SELECT * FROM refresh_tokens WHERE hash = ?", (secret_hash(value),)) as cur:
             row = await cur.fetchone()
         if row is not None and row["registration_id"] != reg_id:
-            raise ApiError(400, "bad_request", "this refresh token is already another registration's")
+            raise BAD_REQUEST("this refresh token is already another registration's")
         exp = now + self._s.refresh_token_ttl
         if row is not None and not exact and row["expires_at"] > now:
             exp = row["expires_at"]
@@ -593,14 +591,14 @@ class Identity:
         elif registration:
             where, arg = "a.registration_id = ? AND a.state != 'superseded'", registration
         else:
-            raise ApiError(400, "bad_request", "name the claim: its verification_uri or its registration id")
+            raise BAD_REQUEST("name the claim: its verification_uri or its registration id")
         row = await self.core.store.fetchone(
             "SELECT a.*, r.type AS registration_type, r.status AS registration_status FROM claim_attempts a "
             f"JOIN registrations r ON r.id = a.registration_id WHERE {where} ORDER BY a.created_at DESC LIMIT 1",
             (arg,),
         )
         if row is None:
-            raise ApiError(404, "not_found", "no pending claim matches")
+            raise NOT_FOUND("no pending claim matches")
         return row
 
     async def decide(self, attempt: sqlite3.Row, email: str, approve: bool) -> str | None:
@@ -608,14 +606,14 @@ class Identity:
         needs no e-mail: a person asked about an agent they do not know must not have to sign in to refuse it."""
         email = email.strip()
         if (approve or email) and not valid_email(email):
-            raise ApiError(400, "bad_request", "sign in with an e-mail address")
+            raise BAD_REQUEST("sign in with an e-mail address")
         now = self.core.clock.now()
         closed = why_closed(attempt, now)
         if closed is not None:
-            raise ApiError(closed.status, "not_found" if closed.status == 410 else "bad_request", closed.text)
+            raise (GONE if closed.status == 410 else CONFLICT)(closed.text)
         hint = attempt["login_hint"]
         if hint and email and hint.lower() != email.lower():
-            raise ApiError(403, "bad_request", f"this claim is for {hint}; sign in with that account")
+            raise FORBIDDEN(f"this claim is for {hint}; sign in with that account")
         code = self.core.ids.digits(6) if approve else None
         async with self.core.store.transaction() as conn:
             if email:

@@ -14,7 +14,7 @@ from typing import Any
 
 from emulator.core.clock import iso
 from emulator.core.context import Core
-from emulator.core.errors import ApiError
+from emulator.core.errors import BAD_REQUEST, CONFLICT, FORBIDDEN, NOT_FOUND
 from emulator.core.ids import secret_hash
 from emulator.core.kinds import Kind
 from emulator.core.served import key_fingerprint
@@ -31,16 +31,14 @@ GRANT = re.compile(r"^(access|manage):pxt://([a-z0-9-]+):([a-z0-9_-]+)(/services
 
 def check_name(name: str) -> str:
     if not NAME.match(name):
-        raise ApiError(400, "bad_request", "a key name is 1 to 64 letters, digits, dots, dashes or underscores")
+        raise BAD_REQUEST("a key name is 1 to 64 letters, digits, dots, dashes or underscores")
     return name
 
 
 def check_secret(secret: str) -> str:
     """A fixed secret (a declared state's) must look like the keys the product issues."""
     if not SECRET.match(secret) or secret.startswith(RUNTIME_PREFIX):
-        raise ApiError(
-            400,
-            "bad_request",
+        raise BAD_REQUEST(
             "a key's secret is pxtk_ followed by 16 to 128 letters, digits or underscores "
             f"(not {RUNTIME_PREFIX}, which hosted workloads use)",
         )
@@ -51,16 +49,14 @@ def check_grants(grants: list[str], org: str) -> list[str]:
     for grant in grants:
         m = GRANT.match(grant)
         if m is None:
-            raise ApiError(
-                400,
-                "bad_request",
+            raise BAD_REQUEST(
                 f"{grant!r} is not a grant: use access:pxt://org:db, access:pxt://org:db/services[/name] "
                 "or manage:pxt://org:db/services[/name]",
             )
         if m.group(1) == "manage" and not m.group(4):
-            raise ApiError(400, "bad_request", f"{grant!r}: manage applies to services only")
+            raise BAD_REQUEST(f"{grant!r}: manage applies to services only")
         if m.group(2) != org:
-            raise ApiError(403, "forbidden", f"{grant!r} names another organization than {org}")
+            raise FORBIDDEN(f"{grant!r} names another organization than {org}")
     return list(dict.fromkeys(grants))
 
 
@@ -134,7 +130,7 @@ async def declare(
     existing = await named(conn, org_id, name)
     holder = await owner(conn, secret)
     if holder is not None and (existing is None or holder[1].id != existing.id):
-        raise ApiError(400, "bad_request", f"this secret is already the key {holder[1].name} of {holder[0].slug}")
+        raise BAD_REQUEST(f"this secret is already the key {holder[1].name} of {holder[0].slug}")
     if existing is None:
         await insert(core, conn, org_id, name, created_by=None, now=now, grants=grants, secret=secret)
         return "created"
@@ -160,7 +156,7 @@ async def create(
     now = core.clock.now()
     async with core.store.transaction() as conn:
         if await fetch_one(conn, ApiKey, "SELECT * FROM api_keys WHERE org_id = ? AND name = ?", (org_id, name)):
-            raise ApiError(409, "conflict", f"{slug} already has a key named {name}")
+            raise CONFLICT(f"{slug} already has a key named {name}")
         key_id, secret = await insert(core, conn, org_id, name, created_by=created_by, now=now, grants=grants)
         key = await fetch_one(conn, ApiKey, "SELECT * FROM api_keys WHERE id = ?", (key_id,))
     assert key is not None
@@ -175,7 +171,7 @@ async def update(core: Core, org_id: str, slug: str, name: str, allow: list[str]
     async with core.store.transaction() as conn:
         key = await fetch_one(conn, ApiKey, "SELECT * FROM api_keys WHERE org_id = ? AND name = ?", (org_id, name))
         if key is None:
-            raise ApiError(404, "not_found", f"{slug} has no key named {name}")
+            raise NOT_FOUND(f"{slug} has no key named {name}")
         grants = list(dict.fromkeys(g for g in key.grants + allow if g not in revoke))
         await run(
             conn,
@@ -191,7 +187,7 @@ async def update(core: Core, org_id: str, slug: str, name: str, allow: list[str]
 async def delete(core: Core, org_id: str, slug: str, name: str) -> None:
     check_name(name)
     if not await run(core.store, "DELETE FROM api_keys WHERE org_id = ? AND name = ?", (org_id, name)):
-        raise ApiError(404, "not_found", f"{slug} has no key named {name}")
+        raise NOT_FOUND(f"{slug} has no key named {name}")
     core.bus.publish(Kind.CLOUD_KEY_DELETED, slug, name=name)
 
 

@@ -16,7 +16,7 @@ import msgspec
 
 from emulator.core import kinds
 from emulator.core.context import Core
-from emulator.core.errors import ApiError
+from emulator.core.errors import BAD_REQUEST, CONFLICT, NOT_FOUND
 from emulator.hosted import databases, plans, receipts, services
 from emulator.hosted.databases import DbChange
 from emulator.hosted.reconciler import Reconciler
@@ -46,14 +46,14 @@ def check(kind: str, what: str, state: DbState | ServiceState, verb: str) -> Non
     """Whether `verb` may act on a resource (`what`: "database main", "service ingest") in `state`."""
     settling = DB_SETTLING if kind == "database" else SERVICE_SETTLING
     if state in settling and verb != "delete":
-        raise ApiError(409, "conflict", f"{what} is {state}; wait for it to settle")
+        raise CONFLICT(f"{what} is {state}; wait for it to settle")
     if verb == "start" and state != "STOPPED":
-        raise ApiError(400, "bad_request", f"{what} is {state}, not STOPPED")
+        raise BAD_REQUEST(f"{what} is {state}, not STOPPED")
     if verb == "stop" and state == "STOPPED":
         start = "pxt db start" if kind == "database" else "pxt service restart"
-        raise ApiError(400, "bad_request", f"{what} is STOPPED; start it with {start}")
+        raise BAD_REQUEST(f"{what} is STOPPED; start it with {start}")
     if verb == "restart" and state == "STOPPED" and kind == "database":
-        raise ApiError(400, "bad_request", f"{what} is STOPPED; start it with pxt db start")
+        raise BAD_REQUEST(f"{what} is STOPPED; start it with pxt db start")
 
 
 def next_receipt(
@@ -82,9 +82,9 @@ def next_receipt(
 
 def check_retry(what: str, receipt: Receipt | None, generation: int) -> Receipt:
     if receipt is None or receipt.generation != generation:
-        raise ApiError(409, "conflict", f"generation {generation} is not the current one of {what}; plan again")
+        raise CONFLICT(f"generation {generation} is not the current one of {what}; plan again")
     if receipt.phase != Phase.FAILED:
-        raise ApiError(400, "bad_request", f"generation {receipt.generation} of {what} has not failed")
+        raise BAD_REQUEST(f"generation {receipt.generation} of {what} has not failed")
     return receipt
 
 
@@ -94,7 +94,7 @@ def check_retry(what: str, receipt: Receipt | None, generation: int) -> Receipt:
 async def database_verb(core: Core, reconciler: Reconciler, org_id: str, slug: str, db: str, verb: str) -> Receipt:
     rule = VERBS[verb]
     if verb == "delete" and db == plans.DEFAULT_DB:
-        raise ApiError(400, "bad_request", f"the database {plans.DEFAULT_DB} cannot be deleted")
+        raise BAD_REQUEST(f"the database {plans.DEFAULT_DB} cannot be deleted")
     now = core.clock.now()
     async with core.store.transaction() as conn:
         row = await databases.require(conn, org_id, slug, db)
@@ -128,7 +128,7 @@ async def retry_database(
 async def require_service(core: Core, org_id: str, slug: str, db: str, base: str, name: str) -> Service:
     row = await services.get(core.store, org_id, db, base, name)
     if row is None:
-        raise ApiError(404, "not_found", f"no service {name} in {slug}:{db}")
+        raise NOT_FOUND(f"no service {name} in {slug}:{db}")
     return row
 
 
@@ -141,7 +141,7 @@ async def service_verb(
     async with core.store.transaction() as conn:
         row = await services.get(conn, org_id, db, base, name)
         if row is None:
-            raise ApiError(404, "not_found", f"no service {name} in {slug}:{db}")
+            raise NOT_FOUND(f"no service {name} in {slug}:{db}")
         check("service", f"service {name}", row.state, verb)
         receipt = next_receipt(
             core, "service", verb, row.id, row.generation + 1, db, service_name=row.name, base_path=row.base_path

@@ -12,7 +12,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from emulator.core.errors import ApiError
+from emulator.core.errors import (
+    ACCESS_DENIED,
+    AUTHORIZATION_PENDING,
+    BAD_REQUEST,
+    EXPIRED_TOKEN,
+    GONE,
+    INVALID_GRANT,
+    NOT_FOUND,
+)
 from emulator.core.ids import secret_hash
 from emulator.core.kinds import Kind
 from emulator.hosted import orgs
@@ -68,12 +76,12 @@ class Logins:
         no e-mail)."""
         email = email.strip()
         if (approve or email) and not valid_email(email):
-            raise ApiError(400, "bad_request", "sign in with an e-mail address")
+            raise BAD_REQUEST("sign in with an e-mail address")
         row = await self.core.store.fetchone("SELECT * FROM device_logins WHERE user_code = ?", (user_code.upper(),))
         if row is None or row["state"] != "pending":
-            raise ApiError(404, "not_found", f"no sign-in is waiting for the code {user_code}")
+            raise NOT_FOUND(f"no sign-in is waiting for the code {user_code}")
         if row["expires_at"] <= self.core.clock.now():
-            raise ApiError(410, "not_found", "this sign-in code has expired; run pxt login again")
+            raise GONE("this sign-in code has expired; run pxt login again")
         async with self.core.store.transaction() as conn:
             if email:
                 await self.identity.ensure_user(conn, email, self.core.clock.now())
@@ -90,21 +98,21 @@ class Logins:
             "SELECT * FROM device_logins WHERE device_code_hash = ?", (secret_hash(device_code),)
         )
         if row is None or row["client_id"] != client_id:
-            raise ApiError(400, "invalid_grant", "unknown device code")
+            raise INVALID_GRANT("unknown device code")
         if row["state"] == "redeemed":
-            raise ApiError(400, "invalid_grant", "this device code was already used")
+            raise INVALID_GRANT("this device code was already used")
         if row["expires_at"] <= self.core.clock.now():
-            raise ApiError(400, "expired_token", "the sign-in code expired; run pxt login again")
+            raise EXPIRED_TOKEN("the sign-in code expired; run pxt login again")
         if row["state"] == "denied":
-            raise ApiError(400, "access_denied", "the person denied the sign-in")
+            raise ACCESS_DENIED("the person denied the sign-in")
         if row["state"] == "pending":
-            raise ApiError(400, "authorization_pending", "waiting for the person to approve the sign-in")
+            raise AUTHORIZATION_PENDING("waiting for the person to approve the sign-in")
         await self.core.store.execute(
             "UPDATE device_logins SET state = 'redeemed' WHERE device_code_hash = ?", (row["device_code_hash"],)
         )
         user = await self.core.store.fetchone("SELECT * FROM users WHERE email = ?", (row["email"],))
         if user is None:  # an approval always creates the person first
-            raise ApiError(400, "invalid_grant", "the person who approved this sign-in no longer exists")
+            raise INVALID_GRANT("the person who approved this sign-in no longer exists")
         member_of = await orgs.memberships(self.core.store, user["id"])
         org_id = member_of[0] if len(member_of) == 1 else None
         return await self._session(user, org_id, None)
@@ -116,11 +124,11 @@ class Logins:
             (secret_hash(refresh_token),),
         )
         if row is None or row["revoked_at"] is not None or row["refresh_expires_at"] <= now:
-            raise ApiError(400, "invalid_grant", "the session is not valid; run pxt login again")
+            raise INVALID_GRANT("the session is not valid; run pxt login again")
         org_id = row["org_id"]
         if organization_id:
             if organization_id not in await orgs.memberships(self.core.store, row["user_id"]):
-                raise ApiError(400, "invalid_grant", f"{row['email']} is not a member of {organization_id}")
+                raise INVALID_GRANT(f"{row['email']} is not a member of {organization_id}")
             org_id = organization_id
         user = await self.core.store.fetchone("SELECT * FROM users WHERE id = ?", (row["user_id"],))
         return await self._session(user, org_id, row["id"])

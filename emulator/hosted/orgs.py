@@ -13,7 +13,7 @@ from typing import Any
 import msgspec
 
 from emulator.core.context import Core
-from emulator.core.errors import ApiError
+from emulator.core.errors import BAD_REQUEST, CONFLICT
 from emulator.core.ids import secret_hash
 from emulator.core.kinds import Kind
 from emulator.core.store import Db, many, one, run
@@ -25,9 +25,7 @@ ORG_NAME = re.compile(r"^[a-z0-9](?:[a-z0-9-]{0,27}[a-z0-9])?$")
 
 def check_name(name: str, what: str = "organization") -> None:
     if not ORG_NAME.match(name):
-        raise ApiError(
-            400,
-            "bad_request",
+        raise BAD_REQUEST(
             f"{name!r} is not a valid {what} name: use 1 to 29 lowercase letters, digits and hyphens, "
             "starting and ending with a letter or digit",
         )
@@ -83,7 +81,7 @@ async def create_for(
     now = core.clock.now()
     async with core.store.transaction() as conn:
         if await slug_taken(conn, slug):
-            raise ApiError(409, "conflict", f"the organization name {slug} is taken")
+            raise CONFLICT(f"the organization name {slug} is taken")
         org_id = await insert(core, conn, slug, trial=False, now=now, display_name=display_name or slug)
         await add_member(conn, org_id, user_id, "admin")
     core.bus.publish(Kind.CLOUD_ORG_CREATED, slug, org_id=org_id, by=email)
@@ -114,7 +112,7 @@ async def declare(
     if token_hash is not None:
         other = await one(conn, "SELECT slug FROM orgs WHERE claim_token_hash = ? AND slug != ?", (token_hash, slug))
         if other is not None:
-            raise ApiError(400, "bad_request", f"this claim token is already the claim link of {other['slug']}")
+            raise BAD_REQUEST(f"this claim token is already the claim link of {other['slug']}")
     org = await fetch_one(conn, Org, "SELECT * FROM orgs WHERE slug = ?", (slug,))
     if org is None:
         org_id = await insert(
@@ -132,9 +130,7 @@ async def declare(
             await claim(conn, org_id, now)
         return org_id, "created"
     if org.trial != trial:
-        raise ApiError(
-            400,
-            "bad_request",
+        raise BAD_REQUEST(
             f"the organization {slug} exists and is {'a trial' if org.trial else 'not a trial'}; a declared state "
             "does not change that (reset the emulator first)",
         )

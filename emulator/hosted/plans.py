@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from emulator.core.errors import ApiError
+from emulator.core.errors import PLAN_LIMIT
 
 # A database's size keys, as `pixeltable.toml` declares them.
 DATABASE_SIZE = ("cpu", "memory_mb", "workers", "disk_gb")
@@ -45,9 +45,7 @@ def base_resources(trial: bool) -> dict[str, Any]:
 
 def check_new_database(trial: bool, db: str) -> None:
     if trial:
-        raise ApiError(
-            402,
-            "PLAN_LIMIT",
+        raise PLAN_LIMIT(
             f"A trial organization has one database, main; {db} cannot be created. Claim the organization to add more.",
         )
 
@@ -62,9 +60,7 @@ def check_database_size(target: dict[str, Any], trial: bool) -> None:
         if target.get(n) is not None and target[n] > TRIAL_DATABASE[n]
     ]
     if over:
-        raise ApiError(
-            402,
-            "PLAN_LIMIT",
+        raise PLAN_LIMIT(
             f"A trial database is limited to 1 CPU, 2048 MB, 1 worker and 10 GB disk; the project asks for "
             f"{', '.join(over)}. Lower them in pixeltable.toml, or claim the organization and upgrade.",
         )
@@ -77,9 +73,7 @@ def service_resources(name: str, declared: dict[str, Any] | None, trial: bool) -
     if trial:
         over = [f"{k} {resources[k]} (at most {v})" for k, v in TRIAL_SERVICE.items() if resources[k] > v]
         if over:
-            raise ApiError(
-                402,
-                "PLAN_LIMIT",
+            raise PLAN_LIMIT(
                 f"A trial service runs on 1 worker with at most 1 CPU and 2048 MB; {name} asks for "
                 f"{', '.join(over)}. Lower them in pixeltable.toml, or claim the organization and upgrade.",
             )
@@ -89,9 +83,7 @@ def service_resources(name: str, declared: dict[str, Any] | None, trial: bool) -
 def check_service_count(subject: str, count: int, trial: bool) -> None:
     """`count`: the services the database would have once the submission is accepted."""
     if trial and count > TRIAL_SERVICES:
-        raise ApiError(
-            402,
-            "PLAN_LIMIT",
+        raise PLAN_LIMIT(
             f"A trial has at most {TRIAL_SERVICES} services; {subject} would have {count}. "
             "Delete one with pxt service prune, or claim the organization and upgrade.",
         )

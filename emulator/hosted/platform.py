@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 from emulator.core.address import Address
 from emulator.core.context import Core
-from emulator.core.errors import ApiError
+from emulator.core.errors import NOT_FOUND
 from emulator.hosted import databases, orgs
 from emulator.hosted.auth import Authenticator, Caller, require
 from emulator.hosted.blobs import Blobs
@@ -51,7 +51,7 @@ class Platform:
         """An organization by slug or id, for the operator's acts (which call the same rules a client's do)."""
         org = await orgs.find(self.core.store, ref)
         if org is None:
-            raise ApiError(404, "not_found", f"no organization {ref!r}")
+            raise NOT_FOUND(f"no organization {ref!r}")
         return org
 
     async def tunnel_route(self, org: str, db: str, credential: str) -> tuple[Address, str]:

@@ -20,7 +20,7 @@ from typing import Any
 from emulator.core import kinds
 from emulator.core.address import Address
 from emulator.core.context import Core
-from emulator.core.errors import ApiError
+from emulator.core.errors import CONFLICT, INTERNAL, NOT_FOUND, UNAVAILABLE, ApiError
 from emulator.core.kinds import Kind
 from emulator.core.tasks import cancel
 from emulator.hosted import databases, logs, plans, receipts, secrets, services
@@ -104,9 +104,7 @@ class Reconciler:
         if self._tasks:
             _, pending = await asyncio.wait(set(self._tasks), timeout=PAUSE_WAIT)
             if pending:
-                raise ApiError(
-                    409,
-                    "conflict",
+                raise CONFLICT(
                     f"{len(pending)} database or service job(s) still running; try again once they settle",
                 )
         self._running.clear()
@@ -218,32 +216,32 @@ class Reconciler:
             except asyncio.CancelledError:
                 if not task.cancelled():
                     raise  # the caller itself was cancelled
-                raise ApiError(503, "unavailable", f"database {slug}:{db} stopped while starting") from None
+                raise UNAVAILABLE(f"database {slug}:{db} stopped while starting") from None
         address = self.supervisor.address(org_id, db)
         if address is None:
-            raise ApiError(503, "unavailable", f"database {slug}:{db} is not running")
+            raise UNAVAILABLE(f"database {slug}:{db} is not running")
         return address
 
     async def kill(self, org_id: str, slug: str, db: str, service: str | None) -> None:
         """Kill a running database server or service as an OOM kill would (a fault a test injects)."""
         if not await self.supervisor.kill(Place(org_id, slug, db), service):
             what = f"service {service} of {slug}:{db}" if service else f"database {slug}:{db}"
-            raise ApiError(409, "conflict", f"fault: {what} is not running, so there is nothing to kill")
+            raise CONFLICT(f"fault: {what} is not running, so there is nothing to kill")
 
     async def _start_on_demand(self, org_id: str, slug: str, db: str) -> None:
         async with self._lock(org_id, db):
             row = await databases.get(self.core.store, org_id, db)
             if row is None:
-                raise ApiError(404, "not_found", f"database {db} does not exist in {slug}")
+                raise NOT_FOUND(f"database {db} does not exist in {slug}")
             if row.state in (DbState.STOPPED, DbState.STOPPING):
-                raise ApiError(503, "stopped", f"database {slug}:{db} is {row.state}; start it with pxt db start")
+                raise UNAVAILABLE(f"database {slug}:{db} is {row.state}; start it with pxt db start")
             if self.supervisor.address(org_id, db) is None:
                 try:
                     await self._launch(row)
                 except BuildFailed as e:
                     # The caller (the tunnel, the gateway's first use) refuses with the reason, as a client reads it.
                     await self.supervisor.stop_database(Place(org_id, slug, db))
-                    raise ApiError(503, "unavailable", f"database {slug}:{db} could not start: {e}") from None
+                    raise UNAVAILABLE(f"database {slug}:{db} could not start: {e}") from None
                 await self._set(org_id, db, DbChange(started_at=self.core.clock.now()))
 
     async def _job(self, org_id: str, slug: str, db: str, generation: int, verb: str) -> None:
@@ -283,7 +281,7 @@ class Reconciler:
         warnings = []
         failed = self.core.faults.next_update("db_update_fails", place.slug, place.db)
         if failed is not None:
-            raise ApiError(500, "failed", failed)  # the job's failure: FAILED, with the reason, as any other
+            raise INTERNAL(failed)  # the job's failure: FAILED, with the reason, as any other
         forced = bool(target.get("force_build_nonce"))
         if forced:
             await self.line(place, f"rebuilding environment {digest[:12]}, as pxt db build-image asks")
@@ -442,7 +440,7 @@ class Reconciler:
     async def _row(self, place: Place) -> Database:
         row = await databases.get(self.core.store, place.org_id, place.db)
         if row is None:
-            raise ApiError(404, "not_found", f"database {place.db} does not exist in {place.slug}")
+            raise NOT_FOUND(f"database {place.db} does not exist in {place.slug}")
         return row
 
     async def _set(self, org_id: str, db: str, change: DbChange) -> None:

@@ -13,7 +13,7 @@ from pathlib import Path
 from cryptography.fernet import Fernet
 
 from emulator.core.context import Core
-from emulator.core.errors import ApiError
+from emulator.core.errors import BAD_REQUEST, NOT_FOUND
 from emulator.core.kinds import Kind
 from emulator.core.private import private_key
 from emulator.core.store import Db, many, one, run
@@ -47,9 +47,9 @@ class SecretBox:
 
 def check_key(key: str) -> str:
     if not _KEY.match(key):
-        raise ApiError(400, "bad_request", "a secret name is a letter or underscore, then letters, digits, underscores")
+        raise BAD_REQUEST("a secret name is a letter or underscore, then letters, digits, underscores")
     if key.upper().startswith("PIXELTABLE_"):
-        raise ApiError(400, "bad_request", f"Invalid secret name {key!r}: the PIXELTABLE_ prefix is reserved.")
+        raise BAD_REQUEST(f"Invalid secret name {key!r}: the PIXELTABLE_ prefix is reserved.")
     return key
 
 
@@ -57,9 +57,7 @@ def check_value(key: str, value: str) -> int:
     """The value's size in bytes, refused beyond MAX_VALUE."""
     size = len(value.encode())
     if size > MAX_VALUE:
-        raise ApiError(
-            400,
-            "bad_request",
+        raise BAD_REQUEST(
             f"the value of {key} is {size // 1024} KiB; a secret is at most {MAX_VALUE // 1024} KiB "
             "(it reaches the processes as an environment variable)",
         )
@@ -73,9 +71,7 @@ async def _check_total(conn: Db, box: SecretBox, org_id: str, slug: str, db: str
     )
     total = size + sum(len(box.open(r["value"]).encode()) for r in others)
     if total > MAX_TOTAL:
-        raise ApiError(
-            400,
-            "bad_request",
+        raise BAD_REQUEST(
             f"{slug}'s secrets would hold {total // 1024} KiB; an organization's secrets hold at most "
             f"{MAX_TOTAL // 1024} KiB together (they reach the processes as environment variables)",
         )
@@ -123,7 +119,7 @@ async def declare(
 
 async def delete(core: Core, org_id: str, slug: str, db: str, key: str) -> None:
     if not await run(core.store, "DELETE FROM secrets WHERE org_id = ? AND db = ? AND key = ?", (org_id, db, key)):
-        raise ApiError(404, "not_found", f"no secret {key} in {slug}{':' + db if db else ''}")
+        raise NOT_FOUND(f"no secret {key} in {slug}{':' + db if db else ''}")
     core.bus.publish(Kind.CLOUD_SECRET_DELETED, slug, key=key, db=db or None)
 
 

@@ -16,7 +16,15 @@ from dataclasses import dataclass
 
 from emulator.core.clock import iso
 from emulator.core.context import Core
-from emulator.core.errors import ApiError
+from emulator.core.errors import (
+    BAD_REQUEST,
+    CONFLICT,
+    FORBIDDEN,
+    INVALID_TOKEN,
+    NOT_FOUND,
+    RATE_LIMITED,
+    UNAVAILABLE,
+)
 from emulator.core.kinds import Kind
 from emulator.core.served import key_fingerprint
 from emulator.hosted import keys, orgs
@@ -51,28 +59,22 @@ async def create(core: Core, registration_id: str, ip: str) -> NewTrial:
     async with core.store.transaction() as conn:
         reg = await Identity.registration(conn, registration_id)
         if reg is None:
-            raise ApiError(401, "invalid_token", "the registration behind this token no longer exists")
+            raise INVALID_TOKEN("the registration behind this token no longer exists")
         if reg["status"] == "claimed":
-            raise ApiError(
-                403,
-                "forbidden",
+            raise FORBIDDEN(
                 "this registration was claimed: it works in its person's organization (pxt login) and gets no trial",
             )
         if reg["trial_org_id"] is not None:
-            raise ApiError(409, "conflict", "this registration already has a trial; register again for another")
+            raise CONFLICT("this registration already has a trial; register again for another")
         if not core.switches["cloud_reachable"]:
-            raise ApiError(503, "unavailable", "the cloud could not be reached; try again later")
+            raise UNAVAILABLE("the cloud could not be reached; try again later")
         if not core.switches["trials_enabled"]:
-            raise ApiError(503, "unavailable", "trials are not available on this host")
+            raise UNAVAILABLE("trials are not available on this host")
         total, mine = await orgs.unclaimed_counts(conn, network)
         if total >= settings.trial_capacity:
-            raise ApiError(
-                429, "too_many", "no trials are available right now; try again later", headers={"Retry-After": "3600"}
-            )
+            raise RATE_LIMITED("no trials are available right now; try again later", headers={"Retry-After": "3600"})
         if mine >= settings.trial_network_limit:
-            raise ApiError(
-                429,
-                "too_many",
+            raise RATE_LIMITED(
                 f"your network already holds {settings.trial_network_limit} unclaimed trials; claim one "
                 "(open its claim_url) or wait until one expires",
                 headers={"Retry-After": "3600"},
@@ -108,17 +110,15 @@ async def create(core: Core, registration_id: str, ip: str) -> NewTrial:
 async def claim(core: Core, identity: Identity, org_id: str, email: str) -> str:
     """The person signed in as `email` becomes the trial's admin; it stops expiring. Returns the slug."""
     if not valid_email(email):
-        raise ApiError(400, "bad_request", "sign in with an e-mail address")
+        raise BAD_REQUEST("sign in with an e-mail address")
     email = email.strip()
     now = core.clock.now()
     async with core.store.transaction() as conn:
         org = await orgs.get(conn, org_id)
         if org is None or (org.state == "unclaimed" and (org.expires_at or 0) <= now):
-            raise ApiError(
-                404, "not_found", "this trial no longer exists (unclaimed trials are deleted after 48 hours)"
-            )
+            raise NOT_FOUND("this trial no longer exists (unclaimed trials are deleted after 48 hours)")
         if org.state != "unclaimed":
-            raise ApiError(409, "bad_request", f"the organization {org.slug} is already claimed")
+            raise CONFLICT(f"the organization {org.slug} is already claimed")
         user_id = await identity.ensure_user(conn, email, now)
         await orgs.claim(conn, org_id, now)
         await orgs.add_member(conn, org_id, user_id, "admin")
@@ -132,7 +132,7 @@ async def claim(core: Core, identity: Identity, org_id: str, email: str) -> str:
 async def by_claim_token(core: Core, token: str) -> Org:
     org = await orgs.by_claim_token(core.store, token)
     if org is None:
-        raise ApiError(404, "not_found", "this claim link is not valid: the trial was claimed or has expired")
+        raise NOT_FOUND("this claim link is not valid: the trial was claimed or has expired")
     return org
 
 

@@ -14,7 +14,7 @@ from typing import Any
 
 from emulator.core import kinds
 from emulator.core.context import Core
-from emulator.core.errors import ApiError
+from emulator.core.errors import BAD_REQUEST, CONFLICT, NOT_FOUND
 from emulator.core.kinds import Kind
 from emulator.hosted import databases, orgs, plans, receipts, services
 from emulator.hosted.blobs import Blobs
@@ -51,11 +51,11 @@ def check_target(target: dict[str, Any], trial: bool) -> dict[str, Any]:
     for name in plans.DATABASE_SIZE:
         value = target.get(name)
         if value is not None and (not isinstance(value, int | float) or isinstance(value, bool) or value <= 0):
-            raise ApiError(400, "bad_request", f"database_target.{name} must be a positive number")
+            raise BAD_REQUEST(f"database_target.{name} must be a positive number")
     plans.check_database_size(target, trial)
     fingerprint = target.get("fingerprint")
     if fingerprint is not None and not isinstance(fingerprint, dict):
-        raise ApiError(400, "bad_request", "database_target.fingerprint must be an object")
+        raise BAD_REQUEST("database_target.fingerprint must be an object")
     return target
 
 
@@ -63,19 +63,19 @@ def check_blob(blob: Blob | None) -> Blob | None:
     if blob is None:
         return None
     if len(blob.sha256) != 64 or any(c not in "0123456789abcdef" for c in blob.sha256):
-        raise ApiError(400, "bad_request", "blob.sha256 must be 64 lowercase hex digits")
+        raise BAD_REQUEST("blob.sha256 must be 64 lowercase hex digits")
     if blob.size < 0:
-        raise ApiError(400, "bad_request", "blob.size must be a non-negative integer")
+        raise BAD_REQUEST("blob.size must be a non-negative integer")
     return blob
 
 
 def mutation_key(m: Any) -> tuple[str, str]:
     """(base_path, service_name) of a service mutation."""
     if not isinstance(m, dict):
-        raise ApiError(400, "bad_request", "each service mutation must be an object")
+        raise BAD_REQUEST("each service mutation must be an object")
     name, base = m.get("service_name"), m.get("base_path") or ""
     if not isinstance(name, str) or not name or not isinstance(base, str):
-        raise ApiError(400, "bad_request", "each service mutation needs a service_name (and a string base_path)")
+        raise BAD_REQUEST("each service mutation needs a service_name (and a string base_path)")
     return base.strip("/"), name
 
 
@@ -99,7 +99,7 @@ def desired(target: dict[str, Any], row: Database | None, trial: bool) -> dict[s
 async def _org(core: Core, org_id: str) -> Org:
     org = await orgs.get(core.store, org_id)
     if org is None:
-        raise ApiError(404, "not_found", "the organization no longer exists")
+        raise NOT_FOUND("the organization no longer exists")
     return org
 
 
@@ -152,7 +152,7 @@ async def submit(
 ) -> list[Receipt]:
     """Accept a submission (its database part first), or return the receipts it got when it was first sent."""
     if change.target is None and not change.mutations:
-        raise ApiError(400, "bad_request", "a submission needs a database_target or a service mutation")
+        raise BAD_REQUEST("a submission needs a database_target or a service mutation")
     submission = digest(change, expected)
     resent = await receipts.of_submission(core.store, org_id, submission)
     if resent:
@@ -180,9 +180,7 @@ async def _submit_database(
     check_target(target, org.trial)
     blob = check_blob(change.blob)
     if blob is not None and not await blobs.has(org_id, blob.sha256):
-        raise ApiError(
-            400, "bad_request", "the project archive was not uploaded; PUT it to the URL prepare_update gave"
-        )
+        raise BAD_REQUEST("the project archive was not uploaded; PUT it to the URL prepare_update gave")
     now = core.clock.now()
     async with core.store.transaction() as conn:
         row = await databases.get(conn, org_id, db)
@@ -191,13 +189,9 @@ async def _submit_database(
             await databases.insert(core, conn, org_id, db, now=now, trial=org.trial, provisioning=True)
             row = await databases.require(conn, org_id, slug, db)
         if expected.database != row.generation:
-            raise ApiError(
-                409, "conflict", f"database {db} is at generation {row.generation}, not {expected.database}; plan again"
-            )
+            raise CONFLICT(f"database {db} is at generation {row.generation}, not {expected.database}; plan again")
         if row.state not in ACCEPTS_UPDATE:
-            raise ApiError(
-                400,
-                "bad_request",
+            raise BAD_REQUEST(
                 f"database {db} is {row.state}; db update needs it AVAILABLE"
                 + (" (run pxt db start)" if row.state == "STOPPED" else ""),
             )
@@ -244,20 +238,20 @@ async def _submit_services(
     async with core.store.transaction() as conn:
         database = await databases.require(conn, org_id, slug, db)
         if not (database.current or {}).get("fingerprint"):
-            raise ApiError(400, "bad_request", f"database {db} has no project to serve; run pxt db update first")
+            raise BAD_REQUEST(f"database {db} has no project to serve; run pxt db update first")
         if database.state != DbState.AVAILABLE:
-            raise ApiError(400, "bad_request", f"database {db} is {database.state}; services need it AVAILABLE")
+            raise BAD_REQUEST(f"database {db} is {database.state}; services need it AVAILABLE")
         existing = await services.of_database(conn, org_id, db)
         new = [k for k in keys if k not in existing]
         plans.check_service_count(kinds.database(slug, db), len(existing) + len(new), org.trial)
         for m, (base, name) in zip(mutations, keys, strict=True):
             if m.get("lifecycle", "running") != "running":
-                raise ApiError(400, "bad_request", "only lifecycle running is accepted in a submission")
+                raise BAD_REQUEST("only lifecycle running is accepted in a submission")
             row = existing.get((base, name))
             have = row.generation if row else 0
             want = expected.services.get((base, name), have)
             if want != have:
-                raise ApiError(409, "conflict", f"service {name} is at generation {have}, not {want}")
+                raise CONFLICT(f"service {name} is at generation {have}, not {want}")
             spec = {
                 **m,
                 "base_path": base,

@@ -9,7 +9,7 @@ import msgspec
 from litestar import Request, Response, get, post
 
 from emulator.core import html, openapi
-from emulator.core.errors import ApiError
+from emulator.core.errors import INVALID_CLIENT, UNSUPPORTED_GRANT_TYPE, ApiError
 from emulator.hosted.logins import CLIENT_ID, Logins
 
 
@@ -54,7 +54,7 @@ def _oauth_error(_: Request[Any, Any, Any], exc: ApiError) -> Response[dict[str,
 async def authorize_device(request: Request[Any, Any, Any]) -> dict[str, Any]:
     form = html.form_fields(await request.body())
     if form.get("client_id") != CLIENT_ID:
-        raise ApiError(400, "invalid_client", f"unknown client_id; this sign-in service serves {CLIENT_ID}")
+        raise INVALID_CLIENT(f"unknown client_id; this sign-in service serves {CLIENT_ID}")
     return await _logins(request).start(form["client_id"])
 
 
@@ -75,7 +75,7 @@ async def authenticate(request: Request[Any, Any, Any]) -> Response[dict[str, An
             form.get("refresh_token", ""), form.get("client_id", ""), form.get("organization_id") or None
         )
     else:
-        raise ApiError(400, "unsupported_grant_type", "grant_type must be device_code or refresh_token")
+        raise UNSUPPORTED_GRANT_TYPE("grant_type must be device_code or refresh_token")
     return Response(answer, headers={"Cache-Control": "no-store"})
 
 

@@ -21,7 +21,16 @@ from emulator.core import html, jsonbody, openapi
 from emulator.core.boundary import Boundary, BoundaryGate
 from emulator.core.clientip import client_ip
 from emulator.core.context import Core
-from emulator.core.errors import ApiError
+from emulator.core.errors import (
+    INVALID_GRANT,
+    INVALID_REQUEST,
+    NOT_FOUND,
+    RATE_LIMIT_EXCEEDED,
+    SERVER_ERROR,
+    UNSUPPORTED_GRANT_TYPE,
+    UNSUPPORTED_RESPONSE_TYPE,
+    ApiError,
+)
 from emulator.core.faults import FaultGate
 from emulator.core.prerouted import raw_headers, read_body, send_whole, small_body
 from emulator.core.webapp import App
@@ -127,16 +136,16 @@ def page_error(_: Request[Any, Any, Any], exc: ApiError) -> Response[str]:
 
 def internal_error(request: Request[Any, Any, Any], exc: Exception) -> Response[bytes]:
     state_dir = idp_of(request).core.settings.state_dir
-    failed = ApiError(500, "server_error", _FAILED)
+    failed = SERVER_ERROR(_FAILED)
     return registration_error(request, last_resort(request.method, request.url.path, exc, state_dir, failed))
 
 
 def http_error(request: Request[Any, Any, Any], exc: HTTPException) -> Response[bytes]:
     cut = incomplete_body(exc)
     if cut is not None:
-        return registration_error(request, ApiError(400, "invalid_request", cut.message))
+        return registration_error(request, INVALID_REQUEST(cut.message))
     if exc.status_code == 404:
-        return registration_error(request, ApiError(404, "not_found", f"nothing is served at {request.url.path}"))
+        return registration_error(request, NOT_FOUND(f"nothing is served at {request.url.path}"))
     return registration_error(request, ApiError(exc.status_code, "invalid_request", http_detail(exc)))
 
 
@@ -147,9 +156,9 @@ async def _json_object(request: Request[Any, Any, Any]) -> dict[str, Any]:
     try:
         body = jsonbody.decode(await request.body() or b"null")
     except jsonbody.NotJson as e:
-        raise ApiError(400, "invalid_request", f"the body is not valid JSON: {e}") from None
+        raise INVALID_REQUEST(f"the body is not valid JSON: {e}") from None
     if not isinstance(body, dict):
-        raise ApiError(400, "invalid_request", "the body must be a JSON object")
+        raise INVALID_REQUEST("the body must be a JSON object")
     return body
 
 
@@ -165,9 +174,7 @@ async def register(request: Request[Any, Any, Any]) -> Response[bytes]:
     if body.get("type") != "refresh":
         quota = idp.limiter.hit(idp.client_ip(request))
         if not quota.allowed:
-            raise ApiError(
-                429,
-                "rate_limit_exceeded",
+            raise RATE_LIMIT_EXCEEDED(
                 f"too many registrations from this address; try again in {quota.reset} seconds",
                 headers={"Retry-After": str(quota.reset)},
             )
@@ -200,9 +207,7 @@ async def complete_claim(request: Request[Any, Any, Any]) -> Response[bytes]:
     exception_handlers={ApiError: registration_error},
 )
 async def old_paths(request: Request[Any, Any, Any]) -> None:
-    raise ApiError(
-        404,
-        "not_found",
+    raise NOT_FOUND(
         f"{request.url.path} is an old agent-auth path; register with POST {idp_of(request).identity.urls.auth}"
         "/agent/identity",
     )
@@ -217,15 +222,13 @@ async def _form(request: Request[Any, Any, Any]) -> dict[str, list[str]]:
 
 def _form_of(ctype: str, body: bytes) -> dict[str, list[str]]:
     if not ctype.startswith("application/x-www-form-urlencoded"):
-        raise ApiError(
-            400,
-            "invalid_request",
+        raise INVALID_REQUEST(
             "this endpoint takes application/x-www-form-urlencoded (not " + (ctype or "an empty content type") + ")",
         )
     try:
         return parse_qs(body.decode("utf-8"), keep_blank_values=True, strict_parsing=False)
     except UnicodeDecodeError:
-        raise ApiError(400, "invalid_request", "the form is not UTF-8") from None
+        raise INVALID_REQUEST("the form is not UTF-8") from None
 
 
 def _one(form: dict[str, list[str]], name: str) -> str | None:
@@ -233,7 +236,7 @@ def _one(form: dict[str, list[str]], name: str) -> str | None:
     if not values:
         return None
     if len(values) > 1:
-        raise ApiError(400, "invalid_request", f"{name} was sent more than once")
+        raise INVALID_REQUEST(f"{name} was sent more than once")
     return values[0]
 
 
@@ -242,7 +245,7 @@ async def token_answer(idp: Idp, ctype: str, authorization: str, body: bytes) ->
     TokenFastPath both answer with it."""
     try:
         if authorization.lower().startswith("bearer "):
-            raise ApiError(400, "invalid_request", "send the assertion in the form field `assertion`, not a header")
+            raise INVALID_REQUEST("send the assertion in the form field `assertion`, not a header")
         form = _form_of(ctype, body)
         grant = _one(form, "grant_type")
         if grant != JWT_BEARER:
@@ -251,12 +254,12 @@ async def token_answer(idp: Idp, ctype: str, authorization: str, body: bytes) ->
                 hint = "; there is no polling grant: complete the claim at /agent/identity/claim/complete"
             elif grant == "refresh_token":
                 hint = "; refresh tokens go to /agent/identity with type refresh"
-            raise ApiError(400, "unsupported_grant_type", f"grant_type must be {JWT_BEARER}{hint}")
+            raise UNSUPPORTED_GRANT_TYPE(f"grant_type must be {JWT_BEARER}{hint}")
         assertion = _one(form, "assertion")
         if not assertion:
-            raise ApiError(400, "invalid_request", "assertion is required (the registration's identity.assertion)")
+            raise INVALID_REQUEST("assertion is required (the registration's identity.assertion)")
         if assertion.startswith("art_"):
-            raise ApiError(400, "invalid_grant", "refresh tokens go to /agent/identity with type refresh")
+            raise INVALID_GRANT("refresh tokens go to /agent/identity with type refresh")
         return 200, _NO_STORE, _encode(await idp.identity.exchange(assertion, _one(form, "scope")))
     except ApiError as exc:
         body = _encode({"error": exc.code, "error_description": exc.message})
@@ -305,7 +308,7 @@ class TokenFastPath:
             )
         except Exception as exc:  # as the app's last resort does: the traceback to the log, not the client
             state_dir = self.idp.core.settings.state_dir
-            failed = last_resort("POST", "/oauth2/token", exc, state_dir, ApiError(500, "server_error", _FAILED))
+            failed = last_resort("POST", "/oauth2/token", exc, state_dir, SERVER_ERROR(_FAILED))
             status, extra = failed.status, failed.headers
             answer = _encode({"code": failed.code, "message": failed.message, "error": failed.code})
         await send_whole(send, status, raw_headers(extra), b"application/json", answer)
@@ -321,7 +324,7 @@ async def revoke(request: Request[Any, Any, Any]) -> Response[bytes]:
     form = await _form(request)
     value = _one(form, "token")
     if not value:
-        raise ApiError(400, "invalid_request", "token is required")
+        raise INVALID_REQUEST("token is required")
     idp = idp_of(request)
     if not await idp.logins.revoke(value):  # a pxt login session's token, or else an agent's
         await idp.identity.revoke(value)
@@ -330,9 +333,7 @@ async def revoke(request: Request[Any, Any, Any]) -> Response[bytes]:
 
 @get("/oauth2/authorize", exception_handlers={ApiError: oauth_error})
 async def authorize() -> None:
-    raise ApiError(
-        400,
-        "unsupported_response_type",
+    raise UNSUPPORTED_RESPONSE_TYPE(
         "this provider has no browser authorization flow; agents register at /agent/identity",
     )
 
@@ -364,9 +365,7 @@ async def oidc(request: Request[Any, Any, Any]) -> Response[bytes]:
 @get("/.well-known/oauth-protected-resource", exception_handlers={ApiError: registration_error})
 async def wrong_host_prm(request: Request[Any, Any, Any]) -> None:
     site = idp_of(request).identity.urls.site
-    raise ApiError(
-        404,
-        "not_found",
+    raise NOT_FOUND(
         f"this is the identity provider; the resource metadata is at {site}/.well-known/oauth-protected-resource",
     )
 
@@ -471,7 +470,7 @@ async def claim_decide(request: Request[Any, Any, Any]) -> Response[str]:
 async def index(request: Request[Any, Any, Any]) -> Response[Any]:
     """Nothing is served at `/`: a browser gets a page that says so, other clients the usual JSON 404."""
     if request.method not in ("GET", "HEAD") or "text/html" not in request.headers.get("accept", ""):
-        raise ApiError(404, "not_found", "nothing is served at /")
+        raise NOT_FOUND("nothing is served at /")
     return html.page(
         "Pixeltable Cloud sign-in",
         "<p>This is the emulator's identity provider. There is no page to see here: you arrive on its pages "

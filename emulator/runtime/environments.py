@@ -18,7 +18,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from emulator.core.errors import ApiError
+from emulator.core.errors import INTERNAL
 
 DEFAULT_PIXELTABLE = "0.7.21"
 Log = Callable[[str], Awaitable[None]]
@@ -76,9 +76,7 @@ def uv_executable() -> str:
         found = shutil.which("uv")
         if found:
             return found
-        raise ApiError(
-            500, "internal", "uv is not installed; the emulator depends on it to build environments"
-        ) from None
+        raise INTERNAL("uv is not installed; the emulator depends on it to build environments") from None
 
 
 def python_for(version: str | None) -> str:

@@ -23,7 +23,7 @@ from litestar.response import Stream
 
 from emulator.core import jsonbody, openapi
 from emulator.core.clientip import scope_client_ip
-from emulator.core.errors import ApiError
+from emulator.core.errors import INVALID_JSON, RATE_LIMITED, ApiError
 from emulator.core.kinds import Kind
 from emulator.core.prerouted import raw_headers, read_body, send_whole, small_body
 from emulator.site.errors import INTERNAL, bad_request, error_bytes, last_resort
@@ -117,7 +117,7 @@ def _params(call: AskCall) -> dict[str, Any]:
     try:
         parsed = jsonbody.decode(body)
     except jsonbody.NotJson as e:
-        raise ApiError(400, "invalid_json", f"the request body is not valid JSON: {e}") from None
+        raise INVALID_JSON(f"the request body is not valid JSON: {e}") from None
     if not isinstance(parsed, dict):
         raise bad_request('the request body must be a JSON object such as {"query": "..."}')
     params.update(parsed)
@@ -236,7 +236,7 @@ async def answer(site: Site, call: AskCall) -> Answer:
         quota = site.ask_limiter.hit(call.ip)
         if not quota.allowed:
             msg = f"{quota.limit} requests per minute per IP on /ask; retry in {quota.reset} s"
-            exc = ApiError(429, "rate_limited", msg, retryable=True, headers={"Retry-After": str(quota.reset)})
+            exc = RATE_LIMITED(msg, retryable=True, headers={"Retry-After": str(quota.reset)})
             return Answer(429, {"Content-Type": "application/json"}, error_bytes(exc))
         try:
             ask = parse(call, site)

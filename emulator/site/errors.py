@@ -1,7 +1,8 @@
 """The site's error envelope: `{"error": {code, message, status, retryable}}`.
 
 The spec allows four codes (`bad_request`, `rate_limited`, `not_found`, `invalid_json`); every site
-refusal uses one of them, with the real HTTP status in `status`.
+refusal shows one of them (a refusal of another kind in the catalogue, core/errors.py, shows `bad_request`),
+with the real HTTP status in `status`.
 """
 
 from __future__ import annotations
@@ -16,7 +17,8 @@ import msgspec
 from litestar import Request, Response
 from litestar.exceptions import HTTPException, InternalServerException
 
-from emulator.core.errors import ApiError, disk_full, full_disk
+from emulator.core.errors import BAD_REQUEST, METHOD_NOT_ALLOWED, NOT_FOUND, ApiError, disk_full, full_disk
+from emulator.core.errors import INTERNAL as _INTERNAL
 
 log = logging.getLogger("emulator")
 
@@ -55,7 +57,7 @@ def error_response(exc: ApiError) -> Response[bytes]:
 
 
 def bad_request(message: str) -> ApiError:
-    return ApiError(400, "bad_request", message)
+    return BAD_REQUEST(message)
 
 
 def on_api_error(_: Request[Any, Any, Any], exc: ApiError) -> Response[bytes]:
@@ -70,11 +72,11 @@ def on_http_error(request: Request[Any, Any, Any], exc: HTTPException) -> Respon
     status = exc.status_code
     if status == 404:
         msg = f"nothing is served at {request.url.path}; the agent endpoints are /ask, /mcp and /health"
-        return error_response(ApiError(404, "not_found", msg))
+        return error_response(NOT_FOUND(msg))
     if status == 405:
         allowed = (exc.headers or {}).get("allow", "")
         msg = f"{request.method} is not allowed on {request.url.path}" + (f"; use {allowed}" if allowed else "")
-        return error_response(ApiError(405, "bad_request", msg, headers={"Allow": allowed} if allowed else None))
+        return error_response(METHOD_NOT_ALLOWED(msg, headers={"Allow": allowed} if allowed else None))
     if status >= 500:
         return on_internal_error(request, exc)
     return error_response(ApiError(status, "bad_request", http_detail(exc)))
@@ -118,7 +120,7 @@ def incomplete_body(exc: HTTPException) -> ApiError | None:
     """Litestar's refusal of a body that never arrived whole (the client went away, or the connection's deadline
     closed it): the client's doing, a 400 with no traceback. None for any other refusal."""
     if isinstance(exc, InternalServerException) and "disconnected prematurely" in str(exc.detail):
-        return ApiError(400, "bad_request", "the request's body did not arrive whole: the client went away or was slow")
+        return BAD_REQUEST("the request's body did not arrive whole: the client went away or was slow")
     return None
 
 
@@ -127,7 +129,7 @@ def on_internal_error(request: Request[Any, Any, Any], exc: Exception) -> Respon
     return error_response(last_resort(request.method, request.url.path, exc, state_dir, INTERNAL))
 
 
-INTERNAL = ApiError(500, "bad_request", "the emulator failed to answer; see its log", retryable=True)
+INTERNAL = _INTERNAL("the emulator failed to answer; see its log", retryable=True)
 
 
 EXCEPTION_HANDLERS: dict[Any, Any] = {

@@ -16,7 +16,7 @@ from typing import Any
 
 from emulator.config import SUPPORTED_API_VERSIONS, Settings
 from emulator.core.boundary import Boundary, asgi_headers
-from emulator.core.errors import ApiError
+from emulator.core.errors import BAD_REQUEST
 from emulator.site.errors import error_bytes
 
 ASGIApp = Any
@@ -70,9 +70,7 @@ class SiteGate:
         extra = self._extra
         if requested is not None and requested not in self._served:
             shown = requested.decode("latin-1")[:40]
-            exc = ApiError(
-                400,
-                "bad_request",
+            exc = BAD_REQUEST(
                 f"API-Version {shown!r} is not served; the versions served are: {self._served_text} "
                 "(send API-Version: 1, or no header for version 1)",
             )

@@ -15,7 +15,7 @@ from collections.abc import Awaitable, Callable
 import msgspec
 
 from emulator.core.context import Core
-from emulator.core.errors import ApiError
+from emulator.core.errors import BAD_REQUEST, CONFLICT, UNPROCESSABLE
 
 MAX_KEY = 256
 
@@ -34,9 +34,7 @@ def read_key(raw: str | None) -> str | None:
     if len(key) >= 2 and key[0] == key[-1] == '"':
         key = key[1:-1]
     if not 1 <= len(key) <= MAX_KEY:
-        raise ApiError(
-            400,
-            "bad_request",
+        raise BAD_REQUEST(
             f"Idempotency-Key must be 1 to {MAX_KEY} characters long (got {len(key)}); "
             "send a fresh UUID for each logical request",
         )
@@ -81,16 +79,12 @@ class Idempotency:
                 )
                 return None
         if row["fingerprint"] != fp:
-            raise ApiError(
-                422,
-                "bad_request",
+            raise UNPROCESSABLE(
                 "this Idempotency-Key was already used with a different request; "
                 "keys must be unique per logical request",
             )
         if row["state"] == "pending":
-            raise ApiError(
-                409,
-                "bad_request",
+            raise CONFLICT(
                 "a request with this Idempotency-Key is still being processed; retry shortly",
                 retryable=True,
                 headers={"Retry-After": "1"},

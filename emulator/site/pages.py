@@ -15,7 +15,7 @@ from typing import Any
 from litestar import Request, Response, get, route
 
 from emulator.core import html
-from emulator.core.errors import ApiError
+from emulator.core.errors import NOT_FOUND
 from emulator.site.state import site_of
 
 _FRONT = re.compile(r"\A---\s*\n.*?\n---\s*\n", re.S)
@@ -155,9 +155,7 @@ async def page(request: Request[Any, Any, Any]) -> Response[str]:
     if row is None and readable and lookup == INDEX:  # the folder has no page of its own there
         return docs_index(site.docs.pages(), as_markdown)
     if row is None:
-        raise ApiError(
-            404,
-            "not_found",
+        raise NOT_FOUND(
             f"nothing is served at {path}; the agent endpoints are /ask, /mcp and /health, "
             f"and {INDEX} (or /llms.txt) lists the docs pages",
         )

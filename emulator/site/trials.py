@@ -12,7 +12,7 @@ from litestar import Request, Response, get, post
 
 from emulator.core import html, openapi
 from emulator.core.clock import iso
-from emulator.core.errors import ApiError
+from emulator.core.errors import INVALID_TOKEN, NOT_FOUND, UNAUTHORIZED, ApiError
 from emulator.hosted import plans, trials
 from emulator.hosted.records import Org
 from emulator.site.state import site_of
@@ -63,15 +63,13 @@ async def create_trial(request: Request[Any, Any, Any]) -> Response[bytes]:
     site = site_of(request)
     scheme, _, token = request.headers.get("authorization", "").partition(" ")
     if scheme.lower() != "bearer" or not token.strip():
-        raise ApiError(
-            401,
-            "unauthorized",
+        raise UNAUTHORIZED(
             "a bearer token is required: register at the issuer named in /.well-known/oauth-protected-resource "
             "(type anonymous), exchange the assertion at /oauth2/token, and send Authorization: Bearer <token>",
         )
     grant = await site.identity.verify_access(token.strip())
     if grant.registration_type != "anonymous":
-        raise ApiError(401, "invalid_token", "trials are for anonymous registrations; this token is not one")
+        raise INVALID_TOKEN("trials are for anonymous registrations; this token is not one")
     made = await trials.create(site.core, grant.registration_id, site.client_ip(request))
     trial = TrialOrg(
         org=made.org,
@@ -116,7 +114,7 @@ async def claim_page(request: Request[Any, Any, Any], token: str) -> Response[st
     core = site_of(request).core
     org = await trials.by_claim_token(core, token)
     if org.state == "unclaimed" and (org.expires_at or 0) <= core.clock.now():  # its deletion is due
-        raise ApiError(404, "not_found", f"this trial expired at {html.readable(org.expires_at or 0)}")
+        raise NOT_FOUND(f"this trial expired at {html.readable(org.expires_at or 0)}")
     return _claim_form(org, token)
 
 
