@@ -57,15 +57,15 @@ class Platform:
 
     def worker_status(self, row: Database) -> list[dict[str, Any]]:
         """The `worker_status` of `get_db`: the database's server, as a pod would be listed."""
-        running = self.reconciler.status(row.org_id, row.name)
-        if running is None:
+        ready = self.reconciler.server_ready(row.org_id, row.name)
+        if ready is None:
             return []
         now = self.core.clock.now()
         return [
             {
                 "pod_id": f"{row.name}-0",
-                "status": "Running" if running["ready"] else "Starting",
-                "ready": 1 if running["ready"] else 0,
+                "status": "Running" if ready else "Starting",
+                "ready": 1 if ready else 0,
                 "total": 1,
                 "restarts": row.restarts,
                 "age_s": int(now - (row.started_at or now)),
