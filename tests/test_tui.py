@@ -21,7 +21,6 @@ from pathlib import Path
 from typing import Any, cast
 
 import httpx
-import msgspec
 import pytest
 from rich.console import Console
 from textual.geometry import Spacing
@@ -704,7 +703,7 @@ def snap_emu(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Emulator]:
 
 async def _settled(app: Dashboard, pilot: Pilot[None]) -> None:
     await until(pilot, lambda: len(app.model.registrations) == 2 and app.model.orgs and app.model.claims)
-    await until(pilot, lambda: app.model.orgs[0]["databases"][0]["state"] == "STOPPED")
+    await until(pilot, lambda: app.model.orgs[0].databases[0].state == "STOPPED")
 
 
 @pytest.mark.parametrize("view", ["registrations", "trials", "databases"])
@@ -734,13 +733,13 @@ async def test_at_80x24_tables_scroll_sideways_and_enter_shows_every_field(snap_
             await pilot.press("right")
         assert table.scroll_x > 0
         reg = app.model.registrations[0]
-        await select(pilot, app, "registrations", reg["id"])
+        await select(pilot, app, "registrations", reg.id)
         await pilot.press("enter")
         await until(pilot, lambda: isinstance(app.screen, DetailScreen), "the details")
         text = cast(DetailScreen, app.screen).plain()
-        for scope in reg["scopes"]:
+        for scope in reg.scopes:
             assert scope in text
-        assert reg["id"] in text and (reg["trial"] or "—") in text
+        assert reg.id in text and (reg.trial or "—") in text
         assert_snapshot(app, "registration-detail-80x24")
         await pilot.press("escape")
         assert not isinstance(app.screen, DetailScreen)
@@ -778,11 +777,11 @@ async def test_at_80_columns_ids_are_short_so_the_columns_after_them_show(snap_e
         header = next(line for line in screen if "Registration" in line)
         assert all(column in header for column in ("Claim", "Trial", "E-mail", "Scopes")), header
         for reg in app.model.registrations:
-            line = next(line for line in screen if short_id(reg["id"]) in line)
-            assert reg["id"] not in line and reg["scopes"][0] in line
-            assert (reg["trial"] or reg["login_hint"]) in line
+            line = next(line for line in screen if short_id(reg.id) in line)
+            assert reg.id not in line and reg.scopes[0] in line
+            assert (reg.trial or reg.login_hint or "") in line and (reg.trial or reg.login_hint)
         # The filter matches the whole id, the part a narrow table does not show included.
-        first = app.model.registrations[0]["id"]
+        first = app.model.registrations[0].id
         await pilot.press("slash", *first[10:20], "enter")
         assert [r[0] for r in rows(app, "registrations")] == [short_id(first)]
         await pilot.press("escape")
@@ -791,8 +790,8 @@ async def test_at_80_columns_ids_are_short_so_the_columns_after_them_show(snap_e
         screen = screen_lines(app)
         assert "Scorecard" in next(line for line in screen if "Agent" in line and "Type" in line)
         for card in app.model.agents:
-            line = next(line for line in screen if short_id(card["agent"]) in line)
-            assert ("clean" if card["clean"] else f"{len(card['findings'])}: ") in line, line
+            line = next(line for line in screen if short_id(card.agent) in line)
+            assert ("clean" if card.clean else f"{len(card.findings)}: ") in line, line
         assert_snapshot(app, "agents-80x24")
 
 
@@ -851,7 +850,7 @@ async def test_prompts_and_questions_show_their_whole_text_and_toasts_stay_insid
 async def test_snapshot_of_a_question_at_80x24(snap_emu: Emulator) -> None:
     async with dashboard(snap_emu, size=(80, 24), initial="databases") as (app, pilot):
         await _settled(app, pilot)
-        await select(pilot, app, "databases", f"{app.model.orgs[0]['org']}:main")
+        await select(pilot, app, "databases", f"{app.model.orgs[0].org}:main")
         await pilot.press("s")
         await until(pilot, lambda: isinstance(app.screen, ConfirmScreen), "the question")
         assert_snapshot(app, "stop-question-80x24")
@@ -888,7 +887,7 @@ async def test_enter_shows_every_field_of_a_trial_and_of_an_org_and_its_database
 def test_a_service_row_has_every_field_for_enter() -> None:
     """No service runs in these tests (one takes a built environment): its row and details from the wire type."""
     service = ServiceView("acme", "main", "ingest", "api", "RUNNING", 3, "http://127.0.0.1:9/api/ingest", None, "x")
-    model = Model(services=[msgspec.to_builtins(service)])
+    model = Model(services=[service])
     view = ServicesView()
     [(key, _)] = view.rows(model)
     fields = dict(view.details(model, key) or [])
@@ -943,7 +942,7 @@ async def test_the_faults_view_lists_the_rules_and_removes_them(tui_emu: Emulato
 
 async def test_snapshots_save_load_and_delete_and_reset_asks_first(start_emulator: Any) -> None:
     e: Emulator = start_emulator("--no-watch", "--freeze-clock", FROZEN_AT)
-    orgs = lambda app: {o["org"] for o in app.model.orgs}  # noqa: E731
+    orgs = lambda app: {o.org for o in app.model.orgs}  # noqa: E731
 
     async def confirmed(pilot: Pilot[None], app: Dashboard, key: str, yes: bool = True) -> str:
         await pilot.press(key)

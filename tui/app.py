@@ -17,8 +17,7 @@ import json
 from collections.abc import Awaitable, Callable, Iterable
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, ClassVar
-from urllib.parse import quote
+from typing import Any, ClassVar, TypeVar
 
 from rich.text import Text
 from textual import on
@@ -32,7 +31,7 @@ from textual.screen import ModalScreen, Screen
 from textual.widgets import DataTable, Footer, Input, Static, TabbedContent, TabPane
 
 from emulator.admin.client import EmulatorClient, EmulatorError, Locator, Unreachable
-from emulator.admin.wire import EventView
+from emulator.admin.wire import ClaimDecided, EventView, OrgList
 from emulator.core.kinds import Kind
 from tui.filter import RowFilter
 from tui.keys import ACTS, VIEWS, bindings, visible
@@ -50,6 +49,8 @@ from tui.views.switches import SwitchesView
 from tui.views.table import TableView
 from tui.views.trials import TrialsView
 from tui.views.users import UsersView
+
+A = TypeVar("A")  # what an act answers
 
 # How many journal events the log pane starts with when it attaches.
 LOG_BACKLOG = 500
@@ -275,14 +276,13 @@ class Dashboard(App[None]):
         while True:
             try:
                 status = await self.client.status()
-                seq = int(status["events"])
+                seq = status.events
                 if seq < self.model.last_seq:
                     # Another emulator (a new state dir) now answers here: start over.
                     self.model = Model()
                     self.log_view.clear()
-                self.model.version = status["version"]
-                clock = status["clock"]
-                self.model.clock.set(float(clock["now"]), bool(clock["frozen"]))
+                self.model.version = status.version
+                self.model.clock.set(status.clock.now, status.clock.frozen)
                 await self._fetch(ALL)
                 self._snapshot_seq = seq
                 since = self.model.last_seq or max(0, seq - LOG_BACKLOG)
@@ -311,11 +311,11 @@ class Dashboard(App[None]):
 
     async def _fetch(self, names: Iterable[str]) -> None:
         names = sorted(names)
-        bodies = await asyncio.gather(*(self.client.get(SNAPSHOTS[n]) for n in names))
-        for name, body in zip(names, bodies, strict=True):
-            self.model.apply_snapshot(name, body)
-            if name == "orgs" and not self.model.clock.frozen:
-                self.model.clock.set(float(body["now"]), False)
+        bodies = await asyncio.gather(*(SNAPSHOTS[n](self.client) for n in names))
+        for body in bodies:
+            self.model.apply_snapshot(body)
+            if isinstance(body, OrgList) and not self.model.clock.frozen:
+                self.model.clock.set(body.now, False)
         self._render(names)
         self._render_top()
         if "logins" in names:
@@ -435,7 +435,7 @@ class Dashboard(App[None]):
 
         async def with_trace(who: str, fields: list[tuple[str, str | Text]]) -> None:
             try:
-                found = await self.client.get("/_emulator/traces/" + quote(who, safe=""))
+                found = await self.client.trace(who)
             except Exception as e:
                 self.notify(f"trace of {who}: {e}", severity="error")
                 found = None
@@ -461,7 +461,7 @@ class Dashboard(App[None]):
                 self.notify(f"logs of {scope}: {e}", severity="error")
                 return
             self.log_view.fill_scope(
-                scope, [db_line(fmt_stamp(r["ts_ms"] / 1000), scope, r["service"], r["line"]) for r in lines]
+                scope, [db_line(fmt_stamp(r.ts_ms / 1000), scope, r.service, r.line) for r in lines]
             )
 
         self.run_worker(backlog(), group="io")
@@ -519,8 +519,8 @@ class Dashboard(App[None]):
     def _act(
         self,
         command: str,
-        call: Callable[[], Awaitable[Any]],
-        done: Callable[[Any], str],
+        call: Callable[[], Awaitable[A]],
+        done: Callable[[A], str],
         stales: frozenset[str] = frozenset(),
     ) -> None:
         """Run an act in a worker; its outcome is a toast and a log line naming the equivalent command. `stales`:
@@ -553,7 +553,7 @@ class Dashboard(App[None]):
     def action_claim_trial(self, org: str | None = None) -> None:
         if org is None:
             key = self.table_view("trials").selected_key()
-            unclaimed = [o["org"] for o in self.model.trials() if o["state"] == "unclaimed"]
+            unclaimed = [o.org for o in self.model.trials() if o.state == "unclaimed"]
             org = key if key in unclaimed else (unclaimed[0] if len(unclaimed) == 1 else None)
         if org is None:
             self.notify("select an unclaimed trial first", severity="warning")
@@ -565,7 +565,7 @@ class Dashboard(App[None]):
             lambda email: self._act(
                 f"emulator claim-trial {chosen} --email {email}",
                 lambda: self.client.claim_trial(chosen, email),
-                lambda a: f"{a['org']} is claimed by {a['email']}; it no longer expires",
+                lambda a: f"{a.org} is claimed by {a.email}; it no longer expires",
             ),
         )
 
@@ -579,20 +579,21 @@ class Dashboard(App[None]):
         """The person's act on a pending claim: the selected registration's, or the only one pending."""
         if registration is None:
             key = self.table_view("registrations").selected_key()
-            pending = [r for r, c in self.model.claims.items() if c["state"] == "pending"]
+            pending = [r for r, c in self.model.claims.items() if c.state == "pending"]
             registration = key if key in self.model.claims else (pending[0] if len(pending) == 1 else None)
         if registration is None:
             self.notify("select a registration with a pending claim first", severity="warning")
             return
         chosen = registration
-        hint = (self.model.claims.get(chosen) or {}).get("login_hint") or DEFAULT_EMAIL
+        claim = self.model.claims.get(chosen)
+        hint = (claim.login_hint if claim else None) or DEFAULT_EMAIL
         act, call = ("approve", self.client.approve_claim) if approve else ("deny", self.client.deny_claim)
         deny_flag = "" if approve else " --deny"
 
-        def said(a: dict[str, Any]) -> str:
+        def said(a: ClaimDecided) -> str:
             if approve:
-                return f"approved as {a['email']}; the agent's user code is {a['user_code']}"
-            return f"denied as {a['email']}; the agent's claim is refused"
+                return f"approved as {a.email}; the agent's user code is {a.user_code}"
+            return f"denied as {a.email}; the agent's claim is refused"
 
         self._ask(
             f"{act.capitalize()} the claim of {chosen} as (e-mail):",
@@ -616,7 +617,7 @@ class Dashboard(App[None]):
         )
 
     def action_approve_login(self, code: str | None = None) -> None:
-        codes = [login["user_code"] for login in self.model.logins]
+        codes = [login.user_code for login in self.model.logins]
         if code is None and len(codes) != 1:
             if not codes:
                 self.notify("no pxt login sign-in is pending", severity="warning")
@@ -630,7 +631,7 @@ class Dashboard(App[None]):
             lambda email: self._act(
                 f"emulator approve-login {chosen} --email {email}",
                 lambda: self.client.approve_login(chosen, email),
-                lambda a: f"{a['user_code']} approved as {a['email']}",
+                lambda a: f"{a.user_code} approved as {a.email}",
             ),
         )
 
@@ -639,7 +640,7 @@ class Dashboard(App[None]):
             self._act(
                 f"emulator clock advance {value}",
                 lambda: self.client.advance_clock(value),
-                lambda a: f"the clock reads {a['iso']}",
+                lambda a: f"the clock reads {a.iso}",
             )
 
         if duration:
@@ -656,7 +657,7 @@ class Dashboard(App[None]):
         self._act(
             f"emulator db {verb} {org} {db}",
             lambda: self.client.db_verb(org, db, verb),
-            lambda a: f"{verb} accepted (generation {a['receipt']['generation']})",
+            lambda a: f"{verb} accepted (generation {a.receipt.generation})",
         )
 
     def action_stop_db(self, org: str | None = None, db: str | None = None) -> None:
@@ -679,14 +680,14 @@ class Dashboard(App[None]):
 
     def action_remove_fault(self, rule: str | None = None) -> None:
         rule = rule or self.table_view("faults").selected_key()
-        if rule is None or rule not in {r["id"] for r in self.model.faults}:
+        if rule is None or rule not in {r.id for r in self.model.faults}:
             self.notify("select a fault rule first (a hold goes with X)", severity="warning")
             return
         chosen = rule
         self._act(
             f"emulator fault clear {chosen}",
             lambda: self.client.remove_fault(chosen),
-            lambda a: f"removed {a['removed']['id']}",
+            lambda a: f"removed {a.removed.id}",
             frozenset({"faults"}),
         )
 
@@ -696,7 +697,7 @@ class Dashboard(App[None]):
             lambda: self._act(
                 "emulator fault clear",
                 self.client.clear_faults,
-                lambda a: f"cleared {a['cleared']} rule{'s' if a['cleared'] != 1 else ''} and holds",
+                lambda a: f"cleared {a.cleared} rule{'s' if a.cleared != 1 else ''} and holds",
                 frozenset({"faults"}),
             ),
         )
@@ -706,7 +707,7 @@ class Dashboard(App[None]):
             self._act(
                 f"emulator snapshot save {value}",
                 lambda: self.client.save_snapshot(value),
-                lambda a: f"saved {a['name']} ({a['clock']} on its clock)",
+                lambda a: f"saved {a.name} ({a.clock} on its clock)",
             )
 
         if name:
@@ -716,7 +717,7 @@ class Dashboard(App[None]):
 
     def _selected_snapshot(self, name: str | None) -> str | None:
         name = name or self.table_view("snapshots").selected_key()
-        if name is None or name not in {s["name"] for s in self.model.snapshots}:
+        if name is None or name not in {s.name for s in self.model.snapshots}:
             self.notify("select a snapshot first", severity="warning")
             return None
         return name
@@ -731,7 +732,7 @@ class Dashboard(App[None]):
             lambda: self._act(
                 f"emulator snapshot load {chosen}",
                 lambda: self.client.load_snapshot(chosen),
-                lambda a: f"loaded {a['loaded']} in {a['seconds']:.2f} s; the clock reads {a['clock']}",
+                lambda a: f"loaded {a.loaded} in {a.seconds:.2f} s; the clock reads {a.clock}",
             ),
         )
 
@@ -744,7 +745,7 @@ class Dashboard(App[None]):
             lambda: self._act(
                 f"emulator snapshot delete {chosen}",
                 lambda: self.client.delete_snapshot(chosen),
-                lambda a: f"deleted {a['deleted']}",
+                lambda a: f"deleted {a.deleted}",
             ),
         )
 
@@ -756,7 +757,7 @@ class Dashboard(App[None]):
             lambda: self._act(
                 "emulator reset" + ("" if to == "empty" else f" --to {to}"),
                 lambda: self.client.reset(to),
-                lambda a: f"reset to {a['to']} in {a['seconds']:.2f} s; the clock reads {a['clock']}",
+                lambda a: f"reset to {a.to} in {a.seconds:.2f} s; the clock reads {a.clock}",
             ),
         )
 
@@ -793,7 +794,7 @@ class Dashboard(App[None]):
         )
         yield SystemCommand("Save a snapshot…", "emulator snapshot save NAME", self.action_save_snapshot)
         for snap in self.model.snapshots:
-            name = snap["name"]
+            name = snap.name
             yield SystemCommand(
                 f"Load snapshot {name}",
                 f"emulator snapshot load {name} (asks first)",
@@ -806,16 +807,16 @@ class Dashboard(App[None]):
             )
         for rule in self.model.faults:
             yield SystemCommand(
-                f"Remove fault {rule['id']}",
-                f"emulator fault clear {rule['id']}",
-                lambda rule=rule["id"]: self.action_remove_fault(rule),
+                f"Remove fault {rule.id}",
+                f"emulator fault clear {rule.id}",
+                lambda rule=rule.id: self.action_remove_fault(rule),
             )
         if self.model.faults or self.model.holds:
             yield SystemCommand(
                 "Remove every fault rule", "emulator fault clear (asks first)", self.action_clear_faults
             )
         for reg, claim in self.model.claims.items():
-            if claim["state"] == "pending":
+            if claim.state == "pending":
                 yield SystemCommand(
                     f"Approve claim of {reg}",
                     f"emulator approve-claim {reg} --email E",
@@ -834,31 +835,31 @@ class Dashboard(App[None]):
                 lambda name=name: self.action_toggle_switch(name),
             )
         for login in self.model.logins:
-            code = login["user_code"]
+            code = login.user_code
             yield SystemCommand(
                 f"Approve sign-in {code}",
                 f"emulator approve-login {code} --email E",
                 lambda code=code: self.action_approve_login(code),
             )
         for o in self.model.orgs:
-            if o["trial"] and o["state"] == "unclaimed":
+            if o.trial and o.state == "unclaimed":
                 yield SystemCommand(
-                    f"Claim trial {o['org']}",
-                    f"emulator claim-trial {o['org']} --email E",
-                    lambda org=o["org"]: self.action_claim_trial(org),
+                    f"Claim trial {o.org}",
+                    f"emulator claim-trial {o.org} --email E",
+                    lambda org=o.org: self.action_claim_trial(org),
                 )
-            for d in o["databases"]:
-                if d["state"] == "STOPPED":
+            for d in o.databases:
+                if d.state == "STOPPED":
                     yield SystemCommand(
-                        f"Start database {o['org']}:{d['db']}",
-                        f"emulator db start {o['org']} {d['db']}",
-                        lambda org=o["org"], db=d["db"]: self._db_verb("start", (org, db)),
+                        f"Start database {o.org}:{d.db}",
+                        f"emulator db start {o.org} {d.db}",
+                        lambda org=o.org, db=d.db: self._db_verb("start", (org, db)),
                     )
                 else:
                     yield SystemCommand(
-                        f"Stop database {o['org']}:{d['db']}",
-                        f"emulator db stop {o['org']} {d['db']} (asks first)",
-                        lambda org=o["org"], db=d["db"]: self.action_stop_db(org, db),
+                        f"Stop database {o.org}:{d.db}",
+                        f"emulator db stop {o.org} {d.db} (asks first)",
+                        lambda org=o.org, db=d.db: self.action_stop_db(org, db),
                     )
 
 

@@ -8,25 +8,62 @@ which is estimated locally between `clock.moved` events when it runs.
 from __future__ import annotations
 
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from emulator.admin.client import EmulatorClient
+from emulator.admin.wire import (
+    ClaimList,
+    FaultList,
+    FaultRuleView,
+    KeyList,
+    KeyView,
+    LoginList,
+    OrgList,
+    OrgView,
+    PendingClaimView,
+    PendingLoginView,
+    RegistrationList,
+    RegistrationView,
+    ServiceList,
+    ServiceView,
+    SnapshotList,
+    UserList,
+    UserView,
+)
+from emulator.behaviour.scorecard import Card, Report, Unattributed
 from emulator.core.kinds import Kind
+from emulator.core.snapshots import SnapshotView
 
-# Snapshot name -> admin path. Each is one small collection.
-SNAPSHOTS: dict[str, str] = {
-    "registrations": "/_emulator/registrations",
-    "claims": "/_emulator/claims",
-    "logins": "/_emulator/logins",
-    "orgs": "/_emulator/orgs",
-    "services": "/_emulator/services",
-    "users": "/_emulator/users",
-    "keys": "/_emulator/keys",
-    "switches": "/_emulator/switches",
-    "agents": "/_emulator/report",
-    "faults": "/_emulator/faults",
-    "snapshots": "/_emulator/snapshots",
+# What one snapshot's fetch answers (switches come as a bare name -> on mapping).
+Snapshot = (
+    RegistrationList
+    | ClaimList
+    | LoginList
+    | OrgList
+    | ServiceList
+    | UserList
+    | KeyList
+    | dict[str, bool]
+    | Report
+    | FaultList
+    | SnapshotList
+)
+# Snapshot name -> its fetch. Each is one small collection.
+SNAPSHOTS: dict[str, Callable[[EmulatorClient], Awaitable[Snapshot]]] = {
+    "registrations": EmulatorClient.registrations,
+    "claims": EmulatorClient.claims,
+    "logins": EmulatorClient.logins,
+    "orgs": EmulatorClient.orgs,
+    "services": EmulatorClient.services,
+    "users": EmulatorClient.users,
+    "keys": EmulatorClient.keys,
+    "switches": EmulatorClient.switches,
+    "agents": EmulatorClient.report,
+    "faults": EmulatorClient.faults,
+    "snapshots": EmulatorClient.snapshots,
 }
 ALL = frozenset(SNAPSHOTS)
 
@@ -129,55 +166,64 @@ class Clock:
         return f"{stamp} {'(frozen)' if self.frozen else '(running)'}"
 
 
+@dataclass(frozen=True)
+class ExpiredTrial:
+    """A trial deleted while we watched (or in the journal backlog): what was known of it, if anything, and what
+    its `trial.expired` event told."""
+
+    known: OrgView | None
+    org_id: str | None
+    expired_at: float | None
+
+
 @dataclass
 class Model:
     clock: Clock = field(default_factory=Clock)
     version: str = ""
     last_seq: int = 0
-    registrations: list[dict[str, Any]] = field(default_factory=list)
-    claims: dict[str, dict[str, Any]] = field(default_factory=dict)  # registration id -> pending claim
-    logins: list[dict[str, Any]] = field(default_factory=list)
-    orgs: list[dict[str, Any]] = field(default_factory=list)
-    services: list[dict[str, Any]] = field(default_factory=list)
-    users: list[dict[str, Any]] = field(default_factory=list)
-    keys: list[dict[str, Any]] = field(default_factory=list)
-    agents: list[dict[str, Any]] = field(default_factory=list)  # the scorecard's cards
-    unattributed: dict[str, Any] | None = None  # the requests no credential names: counted, not judged
+    registrations: list[RegistrationView] = field(default_factory=list)
+    claims: dict[str, PendingClaimView] = field(default_factory=dict)  # registration id -> pending claim
+    logins: list[PendingLoginView] = field(default_factory=list)
+    orgs: list[OrgView] = field(default_factory=list)
+    services: list[ServiceView] = field(default_factory=list)
+    users: list[UserView] = field(default_factory=list)
+    keys: list[KeyView] = field(default_factory=list)
+    agents: list[Card] = field(default_factory=list)  # the scorecard's cards
+    unattributed: Unattributed | None = None  # the requests no credential names: counted, not judged
     switches: dict[str, bool] = field(default_factory=dict)
-    faults: list[dict[str, Any]] = field(default_factory=list)  # the armed rules, as `emulator fault list`
+    faults: list[FaultRuleView] = field(default_factory=list)  # the armed rules, as `emulator fault list`
     holds: dict[str, int] = field(default_factory=dict)  # path -> requests still to hold
     waiting: list[str] = field(default_factory=list)  # paths of requests held now
-    snapshots: list[dict[str, Any]] = field(default_factory=list)
-    # Trials deleted while we watched (or in the journal backlog): kept, with what was known of them (name,
-    # expiry, keys, admins, registration), so they show as deleted rather than vanish.
-    expired: dict[str, dict[str, Any]] = field(default_factory=dict)
+    snapshots: list[SnapshotView] = field(default_factory=list)
+    # Trials deleted while we watched, by name: kept, so they show as deleted rather than vanish.
+    expired: dict[str, ExpiredTrial] = field(default_factory=dict)
 
-    def apply_snapshot(self, name: str, body: dict[str, Any]) -> None:
-        if name == "registrations":
-            self.registrations = body["registrations"]
-        elif name == "claims":
-            self.claims = {c["registration"]: c for c in body["claims"]}
-        elif name == "logins":
-            self.logins = body["pending"]
-        elif name == "orgs":
-            self.orgs = body["orgs"]
-            live = {o["org"] for o in self.orgs}
-            self.expired = {slug: e for slug, e in self.expired.items() if slug not in live}
-        elif name == "services":
-            self.services = body["services"]
-        elif name == "users":
-            self.users = body["users"]
-        elif name == "keys":
-            self.keys = body["keys"]
-        elif name == "switches":
-            self.switches = dict(body)
-        elif name == "agents":
-            self.agents = body["agents"]
-            self.unattributed = body.get("unattributed")
-        elif name == "faults":
-            self.faults, self.holds, self.waiting = body["rules"], body["holds"], body["waiting"]
-        elif name == "snapshots":
-            self.snapshots = body["snapshots"]
+    def apply_snapshot(self, body: Snapshot) -> None:
+        match body:
+            case RegistrationList():
+                self.registrations = body.registrations
+            case ClaimList():
+                self.claims = {c.registration: c for c in body.claims}
+            case LoginList():
+                self.logins = body.pending
+            case OrgList():
+                self.orgs = body.orgs
+                live = {o.org for o in self.orgs}
+                self.expired = {slug: e for slug, e in self.expired.items() if slug not in live}
+            case ServiceList():
+                self.services = body.services
+            case UserList():
+                self.users = body.users
+            case KeyList():
+                self.keys = body.keys
+            case dict():
+                self.switches = dict(body)
+            case Report():
+                self.agents, self.unattributed = body.agents, body.unattributed
+            case FaultList():
+                self.faults, self.holds, self.waiting = body.rules, body.holds, body.waiting
+            case SnapshotList():
+                self.snapshots = body.snapshots
 
     def note_event(self, kind: str, subject: str | None, data: dict[str, Any], *, live: bool = True) -> None:
         """What an event tells directly, without a fetch. A replayed event (`live` False: one from before the
@@ -187,18 +233,18 @@ class Model:
         if kind in (Kind.EMULATOR_RESET, Kind.SNAPSHOT_LOADED):
             self.expired = {}
         elif kind == Kind.TRIAL_EXPIRED and subject:
-            known = next((o for o in self.orgs if o["org"] == subject), {})
-            self.expired[subject] = {**known, "org": subject, **data}
-            self.orgs = [o for o in self.orgs if o["org"] != subject]
+            known = next((o for o in self.orgs if o.org == subject), None)
+            self.expired[subject] = ExpiredTrial(known, data.get("org_id"), data.get("expired_at"))
+            self.orgs = [o for o in self.orgs if o.org != subject]
 
-    def trials(self) -> list[dict[str, Any]]:
-        return [o for o in self.orgs if o["trial"]]
+    def trials(self) -> list[OrgView]:
+        return [o for o in self.orgs if o.trial]
 
     def deleted_trial(self, org_id: str | None) -> str | None:
         """The name of a trial deleted while we watched (or in the backlog), by its org id."""
         if not org_id:
             return None
-        return next((slug for slug, e in self.expired.items() if e.get("org_id") == org_id), None)
+        return next((slug for slug, e in self.expired.items() if e.org_id == org_id), None)
 
 
 def fmt_left(seconds: float | None) -> str:

@@ -16,13 +16,42 @@ import urllib.request
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import quote
 
 import msgspec
 
-from emulator.admin.wire import EventView
+from emulator.admin.wire import (
+    ClaimDecided,
+    ClaimList,
+    ClockView,
+    EventView,
+    FaultList,
+    FaultRemoved,
+    FaultsCleared,
+    KeyList,
+    LoginDecided,
+    LoginList,
+    LogLines,
+    LogLineView,
+    OrgList,
+    RegistrationList,
+    ResetView,
+    ServiceList,
+    SnapshotDeleted,
+    SnapshotList,
+    SnapshotLoaded,
+    StatusView,
+    TrialClaimed,
+    UserList,
+    VerbAccepted,
+)
+from emulator.behaviour.scorecard import Report
+from emulator.behaviour.traces import Trace
 from emulator.core import statelock
+from emulator.core.snapshots import SnapshotView
+
+T = TypeVar("T")
 
 # Seconds a snapshot save or load, or a reset, may take (each copies every hosted database's files).
 SLOW = 900.0
@@ -167,8 +196,9 @@ class EmulatorClient:
         await self._http.aclose()
 
     async def _request(
-        self, method: str, path: str, body: dict[str, Any] | None = None, within: float | None = None
-    ) -> Any:
+        self, answer: type[T], method: str, path: str, body: dict[str, Any] | None = None, within: float | None = None
+    ) -> T:
+        """One call, its answer decoded as `answer` (the wire view of what the endpoint answers)."""
         try:
             r = await self._http.request(
                 method, self.site + path, json=body, timeout=within if within is not None else self._http.timeout
@@ -178,77 +208,113 @@ class EmulatorClient:
             raise Unreachable(f"cannot reach {self._site or self.locator.describe()} ({type(e).__name__})") from e
         if r.status_code >= 400:
             raise EmulatorError(error_message(r.status_code, r.text))
-        return r.json()
+        return msgspec.json.decode(r.content, type=answer)
 
-    async def get(self, path: str) -> Any:
-        return await self._request("GET", path)
+    async def _get(self, answer: type[T], path: str) -> T:
+        return await self._request(answer, "GET", path)
 
-    async def post(self, path: str, body: dict[str, Any] | None = None, within: float | None = None) -> Any:
+    async def _post(
+        self, answer: type[T], path: str, body: dict[str, Any] | None = None, within: float | None = None
+    ) -> T:
         """`within`: seconds the answer may take, when not the client's usual."""
-        return await self._request("POST", path, body or {}, within)
+        return await self._request(answer, "POST", path, body or {}, within)
 
-    async def delete(self, path: str) -> Any:
-        return await self._request("DELETE", path)
+    async def _delete(self, answer: type[T], path: str) -> T:
+        return await self._request(answer, "DELETE", path)
 
     # --- snapshots ----------------------------------------------------------------------------
 
-    async def status(self) -> dict[str, Any]:
-        return await self.get("/_emulator/status")
+    async def status(self) -> StatusView:
+        return await self._get(StatusView, "/_emulator/status")
 
-    async def users(self) -> list[dict[str, Any]]:
+    async def registrations(self) -> RegistrationList:
+        return await self._get(RegistrationList, "/_emulator/registrations")
+
+    async def claims(self) -> ClaimList:
+        """Claim attempts a person can still act on."""
+        return await self._get(ClaimList, "/_emulator/claims")
+
+    async def logins(self) -> LoginList:
+        """`pxt login` sign-ins waiting for the person."""
+        return await self._get(LoginList, "/_emulator/logins")
+
+    async def orgs(self) -> OrgList:
+        """Every organization (trials among them) with its keys, admins and databases."""
+        return await self._get(OrgList, "/_emulator/orgs")
+
+    async def services(self) -> ServiceList:
+        return await self._get(ServiceList, "/_emulator/services")
+
+    async def users(self) -> UserList:
         """People who signed in, their organizations and roles, and their `pxt login` sessions."""
-        return (await self.get("/_emulator/users"))["users"]
+        return await self._get(UserList, "/_emulator/users")
 
-    async def keys(self) -> list[dict[str, Any]]:
+    async def keys(self) -> KeyList:
         """Every API key by organization and name (never its secret), revoked ones included."""
-        return (await self.get("/_emulator/keys"))["keys"]
+        return await self._get(KeyList, "/_emulator/keys")
 
     async def switches(self) -> dict[str, bool]:
-        return await self.get("/_emulator/switches")
+        return await self._get(dict[str, bool], "/_emulator/switches")
 
-    async def db_logs(self, org: str, db: str, since: int = 0) -> list[dict[str, Any]]:
-        return (await self.get(f"/_emulator/databases/{quote(org)}/{quote(db)}/logs?since={since}"))["lines"]
+    async def report(self) -> Report:
+        """Every agent the journal knows, with its counts, latency and scorecard."""
+        return await self._get(Report, "/_emulator/report")
+
+    async def trace(self, who: str) -> Trace:
+        return await self._get(Trace, "/_emulator/traces/" + quote(who, safe=""))
+
+    async def faults(self) -> FaultList:
+        return await self._get(FaultList, "/_emulator/faults")
+
+    async def snapshots(self) -> SnapshotList:
+        return await self._get(SnapshotList, "/_emulator/snapshots")
+
+    async def db_logs(self, org: str, db: str, since: int = 0) -> list[LogLineView]:
+        path = f"/_emulator/databases/{quote(org)}/{quote(db)}/logs?since={since}"
+        return (await self._get(LogLines, path)).lines
 
     # --- acts (each is also an `emulator` command) --------------------------------------------
 
-    async def advance_clock(self, duration: str) -> dict[str, Any]:
-        return await self.post("/_emulator/clock", {"advance": duration})
+    async def advance_clock(self, duration: str) -> ClockView:
+        return await self._post(ClockView, "/_emulator/clock", {"advance": duration})
 
-    async def claim_trial(self, org: str, email: str) -> dict[str, Any]:
-        return await self.post("/_emulator/trials/claim", {"org": org, "email": email})
+    async def claim_trial(self, org: str, email: str) -> TrialClaimed:
+        return await self._post(TrialClaimed, "/_emulator/trials/claim", {"org": org, "email": email})
 
-    async def approve_claim(self, registration: str, email: str) -> dict[str, Any]:
-        return await self.post("/_emulator/claims/approve", {"registration": registration, "email": email})
+    async def approve_claim(self, registration: str, email: str) -> ClaimDecided:
+        body = {"registration": registration, "email": email}
+        return await self._post(ClaimDecided, "/_emulator/claims/approve", body)
 
-    async def deny_claim(self, registration: str, email: str) -> dict[str, Any]:
-        return await self.post("/_emulator/claims/deny", {"registration": registration, "email": email})
+    async def deny_claim(self, registration: str, email: str) -> ClaimDecided:
+        return await self._post(ClaimDecided, "/_emulator/claims/deny", {"registration": registration, "email": email})
 
     async def set_switch(self, name: str, value: bool) -> dict[str, bool]:
-        return await self.post("/_emulator/switches", {name: value})
+        return await self._post(dict[str, bool], "/_emulator/switches", {name: value})
 
-    async def approve_login(self, user_code: str, email: str) -> dict[str, Any]:
-        return await self.post("/_emulator/logins/approve", {"user_code": user_code, "email": email})
+    async def approve_login(self, user_code: str, email: str) -> LoginDecided:
+        body = {"user_code": user_code, "email": email}
+        return await self._post(LoginDecided, "/_emulator/logins/approve", body)
 
-    async def db_verb(self, org: str, db: str, verb: str) -> dict[str, Any]:
-        return await self.post(f"/_emulator/databases/{quote(org)}/{quote(db)}/{verb}")
+    async def db_verb(self, org: str, db: str, verb: str) -> VerbAccepted:
+        return await self._post(VerbAccepted, f"/_emulator/databases/{quote(org)}/{quote(db)}/{verb}")
 
-    async def remove_fault(self, rule_id: str) -> dict[str, Any]:
-        return await self.delete(f"/_emulator/faults/{quote(rule_id, safe='')}")
+    async def remove_fault(self, rule_id: str) -> FaultRemoved:
+        return await self._delete(FaultRemoved, f"/_emulator/faults/{quote(rule_id, safe='')}")
 
-    async def clear_faults(self) -> dict[str, Any]:
-        return await self.delete("/_emulator/faults")
+    async def clear_faults(self) -> FaultsCleared:
+        return await self._delete(FaultsCleared, "/_emulator/faults")
 
-    async def save_snapshot(self, name: str) -> dict[str, Any]:
-        return await self.post("/_emulator/snapshots", {"name": name}, within=SLOW)
+    async def save_snapshot(self, name: str) -> SnapshotView:
+        return await self._post(SnapshotView, "/_emulator/snapshots", {"name": name}, within=SLOW)
 
-    async def load_snapshot(self, name: str) -> dict[str, Any]:
-        return await self.post(f"/_emulator/snapshots/{quote(name, safe='')}/load", within=SLOW)
+    async def load_snapshot(self, name: str) -> SnapshotLoaded:
+        return await self._post(SnapshotLoaded, f"/_emulator/snapshots/{quote(name, safe='')}/load", within=SLOW)
 
-    async def delete_snapshot(self, name: str) -> dict[str, Any]:
-        return await self.delete(f"/_emulator/snapshots/{quote(name, safe='')}")
+    async def delete_snapshot(self, name: str) -> SnapshotDeleted:
+        return await self._delete(SnapshotDeleted, f"/_emulator/snapshots/{quote(name, safe='')}")
 
-    async def reset(self, to: str = "empty") -> dict[str, Any]:
-        return await self.post("/_emulator/reset", {"to": to}, within=SLOW)
+    async def reset(self, to: str = "empty") -> ResetView:
+        return await self._post(ResetView, "/_emulator/reset", {"to": to}, within=SLOW)
 
     # --- the live feed ------------------------------------------------------------------------
 

@@ -9,7 +9,15 @@ from litestar import Request, Response, get, post
 from litestar.params import Parameter
 
 from emulator.admin.emulator import json_response
-from emulator.admin.wire import DatabaseView, LogLineView, ServiceView
+from emulator.admin.wire import (
+    DatabaseList,
+    DatabaseView,
+    LogLines,
+    LogLineView,
+    ServiceList,
+    ServiceView,
+    VerbAccepted,
+)
 from emulator.core.errors import NOT_FOUND
 from emulator.hosted import databases, lifecycle, logs, orgs, services
 from emulator.site.state import Site, site_of
@@ -20,7 +28,7 @@ async def database_views(site: Site) -> dict[str, list[DatabaseView]]:
     reconciler = site.platform.reconciler
     by_org: dict[str, list[DatabaseView]] = {}
     for d in sorted(await databases.every(site.core.store), key=lambda d: (d.created_at, d.name)):
-        by_org.setdefault(d.org_id, []).append(DatabaseView.of(d, reconciler.status(d.org_id, d.name)))
+        by_org.setdefault(d.org_id, []).append(DatabaseView.of(d, reconciler.server_ready(d.org_id, d.name)))
     return by_org
 
 
@@ -30,13 +38,8 @@ async def databases_list(request: Request[Any, Any, Any]) -> Response[bytes]:
     site = site_of(request)
     reconciler = site.platform.reconciler
     rows = await databases.every(site.core.store)
-    return json_response(
-        {
-            "runtime": reconciler.kind,
-            "unenforced_limits": list(reconciler.unenforced),
-            "databases": [DatabaseView.of(d, reconciler.status(d.org_id, d.name)) for d in rows],
-        }
-    )
+    views = [DatabaseView.of(d, reconciler.server_ready(d.org_id, d.name)) for d in rows]
+    return json_response(DatabaseList(reconciler.kind, list(reconciler.unenforced), views))
 
 
 @get("/_emulator/databases/{org:str}/{db:str}/logs")
@@ -49,14 +52,14 @@ async def database_logs(
     if found is None:
         raise NOT_FOUND(f"no organization {org!r}")
     lines = await logs.after(site.core.store, found.id, db, since)
-    return json_response({"lines": [LogLineView(x.id, x.ts_ms, x.service or None, x.line) for x in lines]})
+    return json_response(LogLines([LogLineView(x.id, x.ts_ms, x.service or None, x.line) for x in lines]))
 
 
 async def _verb(request: Request[Any, Any, Any], org: str, db: str, verb: str) -> Response[bytes]:
     platform = site_of(request).platform
     owner = await platform.org(org)
     receipt = await lifecycle.database_verb(platform.core, platform.reconciler, owner.id, owner.slug, db, verb)
-    return json_response({"org": owner.slug, "db": db, "verb": verb, "receipt": receipt})
+    return json_response(VerbAccepted(owner.slug, db, verb, receipt))
 
 
 @post("/_emulator/databases/{org:str}/{db:str}/stop", status_code=200)
@@ -76,7 +79,7 @@ async def services_list(request: Request[Any, Any, Any]) -> Response[bytes]:
     site = site_of(request)
     reconciler = site.platform.reconciler
     rows = await services.every(site.core.store)
-    return json_response({"services": [ServiceView.of(s, reconciler.endpoint(s) or None) for s in rows]})
+    return json_response(ServiceList([ServiceView.of(s, reconciler.endpoint(s) or None) for s in rows]))
 
 
 HANDLERS = [databases_list, database_logs, database_stop, database_start, services_list]

@@ -11,7 +11,7 @@ from litestar import Request, Response, get, post
 from litestar.response import Stream
 
 from emulator import __version__
-from emulator.admin.wire import ClockMove, ClockView, EventView
+from emulator.admin.wire import ClockMove, ClockView, EventView, LimitsView, RuntimeView, StatusView
 from emulator.config import parse_when
 from emulator.core import jsonbody, openapi
 from emulator.core.clock import MAX_TIME, parse_duration
@@ -37,27 +37,20 @@ def decode(body: bytes, type_: Any) -> Any:
 async def status(request: Request[Any, Any, Any]) -> Response[bytes]:
     site = site_of(request)
     s = site.core.settings
+    reconciler = site.platform.reconciler
     return json_response(
-        {
-            "version": __version__,
-            "endpoints": site.endpoints,
-            "clock": ClockView.of(site.core.clock.state()),
-            "state_dir": str(s.state_dir),
-            "docs": str(s.docs),
-            "events": site.core.bus.last_seq,
-            "switches": site.core.switches.snapshot(),
-            "runtime": {
-                "kind": site.platform.reconciler.kind,
-                "unenforced_limits": list(site.platform.reconciler.unenforced),
-                "base_image": site.platform.reconciler.supervisor.base_image,
-            },
-            "proxy": site.proxy.status(),
-            "limits": {
-                "ask_rate_limit": s.ask_rate_limit,
-                "ask_rate_window": s.ask_rate_window,
-                "idempotency_ttl": s.idempotency_ttl,
-            },
-        }
+        StatusView(
+            version=__version__,
+            endpoints=site.endpoints,
+            clock=ClockView.of(site.core.clock.state()),
+            state_dir=str(s.state_dir),
+            docs=str(s.docs),
+            events=site.core.bus.last_seq,
+            switches=site.core.switches.snapshot(),
+            runtime=RuntimeView(reconciler.kind, list(reconciler.unenforced), reconciler.supervisor.base_image),
+            proxy=site.proxy.status(),
+            limits=LimitsView(s.ask_rate_limit, s.ask_rate_window, s.idempotency_ttl),
+        )
     )
 
 

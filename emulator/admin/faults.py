@@ -9,7 +9,7 @@ from litestar import Request, Response, delete, get, post
 from litestar.params import Parameter
 
 from emulator.admin.emulator import decode, json_response
-from emulator.admin.wire import FaultRelease
+from emulator.admin.wire import FaultRelease, FaultsCleared
 from emulator.core import openapi
 from emulator.core.errors import BAD_REQUEST
 from emulator.core.faults import KILLS, FaultSpec
@@ -43,7 +43,7 @@ async def faults_add(request: Request[Any, Any, Any]) -> Response[bytes]:
 
 @delete("/_emulator/faults", status_code=200)
 async def faults_clear(request: Request[Any, Any, Any]) -> Response[bytes]:
-    return json_response({"cleared": site_of(request).core.faults.clear(announce=True)})
+    return json_response(FaultsCleared(site_of(request).core.faults.clear(announce=True)))
 
 
 @delete("/_emulator/faults/{rule_id:str}", status_code=200)

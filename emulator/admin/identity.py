@@ -10,7 +10,21 @@ import msgspec
 from litestar import Request, Response, get, post
 
 from emulator.admin.emulator import decode, json_response
-from emulator.admin.wire import ClaimDecision, LoginDecision, UserView
+from emulator.admin.wire import (
+    ClaimDecided,
+    ClaimDecision,
+    ClaimList,
+    LatestClaimView,
+    LoginDecided,
+    LoginDecision,
+    LoginList,
+    PendingClaimView,
+    PendingLoginView,
+    RegistrationList,
+    RegistrationView,
+    UserList,
+    UserView,
+)
 from emulator.core import openapi
 from emulator.core.clock import iso
 from emulator.hosted.identity import POST_CLAIM_SCOPES, PRE_CLAIM_SCOPES, latest_claims, users_overview
@@ -28,14 +42,10 @@ async def _decide(request: Request[Any, Any, Any], approve: bool) -> Response[by
     body = decode(await request.body(), ClaimDecision)
     attempt = await identity.attempt_for(token=_attempt_token(body.claim), registration=body.registration)
     code = await identity.decide(attempt, body.email, approve)
-    answer: dict[str, Any] = {
-        "registration": attempt["registration_id"],
-        "email": body.email.strip(),
-        "approved": approve,
-    }
+    answer = ClaimDecided(attempt["registration_id"], body.email.strip(), approve)
     if code:
         decided = await identity.attempt_for(registration=attempt["registration_id"])
-        answer |= {"user_code": code, "expires_at": iso(decided["code_expires_at"] or decided["expires_at"])}
+        answer.user_code, answer.expires_at = code, iso(decided["code_expires_at"] or decided["expires_at"])
     return json_response(answer)
 
 
@@ -61,25 +71,25 @@ async def registrations_list(request: Request[Any, Any, Any]) -> Response[bytes]
     )
     claims = await latest_claims(core.store, core.clock.now())
     return json_response(
-        {
-            "registrations": [
-                {
-                    "id": r["id"],
-                    "type": r["type"],
-                    "status": r["status"],
-                    "login_hint": r["login_hint"],
-                    "claimed_email": r["claimed_email"],
-                    "scopes": POST_CLAIM_SCOPES if r["status"] == "claimed" else PRE_CLAIM_SCOPES,
-                    "trial": r["trial"],
-                    "trial_org_id": r["trial_org_id"],
-                    "tokens_issued": r["tokens"],
-                    "last_token_at": iso(r["last_token_at"]) if r["last_token_at"] else None,
-                    "created_at": iso(r["created_at"]),
-                    "claim": claims.get(r["id"]),
-                }
+        RegistrationList(
+            [
+                RegistrationView(
+                    id=r["id"],
+                    type=r["type"],
+                    status=r["status"],
+                    login_hint=r["login_hint"],
+                    claimed_email=r["claimed_email"],
+                    scopes=POST_CLAIM_SCOPES if r["status"] == "claimed" else PRE_CLAIM_SCOPES,
+                    trial=r["trial"],
+                    trial_org_id=r["trial_org_id"],
+                    tokens_issued=r["tokens"],
+                    last_token_at=iso(r["last_token_at"]) if r["last_token_at"] else None,
+                    created_at=iso(r["created_at"]),
+                    claim=msgspec.convert(claims.get(r["id"]), LatestClaimView | None),
+                )
                 for r in rows
             ]
-        }
+        )
     )
 
 
@@ -87,7 +97,7 @@ async def registrations_list(request: Request[Any, Any, Any]) -> Response[bytes]
 async def logins_approve(request: Request[Any, Any, Any]) -> Response[bytes]:
     body = decode(await request.body(), LoginDecision)
     await site_of(request).logins.decide(body.user_code, body.email, not body.deny)
-    return json_response({"user_code": body.user_code.upper(), "email": body.email.strip(), "approved": not body.deny})
+    return json_response(LoginDecided(body.user_code.upper(), body.email.strip(), not body.deny))
 
 
 @get("/_emulator/logins")
@@ -98,7 +108,7 @@ async def logins_pending(request: Request[Any, Any, Any]) -> Response[bytes]:
         "ORDER BY created_at",
         (core.clock.now(),),
     )
-    return json_response({"pending": [{"user_code": r["user_code"], "expires_at": iso(r["expires_at"])} for r in rows]})
+    return json_response(LoginList([PendingLoginView(r["user_code"], iso(r["expires_at"])) for r in rows]))
 
 
 @get("/_emulator/claims")
@@ -112,18 +122,12 @@ async def claims_pending(request: Request[Any, Any, Any]) -> Response[bytes]:
         (core.clock.now(),),
     )
     return json_response(
-        {
-            "claims": [
-                {
-                    "registration": r["registration_id"],
-                    "login_hint": r["login_hint"],
-                    "state": r["state"],
-                    "email": r["email"],
-                    "expires_at": iso(r["expires_at"]),
-                }
+        ClaimList(
+            [
+                PendingClaimView(r["registration_id"], r["login_hint"], r["state"], r["email"], iso(r["expires_at"]))
                 for r in rows
             ]
-        }
+        )
     )
 
 
@@ -132,7 +136,7 @@ async def users_list(request: Request[Any, Any, Any]) -> Response[bytes]:
     """Every person who signed in, with their organizations and roles and their `pxt login` sessions."""
     core = site_of(request).core
     users = await users_overview(core.store, core.clock.now())
-    return json_response({"users": msgspec.convert(users, list[UserView])})
+    return json_response(UserList(msgspec.convert(users, list[UserView])))
 
 
 HANDLERS = [users_list, claims_pending, claims_approve, claims_deny, registrations_list, logins_pending, logins_approve]

@@ -10,7 +10,7 @@ from litestar import Request, Response, get, post
 
 from emulator.admin.databases import database_views
 from emulator.admin.emulator import decode, json_response
-from emulator.admin.wire import KeyView, OrgView, TrialClaim
+from emulator.admin.wire import KeyList, KeyView, OrgList, OrgView, TrialClaim, TrialClaimed, TrialList
 from emulator.core import openapi
 from emulator.core.errors import NOT_FOUND
 from emulator.hosted import keys, orgs, trials
@@ -30,12 +30,12 @@ async def org_views(site: Site, *, trials_only: bool = False) -> list[OrgView]:
 async def orgs_list(request: Request[Any, Any, Any]) -> Response[bytes]:
     """Every organization (trial or not) with its API key names, admins and databases."""
     site = site_of(request)
-    return json_response({"now": site.core.clock.now(), "orgs": await org_views(site)})
+    return json_response(OrgList(site.core.clock.now(), await org_views(site)))
 
 
 @get("/_emulator/trials")
 async def trials_list(request: Request[Any, Any, Any]) -> Response[bytes]:
-    return json_response({"trials": await org_views(site_of(request), trials_only=True)})
+    return json_response(TrialList(await org_views(site_of(request), trials_only=True)))
 
 
 @post("/_emulator/trials/claim", status_code=200, opt=openapi.body(TrialClaim))
@@ -46,7 +46,7 @@ async def trials_claim(request: Request[Any, Any, Any]) -> Response[bytes]:
     if org is None:
         raise NOT_FOUND(f"no organization {body.org!r} (an unclaimed trial is deleted after 48 h)")
     slug = await trials.claim(site.core, site.identity, org.id, body.email)
-    return json_response({"org": slug, "email": body.email.strip(), "state": "claimed"})
+    return json_response(TrialClaimed(slug, body.email.strip(), "claimed"))
 
 
 @get("/_emulator/keys")
@@ -54,7 +54,7 @@ async def keys_list(request: Request[Any, Any, Any]) -> Response[bytes]:
     """Every API key by organization and name (never its secret): type, grants, created, last used, revoked."""
     core = site_of(request).core
     await core.bus.flush()  # last used and revoked are read from the journal
-    return json_response({"keys": msgspec.convert(await keys.listing(core.store), list[KeyView])})
+    return json_response(KeyList(msgspec.convert(await keys.listing(core.store), list[KeyView])))
 
 
 HANDLERS = [keys_list, orgs_list, trials_list, trials_claim]

@@ -4,47 +4,23 @@ emulator.core.snapshots), and `POST /_emulator/reset` back to an empty emulator 
 from __future__ import annotations
 
 import asyncio
-from typing import Any, Literal
+from typing import Any
 
-import msgspec
 from litestar import Request, Response, delete, get, post
 from litestar.background_tasks import BackgroundTask
 from litestar.response import File
 
 from emulator.admin.emulator import decode, json_response
+from emulator.admin.wire import ResetRequest, ResetView, SnapshotDeleted, SnapshotList, SnapshotLoaded, SnapshotSave
 from emulator.core import openapi
 from emulator.core.boundary import IMPORT_TYPES
 from emulator.core.snapshots import MAX_IMPORT_BYTES, SnapshotView, check_name
 from emulator.site.state import site_of
 
 
-class SnapshotSave(msgspec.Struct, forbid_unknown_fields=True):
-    name: str
-
-
-class SnapshotLoaded(msgspec.Struct):
-    loaded: str
-    seconds: float  # how long the load took
-    clock: str  # the clock after it (the snapshot's), ISO 8601
-
-
-class ResetRequest(msgspec.Struct, forbid_unknown_fields=True):
-    """`empty`: nothing a run made is left; `start`: the state the emulator was started from (`up --import`, or the
-    state dir it found), which is `empty` when it started empty."""
-
-    to: Literal["empty", "start"] = "empty"
-
-
-class ResetView(msgspec.Struct):
-    reset: bool
-    to: str
-    seconds: float  # how long the reset took
-    clock: str  # the clock after it, ISO 8601
-
-
 @get("/_emulator/snapshots")
 async def snapshots_list(request: Request[Any, Any, Any]) -> Response[bytes]:
-    return json_response({"snapshots": await site_of(request).core.snapshots.list()})
+    return json_response(SnapshotList(await site_of(request).core.snapshots.list()))
 
 
 @post("/_emulator/snapshots", status_code=201, opt=openapi.body(SnapshotSave))
@@ -64,7 +40,7 @@ async def snapshot_load(request: Request[Any, Any, Any], name: str) -> Response[
 @delete("/_emulator/snapshots/{name:str}", status_code=200)
 async def snapshot_delete(request: Request[Any, Any, Any], name: str) -> Response[bytes]:
     await site_of(request).core.snapshots.delete(name)
-    return json_response({"deleted": name})
+    return json_response(SnapshotDeleted(name))
 
 
 @get("/_emulator/snapshots/{name:str}/export")

@@ -3,13 +3,16 @@ these same types, so a field renamed here is renamed for every consumer at once.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 import msgspec
 
 from emulator.core.clock import ClockState, iso
 from emulator.core.events import Event
-from emulator.hosted.records import Database, Org, Service
+from emulator.core.faults import FaultSpec
+from emulator.core.snapshots import SnapshotView
+from emulator.hosted.records import Database, Org, Receipt, Service
+from emulator.tunnel.forward import ProxyStatus
 
 
 class ClockView(msgspec.Struct):
@@ -21,6 +24,31 @@ class ClockView(msgspec.Struct):
     @classmethod
     def of(cls, state: ClockState) -> ClockView:
         return cls(state.now, state.iso, state.frozen, round(state.offset, 3))
+
+
+class RuntimeView(msgspec.Struct):
+    kind: str  # the launcher: "process" or "docker"
+    unenforced_limits: list[str]  # plan limits this runtime cannot hold a workload to
+    base_image: str | None
+
+
+class LimitsView(msgspec.Struct):
+    ask_rate_limit: int
+    ask_rate_window: int
+    idempotency_ttl: int
+
+
+class StatusView(msgspec.Struct):
+    version: str
+    endpoints: dict[str, str]
+    clock: ClockView
+    state_dir: str
+    docs: str
+    events: int  # the journal's last event number
+    switches: dict[str, bool]
+    runtime: RuntimeView
+    proxy: ProxyStatus
+    limits: LimitsView
 
 
 class EventView(msgspec.Struct):
@@ -36,6 +64,12 @@ class EventView(msgspec.Struct):
         return cls(e.seq, e.ts, iso(e.ts), e.kind, e.subject, e.data)
 
 
+class ServerView(msgspec.Struct):
+    """A database's server while it runs."""
+
+    ready: bool  # it answers on its private socket
+
+
 class DatabaseView(msgspec.Struct):
     """A hosted database as the operator sees it: its state, generation, environment and whether its server runs."""
 
@@ -46,13 +80,14 @@ class DatabaseView(msgspec.Struct):
     environment: str | None
     last_build_outcome: str | None
     failure_reason: str | None
-    server: dict[str, Any] | None
+    server: ServerView | None  # None while it does not run
     gateway_port: int | None
-    receipt: Any
+    receipt: Receipt | None
     updated_at: str
 
     @classmethod
-    def of(cls, d: Database, server: dict[str, Any] | None) -> DatabaseView:
+    def of(cls, d: Database, ready: bool | None) -> DatabaseView:
+        """`ready`: whether its server answers yet, None when it does not run."""
         return cls(
             org=d.slug,
             db=d.name,
@@ -61,7 +96,7 @@ class DatabaseView(msgspec.Struct):
             environment=(d.env_digest or "")[:12] or None,
             last_build_outcome=d.last_build_outcome,
             failure_reason=d.failure_reason,
-            server=server,
+            server=None if ready is None else ServerView(ready),
             gateway_port=d.gateway_port,
             receipt=d.receipt,
             updated_at=iso(d.updated_at),
@@ -123,6 +158,106 @@ class LogLineView(msgspec.Struct):
     ts_ms: int
     service: str | None
     line: str
+
+
+# --- the collections, as each endpoint wraps them ---------------------------------------------------------
+
+
+class OrgList(msgspec.Struct):
+    now: float  # the emulator's clock when the list was read
+    orgs: list[OrgView]
+
+
+class TrialList(msgspec.Struct):
+    trials: list[OrgView]
+
+
+class DatabaseList(msgspec.Struct):
+    runtime: str
+    unenforced_limits: list[str]
+    databases: list[DatabaseView]
+
+
+class ServiceList(msgspec.Struct):
+    services: list[ServiceView]
+
+
+class LogLines(msgspec.Struct):
+    lines: list[LogLineView]
+
+
+class SnapshotList(msgspec.Struct):
+    snapshots: list[SnapshotView]
+
+
+class FaultRuleView(FaultSpec, kw_only=True):
+    """An armed rule: its id, the fields it was declared with (those left at their default are not sent), and
+    how often it matched and fired."""
+
+    id: str
+    fired: int
+    seen: int  # matching calls so far
+
+
+class FaultList(msgspec.Struct):
+    rules: list[FaultRuleView]
+    holds: dict[str, int]  # path -> requests still to hold
+    waiting: list[str]  # paths of requests held now
+
+
+# --- agent registrations, claims and sign-ins -------------------------------------------------------------
+
+
+class LatestClaimView(msgspec.Struct):
+    """A registration's newest claim attempt."""
+
+    state: str  # "pending" | "confirmed" | "denied" | "completed" | "lapsed"
+    email: str | None  # who decided it
+    expires_at: str
+
+
+class RegistrationView(msgspec.Struct):
+    id: str
+    type: str
+    status: str  # "registered" | "claimed"
+    login_hint: str | None
+    claimed_email: str | None
+    scopes: list[str]
+    trial: str | None  # its trial's slug while the trial lives
+    trial_org_id: str | None
+    tokens_issued: int
+    last_token_at: str | None
+    created_at: str
+    claim: LatestClaimView | None
+
+
+class RegistrationList(msgspec.Struct):
+    registrations: list[RegistrationView]
+
+
+class PendingClaimView(msgspec.Struct):
+    """A claim attempt a person can still act on."""
+
+    registration: str
+    login_hint: str | None
+    state: str  # "pending" | "confirmed"
+    email: str | None
+    expires_at: str
+
+
+class ClaimList(msgspec.Struct):
+    claims: list[PendingClaimView]
+
+
+class PendingLoginView(msgspec.Struct):
+    """A `pxt login` sign-in waiting for the person."""
+
+    user_code: str
+    expires_at: str
+
+
+class LoginList(msgspec.Struct):
+    pending: list[PendingLoginView]
 
 
 # --- what the operator's acts take --------------------------------------------------------------------------
@@ -190,6 +325,10 @@ class UserView(msgspec.Struct):
     sessions: list[SessionView]
 
 
+class UserList(msgspec.Struct):
+    users: list[UserView]
+
+
 class KeyView(msgspec.Struct):
     """An API key by name; a revoked (deleted) one keeps its name, organization and when it was revoked."""
 
@@ -201,3 +340,75 @@ class KeyView(msgspec.Struct):
     created_by: str | None
     last_used_at: str | None  # its newest control-plane call in the journal
     revoked_at: str | None
+
+
+class KeyList(msgspec.Struct):
+    keys: list[KeyView]
+
+
+# --- what the operator's acts answer -------------------------------------------------------------------------
+
+
+class TrialClaimed(msgspec.Struct):
+    org: str
+    email: str
+    state: str  # "claimed"
+
+
+class ClaimDecided(msgspec.Struct, omit_defaults=True):
+    registration: str
+    email: str
+    approved: bool
+    user_code: str | None = None  # an approval's 6-digit code, shown once
+    expires_at: str | None = None  # when that code lapses
+
+
+class LoginDecided(msgspec.Struct):
+    user_code: str
+    email: str
+    approved: bool
+
+
+class VerbAccepted(msgspec.Struct):
+    """A database's stop or start, accepted: the receipt of its new generation."""
+
+    org: str
+    db: str
+    verb: str
+    receipt: Receipt
+
+
+class FaultRemoved(msgspec.Struct):
+    removed: FaultRuleView
+
+
+class FaultsCleared(msgspec.Struct):
+    cleared: int  # how many rules went
+
+
+class SnapshotSave(msgspec.Struct, forbid_unknown_fields=True):
+    name: str
+
+
+class SnapshotLoaded(msgspec.Struct):
+    loaded: str
+    seconds: float  # how long the load took
+    clock: str  # the clock after it (the snapshot's), ISO 8601
+
+
+class SnapshotDeleted(msgspec.Struct):
+    deleted: str
+
+
+class ResetRequest(msgspec.Struct, forbid_unknown_fields=True):
+    """`empty`: nothing a run made is left; `start`: the state the emulator was started from (`up --import`, or the
+    state dir it found), which is `empty` when it started empty."""
+
+    to: Literal["empty", "start"] = "empty"
+
+
+class ResetView(msgspec.Struct):
+    reset: bool
+    to: str
+    seconds: float  # how long the reset took
+    clock: str  # the clock after it, ISO 8601

@@ -129,15 +129,15 @@ async def get_db(p: Platform, caller: Caller, req: rq.DbScoped) -> a.DbAnswer:
 
 def _workers(p: Platform, row: Database) -> list[a.WorkerStatus]:
     """The `worker_status` of `get_db`: the database's server, as a pod would be listed."""
-    running = p.reconciler.status(row.org_id, row.name)
-    if running is None:
+    ready = p.reconciler.server_ready(row.org_id, row.name)
+    if ready is None:
         return []
     now = p.core.clock.now()
     return [
         a.WorkerStatus(
             pod_id=f"{row.name}-0",
-            status="Running" if running["ready"] else "Starting",
-            ready=1 if running["ready"] else 0,
+            status="Running" if ready else "Starting",
+            ready=1 if ready else 0,
             total=1,
             restarts=row.restarts,
             age_s=int(now - (row.started_at or now)),

@@ -123,8 +123,8 @@ class Reconciler:
         for s in await services.every(self.core.store, state=ServiceState.AVAILABLE):
             self.schedule_service(s.org_id, s.slug, s.db, s.base_path, s.name, s.generation, "deploy")
 
-    def status(self, org_id: str, db: str) -> dict[str, Any] | None:
-        return self.supervisor.status(org_id, db)
+    def server_ready(self, org_id: str, db: str) -> bool | None:
+        return self.supervisor.server_ready(org_id, db)
 
     def endpoint(self, service: Service) -> str:
         return self.supervisor.endpoint(service.org_id, service.db, service.label)
@@ -264,7 +264,7 @@ class Reconciler:
                     log.exception("%s of %s:%s failed", verb, slug, db)
                 message = e.message if isinstance(e, ApiError) else str(e)
                 await self.line(place, f"{verb} failed: {message}")
-                state = DbState.AVAILABLE if self.supervisor.status(org_id, db) is not None else DbState.FAILED
+                state = DbState.AVAILABLE if self.supervisor.server_ready(org_id, db) is not None else DbState.FAILED
                 change = DbChange(state=state, failure_reason=message)
                 if verb == "update":
                     change.last_build_outcome, change.last_build_error = BuildOutcome.FAILED, message

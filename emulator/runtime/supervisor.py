@@ -206,9 +206,10 @@ class Supervisor:
 
     # --- what runs --------------------------------------------------------------------------------------------
 
-    def status(self, org_id: str, db: str) -> dict[str, Any] | None:
+    def server_ready(self, org_id: str, db: str) -> bool | None:
+        """Whether the database's server answers yet; None when it does not run."""
         running = self.running.get((org_id, db))
-        return None if running is None else {"ready": running.ready}
+        return None if running is None else running.ready
 
     def address(self, org_id: str, db: str) -> Address | None:
         """Where the database's server answers, if it runs and is ready."""

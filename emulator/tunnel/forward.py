@@ -18,6 +18,8 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+import msgspec
+
 from emulator.core.egress import EgressPolicy, Upstream, strip_brackets
 
 log = logging.getLogger(__name__)
@@ -30,6 +32,16 @@ _MAX_HEAD = 8192
 
 Reply = Callable[..., Awaitable[None]]  # (status, phrase, body, **headers)
 OnEvent = Callable[[str, dict[str, Any]], object]
+
+
+class ProxyStatus(msgspec.Struct):
+    """What `emulator status` shows of the proxy: the policy and the route, never an upstream's credentials."""
+
+    egress: str
+    upstream: str | None
+    upstream_source: str | None  # the setting or environment variable that named the upstream
+    no_proxy: str | None
+    active_relays: int
 
 
 class _Failed(Exception):
@@ -90,16 +102,15 @@ class ForwardProxy:
         self.max_relays = max_relays
         self.active = 0
 
-    def status(self) -> dict[str, Any]:
-        """What `emulator status` shows: the policy and the route, never an upstream's credentials."""
+    def status(self) -> ProxyStatus:
         upstream = self.upstream
-        return {
-            "egress": self.policy.describe(),
-            "upstream": upstream.display if upstream else None,
-            "upstream_source": upstream.source if upstream else None,
-            "no_proxy": upstream.no_proxy if upstream and upstream.no_proxy else None,
-            "active_relays": self.active,
-        }
+        return ProxyStatus(
+            egress=self.policy.describe(),
+            upstream=upstream.display if upstream else None,
+            upstream_source=upstream.source if upstream else None,
+            no_proxy=upstream.no_proxy if upstream and upstream.no_proxy else None,
+            active_relays=self.active,
+        )
 
     def _emit(self, record: _Record) -> None:
         if self._on_event is None:

@@ -3,10 +3,12 @@ p50/p95 latency and its scorecard, from `/_emulator/report`. Enter shows its fin
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import ClassVar
 
 from rich.text import Text
 
+from emulator.behaviour.scorecard import Card
+from emulator.behaviour.traces import Trace
 from emulator.core.served import failed
 from tui.model import Model
 from tui.views.table import Row, TableView
@@ -16,11 +18,11 @@ def ms(value: float | None) -> str:
     return "—" if value is None else f"{value:.1f} ms"
 
 
-def verdict(card: dict[str, Any]) -> Text:
-    if card["clean"]:
+def verdict(card: Card) -> Text:
+    if card.clean:
         return Text("clean", style="green")
-    rules = sorted({f["rule"] for f in card["findings"]})
-    return Text(f"{len(card['findings'])}: {', '.join(rules)}", style="bold red")
+    rules = sorted({f.rule for f in card.findings})
+    return Text(f"{len(card.findings)}: {', '.join(rules)}", style="bold red")
 
 
 UNATTRIBUTED = "(unattributed)"
@@ -36,7 +38,7 @@ class AgentsView(TableView):
     def rows(self, model: Model) -> list[Row]:
         nobody = model.unattributed
         apart: list[Row] = []
-        if nobody and nobody["requests"]:
+        if nobody and nobody.requests:
             apart = [
                 (
                     UNATTRIBUTED,
@@ -44,8 +46,8 @@ class AgentsView(TableView):
                         Text("(unattributed)", style="dim"),
                         Text("no credential", style="dim"),
                         Text("—", style="dim"),
-                        str(nobody["requests"]),
-                        Text(str(nobody["errors"]), style="red" if nobody["errors"] else ""),
+                        str(nobody.requests),
+                        Text(str(nobody.errors), style="red" if nobody.errors else ""),
                         "—",
                         "—",
                         Text("not judged", style="dim"),
@@ -54,15 +56,15 @@ class AgentsView(TableView):
             ]
         return [
             (
-                c["agent"],
+                c.agent,
                 [
-                    c["agent"],
-                    c["type"] or "—",
-                    ", ".join(c["orgs"]) or Text("—", style="dim"),
-                    str(c["requests"]),
-                    Text(str(c["errors"]), style="red" if c["errors"] else ""),
-                    ms(c["p50_ms"]),
-                    ms(c["p95_ms"]),
+                    c.agent,
+                    c.type or "—",
+                    ", ".join(c.orgs) or Text("—", style="dim"),
+                    str(c.requests),
+                    Text(str(c.errors), style="red" if c.errors else ""),
+                    ms(c.p50_ms),
+                    ms(c.p95_ms),
                     verdict(c),
                 ],
             )
@@ -73,43 +75,43 @@ class AgentsView(TableView):
         if key == UNATTRIBUTED and model.unattributed:
             nobody = model.unattributed
             return [
-                ("Requests", f"{nobody['requests']} ({nobody['errors']} errors) that carried no credential"),
-                ("From", ", ".join(nobody["addresses"]) or "—"),
+                ("Requests", f"{nobody.requests} ({nobody.errors} errors) that carried no credential"),
+                ("From", ", ".join(nobody.addresses) or "—"),
                 (
                     "Why apart",
                     "a person's browser or curl, discovery reads, registrations and pxt login's polls "
                     "name no agent: an address may be any agent's or a person's, so they are counted, not judged",
                 ),
             ]
-        card = next((c for c in model.agents if c["agent"] == key), None)
+        card = next((c for c in model.agents if c.agent == key), None)
         if card is None:
             return None
         fields: list[tuple[str, str | Text]] = [
-            ("Agent", card["agent"]),
-            ("Type", card["type"] or "—"),
-            ("Organizations", ", ".join(card["orgs"]) or "—"),
+            ("Agent", card.agent),
+            ("Type", card.type or "—"),
+            ("Organizations", ", ".join(card.orgs) or "—"),
             (
                 "Requests",
-                f"{card['requests']} ({card['errors']} errors), p50 {ms(card['p50_ms'])}, p95 {ms(card['p95_ms'])}",
+                f"{card.requests} ({card.errors} errors), p50 {ms(card.p50_ms)}, p95 {ms(card.p95_ms)}",
             ),
             ("Scorecard", verdict(card)),
         ]
-        for f in card["findings"]:
-            evidence = ", ".join(f"#{s}" for s in f["evidence"])
-            fields.append((f["rule"], Text.assemble((f["detail"], "red"), f"\n{f['why']}  [{evidence}]")))
+        for f in card.findings:
+            evidence = ", ".join(f"#{s}" for s in f.evidence)
+            fields.append((f.rule, Text.assemble((f.detail, "red"), f"\n{f.why}  [{evidence}]")))
         return fields
 
 
-def trace_lines(trace: dict[str, Any], limit: int = 400) -> Text:
+def trace_lines(trace: Trace, limit: int = 400) -> Text:
     """The trace's steps, one line each, errors in red (the detail pane's last field)."""
     out = Text()
-    steps = trace["steps"]
+    steps = trace.steps
     if len(steps) > limit:
-        out.append(f"({len(steps) - limit} earlier steps not shown; emulator trace {trace['agent']['id']})\n", "dim")
+        out.append(f"({len(steps) - limit} earlier steps not shown; emulator trace {trace.agent.id})\n", "dim")
     for s in steps[-limit:]:
-        status = s["status"]
-        style = "red" if failed(s["data"]) else ""
+        status = s.status
+        style = "red" if failed(s.data) else ""
         cell = "" if status is None else ("drop" if status == 0 else str(status))
-        took = "" if s["ms"] is None else f"{s['ms']:.0f}ms"
-        out.append(f"#{s['seq']:<6} {s['at'][11:19]} {s['origin']:<7} {cell:>4} {took:>6}  {s['what']}\n", style)
+        took = "" if s.ms is None else f"{s.ms:.0f}ms"
+        out.append(f"#{s.seq:<6} {s.at[11:19]} {s.origin:<7} {cell:>4} {took:>6}  {s.what}\n", style)
     return out

@@ -3,10 +3,12 @@ fires, how often it matched and fired; holds below them. `x` removes the selecte
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import ClassVar
 
+import msgspec
 from rich.text import Text
 
+from emulator.admin.wire import FaultRuleView
 from tui.model import Model
 from tui.views.table import Row, TableView
 
@@ -14,31 +16,31 @@ from tui.views.table import Row, TableView
 _MATCH = ("origin", "method", "operation_type", "path")
 
 
-def matches(rule: dict[str, Any]) -> str:
-    if rule.get("hosted"):
-        return rule.get("target") or "—"
-    return " ".join(str(rule[k]) for k in _MATCH if rule.get(k)) or "every request"
+def matches(rule: FaultRuleView) -> str:
+    if rule.hosted:
+        return rule.target or "—"
+    return " ".join(str(getattr(rule, k)) for k in _MATCH if getattr(rule, k)) or "every request"
 
 
-def effect(rule: dict[str, Any]) -> str:
-    if rule.get("hosted"):
-        what = str(rule["hosted"])
-    elif rule.get("drop"):
+def effect(rule: FaultRuleView) -> str:
+    if rule.hosted:
+        what = rule.hosted
+    elif rule.drop:
         what = "drop"
-    elif rule.get("status"):
-        what = str(rule["status"]) + (f" Retry-After {rule['retry_after']}" if rule.get("retry_after") else "")
+    elif rule.status:
+        what = str(rule.status) + (f" Retry-After {rule.retry_after}" if rule.retry_after else "")
     else:
         what = ""
-    if rule.get("latency_ms"):
-        what = f"{what} +{rule['latency_ms']} ms".strip()
+    if rule.latency_ms:
+        what = f"{what} +{rule.latency_ms} ms".strip()
     return what
 
 
-def when(rule: dict[str, Any]) -> str:
-    parts = [f"from call {rule['nth']}"] if rule.get("nth", 1) > 1 else []
-    parts.append(f"{rule['count']}×" if rule.get("count") else "until removed")
-    if rule.get("probability") is not None:
-        parts.append(f"p={rule['probability']:g} seed {rule.get('seed')}")
+def when(rule: FaultRuleView) -> str:
+    parts = [f"from call {rule.nth}"] if rule.nth > 1 else []
+    parts.append(f"{rule.count}×" if rule.count else "until removed")
+    if rule.probability is not None:
+        parts.append(f"p={rule.probability:g} seed {rule.seed}")
     return ", ".join(parts)
 
 
@@ -54,15 +56,15 @@ class FaultsView(TableView):
     def rows(self, model: Model) -> list[Row]:
         rows: list[Row] = [
             (
-                r["id"],
+                r.id,
                 [
-                    r["id"],
+                    r.id,
                     matches(r),
-                    Text(effect(r), style="bold red" if r.get("status") or r.get("drop") or r.get("hosted") else ""),
+                    Text(effect(r), style="bold red" if r.status or r.drop or r.hosted else ""),
                     when(r),
-                    str(r["seen"]),
-                    str(r["fired"]),
-                    Text(r.get("message") or "", style="dim"),
+                    str(r.seen),
+                    str(r.fired),
+                    Text(r.message or "", style="dim"),
                 ],
             )
             for r in model.faults
@@ -76,18 +78,19 @@ class FaultsView(TableView):
         return rows
 
     def details(self, model: Model, key: str) -> list[tuple[str, str | Text]] | None:
-        r = next((r for r in model.faults if r["id"] == key), None)
+        r = next((r for r in model.faults if r.id == key), None)
         if r is None:
             return None
         fields: list[tuple[str, str | Text]] = [
-            ("Rule", r["id"]),
+            ("Rule", r.id),
             ("Matches", matches(r)),
             ("Effect", effect(r)),
             ("When", when(r)),
-            ("Matched", f"{r['seen']} calls"),
-            ("Fired", f"{r['fired']} times"),
+            ("Matched", f"{r.seen} calls"),
+            ("Fired", f"{r.fired} times"),
         ]
         shown = {"id", "seen", "fired"}
-        fields += [(k, str(v)) for k, v in r.items() if k not in shown]  # every field, as the API has it
-        fields.append(("Remove", Text(f"emulator fault clear {r['id']}", style="dim")))
+        # Every field as the API has it: those declared (a field left at its default is not sent).
+        fields += [(k, str(v)) for k, v in msgspec.to_builtins(r).items() if k not in shown]
+        fields.append(("Remove", Text(f"emulator fault clear {r.id}", style="dim")))
         return fields

@@ -3,12 +3,13 @@ activity; pending sign-ins. Enter shows every field of the selected registration
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import ClassVar
 
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.widgets import Static
 
+from emulator.admin.wire import RegistrationView
 from tui.model import Model, fmt_ago, parse_iso
 from tui.views.table import Row, TableView, state_cell
 
@@ -22,21 +23,20 @@ CLAIM_CELLS = {
 }
 
 
-def claim_state(model: Model, r: dict[str, Any]) -> str | None:
+def claim_state(model: Model, r: RegistrationView) -> str | None:
     """The registration's claim: pending or approved while a person can still act on it, else how its last
     attempt ended (denied, lapsed, completed), None when no claim was ever started."""
-    live = model.claims.get(r["id"])
+    live = model.claims.get(r.id)
     if live is not None:
-        return str(live["state"])
-    last = r.get("claim")
-    return str(last["state"]) if last else None
+        return live.state
+    return r.claim.state if r.claim else None
 
 
-def trial_name(model: Model, r: dict[str, Any]) -> Text:
-    if r["trial"]:
-        return Text(r["trial"])
-    if r.get("trial_org_id"):
-        slug = model.deleted_trial(r["trial_org_id"])
+def trial_name(model: Model, r: RegistrationView) -> Text:
+    if r.trial:
+        return Text(r.trial)
+    if r.trial_org_id:
+        slug = model.deleted_trial(r.trial_org_id)
         return Text(f"{slug} (deleted)" if slug else "deleted", style="dim")
     return Text("—", style="dim")
 
@@ -69,55 +69,55 @@ class RegistrationsView(TableView):
             state = claim_state(model, r)
             rows.append(
                 (
-                    r["id"],
+                    r.id,
                     [
-                        r["id"],
-                        r["type"],
-                        state_cell(r["status"]),
+                        r.id,
+                        r.type,
+                        state_cell(r.status),
                         CLAIM_CELLS.get(state or "", Text(state or "—", style="dim")),
-                        str(r["tokens_issued"]),
-                        fmt_ago(parse_iso(r["last_token_at"]), now),
+                        str(r.tokens_issued),
+                        fmt_ago(parse_iso(r.last_token_at), now),
                         trial_name(model, r),
-                        r["claimed_email"] or r["login_hint"] or "—",
-                        " ".join(r["scopes"]),
+                        r.claimed_email or r.login_hint or "—",
+                        " ".join(r.scopes),
                     ],
                 )
             )
         return rows
 
     def details(self, model: Model, key: str) -> list[tuple[str, str | Text]] | None:
-        r = next((r for r in model.registrations if r["id"] == key), None)
+        r = next((r for r in model.registrations if r.id == key), None)
         if r is None:
             return None
         now = model.clock.current()
         state = claim_state(model, r)
-        live = model.claims.get(r["id"]) or r.get("claim") or {}
+        live = model.claims.get(r.id) or r.claim
         claim = CLAIM_CELLS.get(state or "", Text(state or "none started", style="dim")).copy()
-        if live.get("expires_at") and state in ("pending", "confirmed"):
-            claim.append(f" (link lapses at {live['expires_at']})", style="dim")
-        if live.get("email"):
-            claim.append(f" as {live['email']}")
-        last = r["last_token_at"]
+        if live and live.expires_at and state in ("pending", "confirmed"):
+            claim.append(f" (link lapses at {live.expires_at})", style="dim")
+        if live and live.email:
+            claim.append(f" as {live.email}")
+        last = r.last_token_at
         return [
-            ("Registration", r["id"]),
-            ("Type", r["type"]),
-            ("Status", state_cell(r["status"])),
+            ("Registration", r.id),
+            ("Type", r.type),
+            ("Status", state_cell(r.status)),
             ("Claim", claim),
-            ("Login hint", r["login_hint"] or "—"),
-            ("Claimed by", r["claimed_email"] or "—"),
-            ("Scopes", "\n".join(r["scopes"]) or "—"),
-            ("Tokens issued", str(r["tokens_issued"])),
+            ("Login hint", r.login_hint or "—"),
+            ("Claimed by", r.claimed_email or "—"),
+            ("Scopes", "\n".join(r.scopes) or "—"),
+            ("Tokens issued", str(r.tokens_issued)),
             ("Last token", f"{last} ({fmt_ago(parse_iso(last), now)})" if last else "—"),
             ("Trial", trial_name(model, r)),
-            ("Trial org id", r.get("trial_org_id") or "—"),
-            ("Registered at", r["created_at"]),
+            ("Trial org id", r.trial_org_id or "—"),
+            ("Registered at", r.created_at),
         ]
 
     def show(self, model: Model) -> None:
         super().show(model)
         logins = self.query_one("#logins", Static)
         if model.logins:
-            codes = ", ".join(login["user_code"] for login in model.logins)
+            codes = ", ".join(login.user_code for login in model.logins)
             logins.update(Text.assemble(("Pending pxt login sign-ins: ", "bold"), (codes, "yellow")))
             logins.display = True
         else:

@@ -3,10 +3,11 @@ of the selected service."""
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import ClassVar
 
 from rich.text import Text
 
+from emulator.admin.wire import ServiceView
 from tui.model import Model
 from tui.views.table import Row, TableView, state_cell
 
@@ -17,21 +18,21 @@ class ServicesView(TableView):
     EMPTY = "no services (pxt service update deploys one)"
 
     @staticmethod
-    def key_of(s: dict[str, Any]) -> str:
-        return f"{s['org']}:{s['db']}/{s['base_path']}/{s['service']}"
+    def key_of(s: ServiceView) -> str:
+        return f"{s.org}:{s.db}/{s.base_path}/{s.service}"
 
     def rows(self, model: Model) -> list[Row]:
         return [
             (
                 self.key_of(s),
                 [
-                    s["org"],
-                    s["db"],
-                    f"{s['base_path']}/{s['service']}" if s["base_path"] else s["service"],
-                    state_cell(s["state"]),
-                    str(s["generation"]),
-                    s["endpoint"] or "—",
-                    Text(s["error"] or "", style="red"),
+                    s.org,
+                    s.db,
+                    f"{s.base_path}/{s.service}" if s.base_path else s.service,
+                    state_cell(s.state),
+                    str(s.generation),
+                    s.endpoint or "—",
+                    Text(s.error or "", style="red"),
                 ],
             )
             for s in model.services
@@ -42,13 +43,13 @@ class ServicesView(TableView):
         if s is None:
             return None
         return [
-            ("Org", s["org"]),
-            ("Database", s["db"]),
-            ("Service", s["service"]),
-            ("Base path", s["base_path"] or "—"),
-            ("State", state_cell(s["state"])),
-            ("Generation", str(s["generation"])),
-            ("Endpoint", s["endpoint"] or "—"),
-            ("Error", Text(s["error"] or "—", style="red" if s["error"] else "")),
-            ("Updated", s["updated_at"]),
+            ("Org", s.org),
+            ("Database", s.db),
+            ("Service", s.service),
+            ("Base path", s.base_path or "—"),
+            ("State", state_cell(s.state)),
+            ("Generation", str(s.generation)),
+            ("Endpoint", s.endpoint or "—"),
+            ("Error", Text(s.error or "—", style="red" if s.error else "")),
+            ("Updated", s.updated_at),
         ]

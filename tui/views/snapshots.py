@@ -3,10 +3,11 @@ holds, its size and what is in it. `n` saves one, `L` loads the selected one, `x
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import ClassVar
 
 from rich.text import Text
 
+from emulator.core.snapshots import SnapshotView
 from tui.model import Model
 from tui.views.table import Row, TableView
 
@@ -19,8 +20,8 @@ def size(n: float) -> str:
     return str(n)
 
 
-def contents(s: dict[str, Any]) -> str:
-    return ", ".join(f"{v} {k}" for k, v in s["counts"].items() if v) or "empty"
+def contents(s: SnapshotView) -> str:
+    return ", ".join(f"{v} {k}" for k, v in s.counts.items() if v) or "empty"
 
 
 class SnapshotsView(TableView):
@@ -29,22 +30,19 @@ class SnapshotsView(TableView):
     EMPTY = "no snapshots yet (n saves one; emulator snapshot save NAME)"
 
     def rows(self, model: Model) -> list[Row]:
-        return [
-            (s["name"], [s["name"], s["created_at"], s["clock"], size(s["size_bytes"]), contents(s)])
-            for s in model.snapshots
-        ]
+        return [(s.name, [s.name, s.created_at, s.clock, size(s.size_bytes), contents(s)]) for s in model.snapshots]
 
     def details(self, model: Model, key: str) -> list[tuple[str, str | Text]] | None:
-        s = next((s for s in model.snapshots if s["name"] == key), None)
+        s = next((s for s in model.snapshots if s.name == key), None)
         if s is None:
             return None
-        counts = "\n".join(f"{k}: {v}" for k, v in s["counts"].items()) or "—"
+        counts = "\n".join(f"{k}: {v}" for k, v in s.counts.items()) or "—"
         return [
-            ("Name", s["name"]),
-            ("Saved", s["created_at"]),
-            ("Clock", s["clock"]),
-            ("Emulator", s["emulator"]),
-            ("Size", size(s["size_bytes"])),
+            ("Name", s.name),
+            ("Saved", s.created_at),
+            ("Clock", s.clock),
+            ("Emulator", s.emulator),
+            ("Size", size(s.size_bytes)),
             ("Holds", counts),
-            ("Load", Text(f"emulator snapshot load {s['name']}", style="dim")),
+            ("Load", Text(f"emulator snapshot load {s.name}", style="dim")),
         ]
