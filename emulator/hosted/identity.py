@@ -16,6 +16,8 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 import aiosqlite
+import msgspec
+from msgspec import UNSET, UnsetType
 
 from emulator.config import Settings
 from emulator.core.clock import iso
@@ -78,6 +80,76 @@ class AccessGrant:
     expires_at: float
 
 
+# --- what the provider answers (the WorkOS AuthKit agent-registration shapes; a field left UNSET is not sent) ---
+
+
+class Attempt(msgspec.Struct):
+    """A claim attempt: the person's page, and until when its link works."""
+
+    verification_uri: str
+    expires_at: str
+
+
+class ClaimOffer(msgspec.Struct, kw_only=True):
+    token: str
+    expires_at: str
+    url: str
+    attempt: Attempt | UnsetType = UNSET  # a service_auth registration's first attempt
+
+
+class Scopes(msgspec.Struct, kw_only=True):
+    pre_claim: list[str] | UnsetType = UNSET  # an anonymous registration's, before a claim
+    post_claim: list[str]
+
+
+class RefreshToken(msgspec.Struct):
+    value: str
+    expires_at: str
+
+
+class Grant(msgspec.Struct, kw_only=True):
+    """An identity assertion to exchange at /oauth2/token, and (after a claim or refresh) the next refresh token."""
+
+    assertion: str
+    expires_at: str
+    refresh_token: RefreshToken | UnsetType = UNSET
+
+
+class Registered(msgspec.Struct, kw_only=True):
+    id: str
+    type: str
+    identity: Grant | UnsetType = UNSET  # anonymous: usable at once
+    scopes: Scopes
+    claim: ClaimOffer
+
+
+class Refreshed(msgspec.Struct):
+    id: str
+    type: Literal["refresh"]
+    identity: Grant
+
+
+class ClaimStarted(msgspec.Struct):
+    id: str
+    type: Literal["service_auth"]
+    attempt: Attempt
+
+
+class Claimed(msgspec.Struct):
+    id: str
+    status: Literal["claimed"]
+    identity: Grant
+
+
+class AccessToken(msgspec.Struct):
+    """The jwt-bearer grant's answer (RFC 6749 §5.1)."""
+
+    access_token: str
+    token_type: Literal["Bearer"]
+    expires_in: int
+    scope: str
+
+
 def valid_email(value: Any) -> bool:
     return isinstance(value, str) and len(value) <= 254 and bool(_EMAIL.match(value.strip()))
 
@@ -111,7 +183,7 @@ class Identity:
             claims |= {"email": reg["claimed_email"], "email_verified": True}
         return self.signer.sign(ASSERTION_TYP, claims), exp
 
-    async def exchange(self, assertion: str, scope: str | None) -> dict[str, Any]:
+    async def exchange(self, assertion: str, scope: str | None) -> AccessToken:
         """The jwt-bearer grant (RFC 7523): a valid assertion → an access token of ~5 minutes."""
         try:
             typ, claims = self.signer.verify(assertion)
@@ -166,12 +238,7 @@ class Identity:
             },
         )
         self.core.bus.publish(Kind.IDP_TOKEN_ISSUED, reg["id"], scope=" ".join(scopes), expires_at=iso(exp))
-        return {
-            "access_token": token,
-            "token_type": "Bearer",
-            "expires_in": self._s.access_token_ttl,
-            "scope": " ".join(scopes),
-        }
+        return AccessToken(token, "Bearer", self._s.access_token_ttl, " ".join(scopes))
 
     async def verify_access(self, token: str) -> AccessGrant:
         """A bearer token presented to the site; refusals are 401s that say what to do."""
@@ -225,7 +292,7 @@ class Identity:
 
     # --- registration -----------------------------------------------------------------------------
 
-    async def register(self, body: dict[str, Any], ip: str) -> dict[str, Any]:
+    async def register(self, body: dict[str, Any], ip: str) -> Registered | Refreshed:
         kind = body.get("type")
         if kind == "refresh":
             return await self._refresh(body)
@@ -265,7 +332,7 @@ class Identity:
         }
         claim_token = self.core.ids.token("clm_", 20)
         claim_exp = now + self._s.claim_ttl
-        attempt: dict[str, Any] | None = None
+        attempt: Attempt | UnsetType = UNSET
         async with self.core.store.transaction() as conn:
             await conn.execute(
                 "INSERT INTO registrations (id, type, login_hint, status, claim_token_hash, claim_expires_at, "
@@ -275,25 +342,19 @@ class Identity:
             if kind == "service_auth":
                 attempt = await self._new_attempt(conn, reg["id"], login_hint, now)
         self.core.bus.publish(Kind.IDP_REGISTERED, reg["id"], type=kind, login_hint=login_hint, ip=ip)
-        claim: dict[str, Any] = {
-            "token": claim_token,
-            "expires_at": iso(claim_exp),
-            "url": f"{self.urls.auth}/agent/identity/claim",
-        }
-        answer: dict[str, Any] = {"id": reg["id"], "type": kind}
+        claim = ClaimOffer(
+            token=claim_token, expires_at=iso(claim_exp), url=f"{self.urls.auth}/agent/identity/claim", attempt=attempt
+        )
         if kind == "anonymous":
             assertion, exp = self.assertion(reg)
-            answer["identity"] = {"assertion": assertion, "expires_at": iso(exp)}
-            answer["scopes"] = {"pre_claim": PRE_CLAIM_SCOPES, "post_claim": POST_CLAIM_SCOPES}
-        else:
-            answer["scopes"] = {"post_claim": POST_CLAIM_SCOPES}
-            claim["attempt"] = attempt
-        answer["claim"] = claim
-        return answer
+            grant = Grant(assertion=assertion, expires_at=iso(exp))
+            scopes = Scopes(pre_claim=PRE_CLAIM_SCOPES, post_claim=POST_CLAIM_SCOPES)
+            return Registered(id=reg["id"], type=kind, identity=grant, scopes=scopes, claim=claim)
+        return Registered(id=reg["id"], type=kind, scopes=Scopes(post_claim=POST_CLAIM_SCOPES), claim=claim)
 
     async def _new_attempt(
         self, conn: aiosqlite.Connection, reg_id: str, login_hint: str | None, now: float
-    ) -> dict[str, Any]:
+    ) -> Attempt:
         """Mint a claim attempt; it supersedes the previous one (its link and code stop working)."""
         await conn.execute(
             "UPDATE claim_attempts SET state = 'superseded' WHERE registration_id = ? "
@@ -307,9 +368,9 @@ class Identity:
             "VALUES (?, ?, ?, ?, 'pending', ?, ?)",
             (self.core.ids.ident("cla_"), reg_id, secret_hash(token), login_hint, exp, now),
         )
-        return {"verification_uri": f"{self.urls.auth}{CLAIM_PAGE}?token={token}", "expires_at": iso(exp)}
+        return Attempt(f"{self.urls.auth}{CLAIM_PAGE}?token={token}", iso(exp))
 
-    async def _refresh(self, body: dict[str, Any]) -> dict[str, Any]:
+    async def _refresh(self, body: dict[str, Any]) -> Refreshed:
         value = body.get("refresh_token")
         if not isinstance(value, str) or not value:
             raise INVALID_REQUEST("type refresh needs refresh_token")
@@ -334,15 +395,8 @@ class Identity:
                 raise INVALID_REFRESH_TOKEN("the registration no longer exists")
         assertion, exp = self.assertion(reg)
         self.core.bus.publish(Kind.IDP_REFRESHED, reg["id"])
-        return {
-            "id": reg["id"],
-            "type": "refresh",
-            "identity": {
-                "assertion": assertion,
-                "expires_at": iso(exp),
-                "refresh_token": {"value": new_value, "expires_at": iso(new_exp)},
-            },
-        }
+        renewal = RefreshToken(new_value, iso(new_exp))
+        return Refreshed(reg["id"], "refresh", Grant(assertion=assertion, expires_at=iso(exp), refresh_token=renewal))
 
     async def _new_refresh_token(self, conn: aiosqlite.Connection, reg_id: str, now: float) -> tuple[str, float]:
         value = self.core.ids.token("art_", 24)
@@ -368,7 +422,7 @@ class Identity:
             raise CLAIM_EXPIRED("the claim window of this registration has closed")
         return reg
 
-    async def start_claim(self, body: dict[str, Any]) -> dict[str, Any]:
+    async def start_claim(self, body: dict[str, Any]) -> ClaimStarted:
         if body.get("type") != "service_auth":
             raise INVALID_REQUEST(
                 'the claim method is type: "service_auth" (for anonymous registrations too)',
@@ -382,9 +436,9 @@ class Identity:
             hint = (login_hint or reg["login_hint"] or "").strip() or None
             attempt = await self._new_attempt(conn, reg["id"], hint, now)
         self.core.bus.publish(Kind.IDP_CLAIM_STARTED, reg["id"], login_hint=hint)
-        return {"id": reg["id"], "type": "service_auth", "attempt": attempt}
+        return ClaimStarted(reg["id"], "service_auth", attempt)
 
-    async def complete_claim(self, body: dict[str, Any]) -> dict[str, Any]:
+    async def complete_claim(self, body: dict[str, Any]) -> Claimed:
         if "otp" in body and "user_code" not in body:
             raise INVALID_REQUEST("send the code as user_code")
         code = body.get("user_code")
@@ -429,15 +483,8 @@ class Identity:
         claimed = {**dict(reg), "status": "claimed", "claimed_email": email}
         assertion, exp = self.assertion(claimed)
         self.core.bus.publish(Kind.IDP_CLAIMED, reg["id"], email=email)
-        return {
-            "id": reg["id"],
-            "status": "claimed",
-            "identity": {
-                "assertion": assertion,
-                "expires_at": iso(exp),
-                "refresh_token": {"value": refresh, "expires_at": iso(refresh_exp)},
-            },
-        }
+        renewal = RefreshToken(refresh, iso(refresh_exp))
+        return Claimed(reg["id"], "claimed", Grant(assertion=assertion, expires_at=iso(exp), refresh_token=renewal))
 
     # --- what trials do to a registration (this module is the one writer of registrations) ------
 
