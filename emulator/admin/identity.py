@@ -6,7 +6,6 @@ from __future__ import annotations
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
-import msgspec
 from litestar import Request, Response, get, post
 
 from emulator.admin.emulator import decode, json_response
@@ -18,16 +17,25 @@ from emulator.admin.wire import (
     LoginDecided,
     LoginDecision,
     LoginList,
+    MembershipView,
     PendingClaimView,
     PendingLoginView,
     RegistrationList,
     RegistrationView,
+    SessionView,
     UserList,
     UserView,
 )
 from emulator.core import openapi
 from emulator.core.clock import iso
-from emulator.hosted.identity import POST_CLAIM_SCOPES, PRE_CLAIM_SCOPES, latest_claims, users_overview
+from emulator.hosted.identity import (
+    POST_CLAIM_SCOPES,
+    PRE_CLAIM_SCOPES,
+    LatestClaim,
+    UserOverview,
+    latest_claims,
+    users_overview,
+)
 from emulator.site.state import site_of
 
 
@@ -85,7 +93,7 @@ async def registrations_list(request: Request[Any, Any, Any]) -> Response[bytes]
                     tokens_issued=r["tokens"],
                     last_token_at=iso(r["last_token_at"]) if r["last_token_at"] else None,
                     created_at=iso(r["created_at"]),
-                    claim=msgspec.convert(claims.get(r["id"]), LatestClaimView | None),
+                    claim=_claim_view(claims.get(r["id"])),
                 )
                 for r in rows
             ]
@@ -136,7 +144,31 @@ async def users_list(request: Request[Any, Any, Any]) -> Response[bytes]:
     """Every person who signed in, with their organizations and roles and their `pxt login` sessions."""
     core = site_of(request).core
     users = await users_overview(core.store, core.clock.now())
-    return json_response(UserList(msgspec.convert(users, list[UserView])))
+    return json_response(UserList([_user_view(u) for u in users]))
+
+
+def _claim_view(claim: LatestClaim | None) -> LatestClaimView | None:
+    return None if claim is None else LatestClaimView(claim.state, claim.email, iso(claim.expires_at))
+
+
+def _user_view(user: UserOverview) -> UserView:
+    return UserView(
+        id=user.id,
+        email=user.email,
+        created_at=iso(user.created_at),
+        orgs=[MembershipView(org, role) for org, role in user.orgs],
+        sessions=[
+            SessionView(
+                id=s.id,
+                org=s.org,
+                created_at=iso(s.created_at),
+                expires_at=iso(s.expires_at),
+                revoked_at=iso(s.revoked_at) if s.revoked_at is not None else None,
+                state=s.state,
+            )
+            for s in user.sessions
+        ],
+    )
 
 
 HANDLERS = [users_list, claims_pending, claims_approve, claims_deny, registrations_list, logins_pending, logins_approve]

@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 import sqlite3
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import aiosqlite
@@ -47,6 +47,7 @@ from emulator.core.errors import (
 )
 from emulator.core.ids import secret_hash
 from emulator.core.kinds import Kind
+from emulator.core.store import Store
 from emulator.hosted.signing import ACCESS_TOKEN_TYP, ASSERTION_TYP, InvalidToken, Signer
 
 JWT_BEARER = "urn:ietf:params:oauth:grant-type:jwt-bearer"
@@ -725,19 +726,26 @@ def claim_state(state: str, expires_at: float, code_expires_at: float | None, no
     return state
 
 
-async def latest_claims(db: Any, now: float) -> dict[str, dict[str, Any]]:
-    """Each registration's newest claim attempt (a superseded one never is): its state (`pending`, `confirmed`,
-    `denied`, `completed`, `lapsed`), the e-mail it was decided as, and when it lapses."""
+@dataclass(frozen=True)
+class LatestClaim:
+    """A registration's newest claim attempt: its state (`pending`, `confirmed`, `denied`, `completed`, `lapsed`),
+    the e-mail it was decided as, and when its link lapses."""
+
+    state: str
+    email: str | None
+    expires_at: float
+
+
+async def latest_claims(db: Store, now: float) -> dict[str, LatestClaim]:
+    """Each registration's newest claim attempt (a superseded one never is)."""
     rows = await db.fetchall(
         "SELECT a.registration_id, a.state, a.email, a.expires_at, a.code_expires_at FROM claim_attempts a "
         "WHERE a.state != 'superseded' ORDER BY a.created_at"
     )
     return {
-        r["registration_id"]: {
-            "state": claim_state(r["state"], r["expires_at"], r["code_expires_at"], now),
-            "email": r["email"],
-            "expires_at": iso(r["expires_at"]),
-        }
+        r["registration_id"]: LatestClaim(
+            claim_state(r["state"], r["expires_at"], r["code_expires_at"], now), r["email"], r["expires_at"]
+        )
         for r in rows
     }
 
@@ -749,9 +757,29 @@ def session_state(revoked_at: float | None, expires_at: float, now: float) -> st
     return "expired" if expires_at <= now else "active"
 
 
-async def users_overview(db: Any, now: float) -> list[dict[str, Any]]:
-    """Every person who signed in: their organizations and roles, and their `pxt login` sessions (by id, with
-    the organization, created, expires, revoked); never a token or its hash."""
+@dataclass(frozen=True)
+class SessionRecord:
+    """A `pxt login` session (its refresh token's expiry is the session's); never a token or its hash."""
+
+    id: str
+    org: str | None  # its organization's slug (its id once the organization is gone)
+    created_at: float
+    expires_at: float
+    revoked_at: float | None
+    state: str  # "active" | "expired" | "revoked"
+
+
+@dataclass(frozen=True)
+class UserOverview:
+    id: str
+    email: str
+    created_at: float
+    orgs: list[tuple[str, str]] = field(default_factory=list)  # (organization slug, role)
+    sessions: list[SessionRecord] = field(default_factory=list)
+
+
+async def users_overview(db: Store, now: float) -> list[UserOverview]:
+    """Every person who signed in: their organizations and roles, and their `pxt login` sessions."""
     users = await db.fetchall("SELECT id, email, created_at FROM users ORDER BY created_at, email")
     members = await db.fetchall(
         "SELECT m.user_id, o.slug, m.role FROM org_members m JOIN orgs o ON o.id = m.org_id ORDER BY o.slug"
@@ -760,23 +788,20 @@ async def users_overview(db: Any, now: float) -> list[dict[str, Any]]:
         "SELECT s.id, s.user_id, (SELECT slug FROM orgs o WHERE o.id = s.org_id) AS org, s.org_id, "
         "s.refresh_expires_at, s.created_at, s.revoked_at FROM sessions s ORDER BY s.created_at"
     )
-    out: dict[str, dict[str, Any]] = {
-        u["id"]: {"id": u["id"], "email": u["email"], "created_at": iso(u["created_at"]), "orgs": [], "sessions": []}
-        for u in users
-    }
+    out = {u["id"]: UserOverview(u["id"], u["email"], u["created_at"]) for u in users}
     for m in members:
         if m["user_id"] in out:
-            out[m["user_id"]]["orgs"].append({"org": m["slug"], "role": m["role"]})
+            out[m["user_id"]].orgs.append((m["slug"], m["role"]))
     for s in sessions:
         if s["user_id"] in out:
-            out[s["user_id"]]["sessions"].append(
-                {
-                    "id": s["id"],
-                    "org": s["org"] or s["org_id"],
-                    "created_at": iso(s["created_at"]),
-                    "expires_at": iso(s["refresh_expires_at"]),
-                    "revoked_at": iso(s["revoked_at"]) if s["revoked_at"] is not None else None,
-                    "state": session_state(s["revoked_at"], s["refresh_expires_at"], now),
-                }
+            out[s["user_id"]].sessions.append(
+                SessionRecord(
+                    s["id"],
+                    s["org"] or s["org_id"],
+                    s["created_at"],
+                    s["refresh_expires_at"],
+                    s["revoked_at"],
+                    session_state(s["revoked_at"], s["refresh_expires_at"], now),
+                )
             )
     return list(out.values())
