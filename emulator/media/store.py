@@ -29,7 +29,6 @@ import asyncio
 import base64
 import hashlib
 import hmac
-import json
 import logging
 import math
 import os
@@ -45,9 +44,12 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 from urllib.parse import parse_qs, unquote
+from wsgiref.types import StartResponse, WSGIEnvironment
 from xml.etree import ElementTree
 from xml.parsers.expat import ExpatError
 from xml.sax.saxutils import escape as xml_escape
+
+import msgspec
 
 from emulator.core.context import Core
 from emulator.core.kinds import Kind
@@ -104,7 +106,7 @@ def _refuse_expired(app: Callable[..., Iterable[bytes]]) -> Callable[..., Iterab
     The wall clock, not the emulator's: SigV4 dates come from the signers' (boto3's) wall clocks.
     """
 
-    def wsgi(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
+    def wsgi(environ: WSGIEnvironment, start_response: StartResponse) -> Iterable[bytes]:
         query = parse_qs(environ.get("QUERY_STRING", ""))
         if "X-Amz-Date" in query and "X-Amz-Expires" in query:
             try:
@@ -128,7 +130,7 @@ def _refuse_unreadable(
     it could not read. The write-through mirror never sees it (it is not a 2xx). `raised` is told of each such
     exception (the start-up check names the library it came from)."""
 
-    def wsgi(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
+    def wsgi(environ: WSGIEnvironment, start_response: StartResponse) -> Iterable[bytes]:
         started: list[str] = []
 
         def capture(status: str, headers: list[tuple[str, str]], exc_info: Any = None) -> Any:
@@ -192,7 +194,7 @@ class NotMirrored(Exception):
     """A change the endpoint made could not be written to disk: the request must not be acknowledged."""
 
 
-def _bucket_and_key(environ: dict[str, Any]) -> tuple[str, str]:
+def _bucket_and_key(environ: WSGIEnvironment) -> tuple[str, str]:
     """The bucket and key a path-style request names. PATH_INFO holds the path's bytes as latin-1 (PEP 3333); keys
     are UTF-8."""
     path = environ.get("PATH_INFO", "").encode("latin-1", "replace").decode("utf-8", "replace")
@@ -208,7 +210,7 @@ def _write_through(
     multipart upload are not objects yet; its completion is. When `changed` cannot write it (`NotMirrored`), the
     client gets a 500 `InternalError`, which S3 clients retry, instead of the 2xx: the write is not durable."""
 
-    def wsgi(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
+    def wsgi(environ: WSGIEnvironment, start_response: StartResponse) -> Iterable[bytes]:
         method = environ.get("REQUEST_METHOD", "")
         if method not in ("PUT", "POST", "DELETE"):
             return app(environ, start_response)
@@ -270,7 +272,7 @@ def composite_checksum(headers: list[tuple[str, str]]) -> list[tuple[str, str]]:
 def _declare_composite(app: Callable[..., Iterable[bytes]]) -> Callable[..., Iterable[bytes]]:
     """Reads of an object (GET, HEAD) declare a composite checksum as S3 does (see `composite_checksum`)."""
 
-    def wsgi(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
+    def wsgi(environ: WSGIEnvironment, start_response: StartResponse) -> Iterable[bytes]:
         if environ.get("REQUEST_METHOD") not in ("GET", "HEAD"):
             return app(environ, start_response)
 
@@ -289,7 +291,7 @@ def _until_restored(
     the restore at start is done: a write taken before would be overwritten by the restore, and not written through.
     The port is the same across restarts, so a client that holds a signed URL may well call in that window."""
 
-    def wsgi(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
+    def wsgi(environ: WSGIEnvironment, start_response: StartResponse) -> Iterable[bytes]:
         if not restored.is_set() and f"Credential={own}/" not in environ.get("HTTP_AUTHORIZATION", ""):
             restored.wait()
         return app(environ, start_response)
@@ -320,7 +322,7 @@ def _authorized(app: Callable[..., Iterable[bytes]], keys: Keys) -> Callable[...
     key, or with the key of the one bucket it names (a copy's source included); anything else is S3's 403 (400 for
     a malformed signature), before moto sees it. moto itself accepts any key pair."""
 
-    def wsgi(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
+    def wsgi(environ: WSGIEnvironment, start_response: StartResponse) -> Iterable[bytes]:
         bucket, _ = _bucket_and_key(environ)
         allowed = dict([keys.own, keys.of_bucket(bucket)]) if bucket else dict([keys.own])
         verdict = sigv4.check(environ, allowed.get)
@@ -671,6 +673,18 @@ class MediaStore:
         )
 
 
+class Entry(msgspec.Struct, kw_only=True):
+    """An object the mirror holds: its ETag and size as the endpoint reported them, its type, and its file."""
+
+    etag: str
+    size: int
+    content_type: str | None = None
+    file: str | None = None  # None: written before objects had versions (the key's digest names the file)
+
+
+_decode_manifest = msgspec.json.Decoder(dict[str, Entry]).decode
+
+
 class Mirror:
     """The buckets on disk, between runs: moto keeps objects in memory only.
 
@@ -721,7 +735,7 @@ class Mirror:
             for key, entry in gone.items():
                 self._file(bucket, key, entry).unlink(missing_ok=True)
 
-    def _copy(self, s3: Any, bucket: str, key: str) -> dict[str, Any]:
+    def _copy(self, s3: Any, bucket: str, key: str) -> Entry:
         """Write the object's current bytes to a new file; the entry that names it, for the manifest."""
         answer = s3.get_object(Bucket=bucket, Key=key)
         name = f"{_digest(key)}.{secrets.token_hex(6)}"
@@ -733,32 +747,29 @@ class Mirror:
             f.flush()
             os.fsync(f.fileno())
         part.replace(path)
-        return {
-            "etag": answer["ETag"],
-            "size": answer["ContentLength"],
-            "content_type": answer.get("ContentType"),
-            "file": name,
-        }
+        return Entry(
+            etag=answer["ETag"], size=answer["ContentLength"], content_type=answer.get("ContentType"), file=name
+        )
 
     def buckets(self) -> list[str]:
         return [p.stem for p in self.root.glob("*.json")]
 
-    def _file(self, bucket: str, key: str, entry: dict[str, Any]) -> Path:
-        name = entry.get("file") or _digest(key)  # an entry written before versions had none
+    def _file(self, bucket: str, key: str, entry: Entry) -> Path:
+        name = entry.file or _digest(key)  # an entry written before versions had none
         return self.root / bucket / name[:2] / name
 
-    def _manifest(self, bucket: str) -> dict[str, dict[str, Any]]:
+    def _manifest(self, bucket: str) -> dict[str, Entry]:
         try:
-            return json.loads((self.root / f"{bucket}.json").read_text())
-        except (OSError, ValueError):
+            return _decode_manifest((self.root / f"{bucket}.json").read_bytes())
+        except (OSError, msgspec.DecodeError):  # a manifest cut short by a kill: its bucket restores empty
             return {}
 
-    def _write_manifest(self, bucket: str, entries: dict[str, dict[str, Any]]) -> None:
+    def _write_manifest(self, bucket: str, entries: dict[str, Entry]) -> None:
         self.root.mkdir(parents=True, exist_ok=True)
         path = self.root / f"{bucket}.json"
         tmp = path.with_name(f"{bucket}.{threading.get_ident()}.tmp")
         with open(tmp, "w") as f:
-            f.write(json.dumps(entries))
+            f.write(msgspec.json.encode(entries).decode())
             f.flush()
             os.fsync(f.fileno())
         tmp.replace(path)
@@ -794,17 +805,18 @@ class Mirror:
         present = set()
         for bucket in (b["Name"] for b in s3.list_buckets().get("Buckets", [])):
             present.add(bucket)
-            old, new = self._manifest(bucket), {}
+            old, new = self._manifest(bucket), dict[str, Entry]()
             for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket):
                 for obj in page.get("Contents", []):
                     key, was = obj["Key"], old.get(obj["Key"])
-                    if was is not None and was.get("etag") == obj["ETag"] and self._file(bucket, key, was).is_file():
+                    if was is not None and was.etag == obj["ETag"] and self._file(bucket, key, was).is_file():
                         new[key] = was
                         continue
                     new[key] = self._copy(s3, bucket, key)
             self._write_manifest(bucket, new)
             for key, entry in old.items():
-                if new.get(key, {}).get("file") != entry.get("file"):
+                kept = new.get(key)
+                if kept is None or kept.file != entry.file:
                     self._file(bucket, key, entry).unlink(missing_ok=True)
         for bucket in set(self.buckets()) - present:
             shutil.rmtree(self.root / bucket, ignore_errors=True)
@@ -820,12 +832,12 @@ class Mirror:
                 if not path.is_file():
                     del entries[key]
                     continue
-                extra = {"ContentType": entry["content_type"]} if entry.get("content_type") else {}
+                extra = {"ContentType": entry.content_type} if entry.content_type else {}
                 with open(path, "rb") as f:
                     # A multipart object's ETag changes on a single PUT: keep the new one, or the next save
                     # would copy the object again.
-                    entry["etag"] = s3.put_object(Bucket=bucket, Key=key, Body=f, **extra)["ETag"]
-                objects, size = objects + 1, size + entry["size"]
+                    entry.etag = s3.put_object(Bucket=bucket, Key=key, Body=f, **extra)["ETag"]
+                objects, size = objects + 1, size + entry.size
             self._write_manifest(bucket, entries)
             # What a killed emulator left half done: files the manifest does not name (a write it never committed,
             # a version it replaced), and their parts.
