@@ -13,6 +13,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from emulator.core.kinds import Kind
+from emulator.core.payloads import ClockMoved, EmulatorReset, SnapshotLoaded
 
 # Snapshot name -> admin path. Each is one small collection.
 SNAPSHOTS: dict[str, str] = {
@@ -182,8 +183,10 @@ class Model:
     def note_event(self, kind: str, subject: str | None, data: dict[str, Any], *, live: bool = True) -> None:
         """What an event tells directly, without a fetch. A replayed event (`live` False: one from before the
         snapshots we hold) must not set the clock: its `now` is old, and the status read at attach is current."""
-        if live and kind in (Kind.CLOCK_MOVED, Kind.EMULATOR_RESET, Kind.SNAPSHOT_LOADED):
-            self.clock.set(float(data["now"]), bool(data["frozen"]))
+        moved = next((p for p in (ClockMoved, EmulatorReset, SnapshotLoaded) if p.KIND == kind), None)
+        if live and moved is not None:
+            clock = moved.read(data)
+            self.clock.set(clock.now, clock.frozen)
         if kind in (Kind.EMULATOR_RESET, Kind.SNAPSHOT_LOADED):
             self.expired = {}
         elif kind == Kind.TRIAL_EXPIRED and subject:

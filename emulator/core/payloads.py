@@ -39,14 +39,14 @@ P = TypeVar("P", bound=Payload)
 # --- the emulator itself ----------------------------------------------------------------------------------------
 
 
-class EmulatorStarted(Payload, kw_only=True):
+class EmulatorStarted(Payload, frozen=True, kw_only=True):
     KIND = Kind.EMULATOR_STARTED
     version: str
     endpoints: dict[str, str]
     startup_ms: float
 
 
-class EmulatorReset(Payload, kw_only=True):
+class EmulatorReset(Payload, frozen=True, kw_only=True):
     KIND = Kind.EMULATOR_RESET
     to: str
     seconds: float
@@ -55,7 +55,7 @@ class EmulatorReset(Payload, kw_only=True):
     iso: str
 
 
-class SnapshotSaved(Payload, kw_only=True):
+class SnapshotSaved(Payload, frozen=True, kw_only=True):
     KIND = Kind.SNAPSHOT_SAVED
     seconds: float
     bytes: int
@@ -66,7 +66,7 @@ class SnapshotSaved(Payload, kw_only=True):
     databases: int | None = None
 
 
-class SnapshotLoaded(Payload, kw_only=True):
+class SnapshotLoaded(Payload, frozen=True, kw_only=True):
     KIND = Kind.SNAPSHOT_LOADED
     seconds: float
     now: float
@@ -74,22 +74,22 @@ class SnapshotLoaded(Payload, kw_only=True):
     iso: str
 
 
-class SnapshotDeleted(Payload, kw_only=True):
+class SnapshotDeleted(Payload, frozen=True, kw_only=True):
     KIND = Kind.SNAPSHOT_DELETED
 
 
-class SnapshotImported(Payload, kw_only=True):
+class SnapshotImported(Payload, frozen=True, kw_only=True):
     KIND = Kind.SNAPSHOT_IMPORTED
     emulator: str
 
 
-class StateApplied(Payload, kw_only=True):
+class StateApplied(Payload, frozen=True, kw_only=True):
     KIND = Kind.STATE_APPLIED
     counts: dict[str, dict[str, int]]  # part → created / updated / unchanged
     unchanged: bool
 
 
-class ClockMoved(Payload, kw_only=True):
+class ClockMoved(Payload, frozen=True, kw_only=True):
     KIND = Kind.CLOCK_MOVED
     before: float
     now: float
@@ -97,23 +97,23 @@ class ClockMoved(Payload, kw_only=True):
     iso: str
 
 
-class SwitchChanged(Payload, kw_only=True):
+class SwitchChanged(Payload, frozen=True, kw_only=True):
     KIND = Kind.SWITCH_CHANGED
     value: bool
 
 
-class FaultArmed(Payload, kw_only=True):
+class FaultArmed(Payload, frozen=True, kw_only=True):
     KIND = Kind.FAULT_ARMED
     rule: str | None = None  # a rule: what it does
     action: str | None = None  # a hold: "hold", and how many requests it holds
     count: int | None = None
 
 
-class FaultHeld(Payload, kw_only=True):
+class FaultHeld(Payload, frozen=True, kw_only=True):
     KIND = Kind.FAULT_HELD
 
 
-class FaultFired(Payload, kw_only=True):
+class FaultFired(Payload, frozen=True, kw_only=True):
     KIND = Kind.FAULT_FIRED
     rule: str
     effect: str
@@ -124,12 +124,12 @@ class FaultFired(Payload, kw_only=True):
     operation_type: str | UnsetType | None = UNSET
 
 
-class FaultRemoved(Payload, kw_only=True):
+class FaultRemoved(Payload, frozen=True, kw_only=True):
     KIND = Kind.FAULT_REMOVED
     cleared: int | None = None  # `fault clear`: how many rules and holds went
 
 
-class DocsIndexed(Payload, kw_only=True):
+class DocsIndexed(Payload, frozen=True, kw_only=True):
     KIND = Kind.DOCS_INDEXED
     pages: int
     passages: int
@@ -148,7 +148,7 @@ class Credentials(msgspec.Struct, frozen=True, kw_only=True):
     token_exp: int | float | None = None
 
 
-class HttpRequest(Payload, kw_only=True):
+class HttpRequest(Payload, frozen=True, kw_only=True):
     KIND = Kind.HTTP_REQUEST
     origin: str
     method: str
@@ -171,7 +171,7 @@ class HttpRequest(Payload, kw_only=True):
     op: str | None = None
 
 
-class GatewayRequest(Payload, kw_only=True):
+class GatewayRequest(Payload, frozen=True, kw_only=True):
     KIND = Kind.GATEWAY_REQUEST
     path: str
     status: int  # 0: dropped
@@ -190,7 +190,7 @@ class GatewayRequest(Payload, kw_only=True):
 # --- the site's agent API ---------------------------------------------------------------------------------------
 
 
-class SiteAsk(Payload, kw_only=True):
+class SiteAsk(Payload, frozen=True, kw_only=True):
     KIND = Kind.SITE_ASK
     method: str
     status: int
@@ -200,7 +200,7 @@ class SiteAsk(Payload, kw_only=True):
     replayed: bool
 
 
-class SiteMcp(Payload, kw_only=True):
+class SiteMcp(Payload, frozen=True, kw_only=True):
     KIND = Kind.SITE_MCP
     status: int
     replayed: bool
@@ -213,68 +213,68 @@ class SiteMcp(Payload, kw_only=True):
 # --- the identity provider --------------------------------------------------------------------------------------
 
 
-class IdpRegistered(Payload, kw_only=True):
+class IdpRegistered(Payload, frozen=True, kw_only=True):
     KIND = Kind.IDP_REGISTERED
     type: str
     login_hint: str | None
     ip: str
 
 
-class IdpRefreshed(Payload, kw_only=True):
+class IdpRefreshed(Payload, frozen=True, kw_only=True):
     KIND = Kind.IDP_REFRESHED
 
 
-class IdpTokenIssued(Payload, kw_only=True):
+class IdpTokenIssued(Payload, frozen=True, kw_only=True):
     KIND = Kind.IDP_TOKEN_ISSUED
     scope: str
     expires_at: str
 
 
-class IdpTokenRevoked(Payload, kw_only=True):
+class IdpTokenRevoked(Payload, frozen=True, kw_only=True):
     KIND = Kind.IDP_TOKEN_REVOKED
     token_type: str
 
 
-class IdpClaimStarted(Payload, kw_only=True):
+class IdpClaimStarted(Payload, frozen=True, kw_only=True):
     KIND = Kind.IDP_CLAIM_STARTED
     login_hint: str | None
 
 
-class _Decided(Payload, kw_only=True):
+class _Decided(Payload, frozen=True, kw_only=True):
     email: str | None  # who decided (a denial needs no sign-in)
 
 
-class IdpClaimConfirmed(_Decided, kw_only=True):
+class IdpClaimConfirmed(_Decided, frozen=True, kw_only=True):
     KIND = Kind.IDP_CLAIM_CONFIRMED
 
 
-class IdpClaimDenied(_Decided, kw_only=True):
+class IdpClaimDenied(_Decided, frozen=True, kw_only=True):
     KIND = Kind.IDP_CLAIM_DENIED
 
 
-class IdpClaimed(Payload, kw_only=True):
+class IdpClaimed(Payload, frozen=True, kw_only=True):
     KIND = Kind.IDP_CLAIMED
     email: str
 
 
-class IdpUserCreated(Payload, kw_only=True):
+class IdpUserCreated(Payload, frozen=True, kw_only=True):
     KIND = Kind.IDP_USER_CREATED
     email: str
 
 
-class IdpLoginStarted(Payload, kw_only=True):
+class IdpLoginStarted(Payload, frozen=True, kw_only=True):
     KIND = Kind.IDP_LOGIN_STARTED
 
 
-class IdpLoginApproved(_Decided, kw_only=True):
+class IdpLoginApproved(_Decided, frozen=True, kw_only=True):
     KIND = Kind.IDP_LOGIN_APPROVED
 
 
-class IdpLoginDenied(_Decided, kw_only=True):
+class IdpLoginDenied(_Decided, frozen=True, kw_only=True):
     KIND = Kind.IDP_LOGIN_DENIED
 
 
-class IdpSession(Payload, kw_only=True):
+class IdpSession(Payload, frozen=True, kw_only=True):
     KIND = Kind.IDP_SESSION
     email: str
     org_id: str | None
@@ -283,7 +283,7 @@ class IdpSession(Payload, kw_only=True):
 # --- trials -----------------------------------------------------------------------------------------------------
 
 
-class TrialCreated(Payload, kw_only=True):
+class TrialCreated(Payload, frozen=True, kw_only=True):
     KIND = Kind.TRIAL_CREATED
     org_id: str
     registration: str
@@ -292,14 +292,14 @@ class TrialCreated(Payload, kw_only=True):
     key: str  # its trial key's fingerprint, as `http.request` names it
 
 
-class TrialClaimed(Payload, kw_only=True):
+class TrialClaimed(Payload, frozen=True, kw_only=True):
     KIND = Kind.TRIAL_CLAIMED
     org_id: str
     email: str
     registration: str | None
 
 
-class TrialExpired(Payload, kw_only=True):
+class TrialExpired(Payload, frozen=True, kw_only=True):
     KIND = Kind.TRIAL_EXPIRED
     org_id: str
     expired_at: float | None
@@ -308,7 +308,7 @@ class TrialExpired(Payload, kw_only=True):
 # --- the control plane ------------------------------------------------------------------------------------------
 
 
-class CloudCall(Payload, kw_only=True):
+class CloudCall(Payload, frozen=True, kw_only=True):
     KIND = Kind.CLOUD_CALL
     operation: str
     credential: str
@@ -316,13 +316,13 @@ class CloudCall(Payload, kw_only=True):
     email: str | None
 
 
-class CloudOrgCreated(Payload, kw_only=True):
+class CloudOrgCreated(Payload, frozen=True, kw_only=True):
     KIND = Kind.CLOUD_ORG_CREATED
     org_id: str
     by: str | None
 
 
-class CloudKeyCreated(Payload, kw_only=True):
+class CloudKeyCreated(Payload, frozen=True, kw_only=True):
     KIND = Kind.CLOUD_KEY_CREATED
     name: str
     grants: list[str]
@@ -330,31 +330,31 @@ class CloudKeyCreated(Payload, kw_only=True):
     key: str  # its fingerprint
 
 
-class CloudKeyUpdated(Payload, kw_only=True):
+class CloudKeyUpdated(Payload, frozen=True, kw_only=True):
     KIND = Kind.CLOUD_KEY_UPDATED
     name: str
     grants: list[str]
 
 
-class CloudKeyDeleted(Payload, kw_only=True):
+class CloudKeyDeleted(Payload, frozen=True, kw_only=True):
     KIND = Kind.CLOUD_KEY_DELETED
     name: str
 
 
-class CloudSecretSet(Payload, kw_only=True):
+class CloudSecretSet(Payload, frozen=True, kw_only=True):
     KIND = Kind.CLOUD_SECRET_SET
     key: str
     db: str | None  # null: the organization's
     revision: int
 
 
-class CloudSecretDeleted(Payload, kw_only=True):
+class CloudSecretDeleted(Payload, frozen=True, kw_only=True):
     KIND = Kind.CLOUD_SECRET_DELETED
     key: str
     db: str | None
 
 
-class CloudBlobStored(Payload, kw_only=True):
+class CloudBlobStored(Payload, frozen=True, kw_only=True):
     KIND = Kind.CLOUD_BLOB_STORED
     size: int
     org_id: str
@@ -363,30 +363,30 @@ class CloudBlobStored(Payload, kw_only=True):
 # --- hosted databases -------------------------------------------------------------------------------------------
 
 
-class DbAccepted(Payload, kw_only=True):
+class DbAccepted(Payload, frozen=True, kw_only=True):
     """A lifecycle verb accepted: its generation, and the state while its job runs."""
 
     generation: int
     state: str
 
 
-class DbUpdateAccepted(DbAccepted, kw_only=True):
+class DbUpdateAccepted(DbAccepted, frozen=True, kw_only=True):
     KIND = Kind.DB_UPDATE_ACCEPTED
 
 
-class DbStartAccepted(DbAccepted, kw_only=True):
+class DbStartAccepted(DbAccepted, frozen=True, kw_only=True):
     KIND = Kind.DB_START_ACCEPTED
 
 
-class DbStopAccepted(DbAccepted, kw_only=True):
+class DbStopAccepted(DbAccepted, frozen=True, kw_only=True):
     KIND = Kind.DB_STOP_ACCEPTED
 
 
-class DbRestartAccepted(DbAccepted, kw_only=True):
+class DbRestartAccepted(DbAccepted, frozen=True, kw_only=True):
     KIND = Kind.DB_RESTART_ACCEPTED
 
 
-class DbDeleteAccepted(DbAccepted, kw_only=True):
+class DbDeleteAccepted(DbAccepted, frozen=True, kw_only=True):
     KIND = Kind.DB_DELETE_ACCEPTED
 
 
@@ -400,7 +400,7 @@ DB_ACCEPTED: dict[str, type[DbAccepted]] = {
 """A database verb → the payload of its acceptance."""
 
 
-class DbStateChanged(Payload, kw_only=True):
+class DbStateChanged(Payload, frozen=True, kw_only=True):
     KIND = Kind.DB_STATE
     state: str
     generation: int | UnsetType | None = UNSET  # unset on a failed job's; null on a deletion of a gone database
@@ -411,32 +411,32 @@ class DbStateChanged(Payload, kw_only=True):
     resource_id: str | UnsetType | None = UNSET  # a deletion's
 
 
-class DbReceipt(Payload, kw_only=True):
+class DbReceipt(Payload, frozen=True, kw_only=True):
     KIND = Kind.DB_RECEIPT
     generation: int
     phase: str
     outcome: str | None
 
 
-class DbResized(Payload, kw_only=True):
+class DbResized(Payload, frozen=True, kw_only=True):
     KIND = Kind.DB_RESIZED
     changes: list[str]
     generation: int
 
 
-class DbExited(Payload, kw_only=True):
+class DbExited(Payload, frozen=True, kw_only=True):
     KIND = Kind.DB_EXITED
     status: int
 
 
-class DbLog(Payload, kw_only=True):
+class DbLog(Payload, frozen=True, kw_only=True):
     KIND = Kind.DB_LOG
     db: str
     service: str | None  # null: the database's own
     line: str
 
 
-class DiskFull(Payload, kw_only=True):
+class DiskFull(Payload, frozen=True, kw_only=True):
     KIND = Kind.DISK_FULL
     service: str | None
     limit_gb: int | float | None
@@ -445,25 +445,25 @@ class DiskFull(Payload, kw_only=True):
 # --- hosted services --------------------------------------------------------------------------------------------
 
 
-class ServiceVerbAccepted(Payload, kw_only=True):
+class ServiceVerbAccepted(Payload, frozen=True, kw_only=True):
     """A service's new generation accepted (a deploy, or a lifecycle verb)."""
 
     generation: int
 
 
-class ServiceAccepted(ServiceVerbAccepted, kw_only=True):
+class ServiceAccepted(ServiceVerbAccepted, frozen=True, kw_only=True):
     KIND = Kind.SERVICE_ACCEPTED
 
 
-class ServiceStopAccepted(ServiceVerbAccepted, kw_only=True):
+class ServiceStopAccepted(ServiceVerbAccepted, frozen=True, kw_only=True):
     KIND = Kind.SERVICE_STOP_ACCEPTED
 
 
-class ServiceRestartAccepted(ServiceVerbAccepted, kw_only=True):
+class ServiceRestartAccepted(ServiceVerbAccepted, frozen=True, kw_only=True):
     KIND = Kind.SERVICE_RESTART_ACCEPTED
 
 
-class ServiceDeleteAccepted(ServiceVerbAccepted, kw_only=True):
+class ServiceDeleteAccepted(ServiceVerbAccepted, frozen=True, kw_only=True):
     KIND = Kind.SERVICE_DELETE_ACCEPTED
 
 
@@ -475,14 +475,14 @@ SERVICE_ACCEPTED: dict[str, type[ServiceVerbAccepted]] = {
 """A service verb → the payload of its acceptance (a deploy's is `ServiceAccepted`)."""
 
 
-class ServiceStateChanged(Payload, kw_only=True):
+class ServiceStateChanged(Payload, frozen=True, kw_only=True):
     KIND = Kind.SERVICE_STATE
     state: str
     generation: int | None = None  # a settled job's
     error: str | None = None  # a failed job's
 
 
-class ServiceResized(Payload, kw_only=True):
+class ServiceResized(Payload, frozen=True, kw_only=True):
     KIND = Kind.SERVICE_RESIZED
     changes: list[str]
 
@@ -490,7 +490,7 @@ class ServiceResized(Payload, kw_only=True):
 # --- the database tunnel and the exported proxy -----------------------------------------------------------------
 
 
-class TunnelConnected(Payload, kw_only=True):
+class TunnelConnected(Payload, frozen=True, kw_only=True):
     KIND = Kind.TUNNEL_CONNECTED
     org: str
     db: str
@@ -498,7 +498,7 @@ class TunnelConnected(Payload, kw_only=True):
     via: str
 
 
-class TunnelClosed(Payload, kw_only=True):
+class TunnelClosed(Payload, frozen=True, kw_only=True):
     KIND = Kind.TUNNEL_CLOSED
     org: str
     db: str
@@ -508,7 +508,7 @@ class TunnelClosed(Payload, kw_only=True):
     via: str
 
 
-class TunnelRefused(Payload, kw_only=True):
+class TunnelRefused(Payload, frozen=True, kw_only=True):
     KIND = Kind.TUNNEL_REFUSED
     org: str | None  # null: refused before it named a database
     db: str | None
@@ -518,7 +518,7 @@ class TunnelRefused(Payload, kw_only=True):
     target: str | None = None  # a proxy request's CONNECT target
 
 
-class ProxyRelay(Payload, kw_only=True):
+class ProxyRelay(Payload, frozen=True, kw_only=True):
     KIND = Kind.PROXY_RELAY
     host: str
     port: int
@@ -534,26 +534,26 @@ class ProxyRelay(Payload, kw_only=True):
 # --- the media store --------------------------------------------------------------------------------------------
 
 
-class MediaStoreFull(Payload, kw_only=True):
+class MediaStoreFull(Payload, frozen=True, kw_only=True):
     KIND = Kind.MEDIA_STORE_FULL
     operation: str
 
 
-class MediaBucketCreated(Payload, kw_only=True):
+class MediaBucketCreated(Payload, frozen=True, kw_only=True):
     KIND = Kind.MEDIA_BUCKET_CREATED
 
 
-class MediaBucketDropped(Payload, kw_only=True):
+class MediaBucketDropped(Payload, frozen=True, kw_only=True):
     KIND = Kind.MEDIA_BUCKET_DROPPED
 
 
-class MediaRestored(Payload, kw_only=True):
+class MediaRestored(Payload, frozen=True, kw_only=True):
     KIND = Kind.MEDIA_RESTORED
     objects: int
     bytes: int
 
 
-class MediaUploadsExpired(Payload, kw_only=True):
+class MediaUploadsExpired(Payload, frozen=True, kw_only=True):
     KIND = Kind.MEDIA_UPLOADS_EXPIRED
     objects: int
 

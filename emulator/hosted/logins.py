@@ -14,7 +14,7 @@ from typing import Any
 
 from emulator.core.errors import ApiError
 from emulator.core.ids import secret_hash
-from emulator.core.kinds import Kind
+from emulator.core.payloads import IdpLoginApproved, IdpLoginDenied, IdpLoginStarted, IdpSession, IdpTokenRevoked
 from emulator.hosted import orgs
 from emulator.hosted.identity import Identity, valid_email
 from emulator.hosted.signing import ACCESS_TOKEN_TYP, InvalidToken
@@ -47,7 +47,7 @@ class Logins:
             (secret_hash(device_code), user_code, client_id, now + DEVICE_CODE_TTL, now),
         )
         uri = f"{self.identity.urls.auth}/device"
-        self.core.bus.publish(Kind.IDP_LOGIN_STARTED, user_code)
+        self.core.bus.publish(user_code, IdpLoginStarted())
         return {
             "device_code": device_code,
             "user_code": user_code,
@@ -81,9 +81,8 @@ class Logins:
                 "UPDATE device_logins SET state = ?, email = ? WHERE user_code = ?",
                 ("approved" if approve else "denied", email or None, row["user_code"]),
             )
-        self.core.bus.publish(
-            Kind.IDP_LOGIN_APPROVED if approve else Kind.IDP_LOGIN_DENIED, row["user_code"], email=email or None
-        )
+        decided = IdpLoginApproved if approve else IdpLoginDenied
+        self.core.bus.publish(row["user_code"], decided(email=email or None))
 
     async def poll(self, device_code: str, client_id: str) -> dict[str, Any]:
         row = await self.core.store.fetchone(
@@ -143,7 +142,7 @@ class Logins:
         if row is None:
             return False
         await self.core.store.execute("UPDATE sessions SET revoked_at = ? WHERE id = ?", (now, row["id"]))
-        self.core.bus.publish(Kind.IDP_TOKEN_REVOKED, row["id"], token_type="session")
+        self.core.bus.publish(row["id"], IdpTokenRevoked(token_type="session"))
         return True
 
     async def _session(self, user: Any, org_id: str | None, sid: str | None) -> dict[str, Any]:
@@ -176,7 +175,7 @@ class Logins:
                 "exp": int(now + SESSION_TOKEN_TTL),
             },
         )
-        self.core.bus.publish(Kind.IDP_SESSION, sid, email=user["email"], org_id=org_id)
+        self.core.bus.publish(sid, IdpSession(email=user["email"], org_id=org_id))
         return {
             "access_token": token,
             "refresh_token": refresh,
