@@ -25,6 +25,8 @@ Unread = dict[str, Any]
 """A journal row whose data is not its kind's shape (written by another version): kept as it is."""
 
 
+# Each payload repeats `frozen=True, kw_only=True`: msgspec applies kw_only to a class's own fields only, and the
+# type checker sees a subclass as frozen only when it says so.
 class Payload(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True, forbid_unknown_fields=True):
     KIND: ClassVar[Kind]
 
