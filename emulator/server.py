@@ -35,7 +35,7 @@ from emulator.core.context import Core
 from emulator.core.egress import EgressError, EgressPolicy, Upstream, resolve_upstream
 from emulator.core.errors import ApiError
 from emulator.core.httpserver import timed_protocol
-from emulator.core.kinds import Kind
+from emulator.core.payloads import EmulatorStarted
 from emulator.core.private import private_dir, write_private
 from emulator.core.runlog import EventLog
 from emulator.core.served import RequestJournal
@@ -371,7 +371,7 @@ async def _serve(settings: Settings, on_ready: Any, start: Start, t0: float) -> 
         forward = ForwardProxy(
             EgressPolicy.parse(settings.proxy_egress),
             upstream,
-            on_event=lambda kind, data: core.bus.publish(Kind(kind), f"{data['host']}:{data['port']}", **data),
+            on_event=lambda relay: core.bus.publish(f"{relay.host}:{relay.port}", relay),
             connect_timeout=settings.proxy_connect_timeout,
             idle_timeout=settings.proxy_idle_timeout,
             max_relays=settings.proxy_max_relays,
@@ -428,9 +428,7 @@ async def _serve(settings: Settings, on_ready: Any, start: Start, t0: float) -> 
             settings.cloud_domain,
             tunnel_port,
             tunnel_authorizer(platform),
-            on_event=lambda kind, data: core.bus.publish(
-                Kind(kind), kinds.database(str(data.get("org")), str(data.get("db"))), **data
-            ),
+            on_event=lambda event: core.bus.publish(kinds.database(str(event.org), str(event.db)), event),
             forward=forward,
             fault=lambda method, path: core.faults.request("tunnel", method, path),
         )
@@ -463,11 +461,10 @@ async def _serve(settings: Settings, on_ready: Any, start: Start, t0: float) -> 
         core.start_ticker()
         event_log.start()
         core.bus.publish(
-            Kind.EMULATOR_STARTED,
             None,
-            version=__version__,
-            endpoints=endpoints,
-            startup_ms=round((time.perf_counter() - t0) * 1000, 1),
+            EmulatorStarted(
+                version=__version__, endpoints=endpoints, startup_ms=round((time.perf_counter() - t0) * 1000, 1)
+            ),
         )
         if on_ready:
             on_ready(endpoints)

@@ -18,6 +18,7 @@ from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
+import msgspec
 import pytest
 from cryptography import x509
 from cryptography.hazmat.primitives import serialization
@@ -25,6 +26,7 @@ from cryptography.x509.oid import ExtendedKeyUsageOID
 
 from emulator.core.address import Address
 from emulator.core.faults import Verdict
+from emulator.core.payloads import Payload
 from emulator.tunnel import ca as ca_module
 from emulator.tunnel.ca import LocalCA
 from emulator.tunnel.server import Refusal, Route, TunnelServer
@@ -95,8 +97,8 @@ class Events:
         self.items: list[tuple[str, dict[str, Any]]] = []
         self._changed = asyncio.Event()
 
-    def __call__(self, kind: str, data: dict[str, Any]) -> None:
-        self.items.append((kind, data))
+    def __call__(self, event: Payload) -> None:
+        self.items.append((event.KIND, msgspec.to_builtins(event)))  # as the journal holds it
         self._changed.set()
 
     def of(self, kind: str) -> list[dict[str, Any]]:

@@ -33,6 +33,7 @@ from textual.widgets import DataTable, Footer, Input, Static, TabbedContent, Tab
 from emulator.admin.client import EmulatorClient, EmulatorError, Locator, Unreachable
 from emulator.admin.wire import ClaimDecided, EventView, OrgList
 from emulator.core.kinds import Kind
+from emulator.core.payloads import ClockMoved, DbLog
 from tui.filter import RowFilter
 from tui.keys import ACTS, VIEWS, bindings, visible
 from tui.model import AGENT_ACTIVITY, ALL, SNAPSHOTS, Model, affected, fmt_span, fmt_stamp
@@ -341,13 +342,14 @@ class Dashboard(App[None]):
     def _entry(self, event: EventView) -> Entry:
         stamp = fmt_stamp(event.ts)
         if event.kind == Kind.DB_LOG:
-            scope = event.subject or ""
-            return db_line(stamp, scope, event.data.get("service"), str(event.data.get("line", "")))
+            said = DbLog.read(event.data)
+            return db_line(stamp, event.subject or "", said.service, said.line)
         if event.kind == Kind.CLOCK_MOVED:
-            moved = float(event.data["now"]) - float(event.data["before"])
+            clock = ClockMoved.read(event.data)
+            moved = clock.now - clock.before
             sign = "+" if moved >= 0 else "-"
-            data = f"to {event.data['iso']} ({sign}{fmt_span(abs(moved))})"
-            data += " frozen" if event.data.get("frozen") else ""
+            data = f"to {clock.iso} ({sign}{fmt_span(abs(moved))})"
+            data += " frozen" if clock.frozen else ""
         else:
             data = " ".join(f"{k}={short(v, k)}" for k, v in event.data.items() if v is not None)
         subject = f" [{event.subject}]" if event.subject else ""

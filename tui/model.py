@@ -35,6 +35,7 @@ from emulator.admin.wire import (
 )
 from emulator.behaviour.scorecard import Card, Report, Unattributed
 from emulator.core.kinds import Kind
+from emulator.core.payloads import ClockMoved, EmulatorReset, SnapshotLoaded
 from emulator.core.snapshots import SnapshotView
 
 # What one snapshot's fetch answers (switches come as a bare name -> on mapping).
@@ -228,8 +229,10 @@ class Model:
     def note_event(self, kind: str, subject: str | None, data: dict[str, Any], *, live: bool = True) -> None:
         """What an event tells directly, without a fetch. A replayed event (`live` False: one from before the
         snapshots we hold) must not set the clock: its `now` is old, and the status read at attach is current."""
-        if live and kind in (Kind.CLOCK_MOVED, Kind.EMULATOR_RESET, Kind.SNAPSHOT_LOADED):
-            self.clock.set(float(data["now"]), bool(data["frozen"]))
+        moved = next((p for p in (ClockMoved, EmulatorReset, SnapshotLoaded) if p.KIND == kind), None)
+        if live and moved is not None:
+            clock = moved.read(data)
+            self.clock.set(clock.now, clock.frozen)
         if kind in (Kind.EMULATOR_RESET, Kind.SNAPSHOT_LOADED):
             self.expired = {}
         elif kind == Kind.TRIAL_EXPIRED and subject:

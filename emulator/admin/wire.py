@@ -57,11 +57,11 @@ class EventView(msgspec.Struct):
     iso: str
     kind: str
     subject: str | None
-    data: dict[str, Any]
+    data: dict[str, Any]  # the kind's payload as JSON (core.payloads; `Payload.read` types it again)
 
     @classmethod
     def of(cls, e: Event) -> EventView:
-        return cls(e.seq, e.ts, iso(e.ts), e.kind, e.subject, e.data)
+        return cls(e.seq, e.ts, iso(e.ts), e.kind, e.subject, msgspec.to_builtins(e.data))
 
 
 class ServerView(msgspec.Struct):

@@ -19,6 +19,14 @@ import msgspec
 from emulator.core.errors import CONFLICT, NOT_FOUND
 from emulator.core.events import Event
 from emulator.core.kinds import Kind
+from emulator.core.payloads import (
+    CloudKeyCreated,
+    CloudOrgCreated,
+    GatewayRequest,
+    HttpRequest,
+    IdpRegistered,
+    TrialCreated,
+)
 
 # Discovery documents: read before registering, so attributed forward.
 DISCOVERY = ("/.well-known/", "/llms.txt", "/mcp")
@@ -26,7 +34,6 @@ DISCOVERY = ("/.well-known/", "/llms.txt", "/mcp")
 _HOSTED = ("db.", "service.", "tunnel.", "disk.", "gateway.")
 # Events that repeat what an `http.request` already says of the same call.
 _ECHOES = frozenset({Kind.CLOUD_CALL.value, Kind.SITE_ASK.value, Kind.SITE_MCP.value})
-_CREDENTIALS = ("reg", "key", "user", "token")
 
 
 class Agent(msgspec.Struct, kw_only=True):
@@ -49,19 +56,20 @@ class Journal:
         self.keys_of_org: dict[str, dict[str, str]] = defaultdict(dict)  # org → fingerprint → name
         self.orgs: list[str] = []
         for e in self.events:
-            if e.kind == Kind.IDP_REGISTERED and e.subject:
+            d = e.data
+            if isinstance(d, IdpRegistered) and e.subject:
                 self.registered[e.subject] = e
-            elif e.kind == Kind.TRIAL_CREATED and e.subject:
-                self.trials[str(e.data.get("registration"))].append(e)
-                if e.data.get("key"):
-                    self.keys_of_org[e.subject][str(e.data["key"])] = "trial"
-            elif e.kind == Kind.CLOUD_KEY_CREATED and e.subject and e.data.get("key"):
-                self.keys_of_org[e.subject][str(e.data["key"])] = str(e.data.get("name"))
-            if e.kind in (Kind.TRIAL_CREATED, Kind.CLOUD_ORG_CREATED) and e.subject and e.subject not in self.orgs:
+            elif isinstance(d, TrialCreated) and e.subject:
+                self.trials[d.registration].append(e)
+                if d.key:
+                    self.keys_of_org[e.subject][d.key] = "trial"
+            elif isinstance(d, CloudKeyCreated) and e.subject and d.key:
+                self.keys_of_org[e.subject][d.key] = d.name
+            if isinstance(d, TrialCreated | CloudOrgCreated) and e.subject and e.subject not in self.orgs:
                 self.orgs.append(e.subject)
         self.requests_from: dict[str, list[Event]] = defaultdict(list)  # client address → its http.requests
         for e in self.events:
-            if e.kind == Kind.HTTP_REQUEST and e.subject:
+            if isinstance(e.data, HttpRequest) and e.subject:
                 self.requests_from[e.subject].append(e)
 
     # -- who
@@ -75,15 +83,16 @@ class Journal:
 
     def of_registration(self, reg: str) -> Agent:
         registered = self.registered.get(reg)
+        said = registered.payload(IdpRegistered) if registered else None
         trials = self.trials.get(reg, [])
         orgs = [str(t.subject) for t in trials]
         return Agent(
             id=reg,
-            type=str(registered.data.get("type")) if registered else None,
+            type=said.type if said else None,
             registrations=[reg],
             orgs=orgs,
             keys=self._keys(orgs),
-            ips=[str(registered.data.get("ip"))] if registered and registered.data.get("ip") else [],
+            ips=[said.ip] if said and said.ip else [],
             first_seq=registered.seq if registered else (trials[0].seq if trials else 0),
         )
 
@@ -132,8 +141,8 @@ class Journal:
                 continue
             d = e.data
             owner: str | None = None
-            if e.kind in (Kind.HTTP_REQUEST, Kind.GATEWAY_REQUEST):
-                owner = by_reg.get(str(d.get("reg"))) or by_key.get(str(d.get("key")))
+            if isinstance(d, HttpRequest | GatewayRequest):
+                owner = by_reg.get(d.reg or "") or by_key.get(d.key or "")
             elif e.subject is not None:
                 owner = by_reg.get(e.subject) or by_org.get(e.subject)
                 if owner is None and e.kind.startswith(_HOSTED):
@@ -145,4 +154,9 @@ class Journal:
     def unattributed(self) -> list[Event]:
         """The requests that carried no credential: a person's browser or curl, discovery reads, registrations,
         `pxt login`'s polls. Counted apart, never judged: their address proves nothing of who sent them."""
-        return [e for e in self.events if e.kind == Kind.HTTP_REQUEST and not any(c in e.data for c in _CREDENTIALS)]
+        return [e for e in self.events if isinstance(e.data, HttpRequest) and not carried(e.data)]
+
+
+def carried(d: HttpRequest | GatewayRequest) -> bool:
+    """Whether a request carried a credential (a registration, key, person or token it names)."""
+    return any(c is not None for c in (d.reg, d.key, d.user, d.token))

@@ -78,7 +78,13 @@ def record(journal: Journal, version: str, saved_at: str, agent: Agent | None) -
         saved_at=saved_at,
         agent=agent.id if agent is not None else None,
         events=[
-            RecordedEvent(seq=e.seq, at=iso(e.ts), kind=e.kind, subject=redact(e.subject), data=redact(e.data))
+            RecordedEvent(
+                seq=e.seq,
+                at=iso(e.ts),
+                kind=e.kind,
+                subject=redact(e.subject),
+                data=redact(msgspec.to_builtins(e.data)),
+            )
             for e in events
             if e.kind not in _SKIPPED
         ],

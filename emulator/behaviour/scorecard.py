@@ -15,10 +15,9 @@ from dataclasses import dataclass
 import msgspec
 
 from emulator.behaviour.agents import DISCOVERY, Agent, Journal
-from emulator.behaviour.traces import trace
+from emulator.behaviour.traces import call_failed, trace
 from emulator.core.events import Event
-from emulator.core.kinds import Kind
-from emulator.core.served import failed
+from emulator.core.payloads import DbStateChanged, GatewayRequest, HttpRequest, IdpRegistered
 from emulator.hosted.states import ACCEPTS_UPDATE, DB_SETTLING, SERVICE_SETTLING
 
 
@@ -77,27 +76,32 @@ SETTLING = DB_SETTLING | SERVICE_SETTLING  # a job is moving the resource: polli
 
 
 def _calls(mine: list[Event]) -> list[Event]:
-    return [e for e in mine if e.kind in (Kind.HTTP_REQUEST, Kind.GATEWAY_REQUEST)]
+    return [e for e in mine if isinstance(e.data, HttpRequest | GatewayRequest)]
+
+
+def _call(e: Event) -> HttpRequest | GatewayRequest:
+    """What a call (an event `_calls` kept) said, on any origin."""
+    d = e.data
+    if not isinstance(d, HttpRequest | GatewayRequest):
+        raise TypeError(f"event #{e.seq} ({e.kind}) is not a call")
+    return d
 
 
 def _where(e: Event) -> tuple[str, str, str, str]:
-    d = e.data
-    origin = "gateway" if e.kind == Kind.GATEWAY_REQUEST else str(d.get("origin"))
-    return origin, str(d.get("method")), str(d.get("path")), str(d.get("op", ""))
+    d = _call(e)
+    if isinstance(d, GatewayRequest):
+        return "gateway", d.method, d.path, ""
+    return d.origin, d.method, d.path, d.op or ""
 
 
 def waited(a: Event, b: Event) -> float:
     """Seconds between two calls: the longer of the emulator's clock and real time."""
-    real = 0.0
-    ra, rb = a.data.get("rt"), b.data.get("rt")
-    if isinstance(ra, int | float) and isinstance(rb, int | float) and rb >= ra:
-        real = rb - ra
-    return max(b.ts - a.ts, real)
+    ra, rb = _call(a).rt, _call(b).rt
+    return max(b.ts - a.ts, rb - ra if rb >= ra else 0.0)
 
 
 def _status(e: Event) -> int:
-    s = e.data.get("status")
-    return s if isinstance(s, int) else 0
+    return _call(e).status
 
 
 def _failed(e: Event) -> bool:
@@ -110,10 +114,11 @@ def _failed(e: Event) -> bool:
 def ignored_retry_after(j: Journal, agent: Agent, mine: list[Event]) -> list[Hit]:
     calls, hits = _calls(mine), []
     for i, e in enumerate(calls):
-        if _status(e) not in (429, 503):
+        d = e.data
+        if _status(e) not in (429, 503) or not isinstance(d, HttpRequest) or d.retry_after is None:
             continue
         try:
-            wait = float(str(e.data.get("retry_after")))
+            wait = float(d.retry_after)
         except ValueError:
             continue
         again = next((n for n in calls[i + 1 :] if _where(n) == _where(e)), None)
@@ -122,7 +127,7 @@ def ignored_retry_after(j: Journal, agent: Agent, mine: list[Event]) -> list[Hit
             hits.append(
                 (
                     [e.seq, again.seq],
-                    f"{method} {path} was {_status(e)} with Retry-After: {e.data['retry_after']}; "
+                    f"{method} {path} was {_status(e)} with Retry-After: {d.retry_after}; "
                     f"it was sent again {waited(e, again):.1f} s later",
                 )
             )
@@ -133,12 +138,13 @@ def idempotency_key_reused(j: Journal, agent: Agent, mine: list[Event]) -> list[
     first: dict[tuple[str, str, str, str], Event] = {}
     hits = []
     for e in _calls(mine):
-        key = e.data.get("idem")
-        if key is None:
+        d = e.data
+        if not isinstance(d, HttpRequest) or d.idem is None:
             continue
+        key = d.idem
         origin, method, path, _ = _where(e)
-        seen = first.setdefault((origin, method, path, str(key)), e)
-        bodies = (seen.data.get("body"), e.data.get("body"))
+        seen = first.setdefault((origin, method, path, key), e)
+        bodies = (seen.payload(HttpRequest).body, d.body)
         if seen is not e and None not in bodies and bodies[0] != bodies[1]:
             hits.append(([seen.seq, e.seq], f"Idempotency-Key {key!r} was sent again on {path} with another body"))
     return hits
@@ -148,12 +154,19 @@ def unsafe_retry(j: Journal, agent: Agent, mine: list[Event]) -> list[Hit]:
     calls, hits = _calls(mine), []
     for i, e in enumerate(calls):
         origin, method, path, _ = _where(e)
-        if method != "POST" or (origin, path) not in IDEMPOTENT_POSTS or "idem" in e.data:
+        d = e.data
+        if (
+            method != "POST"
+            or (origin, path) not in IDEMPOTENT_POSTS
+            or not isinstance(d, HttpRequest)
+            or d.idem is not None
+        ):
             continue
         before = next((p for p in reversed(calls[:i]) if _where(p) == _where(e)), None)
-        if before is not None and _failed(before) and "idem" not in before.data:
+        was = before.payload(HttpRequest) if before is not None else None  # the same origin: the site's
+        if before is not None and was is not None and _failed(before) and was.idem is None:
             # A refusal answered before the body was read has no digest: it may have been the same call.
-            if before.data.get("body") in (None, e.data.get("body")):
+            if was.body in (None, d.body):
                 hits.append(
                     (
                         [before.seq, e.seq],
@@ -181,7 +194,7 @@ def expired_token_reuse(j: Journal, agent: Agent, mine: list[Event]) -> list[Hit
     refused: dict[str, Event] = {}
     hits = []
     for e in _calls(mine):
-        token = e.data.get("token")
+        token = _call(e).token
         if not token or token == "opaque":
             continue
         if token in refused:  # one finding per refusal, not one per later call
@@ -198,23 +211,25 @@ def re_registered_instead_of_exchange(j: Journal, agent: Agent, mine: list[Event
         now = j.registered.get(reg)
         if now is None:
             continue
-        ip = now.data.get("ip")
-        earlier = [r for r in j.registered.values() if r.seq < now.seq and r.data.get("ip") == ip]
+        ip = now.payload(IdpRegistered).ip
+        earlier = [r for r in j.registered.values() if r.seq < now.seq and r.payload(IdpRegistered).ip == ip]
         if not earlier:
             continue
         previous = earlier[-1]
-        from_ip = j.requests_from.get(str(ip), [])
+        from_ip = j.requests_from.get(ip, [])
         refusal = next(
             (
                 e
                 for e in reversed(from_ip)
-                if previous.seq < e.seq < now.seq and e.data.get("reg") == previous.subject and _status(e) == 401
+                if previous.seq < e.seq < now.seq
+                and e.payload(HttpRequest).reg == previous.subject
+                and _status(e) == 401
             ),
             None,
         )
         if refusal is None:
             continue
-        exchanged = any(refusal.seq < e.seq < now.seq and e.data.get("path") == TOKEN_PATH for e in from_ip)
+        exchanged = any(refusal.seq < e.seq < now.seq and e.payload(HttpRequest).path == TOKEN_PATH for e in from_ip)
         if not exchanged:
             hits.append(
                 (
@@ -231,15 +246,15 @@ def hard_coded_url(j: Journal, agent: Agent, mine: list[Event]) -> list[Hit]:
     read_services: set[str] = set()
     flagged: set[str] = set()
     for e in mine:
-        if e.kind == Kind.IDP_REGISTERED and e.subject in agent.registrations:
+        if isinstance(e.data, IdpRegistered) and e.subject in agent.registrations:
             if not _read_discovery_before(j, e):
                 hits.append(([e.seq], "registered without reading discovery (/.well-known/oauth-protected-resource)"))
             continue
-        if e.kind not in (Kind.HTTP_REQUEST, Kind.GATEWAY_REQUEST):
+        if not isinstance(e.data, HttpRequest | GatewayRequest):
             continue
         origin, _, path, op = _where(e)
         if origin == "api" and op in SERVICE_URL_OPS and _status(e) < 400:
-            read_services.add(agent.keys.get(str(e.data.get("key")), "").split("/")[0])
+            read_services.add(agent.keys.get(e.data.key or "", "").split("/")[0])
         elif origin == "gateway":
             org = str(e.subject).split(":")[0]
             if org not in read_services and e.subject not in flagged:
@@ -253,16 +268,15 @@ def _read_discovery_before(j: Journal, registered: Event) -> bool:
     credential, so the address is all there is: it can only clear an agent (another agent on the address may
     have read it), never accuse one."""
     return any(
-        e.seq < registered.seq and e.data.get("method") == "GET" and str(e.data.get("path", "")).startswith(DISCOVERY)
-        for e in j.requests_from.get(str(registered.data.get("ip")), [])
+        e.seq < registered.seq and (d := e.payload(HttpRequest)).method == "GET" and d.path.startswith(DISCOVERY)
+        for e in j.requests_from.get(registered.payload(IdpRegistered).ip, [])
     )
 
 
-def _seen(history: list[tuple[int, str]], request: Event) -> tuple[str, int]:
+def _seen(history: list[tuple[int, str]], request: HttpRequest) -> tuple[str, int]:
     """A database's state as a request saw it, and the event that said so: the last change journaled before the
     request began (`after`). What the request itself caused is journaled before it, its answer waiting for it."""
-    limit = request.data.get("after")
-    limit = limit if isinstance(limit, int) and not isinstance(limit, bool) else request.seq
+    limit = request.after
     found = ("", 0)
     for seq, state in history:
         if seq > limit:
@@ -279,19 +293,20 @@ def polling_too_fast(j: Journal, agent: Agent, mine: list[Event]) -> list[Hit]:
     runs: dict[tuple[str, ...], list[Event]] = {}
     hits = []
     for e in mine:
-        if e.kind == Kind.DB_STATE and e.subject:
-            history.setdefault(e.subject, []).append((e.seq, str(e.data.get("state"))))
+        d = e.data
+        if isinstance(d, DbStateChanged) and e.subject:
+            history.setdefault(e.subject, []).append((e.seq, str(d.state)))
             continue
-        if e.kind != Kind.HTTP_REQUEST or e.data.get("op") not in POLL_OPS:
+        if not isinstance(d, HttpRequest) or d.op not in POLL_OPS:
             continue
-        caller = str(e.data.get("key", e.data.get("user", "")))
-        if e.data["op"] == "get_receipts":
-            key = ("get_receipts", caller, str(e.data.get("body")))
+        caller = next((c for c in (d.key, d.user) if c is not None), "")
+        if d.op == "get_receipts":
+            key = ("get_receipts", caller, str(d.body))
         else:
             org = agent.keys.get(caller, agent.orgs[0] if agent.orgs else "").split("/")[0]
-            if _seen(history.get(f"{org}:{e.data.get('db', '')}", []), e)[0] not in SETTLING:
+            if _seen(history.get(f"{org}:{d.db or ''}", []), d)[0] not in SETTLING:
                 continue
-            key = ("get_db", caller, str(e.data.get("db", "")))
+            key = ("get_db", caller, d.db or "")
         run = runs.setdefault(key, [])
         if run and waited(run[-1], e) >= POLL_CADENCE * 0.9:
             if len(run) >= 3:
@@ -303,7 +318,8 @@ def polling_too_fast(j: Journal, agent: Agent, mine: list[Event]) -> list[Hit]:
 
 
 def _poll_hit(run: list[Event]) -> Hit:
-    op, db = run[0].data.get("op"), run[0].data.get("db") or ""
+    first = run[0].payload(HttpRequest)
+    op, db = first.op, first.db or ""
     gap = min(waited(a, b) for a, b in itertools.pairwise(run))
     return (
         [e.seq for e in run[:6]],
@@ -317,25 +333,24 @@ def update_while_not_available(j: Journal, agent: Agent, mine: list[Event]) -> l
     flagged: set[tuple[str, int]] = set()  # one finding per database and state: a plan and its submit are one update
     hits = []
     for e in mine:
-        if e.kind == Kind.DB_STATE and e.subject:
-            history.setdefault(e.subject, []).append((e.seq, str(e.data.get("state"))))
-        elif e.kind == Kind.HTTP_REQUEST and e.data.get("op") in UPDATE_OPS and e.data.get("db"):
-            org = agent.keys.get(str(e.data.get("key")), agent.orgs[0] if agent.orgs else "").split("/")[0]
-            database = f"{org}:{e.data['db']}"
-            was, since = _seen(history.get(database, []), e)
+        d = e.data
+        if isinstance(d, DbStateChanged) and e.subject:
+            history.setdefault(e.subject, []).append((e.seq, str(d.state)))
+        elif isinstance(d, HttpRequest) and d.op in UPDATE_OPS and d.db:
+            org = agent.keys.get(d.key or "", agent.orgs[0] if agent.orgs else "").split("/")[0]
+            database = f"{org}:{d.db}"
+            was, since = _seen(history.get(database, []), d)
             if was and was not in SETTLED and (database, since) not in flagged:
                 flagged.add((database, since))
-                hits.append(
-                    ([since, e.seq], f"sent db update for {e.data['db']} while it was {was}; wait for AVAILABLE")
-                )
+                hits.append(([since, e.seq], f"sent db update for {d.db} while it was {was}; wait for AVAILABLE"))
     return hits
 
 
 def secret_in_url(j: Journal, agent: Agent, mine: list[Event]) -> list[Hit]:
     return [
-        ([e.seq], f"{_where(e)[1]} {_where(e)[2]} carried a credential in its query ({e.data['secret_in_url']})")
+        ([e.seq], f"{_where(e)[1]} {_where(e)[2]} carried a credential in its query ({_call(e).secret_in_url})")
         for e in _calls(mine)
-        if e.data.get("secret_in_url")
+        if _call(e).secret_in_url
     ]
 
 
@@ -420,7 +435,9 @@ def report(j: Journal, agent: Agent | None = None) -> Report:
         calls = j.unattributed()
         addresses = list(dict.fromkeys(str(e.subject) for e in reversed(calls)))  # the latest first
         nobody = Unattributed(
-            requests=len(calls), errors=sum(1 for e in calls if failed(e.data)), addresses=addresses[:20]
+            requests=len(calls),
+            errors=sum(1 for e in calls if call_failed(e.payload(HttpRequest))),
+            addresses=addresses[:20],
         )
     return Report(
         agents=cards,

@@ -9,7 +9,7 @@ import msgspec
 from emulator.behaviour.agents import Agent, Journal
 from emulator.core.clock import iso
 from emulator.core.events import Event
-from emulator.core.kinds import Kind
+from emulator.core.payloads import DbLog, GatewayRequest, HttpRequest
 from emulator.core.served import failed
 
 
@@ -40,23 +40,21 @@ _ORIGIN_OF = {"idp": "auth", "trial": "site", "cloud": "api", "db": "hosted", "s
 
 def step(e: Event) -> Step:
     d = e.data
-    status = d.get("status") if isinstance(d.get("status"), int) else None
-    ms = d.get("ms") if isinstance(d.get("ms"), int | float) else None
+    data: dict[str, Any] = msgspec.to_builtins(d)  # any kind's fields, as the journal holds them
+    status = data.get("status") if isinstance(data.get("status"), int) else None  # a call's, an exit's, …
+    ms = d.ms if isinstance(d, HttpRequest | GatewayRequest) else None
     family = e.kind.split(".", 1)[0]
-    if e.kind == Kind.HTTP_REQUEST:
-        origin = str(d.get("origin"))
-        what = f"{d.get('method')} {d.get('path')}" + (f" {d['op']}" if d.get("op") else "")
-        what += f" {d['db']}" if d.get("db") else ""
-    elif e.kind == Kind.GATEWAY_REQUEST:
-        origin, what = "gateway", f"{d.get('method', 'POST')} {d.get('path')} ({e.subject})"
-    elif e.kind == Kind.DB_LOG:
-        origin, what = (
-            "hosted",
-            f"log {e.subject}{'/' + str(d['service']) if d.get('service') else ''}: {d.get('line')}",
-        )
+    if isinstance(d, HttpRequest):
+        origin = d.origin
+        what = f"{d.method} {d.path}" + (f" {d.op}" if d.op else "")
+        what += f" {d.db}" if d.db else ""
+    elif isinstance(d, GatewayRequest):
+        origin, what = "gateway", f"{d.method} {d.path} ({e.subject})"
+    elif isinstance(d, DbLog):
+        origin, what = "hosted", f"log {e.subject}{'/' + d.service if d.service else ''}: {d.line}"
     else:
         origin = _ORIGIN_OF.get(family, family)
-        brief = " ".join(f"{k}={v}" for k, v in d.items() if k not in ("ip",) and v not in (None, "", [], {}))
+        brief = " ".join(f"{k}={v}" for k, v in data.items() if k not in ("ip",) and v not in (None, "", [], {}))
         what = f"{e.kind} {e.subject or ''} {brief}".strip()
     return Step(
         seq=e.seq,
@@ -68,8 +66,13 @@ def step(e: Event) -> Step:
         status=status,
         ms=ms,
         subject=e.subject,
-        data=d,
+        data=data,
     )
+
+
+def call_failed(d: HttpRequest | GatewayRequest) -> bool:
+    """`core.served.failed` of a call on any origin (a gateway's answer has no error code)."""
+    return failed(d.status, d.error_code if isinstance(d, HttpRequest) else None)
 
 
 def percentile(values: list[float], q: float) -> float | None:
@@ -80,14 +83,15 @@ def percentile(values: list[float], q: float) -> float | None:
 
 
 def trace(journal: Journal, agent: Agent, mine: list[Event] | None = None) -> Trace:
-    steps = [step(e) for e in (journal.events_of(agent) if mine is None else mine)]
-    calls = [s for s in steps if s.kind in (Kind.HTTP_REQUEST, Kind.GATEWAY_REQUEST)]
-    latencies = [s.ms for s in calls if s.ms is not None]
+    events = journal.events_of(agent) if mine is None else mine
+    steps = [step(e) for e in events]
+    calls = [e.data for e in events if isinstance(e.data, HttpRequest | GatewayRequest)]
+    latencies = [c.ms for c in calls]
     return Trace(
         agent=agent,
         steps=steps,
         requests=len(calls),
-        errors=sum(1 for s in calls if failed(s.data)),
+        errors=sum(1 for c in calls if call_failed(c)),
         p50_ms=percentile(latencies, 0.5),
         p95_ms=percentile(latencies, 0.95),
     )

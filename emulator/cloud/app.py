@@ -24,7 +24,7 @@ from emulator.core import jsonbody, openapi
 from emulator.core.boundary import Boundary, BoundaryGate
 from emulator.core.errors import BAD_REQUEST, INTERNAL, ApiError
 from emulator.core.faults import FaultGate, drop
-from emulator.core.kinds import Kind
+from emulator.core.payloads import CloudCall
 from emulator.core.webapp import App
 from emulator.hosted.auth import require_unrestricted
 from emulator.hosted.platform import Platform
@@ -110,12 +110,8 @@ async def management(request: Request[Any, Any, Any]) -> Response[bytes]:
         raise BAD_REQUEST(f"{op}: {e}") from None
     result = await handler(platform, caller, req)
     platform.core.bus.publish(
-        Kind.CLOUD_CALL,
         caller.org,
-        operation=op,
-        credential=caller.credential,
-        key=caller.key_name,
-        email=caller.email,
+        CloudCall(operation=op, credential=caller.credential, key=caller.key_name, email=caller.email),
     )
     return Response(_encode(result), media_type="application/json")
 

@@ -12,7 +12,7 @@ import msgspec
 from emulator.cloud import requests as rq
 from emulator.core import kinds
 from emulator.core.errors import BAD_REQUEST, NOT_FOUND, STORE_FULL
-from emulator.core.kinds import Kind
+from emulator.core.payloads import MediaStoreFull
 from emulator.hosted import databases, orgs
 from emulator.hosted.auth import Caller
 from emulator.hosted.plans import UsageLine
@@ -73,7 +73,7 @@ async def get_bucket_credentials(p: Platform, caller: Caller, req: rq.BucketCred
     media, org_id, trial, name = await _home(p, caller, req.org, req.db, req.bucket_name)
     full = await media.fullness(org_id, trial)
     if full:
-        p.core.bus.publish(Kind.MEDIA_STORE_FULL, kinds.database(req.org, req.db), operation="get_bucket_credentials")
+        p.core.bus.publish(kinds.database(req.org, req.db), MediaStoreFull(operation="get_bucket_credentials"))
     access, secret = media.keys.of_bucket(name)  # the database's own: it reaches this bucket alone
     return BucketCredentials(
         access_key_id=access,
@@ -96,7 +96,7 @@ async def get_presigned_url(p: Platform, caller: Caller, req: rq.PresignedUrlReq
     if req.method == "put":
         full = await media.fullness(org_id, trial)
         if full:
-            p.core.bus.publish(Kind.MEDIA_STORE_FULL, kinds.database(req.org, req.db), operation="get_presigned_url")
+            p.core.bus.publish(kinds.database(req.org, req.db), MediaStoreFull(operation="get_presigned_url"))
             # 402 like the trial's other limits; the code makes the client show the text as it is.
             raise STORE_FULL(full)
     url = media.presign(name, req.key, req.method, req.expiration)

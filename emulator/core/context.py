@@ -15,7 +15,7 @@ from emulator.core.clock import Clock, ClockState
 from emulator.core.events import EventBus
 from emulator.core.faults import Faults
 from emulator.core.ids import Ids
-from emulator.core.kinds import Kind
+from emulator.core.payloads import ClockMoved, EmulatorReset
 from emulator.core.snapshots import Snapshots
 from emulator.core.store import Store
 from emulator.core.switches import Switches
@@ -97,7 +97,7 @@ class Core:
             self.clock.resume()
         await self._save_clock()
         state = self.clock.state()
-        self.bus.publish(Kind.CLOCK_MOVED, None, before=before, now=state.now, frozen=state.frozen, iso=state.iso)
+        self.bus.publish(None, ClockMoved(before=before, now=state.now, frozen=state.frozen, iso=state.iso))
         await self.run_due()
         return state
 
@@ -166,7 +166,7 @@ class Core:
             seconds = round(time.perf_counter() - began, 3)
             state = self.clock.state()
             self.bus.publish(
-                Kind.EMULATOR_RESET, None, to=to, seconds=seconds, now=state.now, frozen=state.frozen, iso=state.iso
+                None, EmulatorReset(to=to, seconds=seconds, now=state.now, frozen=state.frozen, iso=state.iso)
             )
             return seconds
 

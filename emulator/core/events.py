@@ -20,8 +20,9 @@ from typing import Any
 
 import msgspec
 
+from emulator.core import payloads
 from emulator.core.clock import Clock
-from emulator.core.kinds import Kind
+from emulator.core.payloads import P, Payload, Unread
 from emulator.core.store import Store
 from emulator.core.tasks import cancel
 
@@ -36,7 +37,13 @@ class Event(msgspec.Struct, frozen=True):
     ts: float
     kind: str
     subject: str | None
-    data: dict[str, Any]
+    data: Payload | Unread  # its kind's payload (`isinstance` narrows it); Unread only for a row of another shape
+
+    def payload(self, cls: type[P]) -> P:
+        """The payload of an event known to be of `cls`'s kind (found by its kind, or kept in an index of them)."""
+        if not isinstance(self.data, cls):
+            raise TypeError(f"event #{self.seq} ({self.kind}) is not a {cls.__name__}")
+        return self.data
 
 
 class Subscription:
@@ -102,9 +109,10 @@ class EventBus:
     def last_seq(self) -> int:
         return self._seq
 
-    def publish(self, kind: Kind, subject: str | None = None, /, **data: Any) -> Event:
+    def publish(self, subject: str | None, payload: Payload, /) -> Event:
+        """Journal `payload` (its kind is its type's) about `subject`: the one form of its resource (core.kinds)."""
         self._seq += 1
-        event = Event(self._seq, self._clock.now(), kind, subject, data)
+        event = Event(self._seq, self._clock.now(), payload.KIND, subject, payload)
         self._pending.append(event)
         self._wake.set()
         return event
@@ -175,7 +183,7 @@ class EventBus:
             f"SELECT seq, ts, kind, subject, data FROM events WHERE {where} ORDER BY seq LIMIT ?",
             (*params, limit),
         )
-        return [Event(r["seq"], r["ts"], r["kind"], r["subject"], msgspec.json.decode(r["data"])) for r in rows]
+        return [Event(r["seq"], r["ts"], r["kind"], r["subject"], payloads.decode(r["kind"], r["data"])) for r in rows]
 
     async def follow(self, since: int | None, prefixes: tuple[str, ...] = ()) -> AsyncIterator[Event]:
         """History after `since` (None = only new events), then live events, in order, no repeats."""

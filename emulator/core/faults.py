@@ -24,10 +24,11 @@ from http import HTTPStatus
 from typing import Any
 
 import msgspec
+from msgspec import UNSET, UnsetType
 
 from emulator.core.errors import BAD_REQUEST, NOT_FOUND, ApiError
 from emulator.core.events import EventBus
-from emulator.core.kinds import Kind
+from emulator.core.payloads import FaultArmed, FaultFired, FaultHeld, FaultRemoved
 
 # A hold that nobody releases must not pin a request forever.
 MAX_HOLD_SECONDS = 120.0
@@ -214,14 +215,14 @@ class Faults:
             self._publish(rule, spec.target)
             return rule
         self.rules[rule.id] = rule
-        self.bus.publish(Kind.FAULT_ARMED, rule.id, rule=rule.describe())
+        self.bus.publish(rule.id, FaultArmed(rule=rule.describe()))
         return rule
 
     def remove(self, rule_id: str) -> Rule:
         rule = self.rules.pop(rule_id, None)
         if rule is None:
             raise NOT_FOUND(f"no fault {rule_id!r}; `emulator fault list` shows them")
-        self.bus.publish(Kind.FAULT_REMOVED, rule.id)
+        self.bus.publish(rule.id, FaultRemoved())
         return rule
 
     def clear(self, announce: bool = False) -> int:
@@ -231,7 +232,7 @@ class Faults:
         self.rules.clear()
         self.release()
         if announce and cleared:
-            self.bus.publish(Kind.FAULT_REMOVED, None, cleared=cleared)
+            self.bus.publish(None, FaultRemoved(cleared=cleared))
         return cleared
 
     def listed(self) -> list[dict[str, Any]]:
@@ -250,10 +251,21 @@ class Faults:
             self.rules.pop(rule.id, None)
         return True
 
-    def _publish(self, rule: Rule, subject: str | None, **data: Any) -> None:
+    def _publish(
+        self,
+        rule: Rule,
+        subject: str | None,
+        *,
+        origin: str | None = None,
+        method: str | None = None,
+        operation_type: str | UnsetType | None = UNSET,
+    ) -> None:
         s = rule.spec
         effect = s.hosted or ("drop" if s.drop else f"status {s.status}" if s.status else f"latency {s.latency_ms} ms")
-        self.bus.publish(Kind.FAULT_FIRED, subject, rule=rule.id, effect=effect, fired=rule.fired, **data)
+        fired = FaultFired(
+            rule=rule.id, effect=effect, fired=rule.fired, origin=origin, method=method, operation_type=operation_type
+        )
+        self.bus.publish(subject, fired)
 
     async def request(self, origin: str, method: str, path: str, operation_type: str | None = None) -> Verdict | None:
         """The verdict of the first rule that fires on this request (after its latency), or None to go on."""
@@ -300,7 +312,7 @@ class Faults:
 
     def hold(self, path: str, count: int = 1) -> None:
         self._holds[path] = self._holds.get(path, 0) + count
-        self.bus.publish(Kind.FAULT_ARMED, path, action="hold", count=self._holds[path])
+        self.bus.publish(path, FaultArmed(action="hold", count=self._holds[path]))
 
     def release(self, path: str | None = None) -> int:
         """Let held requests (of `path`, or all) go on; also disarms holds not yet used."""
@@ -323,7 +335,7 @@ class Faults:
             del self._holds[path]
         event = asyncio.Event()
         self._waiting.append((path, event))
-        self.bus.publish(Kind.FAULT_HELD, path)
+        self.bus.publish(path, FaultHeld())
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(event.wait(), MAX_HOLD_SECONDS)
         self._waiting = [(p, e) for p, e in self._waiting if e is not event]

@@ -91,11 +91,6 @@ class Kind(StrEnum):
     MEDIA_UPLOADS_EXPIRED = "media.uploads_expired"
 
 
-def accepted(resource: str, verb: str) -> Kind:
-    """The `<resource>.<verb>_accepted` kind of a lifecycle verb ("db" or "service")."""
-    return Kind(f"{resource}.{verb}_accepted")
-
-
 def database(slug: str, db: str) -> str:
     """A hosted database's subject: `<org slug>:<db>`."""
     return f"{slug}:{db}"

@@ -20,8 +20,20 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import msgspec
+
 from emulator.core.clock import iso
 from emulator.core.events import Event, EventBus
+from emulator.core.payloads import (
+    DbExited,
+    DbStateChanged,
+    DiskFull,
+    FaultFired,
+    HttpRequest,
+    MediaStoreFull,
+    ServiceStateChanged,
+    TunnelRefused,
+)
 from emulator.core.tasks import cancel
 
 LOG_NAME = "emulator.log"
@@ -79,21 +91,22 @@ def line(event: Event) -> tuple[int, str] | None:
     if event.kind in QUIET:
         return None
     d = event.data
-    if event.kind == "http.request":
-        status = d.get("status", 0)
-        code = f" {d['error_code']}" if d.get("error_code") else ""
-        op = f" {d['op']}" if d.get("op") else ""
+    if isinstance(d, HttpRequest):
+        status = d.status
+        code = f" {d.error_code}" if d.error_code else ""
+        op = f" {d.op}" if d.op else ""
         level = logging.ERROR if status == 0 or status >= 500 else logging.INFO
         dropped = "dropped" if status == 0 else str(status)
-        text = f"{d.get('origin', '?'):<4} {d.get('method')} {d.get('path')}{op} -> {dropped}{code} ({d.get('ms')} ms)"
+        text = f"{d.origin:<4} {d.method} {d.path}{op} -> {dropped}{code} ({d.ms} ms)"
         return level, f"{text} from {event.subject}"
     level = logging.INFO
-    state = str(d.get("state", ""))
-    if state in FAILED_STATES or event.kind in ("disk.full", "media.store_full"):
+    failed = isinstance(d, DbStateChanged | ServiceStateChanged) and d.state in FAILED_STATES
+    if failed or isinstance(d, DiskFull | MediaStoreFull):
         level = logging.ERROR
-    elif event.kind in ("fault.fired", "tunnel.refused", "db.exited"):
+    elif isinstance(d, FaultFired | TunnelRefused | DbExited):
         level = logging.WARNING
-    return level, describe(event.kind, event.subject, {k: v for k, v in d.items() if not isinstance(v, dict)})
+    fields: dict[str, Any] = msgspec.to_builtins(d)
+    return level, describe(event.kind, event.subject, {k: v for k, v in fields.items() if not isinstance(v, dict)})
 
 
 HIDDEN = frozenset({"rt", "after"})

@@ -25,7 +25,7 @@ from urllib.parse import unquote_plus
 import msgspec
 
 from emulator.core.ids import secret_hash
-from emulator.core.kinds import Kind
+from emulator.core.payloads import Credentials, HttpRequest, Payload
 
 # Not agent calls: the emulator's own API, liveness probes, a browser's icon.
 _UNRECORDED = ("/_emulator", "/health", "/favicon.ico")
@@ -40,7 +40,7 @@ _ANSWER_PEEK = 4096  # enough of an error answer to read its code
 PENDING = frozenset({"authorization_pending", "slow_down"})
 _decode_json = msgspec.json.Decoder().decode
 
-Publish = Callable[..., Any]
+Publish = Callable[[str | None, Payload], object]  # EventBus.publish
 
 
 def key_fingerprint(secret: str) -> str:
@@ -69,57 +69,58 @@ def secret_in_query(query: str) -> str | None:
     return None
 
 
-def credentials(headers: dict[bytes, bytes], query: str = "", form: bytes = b"") -> dict[str, Any]:
+def credentials(headers: dict[bytes, bytes], query: str = "", form: bytes = b"") -> Credentials:
     """Who a request says it is, without any secret: registration, token id and expiry, key fingerprint. From its
     headers first, then a credential in its query string, then a token exchange's `assertion` (a form body)."""
-    found: dict[str, Any] = {}
     api_key = headers.get(b"x-api-key")
     bearer = headers.get(b"authorization", b"")
     token = bearer[7:].strip().decode("latin-1") if bearer[:7].lower() == b"bearer " else ""
     if api_key:
-        found["key"] = key_fingerprint(api_key.decode("latin-1").strip())
-    elif token.startswith("pxtk_"):
-        found["key"] = key_fingerprint(token)
-    if token and "key" not in found:
-        _token(found, token)
-    if not found and query:
+        return Credentials(key=key_fingerprint(api_key.decode("latin-1").strip()))
+    if token.startswith("pxtk_"):
+        return Credentials(key=key_fingerprint(token))
+    if token:
+        return _token(token)
+    if query:
         carried = next((v for _, v in _pairs(query) if v.startswith(("pxtk_", "eyJ"))), "")
         if carried.startswith("pxtk_"):
-            found["key"] = key_fingerprint(carried)
-        elif carried:
-            _token(found, carried)
-    if not found and form:
+            return Credentials(key=key_fingerprint(carried))
+        if carried:
+            return _token(carried)
+    if form:
         assertion = next((v for k, v in _pairs(form.decode("latin-1")) if k == "assertion"), None)
         claims = jwt_claims(assertion) if assertion else None
         if claims is not None and str(claims.get("sub", "")).startswith("agent_reg_"):
-            found["reg"] = str(claims["sub"])[:64]  # the registration exchanging its own assertion
-    return found
+            return Credentials(reg=str(claims["sub"])[:64])  # the registration exchanging its own assertion
+    return Credentials()
 
 
-def _token(found: dict[str, Any], token: str) -> None:
+def _token(token: str) -> Credentials:
     claims = jwt_claims(token)
     if claims is None:
-        found["token"] = "opaque"
-        return
+        return Credentials(token="opaque")
     sub = str(claims.get("sub", ""))[:64]
+    exp = claims.get("exp")
     # An agent's access token names its registration; a `pxt login` session names its person.
-    found["reg" if "registration_type" in claims else "user"] = sub
-    found["token"] = str(claims.get("jti", ""))[:64]
-    if isinstance(claims.get("exp"), int | float):
-        found["token_exp"] = claims["exp"]
+    agent = "registration_type" in claims
+    return Credentials(
+        reg=sub if agent else None,
+        user=None if agent else sub,
+        token=str(claims.get("jti", ""))[:64],
+        token_exp=exp if isinstance(exp, int | float) else None,
+    )
 
 
 def _pairs(query: str) -> list[tuple[str, str]]:
     return [(name, unquote_plus(value)) for name, _, value in (p.partition("=") for p in query.split("&") if p)]
 
 
-def failed(data: dict[str, Any]) -> bool:
+def failed(status: int | None, error_code: str | None = None) -> bool:
     """Whether a served request failed: dropped, or answered 400 and above, but for a wait the client was told to
     poll on (`authorization_pending`, `slow_down`): the one rule the traces, the report and the dashboard share."""
-    status = data.get("status")
-    if not isinstance(status, int) or isinstance(status, bool):
+    if not isinstance(status, int) or isinstance(status, bool):  # the dashboard's, read from any event's JSON
         return False
-    return (status == 0 or status >= 400) and data.get("error_code") not in PENDING
+    return (status == 0 or status >= 400) and error_code not in PENDING
 
 
 class RequestJournal:
@@ -191,31 +192,31 @@ class RequestJournal:
         query = scope.get("query_string", b"").decode("latin-1")
         issued = scope["path"] in self.issued
         form = peek if headers.get(b"content-type", b"").startswith(b"application/x-www-form-urlencoded") else b""
-        data: dict[str, Any] = {
-            "origin": self.origin,
-            "method": scope["method"],
-            "path": scope["path"][:512],
-            "status": answer["status"],
-            "ms": round((time.monotonic() - began) * 1000, 1),
-            "rt": round(began, 3),  # real time (monotonic): how long an agent waited, even on a frozen clock
-            "after": after,
-            **credentials(headers, "" if issued else query, form),
-        }
-        if "retry_after" in answer:
-            data["retry_after"] = answer["retry_after"][:32]
-        if answer.get("error_code"):
-            data["error_code"] = answer["error_code"]
+        who = credentials(headers, "" if issued else query, form)
         idem = headers.get(b"idempotency-key")
-        if idem is not None:
-            data["idem"] = idem.decode("latin-1")[:255]
-        if body is not None:
-            data["body"] = body
-        leaked = secret_in_query(query) if query and not issued else None
-        if leaked is not None:
-            data["secret_in_url"] = leaked
-        if self.origin == "api" and peek.startswith(b"{"):
-            data.update(_operation(peek))
-        self.publish(Kind.HTTP_REQUEST, ip, **data)
+        db, op = _operation(peek) if self.origin == "api" and peek.startswith(b"{") else (None, None)
+        served = HttpRequest(
+            origin=self.origin,
+            method=scope["method"],
+            path=scope["path"][:512],
+            status=answer["status"],
+            ms=round((time.monotonic() - began) * 1000, 1),
+            rt=round(began, 3),  # real time (monotonic): how long an agent waited, even on a frozen clock
+            after=after,
+            key=who.key,
+            reg=who.reg,
+            user=who.user,
+            token=who.token,
+            token_exp=who.token_exp,
+            retry_after=answer["retry_after"][:32] if "retry_after" in answer else None,
+            error_code=answer.get("error_code") or None,
+            idem=idem.decode("latin-1")[:255] if idem is not None else None,
+            body=body,
+            secret_in_url=secret_in_query(query) if query and not issued else None,
+            db=db,
+            op=op,
+        )
+        self.publish(ip, served)
 
 
 def _error_code(answer: bytes) -> str | None:
@@ -233,15 +234,13 @@ def _error_code(answer: bytes) -> str | None:
     return code[:64] if isinstance(code, str) else None
 
 
-def _operation(body: bytes) -> dict[str, str]:
-    """A control-plane call's operation and the database it names, from the start of its JSON body."""
+def _operation(body: bytes) -> tuple[str | None, str | None]:
+    """The database a control-plane call names and its operation, from the start of its JSON body."""
     try:
         decoded = _decode_json(body)
     except (msgspec.DecodeError, ValueError):  # ValueError: bytes that are not UTF-8 (the origin answers its 400)
-        return {}
+        return None, None
     if not isinstance(decoded, dict):
-        return {}
-    out = {name: decoded[name][:64] for name in ("operation_type", "db") if isinstance(decoded.get(name), str)}
-    if "operation_type" in out:
-        out["op"] = out.pop("operation_type")
-    return out
+        return None, None
+    db, op = decoded.get("db"), decoded.get("operation_type")
+    return (db[:64] if isinstance(db, str) else None), (op[:64] if isinstance(op, str) else None)

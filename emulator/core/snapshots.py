@@ -37,7 +37,7 @@ from emulator.core.errors import BAD_REQUEST, CONFLICT, NOT_FOUND, TOO_LARGE, UN
 from emulator.core.events import EventBus
 from emulator.core.faults import Faults
 from emulator.core.ids import Ids
-from emulator.core.kinds import Kind
+from emulator.core.payloads import EmulatorReset, SnapshotDeleted, SnapshotImported, SnapshotLoaded, SnapshotSaved
 from emulator.core.private import private_dir
 from emulator.core.store import Store
 from emulator.core.switches import Switches
@@ -276,7 +276,16 @@ class Snapshots:
             else SnapshotView(name, manifest.created_at, manifest.clock, __version__, 0, manifest.counts)
         )
         if not internal:
-            core.bus.publish(Kind.SNAPSHOT_SAVED, name, seconds=seconds, bytes=view.size_bytes, **manifest.counts)
+            n = manifest.counts
+            saved = SnapshotSaved(
+                seconds=seconds,
+                bytes=view.size_bytes,
+                organizations=n.get("organizations"),
+                registrations=n.get("registrations"),
+                users=n.get("users"),
+                databases=n.get("databases"),
+            )
+            core.bus.publish(name, saved)
         return view
 
     # --- load -------------------------------------------------------------------------------------------------
@@ -319,22 +328,13 @@ class Snapshots:
                 state = core.clock.state()
                 if as_reset:
                     core.bus.publish(
-                        Kind.EMULATOR_RESET,
                         None,
-                        to="start",
-                        seconds=seconds,
-                        now=state.now,
-                        frozen=state.frozen,
-                        iso=state.iso,
+                        EmulatorReset(to="start", seconds=seconds, now=state.now, frozen=state.frozen, iso=state.iso),
                     )
                 else:
                     core.bus.publish(
-                        Kind.SNAPSHOT_LOADED,
                         None if internal else name,
-                        seconds=seconds,
-                        now=state.now,
-                        frozen=state.frozen,
-                        iso=state.iso,
+                        SnapshotLoaded(seconds=seconds, now=state.now, frozen=state.frozen, iso=state.iso),
                     )
         if resume:
             await core.run_after_load()
@@ -347,7 +347,7 @@ class Snapshots:
         gone = folder.with_name(f".deleting-{name}-{os.getpid()}")
         folder.rename(gone)
         await asyncio.to_thread(shutil.rmtree, gone, True)
-        self.core.bus.publish(Kind.SNAPSHOT_DELETED, name)
+        self.core.bus.publish(name, SnapshotDeleted())
 
     async def export(self, name: str, *, internal: bool = False) -> Path:
         """The snapshot as a .tar.gz in a temporary file (the caller streams it, then deletes it)."""
@@ -406,7 +406,7 @@ class Snapshots:
             await asyncio.to_thread(_put, work / "snapshot", self._folder(target))
         finally:
             await asyncio.to_thread(shutil.rmtree, work, True)
-        self.core.bus.publish(Kind.SNAPSHOT_IMPORTED, target, emulator=manifest.emulator)
+        self.core.bus.publish(target, SnapshotImported(emulator=manifest.emulator))
         return await self.view(target)
 
     async def export_to(self, name: str, target: Path) -> None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 from emulator.config import Settings
 from emulator.core.errors import BAD_REQUEST
 from emulator.core.events import EventBus
-from emulator.core.kinds import Kind
+from emulator.core.payloads import SwitchChanged
 
 SWITCHES = ("anonymous_registration", "service_auth_registration", "trials_enabled", "cloud_reachable")
 
@@ -37,7 +37,7 @@ class Switches:
             raise BAD_REQUEST(f"no switch {name!r}; switches: {', '.join(SWITCHES)}")
         if self._values[name] != value:
             self._values[name] = value
-            self._bus.publish(Kind.SWITCH_CHANGED, name, value=value)
+            self._bus.publish(name, SwitchChanged(value=value))
 
     def snapshot(self) -> dict[str, bool]:
         return dict(self._values)

@@ -18,10 +18,10 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from http import HTTPStatus
-from typing import Any
 
 from emulator.core.address import Address
 from emulator.core.faults import Verdict
+from emulator.core.payloads import GatewayRequest
 from emulator.core.served import credentials, secret_in_query
 
 log = logging.getLogger("emulator.gateway")
@@ -76,7 +76,7 @@ class DatabaseGateway:
     def __init__(
         self,
         resolve: Resolve,
-        on_request: Callable[[str, int, dict[str, Any]], None] | None = None,
+        on_request: Callable[[GatewayRequest], None] | None = None,
         host_ok: Callable[[str | None], bool] | None = None,
         fault: FaultHook | None = None,
     ) -> None:
@@ -134,29 +134,50 @@ class DatabaseGateway:
             return
         path, _, query = target.partition("?")
         peer = writer.get_extra_info("peername")
-        served: dict[str, Any] = {"began": time.monotonic(), "method": method[:16], **credentials(dict(headers))}
-        served["ip"] = str(peer[0]) if peer else "unknown"
+        began, who = time.monotonic(), credentials(dict(headers))
+        ip = str(peer[0]) if peer else "unknown"
         leaked = secret_in_query(query) if query else None
-        if leaked is not None:
-            served["secret_in_url"] = leaked
+
+        def served(status: int) -> None:
+            """Report the answer: what `http.request` records on the other origins (see core.served)."""
+            if self.on_request is None:
+                return
+            ms = round((time.monotonic() - began) * 1000, 1)
+            self.on_request(
+                GatewayRequest(
+                    path=path,
+                    status=status,
+                    method=method[:16],
+                    key=who.key,
+                    reg=who.reg,
+                    user=who.user,
+                    token=who.token,
+                    token_exp=who.token_exp,
+                    ip=ip,
+                    secret_in_url=leaked,
+                    ms=ms,
+                    rt=round(began, 3),
+                )
+            )
+
         host = dict(headers).get(b"host")
         if self.host_ok is not None and not self.host_ok(host.decode("latin-1") if host is not None else None):
             await _reply(writer, 403, "Forbidden", "this Host is not the emulator's (see the allowed_hosts setting)")
-            self._served(path, 403, served)
+            served(403)
             return
         verdict = await self.fault(method, path) if self.fault is not None else None
         if verdict is not None:
             if not verdict.drop:
                 extra = {"Retry-After": str(verdict.retry_after)} if verdict.retry_after is not None else {}
                 await _reply(writer, verdict.status or 503, _phrase(verdict.status or 503), verdict.message, extra)
-            self._served(path, 0 if verdict.drop else verdict.status or 503, served)
+            served(0 if verdict.drop else verdict.status or 503)
             return  # a drop: the connection closes without an answer
         decision = await self.resolve(_credential(headers), path)
         if not isinstance(decision, Target):
             status, reason = decision
             phrase = {401: "Unauthorized", 403: "Forbidden", 404: "Not Found", 503: "Service Unavailable"}
             await _reply(writer, status, phrase.get(status, "Error"), reason)
-            self._served(path, status, served)
+            served(status)
             return
         body = await asyncio.wait_for(reader.readexactly(length), 60) if length else b""
         rest = path[len(decision.prefix) :] or "/"
@@ -165,7 +186,7 @@ class DatabaseGateway:
             up_reader, up_writer = await asyncio.wait_for(decision.address.connect(), 10)
         except (OSError, TimeoutError):
             await _reply(writer, 503, "Service Unavailable", "the service is not running")
-            self._served(path, 503, served)
+            served(503)
             return
         kept = [(n, v) for n, v in headers if n not in _STRIP]
         request = f"{method} {upstream_target} {version}\r\n".encode()
@@ -184,11 +205,4 @@ class DatabaseGateway:
                 await writer.drain()
         finally:
             up_writer.close()
-        self._served(path, status, served)
-
-    def _served(self, path: str, status: int, served: dict[str, Any]) -> None:
-        """Report an answered request: what `http.request` records on the other origins (see core.served)."""
-        if self.on_request is not None:
-            began = served.pop("began")
-            ms = round((time.monotonic() - began) * 1000, 1)
-            self.on_request(path, status, {**served, "ms": ms, "rt": round(began, 3)})
+        served(status)

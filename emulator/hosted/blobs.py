@@ -15,7 +15,7 @@ from pathlib import Path
 
 from emulator.core.context import Core
 from emulator.core.errors import FORBIDDEN
-from emulator.core.kinds import Kind
+from emulator.core.payloads import CloudBlobStored
 from emulator.core.private import private_key
 from emulator.core.snapshots import copy_tree, copy_tree_async
 from emulator.core.store import one, run
@@ -73,7 +73,7 @@ class Blobs:
             "INSERT OR IGNORE INTO blobs (sha256, org_id, size, created_at) VALUES (?, ?, ?, ?)",
             (sha256, org_id, len(body), self.core.clock.now()),
         )
-        self.core.bus.publish(Kind.CLOUD_BLOB_STORED, sha256[:12], size=len(body), org_id=org_id)
+        self.core.bus.publish(sha256[:12], CloudBlobStored(size=len(body), org_id=org_id))
 
     def _sign(self, *parts: str) -> str:
         return hmac.new(self._key, "\0".join(parts).encode(), hashlib.sha256).hexdigest()

@@ -30,7 +30,7 @@ import msgspec
 from emulator.core.clock import MAX_TIME, iso, parse_duration
 from emulator.core.context import Core
 from emulator.core.errors import BAD_REQUEST, ApiError
-from emulator.core.kinds import Kind
+from emulator.core.payloads import StateApplied
 from emulator.core.store import Db
 from emulator.hosted import databases, keys, orgs, plans, secrets
 from emulator.hosted.identity import Identity, valid_email
@@ -429,7 +429,7 @@ async def apply(core: Core, box: SecretBox, identity: Identity, text: str, name:
     except Refused as e:
         raise refusal(name, text, e.path, e.message) from None
     unchanged = not any(c.created or c.updated for c in counts.values())
-    core.bus.publish(Kind.STATE_APPLIED, name, counts=msgspec.to_builtins(counts), unchanged=unchanged)
+    core.bus.publish(name, StateApplied(counts=msgspec.to_builtins(counts), unchanged=unchanged))
     return Applied(file=name, applied=counts, unchanged=unchanged, clock=iso(state.now))
 
 

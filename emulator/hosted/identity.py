@@ -46,7 +46,17 @@ from emulator.core.errors import (
     USER_CODE_EXPIRED,
 )
 from emulator.core.ids import secret_hash
-from emulator.core.kinds import Kind
+from emulator.core.payloads import (
+    IdpClaimConfirmed,
+    IdpClaimDenied,
+    IdpClaimed,
+    IdpClaimStarted,
+    IdpRefreshed,
+    IdpRegistered,
+    IdpTokenIssued,
+    IdpTokenRevoked,
+    IdpUserCreated,
+)
 from emulator.core.store import Store
 from emulator.hosted.signing import ACCESS_TOKEN_TYP, ASSERTION_TYP, InvalidToken, Signer
 
@@ -238,7 +248,7 @@ class Identity:
                 "registration_type": reg["type"],
             },
         )
-        self.core.bus.publish(Kind.IDP_TOKEN_ISSUED, reg["id"], scope=" ".join(scopes), expires_at=iso(exp))
+        self.core.bus.publish(reg["id"], IdpTokenIssued(scope=" ".join(scopes), expires_at=iso(exp)))
         return AccessToken(token, "Bearer", self._s.access_token_ttl, " ".join(scopes))
 
     async def verify_access(self, token: str) -> AccessGrant:
@@ -281,7 +291,7 @@ class Identity:
                 (now, secret_hash(token)),
             )
             if changed:
-                self.core.bus.publish(Kind.IDP_TOKEN_REVOKED, None, token_type="refresh_token")
+                self.core.bus.publish(None, IdpTokenRevoked(token_type="refresh_token"))
             return
         if typ == ACCESS_TOKEN_TYP:
             changed = await self.core.store.execute(
@@ -289,7 +299,7 @@ class Identity:
                 (now, claims.get("jti")),
             )
             if changed:
-                self.core.bus.publish(Kind.IDP_TOKEN_REVOKED, str(claims.get("sub")), token_type="access_token")
+                self.core.bus.publish(str(claims.get("sub")), IdpTokenRevoked(token_type="access_token"))
 
     # --- registration -----------------------------------------------------------------------------
 
@@ -342,7 +352,7 @@ class Identity:
             )
             if kind == "service_auth":
                 attempt = await self._new_attempt(conn, reg["id"], login_hint, now)
-        self.core.bus.publish(Kind.IDP_REGISTERED, reg["id"], type=kind, login_hint=login_hint, ip=ip)
+        self.core.bus.publish(reg["id"], IdpRegistered(type=kind, login_hint=login_hint, ip=ip))
         claim = ClaimOffer(
             token=claim_token, expires_at=iso(claim_exp), url=f"{self.urls.auth}/agent/identity/claim", attempt=attempt
         )
@@ -395,7 +405,7 @@ class Identity:
             if reg is None:  # deleted with its tokens (ON DELETE CASCADE): not reachable with a live token
                 raise INVALID_REFRESH_TOKEN("the registration no longer exists")
         assertion, exp = self.assertion(reg)
-        self.core.bus.publish(Kind.IDP_REFRESHED, reg["id"])
+        self.core.bus.publish(reg["id"], IdpRefreshed())
         renewal = RefreshToken(new_value, iso(new_exp))
         return Refreshed(reg["id"], "refresh", Grant(assertion=assertion, expires_at=iso(exp), refresh_token=renewal))
 
@@ -436,7 +446,7 @@ class Identity:
             reg = await self._registration_by_claim_token(conn, body.get("claim_token"))
             hint = (login_hint or reg["login_hint"] or "").strip() or None
             attempt = await self._new_attempt(conn, reg["id"], hint, now)
-        self.core.bus.publish(Kind.IDP_CLAIM_STARTED, reg["id"], login_hint=hint)
+        self.core.bus.publish(reg["id"], IdpClaimStarted(login_hint=hint))
         return ClaimStarted(reg["id"], "service_auth", attempt)
 
     async def complete_claim(self, body: dict[str, Any]) -> Claimed:
@@ -483,7 +493,7 @@ class Identity:
             await self.ensure_user(conn, email, now)
         claimed = {**dict(reg), "status": "claimed", "claimed_email": email}
         assertion, exp = self.assertion(claimed)
-        self.core.bus.publish(Kind.IDP_CLAIMED, reg["id"], email=email)
+        self.core.bus.publish(reg["id"], IdpClaimed(email=email))
         renewal = RefreshToken(refresh, iso(refresh_exp))
         return Claimed(reg["id"], "claimed", Grant(assertion=assertion, expires_at=iso(exp), refresh_token=renewal))
 
@@ -627,7 +637,7 @@ class Identity:
             return str(row["id"])
         user_id = self.core.ids.ident("user_")
         await conn.execute("INSERT INTO users (id, email, created_at) VALUES (?, ?, ?)", (user_id, email, now))
-        self.core.bus.publish(Kind.IDP_USER_CREATED, user_id, email=email)
+        self.core.bus.publish(user_id, IdpUserCreated(email=email))
         return user_id
 
     # --- the person's side ------------------------------------------------------------------------
@@ -676,11 +686,8 @@ class Identity:
                     attempt["id"],
                 ),
             )
-        self.core.bus.publish(
-            Kind.IDP_CLAIM_CONFIRMED if approve else Kind.IDP_CLAIM_DENIED,
-            attempt["registration_id"],
-            email=email or None,
-        )
+        decided = IdpClaimConfirmed if approve else IdpClaimDenied
+        self.core.bus.publish(attempt["registration_id"], decided(email=email or None))
         return code
 
 

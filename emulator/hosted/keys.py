@@ -17,6 +17,7 @@ from emulator.core.context import Core
 from emulator.core.errors import BAD_REQUEST, CONFLICT, FORBIDDEN, NOT_FOUND
 from emulator.core.ids import secret_hash
 from emulator.core.kinds import Kind
+from emulator.core.payloads import CloudKeyCreated, CloudKeyDeleted, CloudKeyUpdated
 from emulator.core.served import key_fingerprint
 from emulator.core.store import Db, many, one, run
 from emulator.hosted.records import ApiKey, Org, Outcome, fetch_all, fetch_one, record
@@ -161,7 +162,7 @@ async def create(
         key = await fetch_one(conn, ApiKey, "SELECT * FROM api_keys WHERE id = ?", (key_id,))
     assert key is not None
     # The fingerprint names the key in `http.request` events (core.served): traces find its calls by it.
-    core.bus.publish(Kind.CLOUD_KEY_CREATED, slug, name=name, grants=grants, by=by, key=key_fingerprint(secret))
+    core.bus.publish(slug, CloudKeyCreated(name=name, grants=grants, by=by, key=key_fingerprint(secret)))
     return key, secret
 
 
@@ -180,7 +181,7 @@ async def update(core: Core, org_id: str, slug: str, name: str, allow: list[str]
         )
         key = await fetch_one(conn, ApiKey, "SELECT * FROM api_keys WHERE id = ?", (key.id,))
     assert key is not None
-    core.bus.publish(Kind.CLOUD_KEY_UPDATED, slug, name=name, grants=grants)
+    core.bus.publish(slug, CloudKeyUpdated(name=name, grants=grants))
     return key
 
 
@@ -188,7 +189,7 @@ async def delete(core: Core, org_id: str, slug: str, name: str) -> None:
     check_name(name)
     if not await run(core.store, "DELETE FROM api_keys WHERE org_id = ? AND name = ?", (org_id, name)):
         raise NOT_FOUND(f"{slug} has no key named {name}")
-    core.bus.publish(Kind.CLOUD_KEY_DELETED, slug, name=name)
+    core.bus.publish(slug, CloudKeyDeleted(name=name))
 
 
 async def listing(db: Db) -> list[dict[str, Any]]:

@@ -17,6 +17,7 @@ import msgspec
 from emulator.core import kinds
 from emulator.core.context import Core
 from emulator.core.errors import BAD_REQUEST, CONFLICT, NOT_FOUND
+from emulator.core.payloads import DB_ACCEPTED, SERVICE_ACCEPTED
 from emulator.hosted import databases, plans, receipts, services
 from emulator.hosted.databases import DbChange
 from emulator.hosted.reconciler import Reconciler
@@ -101,9 +102,7 @@ async def database_verb(core: Core, reconciler: Reconciler, org_id: str, slug: s
         check("database", f"database {db}", row.state, verb)
         receipt = next_receipt(core, "database", verb, row.id, row.generation + 1, db)
         await databases.accept(conn, row, receipt, now, state=rule.state)
-    core.bus.publish(
-        kinds.accepted("db", verb), kinds.database(slug, db), generation=receipt.generation, state=rule.state
-    )
+    core.bus.publish(kinds.database(slug, db), DB_ACCEPTED[verb](generation=receipt.generation, state=rule.state))
     reconciler.schedule(org_id, slug, db, receipt.generation, verb)
     return receipt
 
@@ -149,9 +148,7 @@ async def service_verb(
         await services.accept(conn, row, receipt, now, state=rule.service_state)
         fresh = await services.get(conn, org_id, db, base, name)
     core.bus.publish(
-        kinds.accepted("service", verb),
-        kinds.service(slug, db, service_label(base, name)),
-        generation=receipt.generation,
+        kinds.service(slug, db, service_label(base, name)), SERVICE_ACCEPTED[verb](generation=receipt.generation)
     )
     reconciler.schedule_service(org_id, slug, db, base, name, receipt.generation, verb)
     return (None if verb == "delete" else fresh), receipt

@@ -22,7 +22,7 @@ from emulator.core.errors import (
     NOT_FOUND,
 )
 from emulator.core.ids import secret_hash
-from emulator.core.kinds import Kind
+from emulator.core.payloads import IdpLoginApproved, IdpLoginDenied, IdpLoginStarted, IdpSession, IdpTokenRevoked
 from emulator.hosted import orgs
 from emulator.hosted.identity import Identity, valid_email
 from emulator.hosted.signing import ACCESS_TOKEN_TYP, InvalidToken
@@ -55,7 +55,7 @@ class Logins:
             (secret_hash(device_code), user_code, client_id, now + DEVICE_CODE_TTL, now),
         )
         uri = f"{self.identity.urls.auth}/device"
-        self.core.bus.publish(Kind.IDP_LOGIN_STARTED, user_code)
+        self.core.bus.publish(user_code, IdpLoginStarted())
         return {
             "device_code": device_code,
             "user_code": user_code,
@@ -89,9 +89,8 @@ class Logins:
                 "UPDATE device_logins SET state = ?, email = ? WHERE user_code = ?",
                 ("approved" if approve else "denied", email or None, row["user_code"]),
             )
-        self.core.bus.publish(
-            Kind.IDP_LOGIN_APPROVED if approve else Kind.IDP_LOGIN_DENIED, row["user_code"], email=email or None
-        )
+        decided = IdpLoginApproved if approve else IdpLoginDenied
+        self.core.bus.publish(row["user_code"], decided(email=email or None))
 
     async def poll(self, device_code: str, client_id: str) -> dict[str, Any]:
         row = await self.core.store.fetchone(
@@ -151,7 +150,7 @@ class Logins:
         if row is None:
             return False
         await self.core.store.execute("UPDATE sessions SET revoked_at = ? WHERE id = ?", (now, row["id"]))
-        self.core.bus.publish(Kind.IDP_TOKEN_REVOKED, row["id"], token_type="session")
+        self.core.bus.publish(row["id"], IdpTokenRevoked(token_type="session"))
         return True
 
     async def _session(self, user: Any, org_id: str | None, sid: str | None) -> dict[str, Any]:
@@ -184,7 +183,7 @@ class Logins:
                 "exp": int(now + SESSION_TOKEN_TTL),
             },
         )
-        self.core.bus.publish(Kind.IDP_SESSION, sid, email=user["email"], org_id=org_id)
+        self.core.bus.publish(sid, IdpSession(email=user["email"], org_id=org_id))
         return {
             "access_token": token,
             "refresh_token": refresh,

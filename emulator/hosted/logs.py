@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from emulator.core import kinds
 from emulator.core.context import Core
-from emulator.core.kinds import Kind
+from emulator.core.payloads import DbLog
 from emulator.core.store import Db, run
 from emulator.hosted.records import LogLine, fetch_all
 
@@ -24,7 +24,7 @@ async def append(
         "INSERT INTO log_lines (org_id, db, service, ts_ms, line, health) VALUES (?, ?, ?, ?, ?, ?)",
         (org_id, db, service, ts_ms, line, int(health)),
     )
-    core.bus.publish(Kind.DB_LOG, kinds.database(slug, db), db=db, service=service or None, line=line)
+    core.bus.publish(kinds.database(slug, db), DbLog(db=db, service=service or None, line=line))
 
 
 async def recent(

@@ -15,7 +15,7 @@ import msgspec
 from emulator.core.context import Core
 from emulator.core.errors import BAD_REQUEST, CONFLICT
 from emulator.core.ids import secret_hash
-from emulator.core.kinds import Kind
+from emulator.core.payloads import CloudOrgCreated
 from emulator.core.store import Db, many, one, run
 from emulator.hosted import databases, plans
 from emulator.hosted.records import Org, Outcome, fetch_all, fetch_one, record
@@ -84,7 +84,7 @@ async def create_for(
             raise CONFLICT(f"the organization name {slug} is taken")
         org_id = await insert(core, conn, slug, trial=False, now=now, display_name=display_name or slug)
         await add_member(conn, org_id, user_id, "admin")
-    core.bus.publish(Kind.CLOUD_ORG_CREATED, slug, org_id=org_id, by=email)
+    core.bus.publish(slug, CloudOrgCreated(org_id=org_id, by=email))
     return org_id, now
 
 

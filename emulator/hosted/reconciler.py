@@ -21,7 +21,16 @@ from emulator.core import kinds
 from emulator.core.address import Address
 from emulator.core.context import Core
 from emulator.core.errors import CONFLICT, INTERNAL, NOT_FOUND, UNAVAILABLE, ApiError
-from emulator.core.kinds import Kind
+from emulator.core.payloads import (
+    DbExited,
+    DbReceipt,
+    DbResized,
+    DbStateChanged,
+    DiskFull,
+    GatewayRequest,
+    ServiceResized,
+    ServiceStateChanged,
+)
 from emulator.core.tasks import cancel
 from emulator.hosted import databases, logs, plans, receipts, secrets, services
 from emulator.hosted.auth import Authenticator
@@ -172,7 +181,7 @@ class Reconciler:
 
     async def exited(self, place: Place, code: int) -> None:
         await self.line(place, f"the Pixeltable server exited with status {code}")
-        self.core.bus.publish(Kind.DB_EXITED, kinds.database(place.slug, place.db), status=code)
+        self.core.bus.publish(kinds.database(place.slug, place.db), DbExited(status=code))
 
     async def disk_full(self, place: Place, service: str, limit_gb: Any) -> None:
         size = f"{float(limit_gb):g}" if limit_gb is not None else "?"
@@ -180,14 +189,12 @@ class Reconciler:
         message = plans.disk_full_message(what, size, bool(service))
         await self.line(place, message, service=service)
         subject = kinds.database(place.slug, place.db)
-        self.core.bus.publish(Kind.DISK_FULL, subject, service=service or None, limit_gb=limit_gb)
+        self.core.bus.publish(subject, DiskFull(service=service or None, limit_gb=limit_gb))
         if not service:
             await self._set(place.org_id, place.db, DbChange(failure_reason=message))
 
-    def request(self, place: Place, path: str, status: int, served: dict[str, Any]) -> None:
-        self.core.bus.publish(
-            Kind.GATEWAY_REQUEST, kinds.database(place.slug, place.db), path=path, status=status, **served
-        )
+    def request(self, place: Place, served: GatewayRequest) -> None:
+        self.core.bus.publish(kinds.database(place.slug, place.db), served)
 
     async def admits(self, place: Place, credential: str, service: str) -> tuple[int, str] | None:
         refusal = await self.auth.admits(credential, place.slug, place.db, service)
@@ -271,7 +278,7 @@ class Reconciler:
                 await self._set(org_id, db, change)
                 failure = receipts.failure(message)
                 await self._settle(place, generation, phase=Phase.FAILED, waiting_for=None, error=failure)
-                self.core.bus.publish(Kind.DB_STATE, kinds.database(slug, db), state=state, error=message)
+                self.core.bus.publish(kinds.database(slug, db), DbStateChanged(state=state, error=message))
 
     async def _update(self, place: Place, generation: int) -> None:
         row = await self._row(place)
@@ -298,7 +305,7 @@ class Reconciler:
             # One resize, then the one restart below with the new sizes.
             await self.line(place, f"resizing database {place.db}: {', '.join(changes)}")
             self.core.bus.publish(
-                Kind.DB_RESIZED, kinds.database(place.slug, place.db), changes=changes, generation=generation
+                kinds.database(place.slug, place.db), DbResized(changes=changes, generation=generation)
             )
         await self._settle(place, generation, phase=Phase.PENDING, waiting_for="database restart")
         await self._launch(row, digest=digest, fingerprint=fingerprint, resources=target)
@@ -317,12 +324,8 @@ class Reconciler:
         )
         await self._settle(place, generation, phase=Phase.READY, outcome=OBSERVED, waiting_for=None, warnings=warnings)
         self.core.bus.publish(
-            Kind.DB_STATE,
             kinds.database(place.slug, place.db),
-            state=DbState.AVAILABLE,
-            generation=generation,
-            environment=digest[:12],
-            rebuilt=built,
+            DbStateChanged(state=DbState.AVAILABLE, generation=generation, environment=digest[:12], rebuilt=built),
         )
 
     async def _start(self, place: Place, generation: int) -> None:
@@ -331,7 +334,7 @@ class Reconciler:
         await self._set(place.org_id, place.db, started)
         await self._settle(place, generation, phase=Phase.READY, outcome=OBSERVED, waiting_for=None)
         self.core.bus.publish(
-            Kind.DB_STATE, kinds.database(place.slug, place.db), state=DbState.AVAILABLE, generation=generation
+            kinds.database(place.slug, place.db), DbStateChanged(state=DbState.AVAILABLE, generation=generation)
         )
 
     async def _restart(self, place: Place, generation: int) -> None:
@@ -343,11 +346,8 @@ class Reconciler:
         await self._set(place.org_id, place.db, restarted)
         await self._settle(place, generation, phase=Phase.READY, outcome=OBSERVED, waiting_for=None)
         self.core.bus.publish(
-            Kind.DB_STATE,
             kinds.database(place.slug, place.db),
-            state=DbState.AVAILABLE,
-            generation=generation,
-            restarted=True,
+            DbStateChanged(state=DbState.AVAILABLE, generation=generation, restarted=True),
         )
 
     async def _stop(self, place: Place, generation: int) -> None:
@@ -356,7 +356,7 @@ class Reconciler:
         await self.line(place, "database stopped (its data is kept)")
         await self._settle(place, generation, phase=Phase.STOPPED, outcome=OBSERVED, waiting_for=None)
         self.core.bus.publish(
-            Kind.DB_STATE, kinds.database(place.slug, place.db), state=DbState.STOPPED, generation=generation
+            kinds.database(place.slug, place.db), DbStateChanged(state=DbState.STOPPED, generation=generation)
         )
 
     async def _delete(self, place: Place, generation: int) -> None:
@@ -390,13 +390,14 @@ class Reconciler:
             await logs.delete(conn, place.org_id, place.db)
         for s in ended:
             subject = kinds.service(place.slug, place.db, s.label)
-            self.core.bus.publish(Kind.SERVICE_STATE, subject, state=ServiceState.DELETED, generation=s.generation)
+            self.core.bus.publish(subject, ServiceStateChanged(state=ServiceState.DELETED, generation=s.generation))
         self.core.bus.publish(
-            Kind.DB_STATE,
             kinds.database(place.slug, place.db),
-            state=DbState.DELETED,
-            generation=generation if generation is not None else (row.generation if row else None),
-            resource_id=row.id if row else None,
+            DbStateChanged(
+                state=DbState.DELETED,
+                generation=generation if generation is not None else (row.generation if row else None),
+                resource_id=row.id if row else None,
+            ),
         )
         for hook in self._ended:
             await hook(place.org_id, place.db)
@@ -465,11 +466,8 @@ class Reconciler:
             receipt = settled(row.receipt, phase, waiting_for, outcome, error, warnings)
             await databases.settle(conn, row, receipt, self.core.clock.now())
         self.core.bus.publish(
-            Kind.DB_RECEIPT,
             kinds.database(place.slug, place.db),
-            generation=generation,
-            phase=receipt.phase,
-            outcome=receipt.outcome,
+            DbReceipt(generation=generation, phase=receipt.phase, outcome=receipt.outcome),
         )
         self._receipt_settled()
 
@@ -512,7 +510,7 @@ class Reconciler:
                 )
                 if verb == "delete":
                     await services.delete(self.core.store, row.id)
-                self.core.bus.publish(Kind.SERVICE_STATE, subject, state=state, generation=generation)
+                self.core.bus.publish(subject, ServiceStateChanged(state=state, generation=generation))
             except Exception as e:
                 message = e.message if isinstance(e, ApiError) else str(e)
                 if not isinstance(e, BuildFailed | ApiError):
@@ -522,7 +520,7 @@ class Reconciler:
                 await self._settle_service(
                     row, generation, ServiceState.FAILED, phase=Phase.FAILED, waiting_for=None, error=failure
                 )
-                self.core.bus.publish(Kind.SERVICE_STATE, subject, state=ServiceState.FAILED, error=message)
+                self.core.bus.publish(subject, ServiceStateChanged(state=ServiceState.FAILED, error=message))
 
     async def _start_service(self, place: Place, row: Service) -> None:
         await self.route(place.org_id, place.slug, place.db)  # the database's server (and its release) first
@@ -532,7 +530,7 @@ class Reconciler:
         changes = self.supervisor.service_resize(place.org_id, place.db, release)
         if changes:
             await self.line(place, f"resizing service {label}: {', '.join(changes)}", service=label)
-            self.core.bus.publish(Kind.SERVICE_RESIZED, kinds.service(place.slug, place.db, label), changes=changes)
+            self.core.bus.publish(kinds.service(place.slug, place.db, label), ServiceResized(changes=changes))
         database = await self._row(place)
         env = await self._environment(place)
         port = await self.supervisor.start_service(

@@ -14,7 +14,7 @@ from cryptography.fernet import Fernet
 
 from emulator.core.context import Core
 from emulator.core.errors import BAD_REQUEST, NOT_FOUND
-from emulator.core.kinds import Kind
+from emulator.core.payloads import CloudSecretDeleted, CloudSecretSet
 from emulator.core.private import private_key
 from emulator.core.store import Db, many, one, run
 from emulator.hosted.records import Outcome
@@ -98,7 +98,7 @@ async def set_value(core: Core, box: SecretBox, org_id: str, slug: str, db: str,
     async with core.store.transaction() as conn:
         await _check_total(conn, box, org_id, slug, db, key, size)
         revision = await _write(conn, box, org_id, db, key, value, now)
-    core.bus.publish(Kind.CLOUD_SECRET_SET, slug, key=key, db=db or None, revision=revision)
+    core.bus.publish(slug, CloudSecretSet(key=key, db=db or None, revision=revision))
     return revision
 
 
@@ -120,7 +120,7 @@ async def declare(
 async def delete(core: Core, org_id: str, slug: str, db: str, key: str) -> None:
     if not await run(core.store, "DELETE FROM secrets WHERE org_id = ? AND db = ? AND key = ?", (org_id, db, key)):
         raise NOT_FOUND(f"no secret {key} in {slug}{':' + db if db else ''}")
-    core.bus.publish(Kind.CLOUD_SECRET_DELETED, slug, key=key, db=db or None)
+    core.bus.publish(slug, CloudSecretDeleted(key=key, db=db or None))
 
 
 async def names(core: Core, org_id: str, db: str | None) -> list[tuple[str, str]]:

@@ -25,7 +25,7 @@ from emulator.core.errors import (
     RATE_LIMITED,
     UNAVAILABLE,
 )
-from emulator.core.kinds import Kind
+from emulator.core.payloads import TrialClaimed, TrialCreated, TrialExpired
 from emulator.core.served import key_fingerprint
 from emulator.hosted import keys, orgs
 from emulator.hosted.identity import Identity, valid_email
@@ -96,13 +96,14 @@ async def create(core: Core, registration_id: str, ip: str) -> NewTrial:
         _, api_key = await keys.insert(core, conn, org_id, "trial", created_by=registration_id, now=now)
         await Identity.attach_trial(conn, registration_id, org_id)
     core.bus.publish(
-        Kind.TRIAL_CREATED,
         slug,
-        org_id=org_id,
-        registration=registration_id,
-        network=network,
-        expires_at=iso(expires),
-        key=key_fingerprint(api_key),  # its trial key, as `http.request` events name it
+        TrialCreated(
+            org_id=org_id,
+            registration=registration_id,
+            network=network,
+            expires_at=iso(expires),
+            key=key_fingerprint(api_key),  # its trial key, as `http.request` events name it
+        ),
     )
     return NewTrial(slug, org_id, api_key, claim_token, expires)
 
@@ -125,7 +126,7 @@ async def claim(core: Core, identity: Identity, org_id: str, email: str) -> str:
         # The person now owns what the agent made: its registration is claimed too, so it gets no more trials.
         if org.registration_id:
             await Identity.claim_with_trial(conn, org.registration_id, email, now)
-    core.bus.publish(Kind.TRIAL_CLAIMED, org.slug, org_id=org_id, email=email, registration=org.registration_id)
+    core.bus.publish(org.slug, TrialClaimed(org_id=org_id, email=email, registration=org.registration_id))
     return org.slug
 
 
@@ -143,4 +144,4 @@ async def expire(core: Core, now: float, end: Callable[[str, str], Awaitable[Non
         await end(org.id, org.slug)
         async with core.store.transaction() as conn:
             await orgs.delete_unclaimed(conn, org.id)
-        core.bus.publish(Kind.TRIAL_EXPIRED, org.slug, org_id=org.id, expired_at=org.expires_at)
+        core.bus.publish(org.slug, TrialExpired(org_id=org.id, expired_at=org.expires_at))

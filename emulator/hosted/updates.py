@@ -15,7 +15,7 @@ from typing import Any
 from emulator.core import kinds
 from emulator.core.context import Core
 from emulator.core.errors import BAD_REQUEST, CONFLICT, NOT_FOUND
-from emulator.core.kinds import Kind
+from emulator.core.payloads import DbUpdateAccepted, ServiceAccepted
 from emulator.hosted import databases, orgs, plans, receipts, services
 from emulator.hosted.blobs import Blobs
 from emulator.hosted.reconciler import Reconciler
@@ -214,9 +214,7 @@ async def _submit_database(
             archive_sha256=blob.sha256 if blob else None,
             submission=submission,
         )
-    core.bus.publish(
-        Kind.DB_UPDATE_ACCEPTED, kinds.database(slug, db), generation=receipt.generation, state=DbState.UPDATING
-    )
+    core.bus.publish(kinds.database(slug, db), DbUpdateAccepted(generation=receipt.generation, state=DbState.UPDATING))
     reconciler.schedule(org_id, slug, db, receipt.generation, "update")
     return receipt
 
@@ -280,6 +278,6 @@ async def _submit_services(
             accepted.append(receipt)
     for r in accepted:
         subject = kinds.service(slug, db, service_label(r.base_path, r.service_name or ""))
-        core.bus.publish(Kind.SERVICE_ACCEPTED, subject, generation=r.generation)
+        core.bus.publish(subject, ServiceAccepted(generation=r.generation))
         reconciler.schedule_service(org_id, slug, db, r.base_path, r.service_name or "", r.generation, "deploy")
     return accepted

@@ -52,7 +52,7 @@ from xml.sax.saxutils import escape as xml_escape
 import msgspec
 
 from emulator.core.context import Core
-from emulator.core.kinds import Kind
+from emulator.core.payloads import MediaBucketCreated, MediaBucketDropped, MediaRestored, MediaUploadsExpired
 from emulator.core.private import private_key
 from emulator.core.snapshots import copy_tree
 from emulator.media import sigv4
@@ -509,7 +509,7 @@ class MediaStore:
             self._buckets.update(self._mirror.buckets())
             if objects and self._loop is not None:
                 publish = self.core.bus.publish
-                self._loop.call_soon_threadsafe(lambda: publish(Kind.MEDIA_RESTORED, None, objects=objects, bytes=size))
+                self._loop.call_soon_threadsafe(lambda: publish(None, MediaRestored(objects=objects, bytes=size)))
 
     def _changed(self, what: Change, bucket: str, key: str) -> None:
         """An object was written or deleted (in the S3 endpoint's thread, before the client is answered)."""
@@ -551,10 +551,10 @@ class MediaStore:
         live = {bucket_name(org_id, db) for org_id, db in await self._databases()}
         removed, dropped = await asyncio.to_thread(self._sweep, now - UPLOADS_TTL, live)
         if removed:
-            self.core.bus.publish(Kind.MEDIA_UPLOADS_EXPIRED, None, objects=removed)
+            self.core.bus.publish(None, MediaUploadsExpired(objects=removed))
         for name in dropped:
             self._buckets.discard(name)
-            self.core.bus.publish(Kind.MEDIA_BUCKET_DROPPED, name)
+            self.core.bus.publish(name, MediaBucketDropped())
 
     def _sweep(self, cutoff: float, live: set[str], *, every: bool = False) -> tuple[int, list[str]]:
         """Expire `uploads/` before `cutoff`; drop the databases' buckets not in `live` (`every`: any bucket): a
@@ -592,7 +592,7 @@ class MediaStore:
         except self._s3.exceptions.NoSuchBucket:
             await asyncio.to_thread(self._mirror.forget, name)
         self._buckets.discard(name)
-        self.core.bus.publish(Kind.MEDIA_BUCKET_DROPPED, name)
+        self.core.bus.publish(name, MediaBucketDropped())
 
     async def reset(self) -> None:
         """Every bucket and object gone, from the endpoint and from disk (a reset of the emulator)."""
@@ -639,7 +639,7 @@ class MediaStore:
                 # us-east-1: creating a bucket one already owns succeeds, so a restart needs no special case.
                 await asyncio.to_thread(self._s3.create_bucket, Bucket=name)
                 self._buckets.add(name)
-                self.core.bus.publish(Kind.MEDIA_BUCKET_CREATED, name)
+                self.core.bus.publish(name, MediaBucketCreated())
 
     async def usage(self, org_id: str) -> int:
         """Bytes the organization's buckets hold: the sum of the object sizes an S3 listing reports."""

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from emulator.core.address import Address
+from emulator.core.payloads import GatewayRequest
 from emulator.core.snapshots import copy_tree, copy_tree_async
 from emulator.core.tasks import cancel
 from emulator.gateway.server import DatabaseGateway, FaultHook, Target
@@ -88,8 +89,8 @@ class Reporter(Protocol):
 
     async def disk_full(self, place: Place, service: str, limit_gb: Any) -> None: ...
 
-    def request(self, place: Place, path: str, status: int, served: dict[str, Any]) -> None:
-        """A request a gateway answered (or refused); `served`: method, ms, ip and who called (core.served)."""
+    def request(self, place: Place, served: GatewayRequest) -> None:
+        """A request a gateway answered (or refused)."""
         ...
 
     async def admits(self, place: Place, credential: str, service: str) -> tuple[int, str] | None:
@@ -573,7 +574,7 @@ class Supervisor:
             return found[1]
         gateway = DatabaseGateway(
             self._resolver(place),
-            lambda path, status, served: self.reporter.request(place, path, status, served),
+            lambda served: self.reporter.request(place, served),
             self.host_ok,
             self.gateway_fault,
         )

@@ -24,7 +24,7 @@ from litestar.response import Stream
 from emulator.core import jsonbody, openapi
 from emulator.core.clientip import scope_client_ip
 from emulator.core.errors import INVALID_JSON, RATE_LIMITED, ApiError
-from emulator.core.kinds import Kind
+from emulator.core.payloads import SiteAsk
 from emulator.core.prerouted import raw_headers, read_body, send_whole, small_body
 from emulator.site.errors import INTERNAL, bad_request, error_bytes, last_resort
 from emulator.site.idempotency import Answer, fingerprint, guarded, read_key
@@ -261,14 +261,15 @@ async def answer(site: Site, call: AskCall) -> Answer:
     rate = site.ask_limiter.headers(quota if quota is not None else site.ask_limiter.peek(call.ip))
     ask = state.get("ask")
     site.core.bus.publish(
-        Kind.SITE_ASK,
         call.ip,
-        method=call.method,
-        status=done.status,
-        query=ask.query if ask else None,
-        streaming=bool(ask and ask.streaming),
-        results=state.get("results"),
-        replayed=replayed,
+        SiteAsk(
+            method=call.method,
+            status=done.status,
+            query=ask.query if ask else None,
+            streaming=bool(ask and ask.streaming),
+            results=state.get("results"),
+            replayed=replayed,
+        ),
     )
     return Answer(done.status, {**done.headers, **rate}, done.body, stream=done.stream)
 

@@ -15,10 +15,11 @@ from typing import Any
 
 import msgspec
 from litestar import Request, Response, delete, get, post
+from msgspec import UNSET, UnsetType
 
 from emulator.core import jsonbody, openapi
 from emulator.core.errors import ApiError
-from emulator.core.kinds import Kind
+from emulator.core.payloads import SiteMcp
 from emulator.site.idempotency import Answer, fingerprint, guarded, read_key
 from emulator.site.state import Site, site_of
 
@@ -386,9 +387,13 @@ async def mcp_post(request: Request[Any, Any, Any]) -> Response[bytes]:
     body = await request.body()
     key = read_key(request.headers.get("idempotency-key"))
     ip = site.client_ip(request)
-    journal: dict[str, Any] = {}
+    # What the journal says of the call: unset on a replayed answer (produce does not run).
+    tool: Any = UNSET
+    called: str | UnsetType | None = UNSET
+    error: int | UnsetType | None = UNSET
 
     async def produce() -> Answer:
+        nonlocal tool, called, error
         await site.core.faults.checkpoint("/mcp")
         try:
             message = jsonbody.decode(body)
@@ -398,16 +403,16 @@ async def mcp_post(request: Request[Any, Any, Any]) -> Response[bytes]:
         else:
             reply, method = dispatch(site, message)
             if method == "tools/call" and isinstance(message, dict):
-                journal["tool"] = (message.get("params") or {}).get("name")
-        journal["method"] = method
+                tool = (message.get("params") or {}).get("name")
+        called = method
         if reply is None:
             return Answer(202, {})
-        journal["error"] = reply.error.code if reply.error else None
+        error = reply.error.code if reply.error else None
         return Answer(200, {"Content-Type": "application/json"}, _encode(reply))
 
     fp = fingerprint(_canonical(body)) if key is not None else ""
     answer, replayed = await guarded(site.idempotency, f"{ip} POST /mcp", key, fp, produce)
-    site.core.bus.publish(Kind.SITE_MCP, ip, status=answer.status, replayed=replayed, **journal)
+    site.core.bus.publish(ip, SiteMcp(status=answer.status, replayed=replayed, tool=tool, method=called, error=error))
     media = answer.headers.pop("Content-Type", None)
     return Response(answer.body, status_code=answer.status, media_type=media, headers=answer.headers)
 

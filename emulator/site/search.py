@@ -18,7 +18,7 @@ from pathlib import Path
 import msgspec
 
 from emulator.core.context import Core
-from emulator.core.kinds import Kind
+from emulator.core.payloads import DocsIndexed
 from emulator.core.tasks import cancel
 from emulator.site import corpus
 
@@ -124,7 +124,7 @@ class DocsIndex:
         self.generation += 1
         self._cache.clear()
         self.core.bus.publish(
-            Kind.DOCS_INDEXED, str(self.root), pages=len(pages), passages=sum(len(p.passages) for p in pages)
+            str(self.root), DocsIndexed(pages=len(pages), passages=sum(len(p.passages) for p in pages))
         )
         return True
 

@@ -16,11 +16,11 @@ import socket
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any
 
 import msgspec
 
 from emulator.core.egress import EgressPolicy, Upstream, strip_brackets
+from emulator.core.payloads import ProxyRelay
 
 log = logging.getLogger(__name__)
 
@@ -31,7 +31,7 @@ _CHUNK = 64 * 1024
 _MAX_HEAD = 8192
 
 Reply = Callable[..., Awaitable[None]]  # (status, phrase, body, **headers)
-OnEvent = Callable[[str, dict[str, Any]], object]
+OnEvent = Callable[[ProxyRelay], object]
 
 
 class ProxyStatus(msgspec.Struct):
@@ -67,18 +67,18 @@ class _Record:
     bytes_down: int = 0
     started: float = field(default_factory=time.monotonic)
 
-    def data(self) -> dict[str, Any]:
-        return {
-            "host": self.host,
-            "port": self.port,
-            "route": self.route,
-            "status": self.status,
-            "outcome": self.outcome,
-            "reason": self.reason,
-            "bytes_up": self.bytes_up,
-            "bytes_down": self.bytes_down,
-            "duration_ms": round((time.monotonic() - self.started) * 1000, 1),
-        }
+    def payload(self) -> ProxyRelay:
+        return ProxyRelay(
+            host=self.host,
+            port=self.port,
+            route=self.route,
+            status=self.status,
+            outcome=self.outcome,
+            reason=self.reason,
+            bytes_up=self.bytes_up,
+            bytes_down=self.bytes_down,
+            duration_ms=round((time.monotonic() - self.started) * 1000, 1),
+        )
 
 
 class ForwardProxy:
@@ -116,7 +116,7 @@ class ForwardProxy:
         if self._on_event is None:
             return
         try:
-            self._on_event("proxy.relay", record.data())
+            self._on_event(record.payload())
         except Exception:
             log.exception("proxy event handler failed")
 

@@ -32,6 +32,7 @@ from typing import Any
 from emulator.core.address import Address
 from emulator.core.egress import EgressPolicy, valid_host
 from emulator.core.faults import Verdict
+from emulator.core.payloads import TunnelClosed, TunnelConnected, TunnelRefused
 from emulator.tunnel.ca import LocalCA, normalize_domain
 from emulator.tunnel.forward import ForwardProxy
 
@@ -75,7 +76,7 @@ class Refusal:
 
 
 Authorize = Callable[[str, str, str], Awaitable[Route | Refusal]]  # (org, db, credential)
-OnEvent = Callable[[str, dict[str, Any]], object]
+OnEvent = Callable[[TunnelConnected | TunnelClosed | TunnelRefused], object]
 
 
 class _Refused(Exception):
@@ -268,18 +269,19 @@ class TunnelServer:
         if name is not None:
             self._server_names[obj] = name
 
-    def _emit(self, kind: str, data: dict[str, Any]) -> None:
+    def _emit(self, event: TunnelConnected | TunnelClosed | TunnelRefused) -> None:
         if self._on_event is None:
             return
         try:
-            self._on_event(kind, data)
+            self._on_event(event)
         except Exception:
-            log.exception("tunnel event handler failed on %s", kind)
+            log.exception("tunnel event handler failed on %s", event.KIND)
 
-    def _refused(self, tunnel: _Tunnel, status: int, reason: str, **extra: Any) -> None:
+    def _refused(self, tunnel: _Tunnel, status: int, reason: str, target: str | None = None) -> None:
         log.info("tunnel refused (%s) %s/%s: %s %s", tunnel.via, tunnel.org, tunnel.db, status, reason)
-        data = {"org": tunnel.org, "db": tunnel.db, "status": status, "reason": reason, "via": tunnel.via}
-        self._emit("tunnel.refused", data | extra)
+        self._emit(
+            TunnelRefused(org=tunnel.org, db=tunnel.db, status=status, reason=reason, via=tunnel.via, target=target)
+        )
 
     def _tunnel_label(self, host: str) -> str | None:
         """The single label before the domain in host, or None when host is not a tunnel host of this domain."""
@@ -464,14 +466,15 @@ class TunnelServer:
             except (OSError, ssl.SSLError):
                 return  # the client left before its answer
             log.info("tunnel open (%s) %s/%s for %s", tunnel.via, org, db, decision.subject)
-            self._emit("tunnel.connected", {"org": org, "db": db, "subject": decision.subject, "via": tunnel.via})
+            self._emit(TunnelConnected(org=org, db=db, subject=decision.subject, via=tunnel.via))
             try:
                 await self._relay(tls, backend_reader, backend_writer, rest, tunnel)
             finally:  # also when close() ends the tunnel
                 up, down = tunnel.bytes_up, tunnel.bytes_down
                 log.info("tunnel closed %s/%s: %d bytes up, %d down", org, db, up, down)
-                data = {"org": org, "db": db, "subject": decision.subject, "bytes_up": up, "bytes_down": down}
-                self._emit("tunnel.closed", data | {"via": tunnel.via})
+                self._emit(
+                    TunnelClosed(org=org, db=db, subject=decision.subject, bytes_up=up, bytes_down=down, via=tunnel.via)
+                )
         finally:
             backend_writer.close()
             with contextlib.suppress(TimeoutError, OSError):

@@ -110,7 +110,7 @@ def trace_lines(trace: Trace, limit: int = 400) -> Text:
         out.append(f"({len(steps) - limit} earlier steps not shown; emulator trace {trace.agent.id})\n", "dim")
     for s in steps[-limit:]:
         status = s.status
-        style = "red" if failed(s.data) else ""
+        style = "red" if failed(status, s.data.get("error_code")) else ""
         cell = "" if status is None else ("drop" if status == 0 else str(status))
         took = "" if s.ms is None else f"{s.ms:.0f}ms"
         out.append(f"#{s.seq:<6} {s.at[11:19]} {s.origin:<7} {cell:>4} {took:>6}  {s.what}\n", style)

@@ -57,7 +57,8 @@ def event_style(kind: str, data: dict[str, Any]) -> str:
     a failure kind), yellow for what is worth noticing, plain otherwise."""
     status = data.get("status")
     if isinstance(status, int) and not isinstance(status, bool) and status >= 400:
-        return ERROR if failed(data) else ""  # a pending poll (pxt login's) is a wait, not an error
+        # A pending poll (pxt login's) is a wait, not an error.
+        return ERROR if failed(status, data.get("error_code")) else ""
     if kind in FAILURES or data.get("error") or data.get("state") == "FAILED" or data.get("failure_reason"):
         return ERROR
     return WARNING if kind in NOTICES else ""
