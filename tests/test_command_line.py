@@ -195,17 +195,20 @@ def test_down_and_logs_follow_an_exported_url(tmp_path: Path) -> None:
     """`eval "$(emulator env)"` exports EMULATOR_URL: `down` and `logs` find the state dir through it."""
     state = tmp_path / "exported"
     assert run("up", "-d", *FREE_PORTS, "--no-watch", "--runtime", "process", state=state).returncode == 0
-    site = json.loads((state / "endpoints.json").read_text())["site"]
-    env = {k: v for k, v in os.environ.items() if k != "EMULATOR_STATE_DIR"} | {"EMULATOR_URL": site}
+    try:
+        site = json.loads((state / "endpoints.json").read_text())["site"]
+        env = {k: v for k, v in os.environ.items() if k != "EMULATOR_STATE_DIR"} | {"EMULATOR_URL": site}
 
-    def plain(*args: str) -> subprocess.CompletedProcess[str]:
-        cmd = [sys.executable, "-m", "emulator", *args]
-        return subprocess.run(cmd, capture_output=True, text=True, timeout=60, env=env)
+        def plain(*args: str) -> subprocess.CompletedProcess[str]:
+            cmd = [sys.executable, "-m", "emulator", *args]
+            return subprocess.run(cmd, capture_output=True, text=True, timeout=60, env=env)
 
-    httpx.get(site + "/no/such/page")
-    deadline = time.monotonic() + 30  # the line follows the journal's write, a moment after the answer
-    while "site GET /no/such/page -> 404" not in plain("logs").stdout:
-        assert time.monotonic() < deadline, plain("logs").stdout
-    down = plain("down")
-    assert down.returncode == 0 and down.stdout.startswith("emulator: stopped (pid "), down.stdout
-    assert not (state / "endpoints.json").exists()
+        httpx.get(site + "/no/such/page")
+        deadline = time.monotonic() + 30  # the line follows the journal's write, a moment after the answer
+        while "site GET /no/such/page -> 404" not in plain("logs").stdout:
+            assert time.monotonic() < deadline, plain("logs").stdout
+        down = plain("down")
+        assert down.returncode == 0 and down.stdout.startswith("emulator: stopped (pid "), down.stdout
+        assert not (state / "endpoints.json").exists()
+    finally:
+        run("down", state=state)  # whatever failed above, the emulator this test started stops

@@ -18,6 +18,7 @@ from emulator.config import load_settings
 from emulator.core.context import Core
 from emulator.core.errors import ApiError
 from emulator.core.events import Event
+from emulator.core.payloads import DbLog, DbStateChanged, HttpRequest, Payload
 from emulator.core.runlog import describe, line
 from emulator.hosted import databases, lifecycle, orgs, receipts
 from emulator.hosted.databases import DbChange
@@ -119,16 +120,16 @@ def test_an_old_clients_operation_is_told_to_upgrade_and_a_current_one_passes() 
 
 
 def test_each_event_is_a_log_line_at_its_level() -> None:
-    def ev(kind: str, **data: object) -> Event:
-        return Event(1, 0.0, kind, "acme:main", dict(data))
+    def ev(payload: Payload) -> Event:
+        return Event(1, 0.0, payload.KIND, "acme:main", payload)
 
-    failed = line(ev("http.request", origin="api", method="POST", path="/", status=500, ms=3.0, op="get_db"))
-    assert failed == (logging.ERROR, "api  POST / get_db -> 500 (3.0 ms) from acme:main")
-    assert line(ev("db.state", state="FAILED", error="boom")) == (
+    call = HttpRequest(origin="api", method="POST", path="/", status=500, ms=3.0, rt=0.0, after=0, op="get_db")
+    assert line(ev(call)) == (logging.ERROR, "api  POST / get_db -> 500 (3.0 ms) from acme:main")
+    assert line(ev(DbStateChanged(state="FAILED", error="boom"))) == (
         logging.ERROR,
         "db.state [acme:main] state=FAILED error=boom",
     )
-    assert line(ev("db.log", line="x")) is None
+    assert line(ev(DbLog(db="main", service=None, line="x"))) is None
     assert describe("trial.expired", "agent-1", {"expired_at": 0, "rt": 5.0}) == (
         "trial.expired [agent-1] expired_at=1970-01-01T00:00:00Z"
     )
