@@ -9,40 +9,19 @@ from __future__ import annotations
 import base64
 import re
 import shutil
-from collections.abc import Iterator
 from typing import Any
 
 import httpx
 import pytest
 
 from emulator.hosted.logins import CLIENT_ID
-from tests.conftest import FROZEN_AT, Emulator
+from tests.conftest import CHROMIUM, FROZEN_AT, Emulator
 
-CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
-FLAGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
 READABLE = re.compile(r"\b\d{1,2} [A-Z][a-z]{2} \d{4}, \d\d:\d\d UTC\b")  # html.readable()
 RAW_ISO = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d")
 WIDTHS = (390, 1280)  # a phone and a desktop
 
 pytestmark = pytest.mark.skipif(not shutil.which(CHROMIUM), reason="Chromium is not installed")
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Any]:
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
-        yield b
-        b.close()
 
 
 @pytest.fixture

@@ -6,14 +6,13 @@ docs index at `/docs` with the way around the docs pages (home, index, previous,
 from __future__ import annotations
 
 import shutil
-from collections.abc import Iterator
 from typing import Any
 
 import httpx
 import pytest
 
-from tests.conftest import FROZEN_AT, Emulator
-from tests.test_pages_browser import CHROMIUM, FLAGS, register
+from tests.conftest import CHROMIUM, FROZEN_AT, Emulator
+from tests.test_pages_browser import register
 
 pytestmark = pytest.mark.skipif(not shutil.which(CHROMIUM), reason="Chromium is not installed")
 
@@ -55,16 +54,6 @@ OVERFLOWING = """() => {
         return r.right > main.right + 0.5 || (!scrolls && el.scrollWidth > el.clientWidth + 1 && el.clientWidth > 0);
     }).map((el) => el.outerHTML.slice(0, 80));
 }"""
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Any]:
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
-        yield b
-        b.close()
 
 
 @pytest.fixture

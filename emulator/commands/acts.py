@@ -8,7 +8,7 @@ from collections.abc import Callable
 from typing import Any
 
 from emulator.commands import common
-from emulator.commands.common import add_json, add_locator, call_or_exit, print_json
+from emulator.commands.common import add_json, add_locator, call_or_exit, print_json, shown_whole
 
 
 def register(sub: Any) -> dict[str, Callable[[argparse.Namespace], int]]:
@@ -130,11 +130,8 @@ def cmd_db(args: argparse.Namespace) -> int:
     site = common.endpoints(args)["site"]
     if args.action == "list":
         found = call_or_exit(site + "/_emulator/databases")["databases"]
-        if args.json:
-            print_json(found)
+        if shown_whole(args, found, "no hosted databases yet (`pxt db update pxt://ORG:main` creates one)"):
             return 0
-        if not found:
-            print("no hosted databases yet (`pxt db update pxt://ORG:main` creates one)")
         for d in found:
             note = f"  {d['failure_reason']}" if d.get("failure_reason") else ""
             print(f"{d['org']:<16} {d['db']:<12} {d['state']:<12} generation {d['generation']}{note}")
@@ -166,11 +163,10 @@ def cmd_switch(args: argparse.Namespace) -> int:
 
 def cmd_trials(args: argparse.Namespace) -> int:
     found = call_or_exit(common.endpoints(args)["site"] + "/_emulator/trials")["trials"]
-    if args.json:
-        print_json(found)
+    if shown_whole(
+        args, found, "no trial organizations yet (an agent creates one with POST /api/v1/trial-orgs, or `pxt new`)"
+    ):
         return 0
-    if not found:
-        print("no trial organizations yet (an agent creates one with POST /api/v1/trial-orgs, or `pxt new`)")
     for t in found:
         left = f"{t['seconds_left'] // 3600}h{t['seconds_left'] % 3600 // 60:02d}m left" if t["expires_at"] else ""
         print(f"{t['org']:<14} {t['state']:<10} {left:<12} keys: {', '.join(t['api_keys'])}")
@@ -179,11 +175,12 @@ def cmd_trials(args: argparse.Namespace) -> int:
 
 def cmd_registrations(args: argparse.Namespace) -> int:
     found = call_or_exit(common.endpoints(args)["site"] + "/_emulator/registrations")["registrations"]
-    if args.json:
-        print_json(found)
+    if shown_whole(
+        args,
+        found,
+        "no agent registrations yet (an agent registers with POST /agent/identity on the identity provider)",
+    ):
         return 0
-    if not found:
-        print("no agent registrations yet (an agent registers with POST /agent/identity on the identity provider)")
     for r in found:
         who = r["claimed_email"] or r["login_hint"] or ""
         print(

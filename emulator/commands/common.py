@@ -30,6 +30,18 @@ def print_json(value: Any) -> None:
     print(json.dumps(value, indent=2))
 
 
+def shown_whole(args: argparse.Namespace, found: list[Any], empty: str) -> bool:
+    """A listing's first word: all of it as JSON with --json, or a line that says it is empty (with how to fill
+    it); True when that was all there is to print."""
+    if args.json:
+        print_json(found)
+        return True
+    if not found:
+        print(empty)
+        return True
+    return False
+
+
 def state_dir(args: argparse.Namespace) -> Path:
     return Path(args.state_dir or os.environ.get("EMULATOR_STATE_DIR") or default_state_dir()).expanduser()
 

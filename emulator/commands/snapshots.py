@@ -9,7 +9,7 @@ from typing import Any
 from urllib.parse import quote
 
 from emulator.admin.client import SLOW, EmulatorError, Unreachable, download, upload
-from emulator.commands.common import add_json, add_locator, call_or_exit, endpoints, print_json
+from emulator.commands.common import add_json, add_locator, call_or_exit, endpoints, shown_whole
 
 
 def register(sub: Any) -> dict[str, Callable[[argparse.Namespace], int]]:
@@ -72,11 +72,8 @@ def cmd_snapshot(args: argparse.Namespace) -> int:
     base = f"{site}/_emulator/snapshots"
     if args.verb == "list":
         found = call_or_exit(base)["snapshots"]
-        if args.json:
-            print_json(found)
+        if shown_whole(args, found, "no snapshots yet (emulator snapshot save NAME)"):
             return 0
-        if not found:
-            print("no snapshots yet (emulator snapshot save NAME)")
         for s in found:
             counts = ", ".join(f"{v} {k}" for k, v in s["counts"].items() if v)
             print(f"{s['name']:<24} saved {s['created_at']}  clock {s['clock']}  {_size(s['size_bytes']):>9}  {counts}")
