@@ -20,6 +20,7 @@ from emulator.cloud import blobs
 from emulator.cloud.compat import refuse_old_client
 from emulator.cloud.context import platform_of
 from emulator.cloud.operations import OPERATIONS, SCOPED
+from emulator.cloud.requests import KEPT_AS_SENT
 from emulator.core import jsonbody, openapi
 from emulator.core.boundary import Boundary, BoundaryGate
 from emulator.core.errors import BAD_REQUEST, INTERNAL, ApiError
@@ -63,11 +64,13 @@ def operations_body() -> openapi.Body:
     """The management API's body as the document shows it: one object per operation, told apart by its
     `operation_type` (the request types of emulator.cloud.requests, which the handler decodes strictly)."""
     kinds = list(dict.fromkeys(kind for kind, _ in OPERATIONS.values()))
-    _, components = openapi.schema_of(*kinds)
+    checked, components = openapi.schema_of(*kinds, *KEPT_AS_SENT.values())
+    as_checked = dict(zip(KEPT_AS_SENT, checked[len(kinds) :], strict=True))
     variants = []
     for op, (kind, _) in OPERATIONS.items():
         shape = components[kind.__name__]
         properties = {**shape["properties"], "operation_type": {"type": "string", "enum": [op]}}
+        properties |= {name: as_checked[name] for name in properties.keys() & as_checked.keys()}
         components[f"op_{op}"] = {**shape, "title": op, "properties": properties}
         variants.append({"$ref": f"#/components/schemas/op_{op}"})
     for kind in kinds:  # each operation has its own copy, with its operation_type

@@ -162,16 +162,22 @@ def check_shape(value: Any, shape: Any, at: str) -> None:
         raise ValueError(f"{message} - at `$.{at}`") from None
 
 
+KEPT_AS_SENT: dict[str, Any] = {
+    "database_target": DatabaseTarget | None,
+    "service_mutations": list[ServiceMutation] | None,
+}
+"""Fields a change keeps as the client sent them (the platform stores and answers back what it was sent, fields it
+does not read included), checked as these types when decoded and shown as them in the OpenAPI document."""
+
+
 class PrepareUpdate(DbScoped, kw_only=True):
     database_target: dict[str, Any] | None = None
     blob: Blob | None = None
     service_mutations: list[dict[str, Any]] | None = None
 
     def __post_init__(self) -> None:
-        if self.database_target is not None:
-            check_shape(self.database_target, DatabaseTarget, "database_target")
-        for i, mutation in enumerate(self.service_mutations or ()):
-            check_shape(mutation, ServiceMutation, f"service_mutations[{i}]")
+        for name, shape in KEPT_AS_SENT.items():
+            check_shape(getattr(self, name), shape, name)
 
 
 class SubmitUpdate(PrepareUpdate, kw_only=True):

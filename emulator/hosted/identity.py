@@ -13,7 +13,7 @@ import re
 import sqlite3
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Annotated, Any, Literal, TypeVar
 
 import aiosqlite
 import msgspec
@@ -44,6 +44,7 @@ from emulator.core.errors import (
     NOT_FOUND,
     SERVICE_AUTH_REGISTRATION_DISABLED,
     USER_CODE_EXPIRED,
+    ApiError,
 )
 from emulator.core.ids import secret_hash
 from emulator.core.payloads import (
@@ -89,6 +90,94 @@ class AccessGrant:
     registration_type: str
     scopes: list[str]
     expires_at: float
+
+
+# --- what the provider takes: decoded whole before any rule runs; a field of the wrong type is refused as the rule
+# for that field would refuse it (the same error a wrong value gets) ---------------------------------------------
+
+T = TypeVar("T", bound=msgspec.Struct)
+Refusals = dict[str, Callable[[object], ApiError]]
+
+
+# Strings the document lists the values of: any string decodes, and the rules refuse the others by name (some with
+# errors of their own, such as identity_assertion's issuer_not_enabled).
+RegistrationType = Annotated[str, msgspec.Meta(extra_json_schema={"enum": ["anonymous", "service_auth", "refresh"]})]
+ClaimMethod = Annotated[str, msgspec.Meta(extra_json_schema={"enum": ["service_auth"]})]
+
+
+def decode(raw: dict[str, Any], kind: type[T], refusals: Refusals) -> T:
+    try:
+        return msgspec.convert(raw, kind)
+    except msgspec.ValidationError as e:
+        found = re.search(r"`\$\.(\w+)|missing required field `(\w+)`", str(e))
+        field = (found.group(1) or found.group(2)) if found else ""
+        refuse = refusals.get(field)
+        raise (refuse(raw.get(field)) if refuse else INVALID_REQUEST(str(e))) from None
+
+
+def _type_refused(value: object) -> ApiError:
+    return INVALID_REQUEST(
+        "type must be one of anonymous, service_auth, refresh" + (f" (got {value!r})" if value is not None else "")
+    )
+
+
+def _hint_refused(_: object) -> ApiError:
+    return INVALID_LOGIN_HINT("login_hint must be an e-mail address")
+
+
+def _claim_token_refused(_: object) -> ApiError:
+    return INVALID_REQUEST("claim_token is required")
+
+
+class Registration(msgspec.Struct, kw_only=True):
+    """POST /agent/identity: `anonymous`, `service_auth` (with `login_hint`) or `refresh` (with `refresh_token`)."""
+
+    type: RegistrationType
+    login_hint: str | None = None
+    refresh_token: str | None = None
+
+    @classmethod
+    def of(cls, raw: dict[str, Any]) -> Registration:
+        if "requested_credential_type" in raw:  # a field of an old protocol: refused by name
+            raise INVALID_REQUEST(
+                "requested_credential_type is from an old protocol: register with {type: anonymous} or "
+                "{type: service_auth, login_hint}, then exchange the assertion at /oauth2/token",
+            )
+        refresh = INVALID_REQUEST("type refresh needs refresh_token")
+        refusals: Refusals = {"type": _type_refused, "login_hint": _hint_refused, "refresh_token": lambda _: refresh}
+        return decode(raw, cls, refusals)
+
+
+class ClaimStart(msgspec.Struct, kw_only=True):
+    """POST /agent/identity/claim: a new claim attempt (for an anonymous registration too)."""
+
+    type: ClaimMethod
+    claim_token: str
+    login_hint: str | None = None
+
+    @classmethod
+    def of(cls, raw: dict[str, Any]) -> ClaimStart:
+        method = INVALID_REQUEST('the claim method is type: "service_auth" (for anonymous registrations too)')
+        refusals: Refusals = {
+            "type": lambda _: method,
+            "login_hint": _hint_refused,
+            "claim_token": _claim_token_refused,
+        }
+        return decode(raw, cls, refusals)
+
+
+class ClaimCompletion(msgspec.Struct, kw_only=True):
+    """POST /agent/identity/claim/complete: the 6-digit code the person read off the claim page."""
+
+    user_code: str  # checked first, as the code is what the person handed over
+    claim_token: str
+
+    @classmethod
+    def of(cls, raw: dict[str, Any]) -> ClaimCompletion:
+        if "otp" in raw and "user_code" not in raw:  # an older name of the code
+            raise INVALID_REQUEST("send the code as user_code")
+        code = INVALID_REQUEST("user_code must be the 6 digits shown on the claim page")
+        return decode(raw, cls, {"user_code": lambda _: code, "claim_token": _claim_token_refused})
 
 
 # --- what the provider answers (the WorkOS AuthKit agent-registration shapes; a field left UNSET is not sent) ---
@@ -303,31 +392,23 @@ class Identity:
 
     # --- registration -----------------------------------------------------------------------------
 
-    async def register(self, body: dict[str, Any], ip: str) -> Registered | Refreshed:
-        kind = body.get("type")
+    async def register(self, body: Registration, ip: str) -> Registered | Refreshed:
+        kind = body.type
         if kind == "refresh":
             return await self._refresh(body)
-        if "requested_credential_type" in body:
-            raise INVALID_REQUEST(
-                "requested_credential_type is from an old protocol: register with {type: anonymous} or "
-                "{type: service_auth, login_hint}, then exchange the assertion at /oauth2/token",
-            )
         if kind == "identity_assertion":
             raise ISSUER_NOT_ENABLED(
                 "identity_assertion (ID-JAG) registration is not enabled here; use anonymous or service_auth",
             )
         if kind not in IDENTITY_TYPES:
-            raise INVALID_REQUEST(
-                "type must be one of anonymous, service_auth, refresh"
-                + (f" (got {kind!r})" if kind is not None else ""),
-            )
+            raise _type_refused(kind)
         if kind == "anonymous" and not self.core.switches["anonymous_registration"]:
             raise ANONYMOUS_REGISTRATION_DISABLED("anonymous registration is disabled here")
         if kind == "service_auth" and not self.core.switches["service_auth_registration"]:
             raise SERVICE_AUTH_REGISTRATION_DISABLED("service_auth registration is disabled here")
         login_hint = None
         if kind == "service_auth":
-            login_hint = body.get("login_hint")
+            login_hint = body.login_hint
             if login_hint is None:
                 raise INVALID_REQUEST("service_auth needs login_hint: the user's e-mail")
             if not valid_email(login_hint):
@@ -381,9 +462,9 @@ class Identity:
         )
         return Attempt(f"{self.urls.auth}{CLAIM_PAGE}?token={token}", iso(exp))
 
-    async def _refresh(self, body: dict[str, Any]) -> Refreshed:
-        value = body.get("refresh_token")
-        if not isinstance(value, str) or not value:
+    async def _refresh(self, body: Registration) -> Refreshed:
+        value = body.refresh_token
+        if not value:
             raise INVALID_REQUEST("type refresh needs refresh_token")
         now = self.core.clock.now()
         async with self.core.store.transaction() as conn:
@@ -420,9 +501,9 @@ class Identity:
 
     # --- claim ceremony ---------------------------------------------------------------------------
 
-    async def _registration_by_claim_token(self, conn: aiosqlite.Connection, token: Any) -> sqlite3.Row:
-        if not isinstance(token, str) or not token:
-            raise INVALID_REQUEST("claim_token is required")
+    async def _registration_by_claim_token(self, conn: aiosqlite.Connection, token: str | None) -> sqlite3.Row:
+        if not token:
+            raise _claim_token_refused(token)
         async with conn.execute("SELECT * FROM registrations WHERE claim_token_hash = ?", (secret_hash(token),)) as cur:
             reg = await cur.fetchone()
         if reg is None:
@@ -433,31 +514,29 @@ class Identity:
             raise CLAIM_EXPIRED("the claim window of this registration has closed")
         return reg
 
-    async def start_claim(self, body: dict[str, Any]) -> ClaimStarted:
-        if body.get("type") != "service_auth":
+    async def start_claim(self, body: ClaimStart) -> ClaimStarted:
+        if body.type != "service_auth":
             raise INVALID_REQUEST(
                 'the claim method is type: "service_auth" (for anonymous registrations too)',
             )
-        login_hint = body.get("login_hint")
+        login_hint = body.login_hint
         if login_hint is not None and not valid_email(login_hint):
             raise INVALID_LOGIN_HINT("login_hint must be an e-mail address")
         now = self.core.clock.now()
         async with self.core.store.transaction() as conn:
-            reg = await self._registration_by_claim_token(conn, body.get("claim_token"))
+            reg = await self._registration_by_claim_token(conn, body.claim_token)
             hint = (login_hint or reg["login_hint"] or "").strip() or None
             attempt = await self._new_attempt(conn, reg["id"], hint, now)
         self.core.bus.publish(reg["id"], IdpClaimStarted(login_hint=hint))
         return ClaimStarted(reg["id"], "service_auth", attempt)
 
-    async def complete_claim(self, body: dict[str, Any]) -> Claimed:
-        if "otp" in body and "user_code" not in body:
-            raise INVALID_REQUEST("send the code as user_code")
-        code = body.get("user_code")
-        if not isinstance(code, str) or not _USER_CODE.match(code):
+    async def complete_claim(self, body: ClaimCompletion) -> Claimed:
+        code = body.user_code
+        if not _USER_CODE.match(code):
             raise INVALID_REQUEST("user_code must be the 6 digits shown on the claim page")
         now = self.core.clock.now()
         async with self.core.store.transaction() as conn:
-            reg = await self._registration_by_claim_token(conn, body.get("claim_token"))
+            reg = await self._registration_by_claim_token(conn, body.claim_token)
             async with conn.execute(
                 "SELECT * FROM claim_attempts WHERE registration_id = ? AND state != 'superseded' "
                 "ORDER BY created_at DESC LIMIT 1",

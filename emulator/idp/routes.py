@@ -39,8 +39,11 @@ from emulator.hosted.identity import (
     JWT_BEARER,
     POST_CLAIM_SCOPES,
     PRE_CLAIM_SCOPES,
+    ClaimCompletion,
+    ClaimStart,
     Closed,
     Identity,
+    Registration,
     why_closed,
 )
 from emulator.hosted.logins import Logins
@@ -78,26 +81,7 @@ def _json_bytes(status: int, headers: dict[str, str], body: bytes) -> Response[b
     return Response(body, status_code=status, media_type="application/json", headers=headers or None)
 
 
-# --- what the endpoints take (as the OpenAPI document shows them; each handler checks its body itself) ----
-
-
-class Registration(msgspec.Struct):
-    """POST /agent/identity: `anonymous`, `service_auth` (with `login_hint`) or `refresh` (with `refresh_token`)."""
-
-    type: Literal["anonymous", "service_auth", "refresh"]
-    login_hint: str | None = None
-    refresh_token: str | None = None
-
-
-class ClaimStart(msgspec.Struct):
-    type: Literal["service_auth"]
-    claim_token: str
-    login_hint: str | None = None
-
-
-class ClaimCompletion(msgspec.Struct):
-    claim_token: str
-    user_code: str
+# --- what the token endpoints take (as the OpenAPI document shows them; each handler reads its form itself) --
 
 
 class TokenForm(msgspec.Struct):
@@ -170,8 +154,8 @@ async def _json_object(request: Request[Any, Any, Any]) -> dict[str, Any]:
 )
 async def register(request: Request[Any, Any, Any]) -> Response[bytes]:
     idp = idp_of(request)
-    body = await _json_object(request)
-    if body.get("type") != "refresh":
+    body = Registration.of(await _json_object(request))
+    if body.type != "refresh":
         quota = idp.limiter.hit(idp.client_ip(request))
         if not quota.allowed:
             raise RATE_LIMIT_EXCEEDED(
@@ -188,7 +172,7 @@ async def register(request: Request[Any, Any, Any]) -> Response[bytes]:
     opt=openapi.body(ClaimStart),
 )
 async def start_claim(request: Request[Any, Any, Any]) -> Response[bytes]:
-    return _json(await idp_of(request).identity.start_claim(await _json_object(request)))
+    return _json(await idp_of(request).identity.start_claim(ClaimStart.of(await _json_object(request))))
 
 
 @post(
@@ -198,7 +182,7 @@ async def start_claim(request: Request[Any, Any, Any]) -> Response[bytes]:
     opt=openapi.body(ClaimCompletion),
 )
 async def complete_claim(request: Request[Any, Any, Any]) -> Response[bytes]:
-    return _json(await idp_of(request).identity.complete_claim(await _json_object(request)))
+    return _json(await idp_of(request).identity.complete_claim(ClaimCompletion.of(await _json_object(request))))
 
 
 @route(
