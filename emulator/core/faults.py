@@ -24,6 +24,7 @@ from http import HTTPStatus
 from typing import Any
 
 import msgspec
+from litestar.types import Receive, Scope, Send
 from msgspec import UNSET, UnsetType
 
 from emulator.core.errors import BAD_REQUEST, NOT_FOUND, ApiError
@@ -344,10 +345,10 @@ class Faults:
 Render = Callable[[ApiError], tuple[bytes, bytes]]  # an error → (content type, body) in the origin's format
 
 
-async def drop(scope: dict[str, Any]) -> None:
+async def drop(scope: Scope) -> None:
     """Close the request's connection without an answer (the server's protocol put the means in the scope)."""
-    abort = scope.get("extensions", {}).get(DROP_EXTENSION)
-    if abort is not None:
+    abort = (scope.get("extensions") or {}).get(DROP_EXTENSION)
+    if callable(abort):
         abort()
         await asyncio.sleep(0)  # the server sees the connection lost, and sends nothing more
         await asyncio.sleep(0)
@@ -362,7 +363,7 @@ class FaultGate:
         self.faults = faults
         self.render = render
 
-    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or not self.faults.armed:
             await self.app(scope, receive, send)
             return

@@ -23,6 +23,7 @@ from typing import Any
 from urllib.parse import unquote_plus
 
 import msgspec
+from litestar.types import HTTPScope, Message, Receive, Scope, Send
 
 from emulator.core.ids import secret_hash
 from emulator.core.payloads import Credentials, HttpRequest, Payload
@@ -143,7 +144,7 @@ class RequestJournal:
         self.last_seq = last_seq  # the journal's last event number, when a request begins
         self.issued = issued  # paths whose query carries a credential the emulator issued (a claim link)
 
-    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or scope["path"].startswith(_UNRECORDED):
             await self.app(scope, receive, send)
             return
@@ -163,7 +164,7 @@ class RequestJournal:
                     peek.extend(chunk[: _BODY_PEEK - len(peek)])
             return message
 
-        async def send_answer(message: dict[str, Any]) -> None:
+        async def send_answer(message: Message) -> None:
             if message["type"] == "http.response.start":
                 answer["status"] = message["status"]
                 for name, value in message.get("headers", ()):
@@ -181,12 +182,13 @@ class RequestJournal:
             self._record(scope, answer, digest.hexdigest()[:16] if peek else None, bytes(peek), began, after)
 
     def _record(
-        self, scope: dict[str, Any], answer: dict[str, Any], body: str | None, peek: bytes, began: float, after: int
+        self, scope: HTTPScope, answer: dict[str, Any], body: str | None, peek: bytes, began: float, after: int
     ) -> None:
         headers: dict[bytes, bytes] = {}
         for name, value in scope.get("headers", ()):
             headers.setdefault(name.lower(), value)
-        ip = scope["client"][0] if scope.get("client") else "unknown"
+        client = scope.get("client")
+        ip = client[0] if client else "unknown"
         if self.trust_forwarded and b"x-forwarded-for" in headers:
             ip = headers[b"x-forwarded-for"].decode("latin-1").split(",")[0].strip()
         query = scope.get("query_string", b"").decode("latin-1")

@@ -20,6 +20,7 @@ from urllib.parse import parse_qs
 import msgspec
 from litestar import Request, Response, get, post
 from litestar.response import Stream
+from litestar.types import Receive, Scope, Send
 
 from emulator.core import jsonbody, openapi
 from emulator.core.clientip import scope_client_ip
@@ -304,7 +305,7 @@ class AskFastPath:
         self.app = app
         self.site = site
 
-    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or scope["method"] != "POST" or scope["path"] != "/ask" or scope["query_string"]:
             await self.app(scope, receive, send)
             return
