@@ -758,7 +758,7 @@ class Dashboard(App[None]):
             "services, the journal, faults, switches and the clock go back; snapshots stay.",
             lambda: self._act(
                 "emulator reset" + ("" if to == "empty" else f" --to {to}"),
-                lambda: self.client.reset(to),
+                lambda: self.client.reset("start" if to == "start" else "empty"),
                 lambda a: f"reset to {a.to} in {a.seconds:.2f} s; the clock reads {a.clock}",
             ),
         )

@@ -16,14 +16,16 @@ import urllib.request
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 from urllib.parse import quote
 
 import msgspec
 
 from emulator.admin.wire import (
     ClaimDecided,
+    ClaimDecision,
     ClaimList,
+    ClockMove,
     ClockView,
     EventView,
     FaultList,
@@ -31,17 +33,21 @@ from emulator.admin.wire import (
     FaultsCleared,
     KeyList,
     LoginDecided,
+    LoginDecision,
     LoginList,
     LogLines,
     LogLineView,
     OrgList,
     RegistrationList,
+    ResetRequest,
     ResetView,
     ServiceList,
     SnapshotDeleted,
     SnapshotList,
     SnapshotLoaded,
+    SnapshotSave,
     StatusView,
+    TrialClaim,
     TrialClaimed,
     UserList,
     VerbAccepted,
@@ -52,6 +58,9 @@ from emulator.core import statelock
 from emulator.core.snapshots import SnapshotView
 
 T = TypeVar("T")
+
+Body = msgspec.Struct | dict[str, bool] | None  # what an act sends: its wire type (the switches: name → on)
+NO_BODY: dict[str, bool] = {}  # an act that takes no body sends an empty object
 
 # Seconds a snapshot save or load, or a reset, may take (each copies every hosted database's files).
 SLOW = 900.0
@@ -196,12 +205,18 @@ class EmulatorClient:
         await self._http.aclose()
 
     async def _request(
-        self, answer: type[T], method: str, path: str, body: dict[str, Any] | None = None, within: float | None = None
+        self, answer: type[T], method: str, path: str, body: Body = None, within: float | None = None
     ) -> T:
-        """One call, its answer decoded as `answer` (the wire view of what the endpoint answers)."""
+        """One call with `body` (the wire type the endpoint takes), its answer decoded as `answer` (its view)."""
+        content = None if body is None else msgspec.json.encode(body)
+        headers = None if body is None else {"Content-Type": "application/json"}
         try:
             r = await self._http.request(
-                method, self.site + path, json=body, timeout=within if within is not None else self._http.timeout
+                method,
+                self.site + path,
+                content=content,
+                headers=headers,
+                timeout=within if within is not None else self._http.timeout,
             )
         except self._httpx.TransportError as e:
             self.relocate()
@@ -213,11 +228,9 @@ class EmulatorClient:
     async def _get(self, answer: type[T], path: str) -> T:
         return await self._request(answer, "GET", path)
 
-    async def _post(
-        self, answer: type[T], path: str, body: dict[str, Any] | None = None, within: float | None = None
-    ) -> T:
+    async def _post(self, answer: type[T], path: str, body: Body = None, within: float | None = None) -> T:
         """`within`: seconds the answer may take, when not the client's usual."""
-        return await self._request(answer, "POST", path, body or {}, within)
+        return await self._request(answer, "POST", path, body if body is not None else NO_BODY, within)
 
     async def _delete(self, answer: type[T], path: str) -> T:
         return await self._request(answer, "DELETE", path)
@@ -276,24 +289,23 @@ class EmulatorClient:
     # --- acts (each is also an `emulator` command) --------------------------------------------
 
     async def advance_clock(self, duration: str) -> ClockView:
-        return await self._post(ClockView, "/_emulator/clock", {"advance": duration})
+        return await self._post(ClockView, "/_emulator/clock", ClockMove(advance=duration))
 
     async def claim_trial(self, org: str, email: str) -> TrialClaimed:
-        return await self._post(TrialClaimed, "/_emulator/trials/claim", {"org": org, "email": email})
+        return await self._post(TrialClaimed, "/_emulator/trials/claim", TrialClaim(org, email))
 
     async def approve_claim(self, registration: str, email: str) -> ClaimDecided:
-        body = {"registration": registration, "email": email}
+        body = ClaimDecision(email, registration=registration)
         return await self._post(ClaimDecided, "/_emulator/claims/approve", body)
 
     async def deny_claim(self, registration: str, email: str) -> ClaimDecided:
-        return await self._post(ClaimDecided, "/_emulator/claims/deny", {"registration": registration, "email": email})
+        return await self._post(ClaimDecided, "/_emulator/claims/deny", ClaimDecision(email, registration=registration))
 
     async def set_switch(self, name: str, value: bool) -> dict[str, bool]:
         return await self._post(dict[str, bool], "/_emulator/switches", {name: value})
 
     async def approve_login(self, user_code: str, email: str) -> LoginDecided:
-        body = {"user_code": user_code, "email": email}
-        return await self._post(LoginDecided, "/_emulator/logins/approve", body)
+        return await self._post(LoginDecided, "/_emulator/logins/approve", LoginDecision(user_code, email))
 
     async def db_verb(self, org: str, db: str, verb: str) -> VerbAccepted:
         return await self._post(VerbAccepted, f"/_emulator/databases/{quote(org)}/{quote(db)}/{verb}")
@@ -305,7 +317,7 @@ class EmulatorClient:
         return await self._delete(FaultsCleared, "/_emulator/faults")
 
     async def save_snapshot(self, name: str) -> SnapshotView:
-        return await self._post(SnapshotView, "/_emulator/snapshots", {"name": name}, within=SLOW)
+        return await self._post(SnapshotView, "/_emulator/snapshots", SnapshotSave(name), within=SLOW)
 
     async def load_snapshot(self, name: str) -> SnapshotLoaded:
         return await self._post(SnapshotLoaded, f"/_emulator/snapshots/{quote(name, safe='')}/load", within=SLOW)
@@ -313,8 +325,8 @@ class EmulatorClient:
     async def delete_snapshot(self, name: str) -> SnapshotDeleted:
         return await self._delete(SnapshotDeleted, f"/_emulator/snapshots/{quote(name, safe='')}")
 
-    async def reset(self, to: str = "empty") -> ResetView:
-        return await self._post(ResetView, "/_emulator/reset", {"to": to}, within=SLOW)
+    async def reset(self, to: Literal["empty", "start"] = "empty") -> ResetView:
+        return await self._post(ResetView, "/_emulator/reset", ResetRequest(to), within=SLOW)
 
     # --- the live feed ------------------------------------------------------------------------
 
