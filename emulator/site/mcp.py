@@ -11,7 +11,7 @@ are HTTP 200 with an `error` object, as the product spec says; only transport ru
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, Literal
 
 import msgspec
 from litestar import Request, Response, delete, get, post
@@ -51,13 +51,34 @@ _RESULT_ITEM = {
     },
     "required": ["name", "url", "description"],
 }
-TOOLS: list[dict[str, Any]] = [
-    {
-        "name": "search_docs",
-        "title": "Search the documentation",
-        "description": "Search the Pixeltable documentation and return the most relevant pages (title, URL, "
+JsonSchema = dict[str, Any]  # a tool's input or output, as JSON Schema describes it
+
+
+class ToolAnnotations(msgspec.Struct, rename="camel", frozen=True):
+    read_only_hint: bool
+    idempotent_hint: bool
+    open_world_hint: bool
+
+
+class Tool(msgspec.Struct, rename="camel", frozen=True, kw_only=True):
+    """A tool as `tools/list` describes it."""
+
+    name: str
+    title: str
+    description: str
+    input_schema: JsonSchema
+    output_schema: JsonSchema
+    annotations: ToolAnnotations
+
+
+_READ_ONLY = ToolAnnotations(read_only_hint=True, idempotent_hint=True, open_world_hint=False)
+TOOLS: list[Tool] = [
+    Tool(
+        name="search_docs",
+        title="Search the documentation",
+        description="Search the Pixeltable documentation and return the most relevant pages (title, URL, "
         "summary) with a short answer built from them.",
-        "inputSchema": {
+        input_schema={
             "type": "object",
             "properties": {
                 "query": {
@@ -76,7 +97,7 @@ TOOLS: list[dict[str, Any]] = [
             "required": ["query"],
             "additionalProperties": False,
         },
-        "outputSchema": {
+        output_schema={
             "type": "object",
             "properties": {
                 "query": {"type": "string"},
@@ -85,14 +106,14 @@ TOOLS: list[dict[str, Any]] = [
             },
             "required": ["query", "answer", "results"],
         },
-        "annotations": {"readOnlyHint": True, "idempotentHint": True, "openWorldHint": False},
-    },
-    {
-        "name": "list_integrations",
-        "title": "List integrations",
-        "description": "List the AI providers and tools Pixeltable integrates with, optionally for one "
+        annotations=_READ_ONLY,
+    ),
+    Tool(
+        name="list_integrations",
+        title="List integrations",
+        description="List the AI providers and tools Pixeltable integrates with, optionally for one "
         "category (llm, embeddings, vision, audio, annotation, storage, data, tooling).",
-        "inputSchema": {
+        input_schema={
             "type": "object",
             "properties": {
                 "category": {"type": "string", "description": "Only integrations of this category"},
@@ -100,14 +121,44 @@ TOOLS: list[dict[str, Any]] = [
             "required": [],
             "additionalProperties": False,
         },
-        "outputSchema": {
+        output_schema={
             "type": "object",
             "properties": {"integrations": {"type": "array", "items": {"type": "object"}}},
             "required": ["integrations"],
         },
-        "annotations": {"readOnlyHint": True, "idempotentHint": True, "openWorldHint": False},
-    },
+        annotations=_READ_ONLY,
+    ),
 ]
+
+
+class Text(msgspec.Struct):
+    type: Literal["text"]
+    text: str
+
+
+class ToolResult(msgspec.Struct, rename="camel", kw_only=True):
+    """`tools/call`'s result: text for the model, the structured answer its output schema describes, and whether
+    it is an error the model can correct (a bad argument) rather than a protocol error."""
+
+    content: list[Text]
+    structured_content: dict[str, Any] | UnsetType = UNSET
+    is_error: bool
+
+
+class InitializeResult(msgspec.Struct, rename="camel"):
+    protocol_version: str
+    capabilities: dict[str, dict[str, bool]]
+    server_info: dict[str, str]
+    instructions: str
+
+
+class ToolList(msgspec.Struct):
+    tools: list[Tool]
+
+
+class Nothing(msgspec.Struct):
+    """`{}`: ping's result."""
+
 
 _encode = msgspec.json.Encoder().encode
 
@@ -130,7 +181,7 @@ class JsonRpcError(msgspec.Struct, omit_defaults=True):
 class JsonRpcResponse(msgspec.Struct, omit_defaults=True):
     jsonrpc: str
     id: Any = None
-    result: dict[str, Any] | None = None
+    result: msgspec.Struct | None = None
     error: JsonRpcError | None = None
 
 
@@ -157,7 +208,7 @@ def descriptor() -> McpDescriptor:
         protocol_version=PRODUCT_PROTOCOL,
         server_info=SERVER_INFO,
         instructions=INSTRUCTIONS,
-        tools=[{"name": t["name"], "description": t["description"]} for t in TOOLS],
+        tools=[{"name": t.name, "description": t.description} for t in TOOLS],
         usage=USAGE,
     )
 
@@ -165,87 +216,74 @@ def descriptor() -> McpDescriptor:
 # --- methods --------------------------------------------------------------------------------------
 
 
-def _initialize(params: dict[str, Any]) -> dict[str, Any]:
+def _initialize(params: dict[str, Any]) -> InitializeResult:
     requested = params.get("protocolVersion")
     if not isinstance(requested, str):
         raise _Failure(INVALID_PARAMS, "initialize needs params.protocolVersion (a string)")
     # Echo a version we speak; otherwise offer ours and let the client decide.
     version = requested if requested in SUPPORTED_PROTOCOLS else PRODUCT_PROTOCOL
-    return {
-        "protocolVersion": version,
-        "capabilities": {"tools": {"listChanged": False}},
-        "serverInfo": SERVER_INFO,
-        "instructions": INSTRUCTIONS,
-    }
+    return InitializeResult(version, {"tools": {"listChanged": False}}, SERVER_INFO, INSTRUCTIONS)
 
 
-def _tool_error(text: str) -> dict[str, Any]:
+def _tool_error(text: str) -> ToolResult:
     # Argument problems are tool execution errors (isError), so a model can correct itself.
-    return {"content": [{"type": "text", "text": text}], "isError": True}
+    return ToolResult(content=[Text("text", text)], is_error=True)
 
 
-def _check_args(tool: dict[str, Any], args: dict[str, Any]) -> str | None:
-    schema = tool["inputSchema"]
+def _check_args(tool: Tool, args: dict[str, Any]) -> str | None:
+    schema = tool.input_schema
     props: dict[str, Any] = schema["properties"]
     unknown = sorted(set(args) - set(props))
     if unknown:
         known = ", ".join(props) or "none"
-        return f"{tool['name']}: unknown argument(s) {', '.join(unknown)}; arguments are: {known}"
+        return f"{tool.name}: unknown argument(s) {', '.join(unknown)}; arguments are: {known}"
     for name in schema["required"]:
         if name not in args:
-            return f"{tool['name']}: `{name}` is required"
+            return f"{tool.name}: `{name}` is required"
     for name, value in args.items():
         rule = props[name]
         if rule["type"] == "string":
             if not isinstance(value, str):
-                return f"{tool['name']}: `{name}` must be a string"
+                return f"{tool.name}: `{name}` must be a string"
             if len(value.strip()) < rule.get("minLength", 0):
-                return f"{tool['name']}: `{name}` must not be empty"
+                return f"{tool.name}: `{name}` must not be empty"
             if len(value) > rule.get("maxLength", 1 << 30):
-                return f"{tool['name']}: `{name}` is {len(value)} characters; the limit is {rule['maxLength']}"
+                return f"{tool.name}: `{name}` is {len(value)} characters; the limit is {rule['maxLength']}"
         elif rule["type"] == "integer":
             if not isinstance(value, int) or isinstance(value, bool):
-                return f"{tool['name']}: `{name}` must be a whole number"
+                return f"{tool.name}: `{name}` must be a whole number"
             if not rule["minimum"] <= value <= rule["maximum"]:
-                return f"{tool['name']}: `{name}` must be from {rule['minimum']} to {rule['maximum']}"
+                return f"{tool.name}: `{name}` must be from {rule['minimum']} to {rule['maximum']}"
     return None
 
 
-def _search_docs(site: Site, args: dict[str, Any]) -> dict[str, Any]:
+def _search_docs(site: Site, args: dict[str, Any]) -> ToolResult:
     query = args["query"].strip()
     hits, answer = site.docs.lookup(query, limit=args.get("limit", 5))
     results = [{"name": h.name, "url": site.base_url + h.path, "description": h.description} for h in hits]
     lines = [answer, ""] + [f"- {r['name']}: {r['url']}\n  {r['description']}" for r in results]
     structured = {"query": query, "answer": answer, "results": results}
-    return {
-        "content": [{"type": "text", "text": "\n".join(lines).strip()}],
-        "structuredContent": structured,
-        "isError": False,
-    }
+    return ToolResult(content=[Text("text", "\n".join(lines).strip())], structured_content=structured, is_error=False)
 
 
-def _list_integrations(site: Site, args: dict[str, Any]) -> dict[str, Any]:
+def _list_integrations(site: Site, args: dict[str, Any]) -> ToolResult:
     category = args.get("category")
     items = [i for i in site.integrations if category is None or i.get("category") == category.strip().lower()]
     if category is not None and not items:
         known = ", ".join(sorted({i.get("category", "") for i in site.integrations}))
         return _tool_error(f"list_integrations: no integrations in category {category!r}; categories: {known}")
     text = "\n".join(f"- {i['name']} ({i.get('category')}): {i.get('description', '')}" for i in items)
-    return {
-        "content": [{"type": "text", "text": text}],
-        "structuredContent": {"integrations": items},
-        "isError": False,
-    }
+    return ToolResult(content=[Text("text", text)], structured_content={"integrations": items}, is_error=False)
 
 
 _TOOL_IMPLS = {"search_docs": _search_docs, "list_integrations": _list_integrations}
 
 
-def _call_tool(site: Site, params: dict[str, Any]) -> dict[str, Any]:
+def _call_tool(site: Site, params: dict[str, Any]) -> ToolResult:
     name = params.get("name")
     if not isinstance(name, str):
         raise _Failure(INVALID_PARAMS, "tools/call needs params.name (a string)")
-    tool = next((t for t in TOOLS if t["name"] == name), None)
+    tool = next((t for t in TOOLS if t.name == name), None)
     if tool is None:
         raise _Failure(INVALID_PARAMS, f"Unknown tool: {name}; tools: {', '.join(_TOOL_IMPLS)}")
     if "arguments" not in params and ("args" in params or "input" in params):
@@ -288,9 +326,9 @@ def dispatch(site: Site, message: Any) -> tuple[JsonRpcResponse | None, str | No
         if method == "initialize":
             result = _initialize(params)
         elif method == "ping":
-            result = {}
+            result = Nothing()
         elif method == "tools/list":
-            result = {"tools": TOOLS}
+            result = ToolList(TOOLS)
         elif method == "tools/call":
             result = _call_tool(site, params)
         else:
