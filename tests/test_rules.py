@@ -22,6 +22,7 @@ from emulator.core.payloads import DbLog, DbStateChanged, HttpRequest, Payload
 from emulator.core.runlog import describe, line
 from emulator.hosted import databases, lifecycle, orgs, receipts
 from emulator.hosted.databases import DbChange
+from emulator.hosted.records import ReceiptError
 from emulator.hosted.states import (
     ACCEPTS_UPDATE,
     DB_MAY_FOLLOW,
@@ -104,7 +105,7 @@ def test_a_receipt_moves_on_keeping_what_its_job_did_not_say() -> None:
         Phase.FAILED,
         None,
         None,
-        {"message": "no", "retryable": False, "attempts": 1, "dependency": False},
+        ReceiptError("no", retryable=False, attempts=1, dependency=False),
     )
     assert first.phase == Phase.PENDING  # a new receipt, the old one as it was
 

@@ -4,12 +4,12 @@ module writes that copy); a resent submission finds its original receipts by the
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Literal
 
 import msgspec
 
 from emulator.core.store import Db, many, one, run
-from emulator.hosted.records import Receipt
+from emulator.hosted.records import Receipt, ReceiptError
 from emulator.hosted.states import Phase
 
 Kind = Literal["database", "service"]
@@ -45,7 +45,7 @@ def settled(
     phase: Phase,
     waiting_for: str | None,
     outcome: str | None = None,
-    error: dict[str, Any] | None = None,
+    error: ReceiptError | None = None,
     warnings: list[str] | None = None,
 ) -> Receipt:
     """A receipt moved on by its job: its phase, what it waits for, and (when given) its outcome, error, warnings."""
@@ -59,9 +59,9 @@ def settled(
     return changed
 
 
-def failure(message: str) -> dict[str, object]:
+def failure(message: str) -> ReceiptError:
     """A receipt's `error` for a job that failed (the client shows the message; a retry is the person's call)."""
-    return {"message": message, "retryable": False, "attempts": 1, "dependency": False}
+    return ReceiptError(message)
 
 
 def encode(receipt: Receipt | None) -> str | None:

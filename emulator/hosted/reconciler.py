@@ -37,7 +37,7 @@ from emulator.hosted.auth import Authenticator
 from emulator.hosted.blobs import Blobs
 from emulator.hosted.databases import DbChange
 from emulator.hosted.receipts import settled
-from emulator.hosted.records import Database, Service, service_label
+from emulator.hosted.records import Database, ReceiptError, Service, service_label
 from emulator.hosted.secrets import SecretBox
 from emulator.hosted.states import OBSERVED, BuildOutcome, DbState, Phase, ServiceState
 from emulator.runtime.environments import BuildFailed
@@ -455,7 +455,7 @@ class Reconciler:
         phase: Phase,
         waiting_for: str | None,
         outcome: str | None = None,
-        error: dict[str, Any] | None = None,
+        error: ReceiptError | None = None,
         warnings: list[str] | None = None,
     ) -> None:
         """Write the outcome of a generation into its receipt (and the database's, if still current)."""
@@ -548,7 +548,7 @@ class Reconciler:
         phase: Phase,
         waiting_for: str | None,
         outcome: str | None = None,
-        error: dict[str, Any] | None = None,
+        error: ReceiptError | None = None,
     ) -> None:
         async with self.core.store.transaction() as conn:
             current = await services.get(conn, row.org_id, row.db, row.base_path, row.name)

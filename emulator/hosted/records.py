@@ -15,6 +15,15 @@ from emulator.hosted.states import BuildOutcome, DbState, Phase, ServiceState
 Outcome = Literal["created", "updated", "unchanged"]
 
 
+class ReceiptError(msgspec.Struct):
+    """Why a generation failed, as the client shows it; a retry is the person's call, never automatic here."""
+
+    message: str
+    retryable: bool = False
+    attempts: int = 1
+    dependency: bool = False
+
+
 class Receipt(msgspec.Struct, kw_only=True):
     """A generation's `GenerationReceipt`, as the client reads it from `get_receipts` and reports."""
 
@@ -26,7 +35,7 @@ class Receipt(msgspec.Struct, kw_only=True):
     base_path: str
     attempt_id: str
     outcome: str | None = None
-    error: dict[str, Any] | None = None
+    error: ReceiptError | None = None
     phase: Phase
     waiting_for: str | None
     warnings: list[str] = msgspec.field(default_factory=list)

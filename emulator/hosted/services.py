@@ -119,7 +119,7 @@ async def _write(conn: Db, service: Service, state: ServiceState | None, sets: s
 
 async def settle(conn: Db, service: Service, receipt: Receipt, now: float, state: ServiceState | None) -> None:
     """A generation's receipt as its job progresses, the state it reached (None: unchanged) and its error."""
-    error = (receipt.error or {}).get("message")
+    error = receipt.error.message if receipt.error else None
     await _write(conn, service, state, "receipt = ?, error = ?", (receipts.encode(receipt), error, now))
     await receipts.rewrite(conn, receipt)
 
