@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import msgspec
+
 from emulator.core.errors import (
     ACCESS_DENIED,
     AUTHORIZATION_PENDING,
@@ -35,6 +37,31 @@ SESSION_REFRESH_TTL = 30 * 86400
 _CODE_ALPHABET = "BCDFGHJKLMNPQRSTVWXZ"  # no vowels: no words
 
 
+class DeviceCode(msgspec.Struct):
+    """`POST /user_management/authorize/device`'s answer: what pxt shows the person, and how often it polls."""
+
+    device_code: str
+    user_code: str
+    verification_uri: str
+    verification_uri_complete: str
+    interval: int
+    expires_in: int
+
+
+class SessionUser(msgspec.Struct):
+    id: str
+    email: str
+
+
+class Session(msgspec.Struct):
+    """A signed-in session's tokens (`POST /user_management/authenticate`), scoped to an organization or none."""
+
+    access_token: str
+    refresh_token: str
+    user: SessionUser
+    organization_id: str | None
+
+
 class Logins:
     def __init__(self, identity: Identity) -> None:
         self.identity = identity
@@ -45,7 +72,7 @@ class Logins:
         chars = [_CODE_ALPHABET[(n // 20**i) % 20] for i in range(8)]
         return "".join(chars[:4]) + "-" + "".join(chars[4:])
 
-    async def start(self, client_id: str) -> dict[str, Any]:
+    async def start(self, client_id: str) -> DeviceCode:
         now = self.core.clock.now()
         device_code = self.core.ids.token("dev_", 24)
         user_code = self._user_code()
@@ -56,14 +83,7 @@ class Logins:
         )
         uri = f"{self.identity.urls.auth}/device"
         self.core.bus.publish(user_code, IdpLoginStarted())
-        return {
-            "device_code": device_code,
-            "user_code": user_code,
-            "verification_uri": uri,
-            "verification_uri_complete": f"{uri}?user_code={user_code}",
-            "interval": POLL_INTERVAL,
-            "expires_in": DEVICE_CODE_TTL,
-        }
+        return DeviceCode(device_code, user_code, uri, f"{uri}?user_code={user_code}", POLL_INTERVAL, DEVICE_CODE_TTL)
 
     async def lookup(self, user_code: str) -> Any:
         """The sign-in shown with `user_code` (any state), or None."""
@@ -92,7 +112,7 @@ class Logins:
         decided = IdpLoginApproved if approve else IdpLoginDenied
         self.core.bus.publish(row["user_code"], decided(email=email or None))
 
-    async def poll(self, device_code: str, client_id: str) -> dict[str, Any]:
+    async def poll(self, device_code: str, client_id: str) -> Session:
         row = await self.core.store.fetchone(
             "SELECT * FROM device_logins WHERE device_code_hash = ?", (secret_hash(device_code),)
         )
@@ -116,7 +136,7 @@ class Logins:
         org_id = member_of[0] if len(member_of) == 1 else None
         return await self._session(user, org_id, None)
 
-    async def refresh(self, refresh_token: str, client_id: str, organization_id: str | None) -> dict[str, Any]:
+    async def refresh(self, refresh_token: str, client_id: str, organization_id: str | None) -> Session:
         now = self.core.clock.now()
         row = await self.core.store.fetchone(
             "SELECT s.*, u.email FROM sessions s JOIN users u ON u.id = s.user_id WHERE s.refresh_token_hash = ?",
@@ -153,7 +173,7 @@ class Logins:
         self.core.bus.publish(row["id"], IdpTokenRevoked(token_type="session"))
         return True
 
-    async def _session(self, user: Any, org_id: str | None, sid: str | None) -> dict[str, Any]:
+    async def _session(self, user: Any, org_id: str | None, sid: str | None) -> Session:
         """Issue an access token and a fresh refresh token (the old one, if any, is spent)."""
         now = self.core.clock.now()
         refresh = self.core.ids.token("rt_", 24)
@@ -184,9 +204,4 @@ class Logins:
             },
         )
         self.core.bus.publish(sid, IdpSession(email=user["email"], org_id=org_id))
-        return {
-            "access_token": token,
-            "refresh_token": refresh,
-            "user": {"id": user["id"], "email": user["email"]},
-            "organization_id": org_id,
-        }
+        return Session(token, refresh, SessionUser(user["id"], user["email"]), org_id)

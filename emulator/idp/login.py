@@ -10,7 +10,7 @@ from litestar import Request, Response, get, post
 
 from emulator.core import html, openapi
 from emulator.core.errors import INVALID_CLIENT, UNSUPPORTED_GRANT_TYPE, ApiError
-from emulator.hosted.logins import CLIENT_ID, Logins
+from emulator.hosted.logins import CLIENT_ID, DeviceCode, Logins, Session
 
 
 class DeviceAuthorization(msgspec.Struct):
@@ -51,7 +51,7 @@ def _oauth_error(_: Request[Any, Any, Any], exc: ApiError) -> Response[dict[str,
     exception_handlers={ApiError: _oauth_error},
     opt=openapi.body(DeviceAuthorization, openapi.FORM),
 )
-async def authorize_device(request: Request[Any, Any, Any]) -> dict[str, Any]:
+async def authorize_device(request: Request[Any, Any, Any]) -> DeviceCode:
     form = html.form_fields(await request.body())
     if form.get("client_id") != CLIENT_ID:
         raise INVALID_CLIENT(f"unknown client_id; this sign-in service serves {CLIENT_ID}")
@@ -64,7 +64,7 @@ async def authorize_device(request: Request[Any, Any, Any]) -> dict[str, Any]:
     exception_handlers={ApiError: _oauth_error},
     opt=openapi.body(Authentication, openapi.FORM),
 )
-async def authenticate(request: Request[Any, Any, Any]) -> Response[dict[str, Any]]:
+async def authenticate(request: Request[Any, Any, Any]) -> Response[Session]:
     form = html.form_fields(await request.body())
     grant = form.get("grant_type", "")
     logins = _logins(request)
