@@ -7,25 +7,82 @@ from __future__ import annotations
 
 from typing import Any
 
+import msgspec
+
 from emulator.hosted.identity import IDENTITY_TYPES, JWT_BEARER, POST_CLAIM_SCOPES, Urls
 
 API_CATALOG_PROFILE = "https://www.rfc-editor.org/info/rfc9727"
 
 
-def protected_resource(urls: Urls) -> dict[str, Any]:
-    return {
-        "resource": urls.site,
-        "resource_name": "Pixeltable Cloud",
-        "authorization_servers": [urls.auth],
-        "jwks_uri": f"{urls.auth}/.well-known/jwks.json",
-        "scopes_supported": POST_CLAIM_SCOPES,
-        "bearer_methods_supported": ["header"],
-        "resource_signing_alg_values_supported": ["ES256"],
-        "resource_documentation": f"{urls.site}/llms.txt",
-    }
+class ProtectedResource(msgspec.Struct, kw_only=True):
+    """RFC 9728: the site as a protected resource, and who issues its tokens."""
+
+    resource: str
+    resource_name: str
+    authorization_servers: list[str]
+    jwks_uri: str
+    scopes_supported: list[str]
+    bearer_methods_supported: list[str]
+    resource_signing_alg_values_supported: list[str]
+    resource_documentation: str
 
 
-def authorization_server(urls: Urls) -> dict[str, Any]:
+class AgentAuth(msgspec.Struct, kw_only=True):
+    """The agent-registration block of the server metadata (agent-protocols reference §6)."""
+
+    identity_endpoint: str
+    register_uri: str
+    claim_endpoint: str
+    claim_uri: str
+    claim_complete_endpoint: str
+    identity_types_supported: list[str]
+    events_supported: list[str]
+
+
+class AuthorizationServer(msgspec.Struct, kw_only=True):
+    """RFC 8414 server metadata."""
+
+    issuer: str
+    token_endpoint: str
+    revocation_endpoint: str
+    jwks_uri: str
+    grant_types_supported: list[str]
+    # RFC 8414 requires the member, and validators (Authlib) refuse an empty list. No grant here uses an
+    # authorization endpoint (none is advertised), and "none" (OAuth 2.0 Multiple Response Type Encoding
+    # Practices §4) is the registered value for one that returns no credentials: true of this provider, where
+    # "code" would promise a browser flow it does not have.
+    response_types_supported: list[str]
+    token_endpoint_auth_methods_supported: list[str]
+    revocation_endpoint_auth_methods_supported: list[str]
+    scopes_supported: list[str]
+    agent_auth: AgentAuth
+
+
+class OpenIdConfiguration(AuthorizationServer, kw_only=True):
+    """OpenID Connect Discovery: the server metadata and what an OpenID provider must also say."""
+
+    subject_types_supported: list[str]
+    # No flow here issues an ID token; ES256 is the provider's key, and RS256 is listed because OpenID Connect
+    # Discovery §3 requires it of every provider (validators such as Authlib refuse the document without it).
+    id_token_signing_alg_values_supported: list[str]
+    claims_supported: list[str]
+
+
+def protected_resource(urls: Urls) -> ProtectedResource:
+    return ProtectedResource(
+        resource=urls.site,
+        resource_name="Pixeltable Cloud",
+        authorization_servers=[urls.auth],
+        jwks_uri=f"{urls.auth}/.well-known/jwks.json",
+        scopes_supported=POST_CLAIM_SCOPES,
+        bearer_methods_supported=["header"],
+        resource_signing_alg_values_supported=["ES256"],
+        resource_documentation=f"{urls.site}/llms.txt",
+    )
+
+
+def _server(urls: Urls) -> dict[str, Any]:
+    """The fields both server documents share, as keyword arguments."""
     auth = urls.auth
     return {
         "issuer": auth,
@@ -33,66 +90,77 @@ def authorization_server(urls: Urls) -> dict[str, Any]:
         "revocation_endpoint": f"{auth}/oauth2/revoke",
         "jwks_uri": f"{auth}/.well-known/jwks.json",
         "grant_types_supported": [JWT_BEARER],
-        # RFC 8414 requires the member, and validators (Authlib) refuse an empty list. No grant here uses an
-        # authorization endpoint (none is advertised), and "none" (OAuth 2.0 Multiple Response Type Encoding
-        # Practices §4) is the registered value for one that returns no credentials: true of this provider, where
-        # "code" would promise a browser flow it does not have.
         "response_types_supported": ["none"],
         "token_endpoint_auth_methods_supported": ["none"],
         "revocation_endpoint_auth_methods_supported": ["none"],
         "scopes_supported": POST_CLAIM_SCOPES,
-        "agent_auth": {
-            "identity_endpoint": f"{auth}/agent/identity",
-            "register_uri": f"{auth}/agent/identity",
-            "claim_endpoint": f"{auth}/agent/identity/claim",
-            "claim_uri": f"{auth}/agent/identity/claim",
-            "claim_complete_endpoint": f"{auth}/agent/identity/claim/complete",
-            "identity_types_supported": IDENTITY_TYPES,
-            "events_supported": [],
-        },
+        "agent_auth": AgentAuth(
+            identity_endpoint=f"{auth}/agent/identity",
+            register_uri=f"{auth}/agent/identity",
+            claim_endpoint=f"{auth}/agent/identity/claim",
+            claim_uri=f"{auth}/agent/identity/claim",
+            claim_complete_endpoint=f"{auth}/agent/identity/claim/complete",
+            identity_types_supported=IDENTITY_TYPES,
+            events_supported=[],
+        ),
     }
 
 
-def openid_configuration(urls: Urls) -> dict[str, Any]:
-    return {
-        **authorization_server(urls),
-        "subject_types_supported": ["public"],
-        # No flow here issues an ID token; ES256 is the provider's key, and RS256 is listed because OpenID Connect
-        # Discovery §3 requires it of every provider (validators such as Authlib refuse the document without it).
-        "id_token_signing_alg_values_supported": ["ES256", "RS256"],
-        "claims_supported": ["iss", "sub", "aud", "exp", "iat", "email", "email_verified"],
-    }
+def authorization_server(urls: Urls) -> AuthorizationServer:
+    return AuthorizationServer(**_server(urls))
 
 
-def api_catalog(urls: Urls) -> dict[str, Any]:
+def openid_configuration(urls: Urls) -> OpenIdConfiguration:
+    return OpenIdConfiguration(
+        **_server(urls),
+        subject_types_supported=["public"],
+        id_token_signing_alg_values_supported=["ES256", "RS256"],
+        claims_supported=["iss", "sub", "aud", "exp", "iat", "email", "email_verified"],
+    )
+
+
+class Link(msgspec.Struct, omit_defaults=True):
+    href: str
+    type: str | None = None
+
+
+class Linkset(msgspec.Struct, omit_defaults=True, kw_only=True):
+    """An RFC 9264 link context: an anchor and its links by relation."""
+
+    anchor: str
+    item: list[Link] | None = None
+    service_desc: list[Link] | None = msgspec.field(default=None, name="service-desc")
+    service_meta: list[Link] | None = msgspec.field(default=None, name="service-meta")
+    service_doc: list[Link] | None = msgspec.field(default=None, name="service-doc")
+    status: list[Link] | None = None
+
+
+class ApiCatalog(msgspec.Struct):
+    linkset: list[Linkset]
+
+
+def api_catalog(urls: Urls) -> ApiCatalog:
     site = urls.site
-    return {
-        "linkset": [
-            {
-                "anchor": f"{site}/.well-known/api-catalog",
-                "item": [
-                    {"href": f"{site}/ask"},
-                    {"href": f"{site}/mcp"},
-                    {"href": f"{site}/api/v1/trial-orgs"},
-                    {"href": urls.api},
-                ],
-            },
-            {
-                "anchor": f"{site}/ask",
-                "service-doc": [{"href": f"{site}/llms.txt", "type": "text/plain"}],
-                "status": [{"href": f"{site}/health", "type": "application/json"}],
-            },
-            {
-                "anchor": f"{site}/mcp",
-                "service-desc": [{"href": f"{site}/.well-known/mcp", "type": "application/json"}],
-            },
-            {
-                "anchor": f"{site}/api/v1/trial-orgs",
-                "service-meta": [{"href": f"{site}/.well-known/oauth-protected-resource", "type": "application/json"}],
-                "service-doc": [{"href": f"{site}/docs/trials/create-trial-org", "type": "text/html"}],
-            },
+    json, text = "application/json", "text/plain"
+    return ApiCatalog(
+        [
+            Linkset(
+                anchor=f"{site}/.well-known/api-catalog",
+                item=[Link(f"{site}/ask"), Link(f"{site}/mcp"), Link(f"{site}/api/v1/trial-orgs"), Link(urls.api)],
+            ),
+            Linkset(
+                anchor=f"{site}/ask",
+                service_doc=[Link(f"{site}/llms.txt", text)],
+                status=[Link(f"{site}/health", json)],
+            ),
+            Linkset(anchor=f"{site}/mcp", service_desc=[Link(f"{site}/.well-known/mcp", json)]),
+            Linkset(
+                anchor=f"{site}/api/v1/trial-orgs",
+                service_meta=[Link(f"{site}/.well-known/oauth-protected-resource", json)],
+                service_doc=[Link(f"{site}/docs/trials/create-trial-org", "text/html")],
+            ),
         ]
-    }
+    )
 
 
 API_CATALOG_LINK = '</.well-known/api-catalog>; rel="api-catalog"'
