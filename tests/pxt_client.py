@@ -29,20 +29,22 @@ def venv_dir() -> Path:
 
 def ensure_client() -> Path:
     """Path of the `pxt` executable, installing the client first if needed (bounded: 30 minutes)."""
-    venv = venv_dir()
+    return install_client(venv_dir(), REQUIREMENT)
+
+
+def install_client(venv: Path, requirement: str) -> Path:
+    """The `pxt` of `requirement` in the virtualenv `venv`, installed once (and again if the requirement changed);
+    a lock beside it lets parallel workers wait for one install."""
     marker = venv / ".complete"
     venv.parent.mkdir(parents=True, exist_ok=True)
     with open(venv.parent / f".{venv.name}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        if not marker.is_file() or marker.read_text().strip() != REQUIREMENT:
+        if not marker.is_file() or marker.read_text().strip() != requirement:
             shutil.rmtree(venv, ignore_errors=True)
             subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=300)
-            subprocess.run(
-                [str(venv / "bin" / "pip"), "install", "--quiet", REQUIREMENT],
-                check=True,
-                timeout=1800,
-            )
-            marker.write_text(REQUIREMENT + "\n")
+            pip = [str(venv / "bin" / "pip"), "install", "--quiet", requirement]
+            subprocess.run(pip, check=True, timeout=1800)
+            marker.write_text(requirement + "\n")
     return venv / "bin" / "pxt"
 
 

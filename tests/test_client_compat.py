@@ -7,12 +7,9 @@ does for 0.7.21).
 from __future__ import annotations
 
 import asyncio
-import fcntl
 import json
 import os
-import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import httpx
@@ -21,7 +18,7 @@ import pytest
 from emulator.cloud.compat import MIN_CLIENT
 from tests.agent_flow import new_trial
 from tests.conftest import Emulator
-from tests.pxt_client import Pxt
+from tests.pxt_client import Pxt, install_client
 from tests.test_pxt_client import emulator_env
 
 # Recorded from the real clients (their `requests` session sends no version: `User-Agent: python-requests/2.34.2`).
@@ -103,18 +100,7 @@ OLD = "0.7.10"
 def old_pxt() -> Path:
     """The real `pxt` of pixeltable 0.7.10, installed once (bounded: 30 minutes) into a cached virtualenv."""
     venv = Path(os.environ.get("PXT_OLD_CLIENT_VENV", Path.home() / ".cache" / "pxt-emulator" / f"client-{OLD}"))
-    requirement = f"pixeltable=={OLD}"
-    marker = venv / ".complete"
-    venv.parent.mkdir(parents=True, exist_ok=True)
-    with open(venv.parent / f".{venv.name}.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if not marker.is_file() or marker.read_text().strip() != requirement:
-            shutil.rmtree(venv, ignore_errors=True)
-            subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=300)
-            pip = [str(venv / "bin" / "pip"), "install", "--quiet", requirement]
-            subprocess.run(pip, check=True, timeout=1800)
-            marker.write_text(requirement + "\n")
-    return venv / "bin" / "pxt"
+    return install_client(venv, f"pixeltable=={OLD}")
 
 
 def test_the_real_0_7_10_pxt_is_told_to_upgrade(emu: Emulator, tmp_path: Path) -> None:

@@ -73,6 +73,15 @@ def register(e: Emulator, **body: Any) -> dict[str, Any]:
     return r.json()
 
 
+def trial_of(e: Emulator, reg: dict[str, Any]) -> dict[str, Any]:
+    """The trial an anonymous registration makes: its assertion exchanged for a token, then POST /trial-orgs."""
+    token = httpx.post(
+        e.auth + "/oauth2/token",
+        data={"grant_type": "urn:ietf:params:oauth:grant-type:jwt-bearer", "assertion": reg["identity"]["assertion"]},
+    ).json()["access_token"]
+    return httpx.post(e.url + "/api/v1/trial-orgs", headers={"Authorization": f"Bearer {token}"}, timeout=60).json()
+
+
 def test_a_claim_page_names_the_agent_and_its_deadline_and_approving_shows_the_code(
     browser: Any, e: Emulator, tmp_path: Any
 ) -> None:
@@ -139,11 +148,7 @@ def test_the_trial_claim_page_shows_readable_times_and_claims_in_the_browser(
     browser: Any, e: Emulator, tmp_path: Any
 ) -> None:
     reg = register(e)
-    token = httpx.post(
-        e.auth + "/oauth2/token",
-        data={"grant_type": "urn:ietf:params:oauth:grant-type:jwt-bearer", "assertion": reg["identity"]["assertion"]},
-    ).json()["access_token"]
-    trial = httpx.post(e.url + "/api/v1/trial-orgs", headers={"Authorization": f"Bearer {token}"}, timeout=60).json()
+    trial = trial_of(e, reg)
     page = browser.new_page()
     answer = page.goto(trial["claim_url"])
     assert answer is not None and answer.status == 200

@@ -12,7 +12,7 @@ import httpx
 import pytest
 
 from tests.conftest import CHROMIUM, FROZEN_AT, Emulator
-from tests.test_pages_browser import register
+from tests.test_pages_browser import register, trial_of
 
 pytestmark = pytest.mark.skipif(not shutil.which(CHROMIUM), reason="Chromium is not installed")
 
@@ -92,11 +92,7 @@ def test_the_trial_claim_page_wraps_an_email_and_an_id_between_their_parts_on_a_
     browser: Any, e: Emulator
 ) -> None:
     reg = register(e)
-    token = httpx.post(
-        e.auth + "/oauth2/token",
-        data={"grant_type": "urn:ietf:params:oauth:grant-type:jwt-bearer", "assertion": reg["identity"]["assertion"]},
-    ).json()["access_token"]
-    trial = httpx.post(e.url + "/api/v1/trial-orgs", headers={"Authorization": f"Bearer {token}"}, timeout=60).json()
+    trial = trial_of(e, reg)
     page = phone(browser)
     page.goto(trial["claim_url"])
     assert page.inner_text("h1") == f"Claim {trial['org']}"

@@ -545,7 +545,12 @@ class Dashboard(App[None]):
 
         self.run_worker(run(), group="acts")
 
-    def _ask(self, title: str, value: str, then: Callable[[str], None]) -> None:
+    def _ask(self, title: str, value: str, then: Callable[[str], None], given: str | None = None) -> None:
+        """`then` with the answer to a prompt, or at once with `given` (an act called with its value)."""
+        if given:
+            then(given)
+            return
+
         def answered(answer: str | None) -> None:
             if answer:
                 then(answer)
@@ -645,10 +650,7 @@ class Dashboard(App[None]):
                 lambda a: f"the clock reads {a.iso}",
             )
 
-        if duration:
-            advance(duration)
-        else:
-            self._ask("Advance the emulator's clock by (90s, 15m, 48h, 2d):", "48h", advance)
+        self._ask("Advance the emulator's clock by (90s, 15m, 48h, 2d):", "48h", advance, given=duration)
 
     def _db_verb(self, verb: str, target: tuple[str, str] | None) -> None:
         target = target or self.query_one("#databases-view", DatabasesView).selected_db()
@@ -712,10 +714,7 @@ class Dashboard(App[None]):
                 lambda a: f"saved {a.name} ({a.clock} on its clock)",
             )
 
-        if name:
-            save(name)
-        else:
-            self._ask("Save the emulator as the snapshot (a name; one of that name is replaced):", "", save)
+        self._ask("Save the emulator as the snapshot (a name; one of that name is replaced):", "", save, given=name)
 
     def _selected_snapshot(self, name: str | None) -> str | None:
         name = name or self.table_view("snapshots").selected_key()

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote, urlencode
 
-from emulator.commands.common import add_locator, call_or_exit, endpoints
+from emulator.commands.common import add_json, add_locator, call_or_exit, endpoints
 
 
 def register(sub: Any) -> dict[str, Callable[[argparse.Namespace], int]]:
@@ -24,7 +24,7 @@ def register(sub: Any) -> dict[str, Callable[[argparse.Namespace], int]]:
     )
     add_locator(trace)
     trace.add_argument("who", help="a registration id, an organization, or an API key's name (ORG/NAME)")
-    trace.add_argument("--json", action="store_true", help="print JSON")
+    add_json(trace)
     report = sub.add_parser(
         "report",
         help="the scorecard: what each agent did that a well-behaved client does not (exit 1 if anything)",
@@ -33,7 +33,7 @@ def register(sub: Any) -> dict[str, Callable[[argparse.Namespace], int]]:
     )
     add_locator(report)
     report.add_argument("--agent", help="one agent: a registration id, an organization or an API key's name")
-    report.add_argument("--json", action="store_true", help="print JSON")
+    add_json(report)
     return {"trace": cmd_trace, "report": cmd_report, **register_record(sub)}
 
 

@@ -8,7 +8,7 @@ from collections.abc import Callable
 from typing import Any
 from urllib.parse import quote
 
-from emulator.commands.common import add_locator, call_or_exit, endpoints
+from emulator.commands.common import add_json, add_locator, call_or_exit, endpoints
 from emulator.core.faults import HOSTED, KILLS, ORIGINS
 
 # flag → the rule's field, for the flags that carry a value
@@ -71,7 +71,7 @@ def register(sub: Any) -> dict[str, Callable[[argparse.Namespace], int]]:
     add.add_argument("--json", action="store_true", help="print the rule as JSON")
     listed = verbs.add_parser("list", help="list the rules, with how often each matched and fired")
     add_locator(listed)
-    listed.add_argument("--json", action="store_true", help="print JSON")
+    add_json(listed)
     clear = verbs.add_parser("clear", help="remove one rule by id, or every rule and hold")
     add_locator(clear)
     clear.add_argument("id", nargs="?", help="the rule's id (default: all)")

@@ -48,26 +48,23 @@ ticker's clock moves, the docs index (its count is in the start banner)."""
 FAILED_STATES = frozenset({"FAILED", "ERROR", "CRASHED"})
 
 
-def configure(level: str, state_dir: Path) -> logging.Handler | None:
-    """Send the emulator's records to the terminal and to the state dir's log file; returns the file's handler
-    (None when stderr already is that file: a detached emulator's output goes there)."""
+def configure(level: str, state_dir: Path) -> None:
+    """Send the emulator's records to the terminal and to the state dir's log file (not twice when stderr already
+    is that file: a detached emulator's output goes there)."""
     root = logging.getLogger("emulator")
     root.setLevel(level.upper())
     formatter = logging.Formatter(FORMAT, "%Y-%m-%dT%H:%M:%S")
     formatter.converter = time.gmtime
     path = state_dir / LOG_NAME
     handlers: list[logging.Handler] = [logging.StreamHandler(sys.stderr)]
-    file_handler: logging.Handler | None = None
     if not _is_file(sys.stderr, path):
-        file_handler = logging.handlers.RotatingFileHandler(path, maxBytes=MAX_BYTES, backupCount=1)
-        handlers.append(file_handler)
+        handlers.append(logging.handlers.RotatingFileHandler(path, maxBytes=MAX_BYTES, backupCount=1))
     for handler in handlers:
         handler.setFormatter(formatter)
         root.addHandler(handler)
     root.propagate = False
     with contextlib.suppress(OSError):
         os.chmod(path, 0o600)  # requests name clients and e-mails: the user's own, as the state dir is
-    return file_handler
 
 
 def unconfigure() -> None:
