@@ -14,8 +14,10 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import msgspec
 import pytest
 
+from emulator.admin.wire import EventView
 from emulator.behaviour import scorecard
 from emulator.core.served import failed
 from emulator.hosted.logins import CLIENT_ID
@@ -419,7 +421,7 @@ async def test_a_pending_sign_in_poll_is_a_wait_not_an_error(be: Emulator) -> No
         assert pending.status_code == 400 and pending.json()["error"] == "authorization_pending"
     polled = requests_of(be, path="/user_management/authenticate")[-1]
     assert polled["data"]["status"] == 400 and polled["data"]["error_code"] == "authorization_pending"
-    assert not failed(polled["data"]) and event_style("http.request", polled["data"]) == ""
+    assert not failed(polled["data"]) and event_style(msgspec.convert(polled, EventView)) == ""
     after = be.admin().get("/_emulator/report").json()["unattributed"]
     assert (after["requests"] - before["requests"], after["errors"] - before["errors"]) == (2, 0)
 

@@ -30,7 +30,7 @@ from textual.widgets import DataTable, Input, Label, TabbedContent
 from textual.widgets._toast import Toast
 
 from emulator.admin.client import Locator
-from emulator.admin.wire import ServiceView
+from emulator.admin.wire import EventView, ServiceView
 from emulator.core.kinds import Kind
 from emulator.hosted.logins import CLIENT_ID
 from tests import agent_flow as flow
@@ -199,10 +199,11 @@ def test_a_replayed_clock_event_does_not_set_the_clock() -> None:
     """Attaching replays old `clock.moved` events: their `now` is old, the status read at attach is current."""
     model = Model()
     model.clock.set(2000.0, True)
-    moved = {"now": 1000.0, "before": 900.0, "frozen": False, "iso": "x"}
-    model.note_event(Kind.CLOCK_MOVED, None, moved, live=False)
+    data = {"now": 1000.0, "before": 900.0, "frozen": False, "iso": "x"}
+    moved = EventView(seq=1, ts=1000.0, iso="x", kind=Kind.CLOCK_MOVED, subject=None, data=data)
+    model.note_event(moved, live=False)
     assert model.clock.current() == 2000.0 and model.clock.frozen
-    model.note_event(Kind.CLOCK_MOVED, None, moved)
+    model.note_event(moved)
     assert not model.clock.frozen and model.clock.current() >= 1000.0
 
 

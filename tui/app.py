@@ -324,7 +324,7 @@ class Dashboard(App[None]):
 
     def _on_event(self, event: EventView) -> None:
         self.model.last_seq = event.seq
-        self.model.note_event(event.kind, event.subject, event.data, live=event.seq > self._snapshot_seq)
+        self.model.note_event(event, live=event.seq > self._snapshot_seq)
         if event.kind in (Kind.CLOCK_MOVED, Kind.EMULATOR_RESET, Kind.SNAPSHOT_LOADED):
             self._render_clock()
             self._render({"orgs", "registrations"})
@@ -353,7 +353,7 @@ class Dashboard(App[None]):
         else:
             data = " ".join(f"{k}={short(v, k)}" for k, v in event.data.items() if v is not None)
         subject = f" [{event.subject}]" if event.subject else ""
-        return Entry(f"{stamp} {event.kind}{subject} {data}".rstrip(), None, event_style(event.kind, event.data))
+        return Entry(f"{stamp} {event.kind}{subject} {data}".rstrip(), None, event_style(event))
 
     # --- navigation -----------------------------------------------------------------------------
 

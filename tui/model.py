@@ -11,11 +11,11 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
 
 from emulator.admin.client import EmulatorClient
 from emulator.admin.wire import (
     ClaimList,
+    EventView,
     FaultList,
     FaultRuleView,
     KeyList,
@@ -226,9 +226,10 @@ class Model:
             case SnapshotList():
                 self.snapshots = body.snapshots
 
-    def note_event(self, kind: str, subject: str | None, data: dict[str, Any], *, live: bool = True) -> None:
+    def note_event(self, event: EventView, *, live: bool = True) -> None:
         """What an event tells directly, without a fetch. A replayed event (`live` False: one from before the
         snapshots we hold) must not set the clock: its `now` is old, and the status read at attach is current."""
+        kind, subject, data = event.kind, event.subject, event.data
         moved = next((p for p in (ClockMoved, EmulatorReset, SnapshotLoaded) if p.KIND == kind), None)
         if live and moved is not None:
             clock = moved.read(data)

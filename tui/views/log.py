@@ -19,6 +19,7 @@ from textual.containers import Vertical
 from textual.events import Resize, Show
 from textual.widgets import RichLog
 
+from emulator.admin.wire import EventView
 from emulator.core.kinds import Kind
 from emulator.core.served import failed
 from tui.filter import RowFilter
@@ -52,9 +53,10 @@ class Entry(NamedTuple):
     style: str = ""
 
 
-def event_style(kind: str, data: dict[str, Any]) -> str:
+def event_style(event: EventView) -> str:
     """How an event's line reads: red for an error (a 4xx/5xx status, an error or a failed state in its data,
     a failure kind), yellow for what is worth noticing, plain otherwise."""
+    kind, data = event.kind, event.data
     status = data.get("status")
     if isinstance(status, int) and not isinstance(status, bool) and status >= 400:
         # A pending poll (pxt login's) is a wait, not an error.
