@@ -8,7 +8,9 @@
 
 Everything goes through the emulator's own API (`/_emulator`), so a test does exactly what a person at the
 command line or the dashboard could, and the same calls work on an emulator started elsewhere (`attach`).
-The launch of an `emulator up` process on free ports is here too, shared with `emulator exec`.
+Its methods answer the admin API's own types (emulator.admin.wire, and the behaviour and declared-state answers),
+decoded: attributes, not dict keys. The launch of an `emulator up` process on free ports is here too, shared with
+`emulator exec`.
 """
 
 from __future__ import annotations
@@ -22,18 +24,49 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import Any, Literal, TypeVar
 from urllib.parse import quote
 
 import httpx
 import msgspec
 
-from emulator.admin.wire import EventView
+from emulator.admin.wire import (
+    ClaimDecided,
+    ClaimDecision,
+    ClockMove,
+    ClockView,
+    Endpoints,
+    EndpointsFile,
+    EventView,
+    FaultList,
+    FaultRelease,
+    FaultRuleView,
+    FaultsReleased,
+    JournalPage,
+    LoginDecided,
+    LoginDecision,
+    LoginList,
+    ResetRequest,
+    ResetView,
+    SnapshotList,
+    SnapshotLoaded,
+    SnapshotSave,
+    StatusView,
+    TrialClaim,
+    TrialClaimed,
+)
+from emulator.behaviour.scorecard import Report
+from emulator.behaviour.traces import Trace
 from emulator.commands.common import exports
 from emulator.core.processes import alive
+from emulator.core.snapshots import SnapshotView
+from emulator.hosted.declared import Applied
+
+T = TypeVar("T")
 
 START_TIMEOUT = 120.0  # seconds; a cold start that imports hosted data can take a while
 STOP_TIMEOUT = 60.0
@@ -50,17 +83,24 @@ class EmulatorError(Exception):
         self.message = message
 
 
-class _Journal(msgspec.Struct):
-    events: list[EventView]
-    last_seq: int
+class _Reused(msgspec.Struct):
+    """REUSE_FILE: the flags a kept emulator was started with, and its pid."""
+
+    flags: str
+    pid: int
 
 
 # --- starting and stopping an `emulator up` process ---------------------------------------------------------
 
 
+def running(state_dir: Path) -> EndpointsFile:
+    """What `state_dir`'s endpoints.json says (OSError when there is none, ValueError when it is not one)."""
+    return msgspec.json.decode((state_dir / "endpoints.json").read_bytes(), type=EndpointsFile)
+
+
 def launch(
     state_dir: Path, args: Sequence[str] = (), *, log_path: Path | None = None, env: dict[str, str] | None = None
-) -> tuple[subprocess.Popen[bytes], dict[str, Any]]:
+) -> tuple[subprocess.Popen[bytes], EndpointsFile]:
     """Start `emulator up` on free loopback ports in `state_dir` and wait until it serves; its own process
     group, so it outlives nothing it should not and can be stopped with everything it started."""
     state_dir.mkdir(parents=True, exist_ok=True)
@@ -78,8 +118,8 @@ def launch(
         if proc.poll() is not None:
             raise EmulatorError(f"the emulator stopped at start (exit {proc.returncode}):\n{log_tail(log_path)}")
         with contextlib.suppress(OSError, ValueError):
-            found = json.loads((state_dir / "endpoints.json").read_text())
-            if found.get("pid") == proc.pid:
+            found = running(state_dir)
+            if found.pid == proc.pid:
                 return proc, found
         time.sleep(0.05)
     stop_process(proc)
@@ -106,8 +146,6 @@ def log_tail(path: Path, lines: int = 30) -> str:
     except OSError:
         return "(no log)"
 
-    return True
-
 
 # --- the handle a test holds -------------------------------------------------------------------------------
 
@@ -120,7 +158,7 @@ class Testkit:
 
     def __init__(
         self,
-        endpoints: dict[str, Any],
+        endpoints: Endpoints,
         *,
         process: subprocess.Popen[bytes] | None = None,
         state_dir: Path | None = None,
@@ -156,22 +194,22 @@ class Testkit:
                 raise EmulatorError(f"no emulator answers at {url}: {e}") from None
         if r.status_code != 200:
             raise EmulatorError(f"{url} is not an emulator's site (GET /_emulator/status: {r.status_code})")
-        found = r.json()["endpoints"]
-        return cls(found, state_dir=Path(r.json()["state_dir"]))
+        status = msgspec.json.decode(r.content, type=StatusView)
+        return cls(msgspec.convert(status.endpoints, Endpoints), state_dir=Path(status.state_dir))
 
     @classmethod
     def reuse(cls, state_dir: Path, args: Sequence[str] = ()) -> Testkit:
         """The emulator a previous run left in `state_dir` when it was started with the same flags (and is healthy),
         else a new one there, left running at the end (Testcontainers' reuse): `emulator down --state-dir DIR`."""
         flags = hashlib.sha256(json.dumps([*args, sys.executable]).encode()).hexdigest()[:16]
-        with contextlib.suppress(OSError, ValueError, KeyError, EmulatorError):
-            kept = json.loads((state_dir / REUSE_FILE).read_text())
-            found = json.loads((state_dir / "endpoints.json").read_text())
-            if kept["flags"] == flags and kept["pid"] == found["pid"] and alive(found["pid"]):
-                return cls(cls.attach(found["site"]).endpoints, state_dir=state_dir, reused=True)
+        with contextlib.suppress(OSError, ValueError, EmulatorError):
+            kept = msgspec.json.decode((state_dir / REUSE_FILE).read_bytes(), type=_Reused)
+            found = running(state_dir)
+            if kept.flags == flags and kept.pid == found.pid and alive(found.pid):
+                return cls(cls.attach(found.site).endpoints, state_dir=state_dir, reused=True)
         # Another run's emulator with other flags, or one that no longer answers: stop it, start ours.
-        with contextlib.suppress(OSError, ValueError, KeyError, ProcessLookupError):
-            old = json.loads((state_dir / "endpoints.json").read_text())["pid"]
+        with contextlib.suppress(OSError, ValueError, ProcessLookupError):
+            old = running(state_dir).pid
             os.kill(old, signal.SIGTERM)
             deadline = time.monotonic() + STOP_TIMEOUT
             while alive(old) and time.monotonic() < deadline:
@@ -197,15 +235,15 @@ class Testkit:
     @property
     def url(self) -> str:
         """The site's URL (`PIXELTABLE_SITE_URL`), where `/_emulator` is."""
-        return str(self.endpoints["site"]).rstrip("/")
+        return self.endpoints.site.rstrip("/")
 
     @property
     def auth_url(self) -> str:
-        return str(self.endpoints["auth"])
+        return self.endpoints.auth
 
     @property
     def api_url(self) -> str:
-        return str(self.endpoints["api"])
+        return self.endpoints.api
 
     @property
     def env(self) -> dict[str, str]:
@@ -215,8 +253,22 @@ class Testkit:
     # -- calls
 
     def call(self, method: str, path: str, body: Any = None, **kw: Any) -> Any:
-        """`/_emulator` (or any site path) with a JSON body; the decoded answer, or EmulatorError with its message."""
-        if body is not None:
+        """`/_emulator` (or any site path) with a JSON body; the decoded answer as plain JSON (or the bytes of
+        another type), or EmulatorError with its message. The methods below answer typed views instead."""
+        r = self._send(method, path, body, **kw)
+        if r.headers.get("content-type", "").startswith("application/json"):
+            return r.json()
+        return r.content
+
+    def answer(self, view: type[T], method: str, path: str, body: Any = None, **kw: Any) -> T:
+        """A call whose answer is decoded as `view` (a type of emulator.admin.wire)."""
+        return msgspec.json.decode(self._send(method, path, body, **kw).content, type=view)
+
+    def _send(self, method: str, path: str, body: Any = None, **kw: Any) -> httpx.Response:
+        """The call, with a body a wire type (encoded as the emulator encodes it) or plain JSON."""
+        if isinstance(body, msgspec.Struct):
+            kw["content"], kw["headers"] = msgspec.json.encode(body), {"Content-Type": "application/json"}
+        elif body is not None:
             kw["json"] = body
         r = self._http.request(method, path, **kw)
         if r.status_code >= 400:
@@ -226,26 +278,25 @@ class Testkit:
             except ValueError:
                 message = r.text
             raise EmulatorError(f"{method} {path}: {r.status_code} {message or r.text}", r.status_code)
-        if r.headers.get("content-type", "").startswith("application/json"):
-            return r.json()
-        return r.content
+        return r
 
-    def status(self) -> dict[str, Any]:
-        return self.call("GET", "/_emulator/status")
+    def status(self) -> StatusView:
+        return self.answer(StatusView, "GET", "/_emulator/status")
 
-    def reset(self, to: str = "empty") -> dict[str, Any]:
+    def reset(self, to: Literal["empty", "start"] = "empty") -> ResetView:
         """Back to an empty state (`to="empty"`) or to the state the emulator started from (`to="start"`)."""
-        answer = self.call("POST", "/_emulator/reset", {"to": to})
+        answer = self.answer(ResetView, "POST", "/_emulator/reset", ResetRequest(to))
         self.mark = self.last_seq()
         return answer
 
-    def apply(self, state: Path | str, name: str | None = None) -> dict[str, Any]:
+    def apply(self, state: Path | str, name: str | None = None) -> Applied:
         """Make the emulator hold a declared state: a TOML file, or its text (see fixtures/world.toml)."""
         if isinstance(state, Path):
             text, name = state.read_text("utf-8"), name or str(state)
         else:
             text = state
-        return self.call(
+        return self.answer(
+            Applied,
             "POST",
             "/_emulator/apply",
             content=text.encode(),
@@ -260,7 +311,7 @@ class Testkit:
         self.mark = self.last_seq()
 
     def last_seq(self) -> int:
-        return int(self.call("GET", "/_emulator/journal", params={"limit": 1, "since": 2**62})["last_seq"])
+        return self.answer(JournalPage, "GET", "/_emulator/journal", params={"limit": 1, "since": 2**62}).last_seq
 
     def events(self, kinds: str | Sequence[str] = (), since: int | None = None) -> list[EventView]:
         """Events since the current test began (or `since`), oldest first; `kinds` are prefixes (`"trial"`)."""
@@ -270,33 +321,34 @@ class Testkit:
         while True:
             r = self._http.get("/_emulator/journal", params={"since": after, "kinds": prefixes, "limit": 5000})
             r.raise_for_status()
-            page = msgspec.json.decode(r.content, type=_Journal)
+            page = msgspec.json.decode(r.content, type=JournalPage)
             out += page.events
             if len(page.events) < 5000:
                 return out
             after = page.events[-1].seq
 
-    def find_events(self, kind: str, subject: str | None = None, **data: Any) -> list[EventView]:
+    def find_events(self, kind: str, subject: str | None = None, **data: object) -> list[EventView]:
         """Events of exactly `kind` whose subject and data fields equal the ones given."""
-        return [e for e in self.events(kind) if _matches(e, kind, subject, data)]
+        wanted = _Wanted(kind, subject, data)
+        return [e for e in self.events(kind) if wanted.matches(e)]
 
-    def assert_event(self, kind: str, subject: str | None = None, **data: Any) -> EventView:
+    def assert_event(self, kind: str, subject: str | None = None, **data: object) -> EventView:
         """The first event of `kind` (with this subject and these data fields) since the test began, or an
         AssertionError that lists what did happen."""
         found = self.find_events(kind, subject, **data)
         if not found:
-            raise AssertionError(f"no {_describe(kind, subject, data)} event; {self._seen(kind)}")
+            raise AssertionError(f"no {_Wanted(kind, subject, data)} event; {self._seen(kind)}")
         return found[0]
 
-    def assert_no_event(self, kind: str, subject: str | None = None, **data: Any) -> None:
+    def assert_no_event(self, kind: str, subject: str | None = None, **data: object) -> None:
         found = self.find_events(kind, subject, **data)
         if found:
             raise AssertionError(
-                f"unexpected {_describe(kind, subject, data)} event(s): "
+                f"unexpected {_Wanted(kind, subject, data)} event(s): "
                 + "; ".join(f"#{e.seq} {e.subject} {e.data}" for e in found[:5])
             )
 
-    def wait_for_event(self, kind: str, timeout: float = 30, subject: str | None = None, **data: Any) -> EventView:
+    def wait_for_event(self, kind: str, timeout: float = 30, subject: str | None = None, **data: object) -> EventView:
         """For what the engine does by itself (a workload that dies, a build that ends), not for emulator time,
         which tests move with `clock.advance`: polls the journal until `timeout` seconds of real time."""
         deadline = time.monotonic() + timeout
@@ -305,7 +357,7 @@ class Testkit:
             if found:
                 return found[0]
             if time.monotonic() > deadline:
-                raise AssertionError(f"no {_describe(kind, subject, data)} event within {timeout} s")
+                raise AssertionError(f"no {_Wanted(kind, subject, data)} event within {timeout} s")
             time.sleep(0.1)
 
     def _seen(self, kind: str) -> str:
@@ -318,22 +370,22 @@ class Testkit:
 
     # -- how the agent behaved (emulator.behaviour)
 
-    def trace(self, who: str) -> dict[str, Any]:
+    def trace(self, who: str) -> Trace:
         """One agent's trace: a registration id, an organization or an API key's name (`ORG/NAME`)."""
-        return self.call("GET", "/_emulator/traces/" + quote(who, safe="/"))
+        return self.answer(Trace, "GET", "/_emulator/traces/" + quote(who, safe="/"))
 
-    def report(self, agent: str | None = None) -> dict[str, Any]:
+    def report(self, agent: str | None = None) -> Report:
         """The scorecard of every agent in the journal, or of one."""
-        return self.call("GET", "/_emulator/report", params={"agent": agent} if agent else {})
+        return self.answer(Report, "GET", "/_emulator/report", params={"agent": agent} if agent else {})
 
     def assert_clean(self, agent: str | None = None, allow: Sequence[str] = ()) -> None:
         """That the agent (or every agent) broke no scorecard rule, save those in `allow`; an AssertionError
         lists each finding with its evidence. The journal is the emulator's since its last reset."""
         found = [
-            f"{card['agent']}: {f['rule']}: {f['detail']} [#{', #'.join(str(s) for s in f['evidence'])}]"
-            for card in self.report(agent)["agents"]
-            for f in card["findings"]
-            if f["rule"] not in allow
+            f"{card.agent}: {f.rule}: {f.detail} [#{', #'.join(str(s) for s in f.evidence)}]"
+            for card in self.report(agent).agents
+            for f in card.findings
+            if f.rule not in allow
         ]
         if found:
             raise AssertionError("the agent broke scorecard rules:\n  " + "\n  ".join(found))
@@ -341,26 +393,35 @@ class Testkit:
     def describe_events(self, limit: int = 60) -> str:
         """The current test's events, one line each: what the plugin shows under a failed test."""
         events = self.events()
-        lines = [f"#{e.seq} {e.iso} {e.kind} {e.subject or ''} {_brief(e.data)}" for e in events[-limit:]]
+        lines = [f"#{e.seq} {e.iso} {e.kind} {e.subject or ''} {_brief(e)}" for e in events[-limit:]]
         skipped = len(events) - len(lines)
         return (f"({skipped} earlier events not shown)\n" if skipped > 0 else "") + "\n".join(lines)
 
 
-def _matches(e: EventView, kind: str, subject: str | None, data: dict[str, Any]) -> bool:
-    return (
-        e.kind == kind
-        and (subject is None or e.subject == subject)
-        and all(e.data.get(k) == v for k, v in data.items())
-    )
+@dataclass(frozen=True)
+class _Wanted:
+    """The event a test looks for: its kind, and the subject and data fields it must have (any value a test
+    compares with equality, hence `object`)."""
+
+    kind: str
+    subject: str | None
+    fields: dict[str, object]
+
+    def matches(self, e: EventView) -> bool:
+        return (
+            e.kind == self.kind
+            and (self.subject is None or e.subject == self.subject)
+            and all(e.data.get(k) == v for k, v in self.fields.items())
+        )
+
+    def __str__(self) -> str:
+        said = [f"subject={self.subject!r}"] if self.subject is not None else []
+        said += [f"{k}={v!r}" for k, v in self.fields.items()]
+        return self.kind + (f" ({', '.join(said)})" if said else "")
 
 
-def _describe(kind: str, subject: str | None, data: dict[str, Any]) -> str:
-    fields = ([f"subject={subject!r}"] if subject is not None else []) + [f"{k}={v!r}" for k, v in data.items()]
-    return kind + (f" ({', '.join(fields)})" if fields else "")
-
-
-def _brief(data: dict[str, Any]) -> str:
-    text = json.dumps(data, separators=(",", ":"), default=str)
+def _brief(e: EventView) -> str:
+    text = json.dumps(e.data, separators=(",", ":"), default=str)
     return text if len(text) <= 200 else text[:199] + "…"
 
 
@@ -371,23 +432,26 @@ class Clock:
         self._kit = kit
 
     def now(self) -> datetime:
-        return datetime.fromisoformat(self.state()["iso"].replace("Z", "+00:00"))
+        return datetime.fromisoformat(self.state().iso.replace("Z", "+00:00"))
 
-    def state(self) -> dict[str, Any]:
-        return self._kit.call("GET", "/_emulator/clock")
+    def state(self) -> ClockView:
+        return self._kit.answer(ClockView, "GET", "/_emulator/clock")
 
-    def advance(self, duration: str | float) -> dict[str, Any]:
+    def advance(self, duration: str | float) -> ClockView:
         """`"48h"`, `"90s"`, `"2d"` or seconds; every job that falls due runs before this returns."""
-        return self._kit.call("POST", "/_emulator/clock", {"advance": duration})
+        return self._move(ClockMove(advance=duration))
 
-    def set(self, instant: str | datetime) -> dict[str, Any]:
-        return self._kit.call("POST", "/_emulator/clock", {"set": _instant(instant)})
+    def set(self, instant: str | datetime) -> ClockView:
+        return self._move(ClockMove(set=_instant(instant)))
 
-    def freeze(self, at: str | datetime | None = None) -> dict[str, Any]:
-        return self._kit.call("POST", "/_emulator/clock", {"freeze": True, **({"set": _instant(at)} if at else {})})
+    def freeze(self, at: str | datetime | None = None) -> ClockView:
+        return self._move(ClockMove(freeze=True, set=_instant(at) if at else None))
 
-    def resume(self) -> dict[str, Any]:
-        return self._kit.call("POST", "/_emulator/clock", {"freeze": False})
+    def resume(self) -> ClockView:
+        return self._move(ClockMove(freeze=False))
+
+    def _move(self, move: ClockMove) -> ClockView:
+        return self._kit.answer(ClockView, "POST", "/_emulator/clock", move)
 
 
 def _instant(value: str | datetime) -> str:
@@ -403,28 +467,34 @@ class Acts:
     def approve_claim(self, claim: str, email: str) -> str:
         """Approve an agent's claim (its `verification_uri`, or its registration id); returns the user code the
         person reads to the agent."""
-        return str(self._kit.call("POST", "/_emulator/claims/approve", {**_claim(claim), "email": email})["user_code"])
+        decided = self._kit.answer(ClaimDecided, "POST", "/_emulator/claims/approve", _claim(claim, email))
+        if decided.user_code is None:
+            raise EmulatorError(f"the approval of {claim} showed no user code")
+        return decided.user_code
 
-    def deny_claim(self, claim: str, email: str = "person@example.com") -> dict[str, Any]:
-        return self._kit.call("POST", "/_emulator/claims/deny", {**_claim(claim), "email": email})
+    def deny_claim(self, claim: str, email: str = "person@example.com") -> ClaimDecided:
+        return self._kit.answer(ClaimDecided, "POST", "/_emulator/claims/deny", _claim(claim, email))
 
-    def claim_trial(self, org: str, email: str) -> dict[str, Any]:
+    def claim_trial(self, org: str, email: str) -> TrialClaimed:
         """The person opens the trial's `claim_url` and claims it: it no longer expires."""
-        return self._kit.call("POST", "/_emulator/trials/claim", {"org": org, "email": email})
+        return self._kit.answer(TrialClaimed, "POST", "/_emulator/trials/claim", TrialClaim(org, email))
 
-    def approve_login(self, email: str, user_code: str | None = None, deny: bool = False) -> dict[str, Any]:
+    def approve_login(self, email: str, user_code: str | None = None, deny: bool = False) -> LoginDecided:
         """Approve (or deny) a `pxt login` sign-in: the one pending, or the one with this code."""
         if user_code is None:
-            pending = self._kit.call("GET", "/_emulator/logins")["pending"]
+            pending = self._kit.answer(LoginList, "GET", "/_emulator/logins").pending
             if len(pending) != 1:
                 raise EmulatorError(f"{len(pending)} sign-ins are pending; name the user code")
-            user_code = str(pending[0]["user_code"])
-        body = {"user_code": user_code, "email": email, "deny": deny}
-        return self._kit.call("POST", "/_emulator/logins/approve", body)
+            user_code = pending[0].user_code
+        body = LoginDecision(user_code, email, deny)
+        return self._kit.answer(LoginDecided, "POST", "/_emulator/logins/approve", body)
 
 
-def _claim(claim: str) -> dict[str, str]:
-    return {"claim": claim} if "://" in claim else {"registration": claim}
+def _claim(claim: str, email: str) -> ClaimDecision:
+    """A claim named by its `verification_uri` (a URL) or by its registration id."""
+    if "://" in claim:
+        return ClaimDecision(email, claim=claim)
+    return ClaimDecision(email, registration=claim)
 
 
 class Faults:
@@ -433,29 +503,36 @@ class Faults:
     def __init__(self, kit: Testkit) -> None:
         self._kit = kit
 
-    def add(self, **rule: Any) -> dict[str, Any]:
-        """`add(path="/ask", status=503, retry_after=5, count=2)`; answers the stored rule with its `id`."""
-        return self._kit.call("POST", "/_emulator/faults", rule)
+    def add(self, **rule: Any) -> FaultRuleView:
+        """`add(path="/ask", status=503, retry_after=5, count=2)` (the fields of core.faults.FaultSpec, sent as
+        they are: the emulator checks them); answers the stored rule with its `id`. A hold is `hold()`'s."""
+        if "hold" in rule:
+            raise TypeError("faults.add(hold=...): a hold is no rule; use faults.hold(path, count)")
+        return self._kit.answer(FaultRuleView, "POST", "/_emulator/faults", rule)
+
+    def hold(self, path: str, count: int = 1) -> FaultList:
+        """Hold the next `count` requests to `path` until `release()` (the older form of a fault)."""
+        return self._kit.answer(FaultList, "POST", "/_emulator/faults", {"hold": path, "count": count})
 
     @contextlib.contextmanager
-    def injected(self, **rule: Any) -> Iterator[dict[str, Any]]:
+    def injected(self, **rule: Any) -> Iterator[FaultRuleView]:
         """The rule holds inside the `with` only."""
         added = self.add(**rule)
         try:
             yield added
         finally:
             with contextlib.suppress(EmulatorError):  # it may have fired its count and gone
-                self._kit.call("DELETE", f"/_emulator/faults/{added['id']}")
+                self._kit.call("DELETE", f"/_emulator/faults/{added.id}")
 
-    def list(self) -> list[dict[str, Any]]:
-        return list(self._kit.call("GET", "/_emulator/faults")["rules"])
+    def list(self) -> list[FaultRuleView]:
+        return self._kit.answer(FaultList, "GET", "/_emulator/faults").rules
 
     def clear(self, rule_id: str | None = None) -> None:
         self._kit.call("DELETE", "/_emulator/faults" + (f"/{rule_id}" if rule_id else ""))
 
-    def release(self) -> dict[str, Any]:
+    def release(self) -> FaultsReleased:
         """Let held requests go on."""
-        return self._kit.call("POST", "/_emulator/faults/release", {})
+        return self._kit.answer(FaultsReleased, "POST", "/_emulator/faults/release", FaultRelease())
 
 
 class Snapshots:
@@ -464,16 +541,16 @@ class Snapshots:
     def __init__(self, kit: Testkit) -> None:
         self._kit = kit
 
-    def save(self, name: str) -> dict[str, Any]:
-        return self._kit.call("POST", "/_emulator/snapshots", {"name": name})
+    def save(self, name: str) -> SnapshotView:
+        return self._kit.answer(SnapshotView, "POST", "/_emulator/snapshots", SnapshotSave(name))
 
-    def load(self, name: str) -> dict[str, Any]:
-        answer = self._kit.call("POST", f"/_emulator/snapshots/{name}/load", {})
+    def load(self, name: str) -> SnapshotLoaded:
+        answer = self._kit.answer(SnapshotLoaded, "POST", f"/_emulator/snapshots/{name}/load", {})
         self._kit.mark = self._kit.last_seq()
         return answer
 
-    def list(self) -> list[dict[str, Any]]:
-        return list(self._kit.call("GET", "/_emulator/snapshots")["snapshots"])
+    def list(self) -> list[SnapshotView]:
+        return self._kit.answer(SnapshotList, "GET", "/_emulator/snapshots").snapshots
 
     def delete(self, name: str) -> None:
         self._kit.call("DELETE", f"/_emulator/snapshots/{name}")
@@ -488,8 +565,9 @@ class Snapshots:
                     out.write(chunk)
         return target
 
-    def import_file(self, source: Path, name: str | None = None) -> dict[str, Any]:
-        return self._kit.call(
+    def import_file(self, source: Path, name: str | None = None) -> SnapshotView:
+        return self._kit.answer(
+            SnapshotView,
             "POST",
             "/_emulator/snapshots/import",
             content=source.read_bytes(),

@@ -27,6 +27,8 @@ from emulator.admin.wire import (
     ClaimList,
     ClockMove,
     ClockView,
+    Endpoints,
+    EndpointsFile,
     EventView,
     FaultList,
     FaultRemoved,
@@ -81,26 +83,30 @@ class Locator:
     url: str | None = None
     state_dir: Path | None = None
 
-    def endpoints(self) -> dict[str, Any]:
-        """What endpoints.json says (only the site's URL when the emulator was named by URL)."""
-        if self.url:
-            return {"site": self.url.rstrip("/"), "base_url": self.url.rstrip("/")}
+    def running(self) -> EndpointsFile:
+        """What the state dir's endpoints.json says (Unreachable when it names no running emulator)."""
         folder = self.state_dir or Path(".")
         path = folder / "endpoints.json"
         try:
-            found = json.loads(path.read_text())
-            found["site"] = str(found["site"]).rstrip("/")
-        except (OSError, ValueError, KeyError, TypeError) as e:
+            found = msgspec.json.decode(path.read_bytes(), type=EndpointsFile)
+        except (OSError, ValueError) as e:
             raise Unreachable(f"not running ({path} does not exist); start it with `emulator up`") from e
         if (folder / statelock.LOCK_NAME).exists() and statelock.holder(folder) is None:
             raise Unreachable(
-                f"not running: the emulator of {folder} (pid {found.get('pid')}) ended without cleaning up, "
+                f"not running: the emulator of {folder} (pid {found.pid}) ended without cleaning up, "
                 f"and its endpoints.json is stale; start it again with `emulator up --state-dir {folder}`"
             )
         return found
 
+    def endpoints(self) -> Endpoints:
+        """Where every origin is: endpoints.json's, or the status's of an emulator named by URL (a call)."""
+        if self.url:
+            return msgspec.convert(fetch(StatusView, self.site() + "/_emulator/status").endpoints, Endpoints)
+        return self.running()
+
     def site(self) -> str:
-        return str(self.endpoints()["site"])
+        """The site's URL, without a call."""
+        return (self.url or self.running().site).rstrip("/")
 
     def describe(self) -> str:
         return self.url or str(self.state_dir)
@@ -114,14 +120,23 @@ def error_message(status: int, body: str) -> str:
         return body.strip() or f"HTTP {status}"
 
 
-def call(url: str, body: dict[str, Any] | None = None, timeout: float = 10, method: str | None = None) -> Any:
-    """One synchronous call (a POST when there is a body, unless `method` says otherwise): the decoded answer, or
-    EmulatorError / Unreachable."""
-    data = json.dumps(body).encode() if body is not None else None
+def call(url: str, body: Body = None, timeout: float = 10, method: str | None = None) -> Any:
+    """One synchronous call (a POST when there is a body, unless `method` says otherwise): the answer as plain
+    JSON (what `--json` prints as it came), or EmulatorError / Unreachable."""
+    return json.loads(_send(url, body, timeout, method) or b"null")
+
+
+def fetch(view: type[T], url: str, body: Body = None, timeout: float = 10, method: str | None = None) -> T:
+    """`call`, its answer decoded as `view` (its type in emulator.admin.wire)."""
+    return msgspec.json.decode(_send(url, body, timeout, method), type=view)
+
+
+def _send(url: str, body: Body, timeout: float, method: str | None) -> bytes:
+    data = msgspec.json.encode(body) if body is not None else None
     req = urllib.request.Request(url, data=data, headers={"Content-Type": "application/json"}, method=method)
     try:
         with urllib.request.urlopen(req, timeout=timeout) as resp:
-            return json.loads(resp.read() or b"null")
+            return resp.read()
     except urllib.error.HTTPError as e:
         raise EmulatorError(error_message(e.code, e.read().decode(errors="replace"))) from None
     except (urllib.error.URLError, OSError) as e:
@@ -162,7 +177,7 @@ def upload(url: str, source: Path, media_type: str, timeout: float = 600) -> Any
         raise Unreachable(f"cannot reach {url} ({e}); is it running?") from None
 
 
-def follow(url: str) -> Iterator[dict[str, Any]]:
+def follow(url: str) -> Iterator[EventView]:
     """The events of an `/_emulator/events` stream, decoded, until it ends (Unreachable if it breaks)."""
     req = urllib.request.Request(url, headers={"Accept": "text/event-stream"})
     try:
@@ -170,7 +185,7 @@ def follow(url: str) -> Iterator[dict[str, Any]]:
             for raw in resp:
                 line = raw.decode().rstrip("\n")
                 if line.startswith("data: "):
-                    yield json.loads(line[6:])
+                    yield msgspec.json.decode(line[6:], type=EventView)
     except (urllib.error.URLError, OSError) as e:
         raise Unreachable(str(e)) from None
 

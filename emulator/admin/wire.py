@@ -38,6 +38,29 @@ class LimitsView(msgspec.Struct):
     idempotency_ttl: int
 
 
+class Endpoints(msgspec.Struct, kw_only=True):
+    """Where a running emulator's origins listen: its status's `endpoints`, and endpoints.json's."""
+
+    site: str
+    base_url: str  # the site's, under the name the pixeltable client knows
+    auth: str
+    api: str
+    tunnel: str  # DOMAIN:PORT, the hosted databases' TLS tunnel
+    proxy: str  # the CONNECT proxy's URL
+    ca_bundle: str  # a path: the local CA's bundle (with the system's CAs)
+    runtime: str
+    s3: str
+
+
+class EndpointsFile(Endpoints, kw_only=True):
+    """`<state dir>/endpoints.json`, written once the emulator serves: where it is, and who serves it."""
+
+    pid: int
+    version: str
+    started_at: str
+    state_dir: str
+
+
 class StatusView(msgspec.Struct):
     version: str
     endpoints: dict[str, str]
@@ -62,6 +85,13 @@ class EventView(msgspec.Struct):
     @classmethod
     def of(cls, e: Event) -> EventView:
         return cls(e.seq, e.ts, iso(e.ts), e.kind, e.subject, msgspec.to_builtins(e.data))
+
+
+class JournalPage(msgspec.Struct):
+    """GET /_emulator/journal: events after `since`, oldest first, and the journal's last event number."""
+
+    events: list[EventView]
+    last_seq: int
 
 
 class ServerView(msgspec.Struct):
@@ -203,6 +233,12 @@ class FaultList(msgspec.Struct):
     rules: list[FaultRuleView]
     holds: dict[str, int]  # path -> requests still to hold
     waiting: list[str]  # paths of requests held now
+
+
+class FaultsReleased(FaultList):
+    """POST /_emulator/faults/release: how many held requests went on, and the rules and holds left."""
+
+    released: int
 
 
 # --- agent registrations, claims and sign-ins -------------------------------------------------------------

@@ -7,6 +7,7 @@ import argparse
 from collections.abc import Callable
 from typing import Any
 
+from emulator.admin.wire import ClaimDecision, LoginDecision, TrialClaim
 from emulator.commands import common
 from emulator.commands.common import add_json, add_locator, call_or_exit, print_json, shown_whole
 
@@ -87,10 +88,13 @@ def register(sub: Any) -> dict[str, Callable[[argparse.Namespace], int]]:
 
 
 def cmd_approve_claim(args: argparse.Namespace) -> int:
-    site = common.endpoints(args)["site"]
-    key = "registration" if args.claim.startswith("agent_reg_") else "claim"
+    site = common.site(args)
+    if args.claim.startswith("agent_reg_"):
+        body = ClaimDecision(args.email, registration=args.claim)
+    else:
+        body = ClaimDecision(args.email, claim=args.claim)
     path = "/_emulator/claims/deny" if args.deny else "/_emulator/claims/approve"
-    answer = call_or_exit(site + path, {key: args.claim, "email": args.email})
+    answer = call_or_exit(site + path, body)
     if args.json:
         print_json(answer)
     elif args.deny:
@@ -104,30 +108,26 @@ def cmd_approve_claim(args: argparse.Namespace) -> int:
 
 
 def cmd_approve_login(args: argparse.Namespace) -> int:
-    site = common.endpoints(args)["site"]
+    site = common.site(args)
     code = args.code
     if code is None:
         pending = call_or_exit(site + "/_emulator/logins")["pending"]
         if len(pending) != 1:
             raise SystemExit(f"emulator: {len(pending)} sign-ins are pending; name the code")
         code = pending[0]["user_code"]
-    answer = call_or_exit(
-        site + "/_emulator/logins/approve", {"user_code": code, "email": args.email, "deny": args.deny}
-    )
+    answer = call_or_exit(site + "/_emulator/logins/approve", LoginDecision(code, args.email, args.deny))
     print(f"{answer['user_code']}: {'approved' if answer['approved'] else 'denied'} as {answer['email']}")
     return 0
 
 
 def cmd_claim_trial(args: argparse.Namespace) -> int:
-    answer = call_or_exit(
-        common.endpoints(args)["site"] + "/_emulator/trials/claim", {"org": args.org, "email": args.email}
-    )
+    answer = call_or_exit(common.site(args) + "/_emulator/trials/claim", TrialClaim(args.org, args.email))
     print(f"{answer['org']} is claimed by {answer['email']}; it no longer expires")
     return 0
 
 
 def cmd_db(args: argparse.Namespace) -> int:
-    site = common.endpoints(args)["site"]
+    site = common.site(args)
     if args.action == "list":
         found = call_or_exit(site + "/_emulator/databases")["databases"]
         if shown_whole(args, found, "no hosted databases yet (`pxt db update pxt://ORG:main` creates one)"):
@@ -148,7 +148,7 @@ def cmd_db(args: argparse.Namespace) -> int:
 
 
 def cmd_switch(args: argparse.Namespace) -> int:
-    site = common.endpoints(args)["site"]
+    site = common.site(args)
     if args.name and not args.value:
         raise SystemExit("emulator: switch NAME needs on or off")
     body = {args.name: args.value == "on"} if args.name else None
@@ -162,7 +162,7 @@ def cmd_switch(args: argparse.Namespace) -> int:
 
 
 def cmd_trials(args: argparse.Namespace) -> int:
-    found = call_or_exit(common.endpoints(args)["site"] + "/_emulator/trials")["trials"]
+    found = call_or_exit(common.site(args) + "/_emulator/trials")["trials"]
     if shown_whole(
         args, found, "no trial organizations yet (an agent creates one with POST /api/v1/trial-orgs, or `pxt new`)"
     ):
@@ -174,7 +174,7 @@ def cmd_trials(args: argparse.Namespace) -> int:
 
 
 def cmd_registrations(args: argparse.Namespace) -> int:
-    found = call_or_exit(common.endpoints(args)["site"] + "/_emulator/registrations")["registrations"]
+    found = call_or_exit(common.site(args) + "/_emulator/registrations")["registrations"]
     if shown_whole(
         args,
         found,

@@ -10,7 +10,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote, urlencode
 
-from emulator.commands.common import add_json, add_locator, call_or_exit, endpoints
+from emulator.commands import common
+from emulator.commands.common import add_json, add_locator, call_or_exit
 
 
 def register(sub: Any) -> dict[str, Callable[[argparse.Namespace], int]]:
@@ -38,7 +39,7 @@ def register(sub: Any) -> dict[str, Callable[[argparse.Namespace], int]]:
 
 
 def cmd_trace(args: argparse.Namespace) -> int:
-    found = call_or_exit(endpoints(args)["site"] + "/_emulator/traces/" + quote(args.who, safe=""))
+    found = call_or_exit(common.site(args) + "/_emulator/traces/" + quote(args.who, safe=""))
     if args.json:
         print(json.dumps(found, indent=2))
     else:
@@ -52,7 +53,7 @@ def cmd_trace(args: argparse.Namespace) -> int:
 
 def cmd_report(args: argparse.Namespace) -> int:
     query = "?" + urlencode({"agent": args.agent}) if args.agent else ""
-    found = call_or_exit(endpoints(args)["site"] + "/_emulator/report" + query)
+    found = call_or_exit(common.site(args) + "/_emulator/report" + query)
     if args.json:
         print(json.dumps(found, indent=2))
     else:
@@ -95,7 +96,7 @@ def cmd_record(args: argparse.Namespace) -> int:
 
     if args.verb == "save":
         query = "?" + urlencode({"agent": args.agent}) if args.agent else ""
-        found = call_or_exit(endpoints(args)["site"] + "/_emulator/record" + query, timeout=60)
+        found = call_or_exit(common.site(args) + "/_emulator/record" + query, timeout=60)
         write_private(args.file, json.dumps(found, indent=1).encode() + b"\n")
         print(f"saved {len(found['events'])} events to {args.file}")
         return 0

@@ -7,10 +7,13 @@ import argparse
 import json
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
-from emulator.admin.client import EmulatorError, Locator, Unreachable, call
+from emulator.admin.client import Body, EmulatorError, Locator, Unreachable, call, fetch
+from emulator.admin.wire import Endpoints, StatusView
 from emulator.config import default_state_dir
+
+T = TypeVar("T")
 
 
 def add_locator(p: argparse.ArgumentParser) -> None:
@@ -65,38 +68,55 @@ def running_state_dir(args: argparse.Namespace) -> Path:
     found = locator(args)
     if found.state_dir is not None:
         return found.state_dir
-    return Path(call_or_exit(endpoints(args)["site"] + "/_emulator/status")["state_dir"])
+    return Path(fetch_or_exit(StatusView, site(args) + "/_emulator/status").state_dir)
 
 
-def endpoints(args: argparse.Namespace) -> dict[str, Any]:
+def site(args: argparse.Namespace) -> str:
+    """The site's URL of the emulator a command names (where `/_emulator` is)."""
     try:
-        return locator(args).endpoints()
+        return locator(args).site()
     except Unreachable as e:
         raise SystemExit(f"emulator: {e}") from None
 
 
-def call_or_exit(url: str, body: dict[str, Any] | None = None, timeout: float = 10, method: str | None = None) -> Any:
+def endpoints(args: argparse.Namespace) -> Endpoints:
+    """Where every origin of that emulator is (asked of it when it is named by URL)."""
+    try:
+        return locator(args).endpoints()
+    except (EmulatorError, Unreachable) as e:
+        raise SystemExit(f"emulator: {e}") from None
+
+
+def call_or_exit(url: str, body: Body = None, timeout: float = 10, method: str | None = None) -> Any:
     try:
         return call(url, body, timeout, method)
     except (EmulatorError, Unreachable) as e:
         raise SystemExit(f"emulator: {e}") from None
 
 
-def exports(found: dict[str, Any]) -> dict[str, str]:
+def fetch_or_exit(view: type[T], url: str, body: Body = None, timeout: float = 10, method: str | None = None) -> T:
+    """`call_or_exit`, its answer decoded as `view` (for a command that reads it rather than prints it whole)."""
+    try:
+        return fetch(view, url, body, timeout, method)
+    except (EmulatorError, Unreachable) as e:
+        raise SystemExit(f"emulator: {e}") from None
+
+
+def exports(found: Endpoints) -> dict[str, str]:
     """The environment that points clients at the emulator whose endpoints are `found` (what `emulator env`
     prints and `emulator exec` sets)."""
     return {
-        "EMULATOR_URL": found["site"],
-        "EMULATOR_AUTH_URL": found["auth"],
+        "EMULATOR_URL": found.site,
+        "EMULATOR_AUTH_URL": found.auth,
         # What the unmodified pixeltable client reads: `pxt new` asks the site for a trial, and every
         # later command sends the trial's key to the control plane.
-        "PIXELTABLE_SITE_URL": found["site"],
-        "PIXELTABLE_API_URL": found["api"],
+        "PIXELTABLE_SITE_URL": found.site,
+        "PIXELTABLE_API_URL": found.api,
         # Hosted databases: <org>-<db>.<domain> through the emulator's CONNECT proxy (no /etc/hosts edit),
         # over TLS that the emulator's local CA signs (the bundle also holds the system's CAs).
-        "PIXELTABLE_CLOUD_HOST": found["tunnel"],
-        "HTTPS_PROXY": found["proxy"],
+        "PIXELTABLE_CLOUD_HOST": found.tunnel,
+        "HTTPS_PROXY": found.proxy,
         "NO_PROXY": "127.0.0.1,localhost,::1",
-        "SSL_CERT_FILE": found["ca_bundle"],
-        "REQUESTS_CA_BUNDLE": found["ca_bundle"],
+        "SSL_CERT_FILE": found.ca_bundle,
+        "REQUESTS_CA_BUNDLE": found.ca_bundle,
     }

@@ -10,7 +10,8 @@ from typing import Any
 from urllib.parse import quote
 
 from emulator.admin.client import EmulatorError, Unreachable, upload
-from emulator.commands.common import add_locator, endpoints
+from emulator.commands import common
+from emulator.commands.common import add_locator
 
 EXAMPLE = """\
 clock = "2026-01-01T00:00:00Z"          # frozen there; or { at = "…", frozen = false }
@@ -61,7 +62,7 @@ def register(sub: Any) -> dict[str, Callable[[argparse.Namespace], int]]:
 
 
 def cmd_apply(args: argparse.Namespace) -> int:
-    site = endpoints(args)["site"]
+    site = common.site(args)
     name = str(args.file)
     try:
         done = upload(f"{site}/_emulator/apply?name={quote(name)}", args.file, "application/toml", timeout=60)

@@ -8,8 +8,12 @@ from collections.abc import Callable
 from typing import Any
 from urllib.parse import quote
 
-from emulator.commands.common import add_json, add_locator, call_or_exit, endpoints
-from emulator.core.faults import HOSTED, KILLS, ORIGINS
+import msgspec
+
+from emulator.admin.wire import FaultList, FaultRuleView
+from emulator.commands import common
+from emulator.commands.common import add_json, add_locator, call_or_exit
+from emulator.core.faults import HOSTED, KILLS, ORIGINS, FaultSpec
 
 # flag → the rule's field, for the flags that carry a value
 _FIELDS = (
@@ -78,47 +82,47 @@ def register(sub: Any) -> dict[str, Callable[[argparse.Namespace], int]]:
     return {"fault": cmd_fault}
 
 
-def describe(rule: dict[str, Any]) -> str:
-    if rule.get("hosted"):
-        return f"{rule['hosted']}{' of ' + rule['target'] if rule.get('target') else ''}"
-    where = " ".join(str(rule[k]) for k in ("origin", "method", "operation_type", "path") if rule.get(k))
-    if rule.get("drop"):
+def describe(rule: FaultSpec) -> str:
+    if rule.hosted:
+        return f"{rule.hosted}{' of ' + rule.target if rule.target else ''}"
+    where = " ".join(str(v) for v in (rule.origin, rule.method, rule.operation_type, rule.path) if v)
+    if rule.drop:
         effect = "drop"
-    elif rule.get("status"):
-        effect = f"{rule['status']}" + (f" Retry-After {rule['retry_after']}" if "retry_after" in rule else "")
+    elif rule.status:
+        effect = f"{rule.status}" + (f" Retry-After {rule.retry_after}" if rule.retry_after is not None else "")
     else:
         effect = ""
-    if rule.get("latency_ms"):
-        effect = f"{effect} +{rule['latency_ms']} ms".strip()
-    when = [f"from call {rule['nth']}"] if rule.get("nth", 1) > 1 else []
-    when += [f"{rule['count']}×"] if rule.get("count") else []
-    when += [f"p={rule['probability']:g} seed={rule.get('seed')}"] if rule.get("probability") is not None else []
+    if rule.latency_ms:
+        effect = f"{effect} +{rule.latency_ms} ms".strip()
+    when = [f"from call {rule.nth}"] if rule.nth > 1 else []
+    when += [f"{rule.count}×"] if rule.count else []
+    when += [f"p={rule.probability:g} seed={rule.seed}"] if rule.probability is not None else []
     return f"{where or 'any'} → {effect}{'  (' + ', '.join(when) + ')' if when else ''}"
 
 
 def cmd_fault(args: argparse.Namespace) -> int:
-    base = endpoints(args)["site"] + "/_emulator/faults"
+    base = common.site(args) + "/_emulator/faults"
     if args.verb == "add":
-        body: dict[str, Any] = {f: getattr(args, f) for f in _FIELDS if getattr(args, f) is not None}
-        if args.drop:
-            body["drop"] = True
-        rule = call_or_exit(base, body)
+        given = {f: getattr(args, f) for f in _FIELDS if getattr(args, f) is not None}  # the flags given
+        answer = call_or_exit(base, FaultSpec(**given, drop=args.drop))
         if args.json:
-            print(json.dumps(rule, indent=2))
-        elif "id" in rule:
-            done = "  (killed now)" if rule.get("hosted") in KILLS else ""
-            print(f"{rule['id']}  {describe(rule)}{done}")
+            print(json.dumps(answer, indent=2))
+        else:
+            rule = msgspec.convert(answer, FaultRuleView)
+            done = "  (killed now)" if rule.hosted in KILLS else ""
+            print(f"{rule.id}  {describe(rule)}{done}")
         return 0
     if args.verb == "list":
-        found = call_or_exit(base)
+        answer = call_or_exit(base)
         if args.json:
-            print(json.dumps(found, indent=2))
+            print(json.dumps(answer, indent=2))
             return 0
-        if not found["rules"] and not found["holds"]:
+        found = msgspec.convert(answer, FaultList)
+        if not found.rules and not found.holds:
             print("no fault rules (emulator fault add …)")
-        for rule in found["rules"]:
-            print(f"{rule['id']:<5} {describe(rule)}   matched {rule['seen']}, fired {rule['fired']}")
-        for path, count in found["holds"].items():
+        for rule in found.rules:
+            print(f"{rule.id:<5} {describe(rule)}   matched {rule.seen}, fired {rule.fired}")
+        for path, count in found.holds.items():
             print(f"hold  {path}: the next {count} request{'s' if count != 1 else ''} wait for a release")
         return 0
     if args.id:

@@ -8,9 +8,12 @@ import re
 from collections.abc import Callable
 from typing import Any
 
+import msgspec
+
 from emulator.admin.client import Unreachable, follow
+from emulator.admin.wire import ClockMove, ClockView, EventView, JournalPage, StatusView
 from emulator.commands import common
-from emulator.commands.common import add_locator, call_or_exit
+from emulator.commands.common import add_locator, fetch_or_exit
 from emulator.core import runlog
 
 
@@ -45,8 +48,8 @@ FELL_DUE = ("trial.expired", "db.state", "service.state", "media.uploads_expired
 
 
 def cmd_clock(args: argparse.Namespace) -> int:
-    site = common.endpoints(args)["site"]
-    body: dict[str, Any] | None = None
+    site = common.site(args)
+    body: ClockMove | None = None
     if args.action == "advance":
         if not args.value:
             raise SystemExit("emulator: clock advance needs a duration such as 90s, 15m, 48h or 2d")
@@ -54,21 +57,21 @@ def cmd_clock(args: argparse.Namespace) -> int:
             raise SystemExit(
                 f"emulator: {args.value} has no unit: say {args.value}s, {args.value}m, {args.value}h or {args.value}d"
             )
-        body = {"advance": args.value}
+        body = ClockMove(advance=args.value)
     elif args.action == "set":
         if not args.value:
             raise SystemExit("emulator: clock set needs an ISO 8601 instant")
-        body = {"set": args.value}
+        body = ClockMove(set=args.value)
     elif args.action == "freeze":
-        body = {"freeze": True, **({"set": args.value} if args.value else {})}
+        body = ClockMove(freeze=True, set=args.value or None)
     elif args.action == "resume":
-        body = {"freeze": False}
-    before = call_or_exit(site + "/_emulator/status")["events"] if body else 0
-    state = call_or_exit(site + "/_emulator/clock", body)
-    print(f"{state['iso']}{' (frozen)' if state['frozen'] else ''}")
-    if body and ("advance" in body or "set" in body):
+        body = ClockMove(freeze=False)
+    before = fetch_or_exit(StatusView, site + "/_emulator/status").events if body else 0
+    state = fetch_or_exit(ClockView, site + "/_emulator/clock", body)
+    print(f"{state.iso}{' (frozen)' if state.frozen else ''}")
+    if body and (body.advance is not None or body.set is not None):
         query = f"since={before}&kinds={','.join(FELL_DUE)}&limit=5000"
-        due = call_or_exit(f"{site}/_emulator/journal?{query}")["events"]
+        due = fetch_or_exit(JournalPage, f"{site}/_emulator/journal?{query}").events
         for event in due:
             print(f"  {describe_event(event)}")
         if not due:
@@ -76,22 +79,22 @@ def cmd_clock(args: argparse.Namespace) -> int:
     return 0
 
 
-def describe_event(event: dict[str, Any]) -> str:
-    return runlog.describe(event["kind"], event.get("subject"), event["data"])
+def describe_event(event: EventView) -> str:
+    return runlog.describe(event.kind, event.subject, event.data)
 
 
 def cmd_events(args: argparse.Namespace) -> int:
-    site = common.endpoints(args)["site"]
+    site = common.site(args)
 
-    def show(event: dict[str, Any]) -> None:
-        if args.json:
-            print(json.dumps(event), flush=True)
+    def show(event: EventView) -> None:
+        if args.json:  # as the emulator sent it: its fields in its order
+            print(json.dumps(msgspec.to_builtins(event)), flush=True)
         else:
-            print(f"{event['seq']:>6} {event['iso']} {describe_event(event)}", flush=True)
+            print(f"{event.seq:>6} {event.iso} {describe_event(event)}", flush=True)
 
     query = f"since={args.since}" + (f"&kinds={args.kinds}" if args.kinds else "")
     if not args.follow:
-        for event in call_or_exit(f"{site}/_emulator/journal?{query}&limit=5000")["events"]:
+        for event in fetch_or_exit(JournalPage, f"{site}/_emulator/journal?{query}&limit=5000").events:
             show(event)
         return 0
     try:

@@ -293,8 +293,7 @@ def cmd_down(args: argparse.Namespace) -> int:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    endpoints = common.endpoints(args)
-    status = call_or_exit(endpoints["site"] + "/_emulator/status")
+    status = call_or_exit(common.site(args) + "/_emulator/status")
     if args.json:
         print_json(status)
         return 0
@@ -322,10 +321,7 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 
 def cmd_env(args: argparse.Namespace) -> int:
-    endpoints = common.endpoints(args)
-    if "api" not in endpoints:
-        endpoints = {**endpoints, **call_or_exit(endpoints["site"] + "/_emulator/status")["endpoints"]}
-    exports = common.exports(endpoints)
+    exports = common.exports(common.endpoints(args))
     for name, value in exports.items():
         print(f"export {name}={value}")
     return 0

@@ -9,7 +9,9 @@ from typing import Any
 from urllib.parse import quote
 
 from emulator.admin.client import SLOW, EmulatorError, Unreachable, download, upload
-from emulator.commands.common import add_json, add_locator, call_or_exit, endpoints, shown_whole
+from emulator.admin.wire import ResetRequest, SnapshotSave
+from emulator.commands import common
+from emulator.commands.common import add_json, add_locator, call_or_exit, shown_whole
 
 
 def register(sub: Any) -> dict[str, Callable[[argparse.Namespace], int]]:
@@ -68,7 +70,7 @@ def _size(n: int) -> str:
 
 
 def cmd_snapshot(args: argparse.Namespace) -> int:
-    site = endpoints(args)["site"]
+    site = common.site(args)
     base = f"{site}/_emulator/snapshots"
     if args.verb == "list":
         found = call_or_exit(base)["snapshots"]
@@ -79,7 +81,7 @@ def cmd_snapshot(args: argparse.Namespace) -> int:
             print(f"{s['name']:<24} saved {s['created_at']}  clock {s['clock']}  {_size(s['size_bytes']):>9}  {counts}")
         return 0
     if args.verb == "save":
-        s = call_or_exit(base, {"name": args.name}, timeout=SLOW)
+        s = call_or_exit(base, SnapshotSave(args.name), timeout=SLOW)
         print(f"saved {s['name']} ({_size(s['size_bytes'])}; the clock read {s['clock']})")
     elif args.verb == "load":
         done = call_or_exit(f"{base}/{quote(args.name)}/load", {}, timeout=SLOW)
@@ -107,6 +109,6 @@ def cmd_snapshot(args: argparse.Namespace) -> int:
 
 
 def cmd_reset(args: argparse.Namespace) -> int:
-    done = call_or_exit(endpoints(args)["site"] + "/_emulator/reset", {"to": args.to}, timeout=SLOW)
+    done = call_or_exit(common.site(args) + "/_emulator/reset", ResetRequest(args.to), timeout=SLOW)
     print(f"reset to {args.to} in {done['seconds']:.2f} s; the clock reads {done['clock']}")
     return 0

@@ -71,7 +71,7 @@ def cmd_exec(args: argparse.Namespace) -> int:
         raise SystemExit(f"emulator: {e.message}") from None
     try:
         if not args.quiet:
-            print(f"emulator: up at {found['site']} (state {state}); running {' '.join(command)}", file=sys.stderr)
+            print(f"emulator: up at {found.site} (state {state}); running {' '.join(command)}", file=sys.stderr)
         child_env = {**env, **exports(found), "EMULATOR_STATE_DIR": str(state)}
         try:
             code = subprocess.call(command, env=child_env)

@@ -20,7 +20,7 @@ def test_gets_a_trial_and_uses_its_key(emulator: Testkit) -> None:
     registered = emulator.assert_event("idp.registered", type="anonymous")
     emulator.assert_event("trial.created", subject=trial.org, registration=registered.subject)
     # the agent's trace holds what carried its credentials: from its registration to its last call
-    steps = [s["what"] for s in emulator.trace(trial.org)["steps"]]
+    steps = [s.what for s in emulator.trace(trial.org).steps]
     assert steps[0].startswith("idp.registered") and steps[-1] == "POST / list_orgs"
     emulator.assert_clean()
 
