@@ -21,7 +21,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import msgspec
 import uvicorn
 
 from emulator import __version__
@@ -57,7 +56,7 @@ from emulator.site.app import build_site_app
 from emulator.site.idempotency import Idempotency
 from emulator.site.ratelimit import RateLimiter
 from emulator.site.search import DocsIndex
-from emulator.site.state import Site
+from emulator.site.state import Site, load_integrations
 from emulator.tunnel.ca import LocalCA
 from emulator.tunnel.forward import ForwardProxy
 from emulator.tunnel.server import Authorize, Refusal, Route, TunnelServer
@@ -189,12 +188,6 @@ def _uvicorn_config(app: Any, settings: Settings) -> uvicorn.Config:
         # The client IP is the socket's; X-Forwarded-For counts only with `trust_forwarded` (Site).
         proxy_headers=False,
     )
-
-
-def load_integrations(path: Path) -> list[dict[str, Any]]:
-    if not path.is_file():
-        return []
-    return msgspec.json.decode(path.read_bytes())
 
 
 def upstream_proxy(settings: Settings, own_ports: list[int]) -> Upstream | None:

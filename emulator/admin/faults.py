@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
+import msgspec
 from litestar import Request, Response, delete, get, post
 from litestar.params import Parameter
 
@@ -57,7 +58,8 @@ async def faults_remove(
 async def faults_release(request: Request[Any, Any, Any]) -> Response[bytes]:
     faults = site_of(request).core.faults
     release = decode(await request.body(), FaultRelease)
-    return json_response({"released": faults.release(release.path), **faults.snapshot()})
+    released = faults.release(release.path)
+    return json_response({"released": released, **msgspec.structs.asdict(faults.snapshot())})
 
 
 HANDLERS = [faults_get, faults_add, faults_clear, faults_remove, faults_release]

@@ -9,7 +9,8 @@ import msgspec
 
 from emulator.core.clock import ClockState, iso
 from emulator.core.events import Event
-from emulator.core.faults import FaultSpec
+from emulator.core.faults import FaultList as FaultList  # the faults resource's types are core's, which answers
+from emulator.core.faults import FaultRuleView as FaultRuleView  # with them; named here with the other wire types
 from emulator.core.snapshots import SnapshotView
 from emulator.hosted.records import Database, Org, Receipt, Service
 from emulator.tunnel.forward import ProxyStatus
@@ -218,21 +219,6 @@ class LogLines(msgspec.Struct):
 
 class SnapshotList(msgspec.Struct):
     snapshots: list[SnapshotView]
-
-
-class FaultRuleView(FaultSpec, kw_only=True):
-    """An armed rule: its id, the fields it was declared with (those left at their default are not sent), and
-    how often it matched and fired."""
-
-    id: str
-    fired: int
-    seen: int  # matching calls so far
-
-
-class FaultList(msgspec.Struct):
-    rules: list[FaultRuleView]
-    holds: dict[str, int]  # path -> requests still to hold
-    waiting: list[str]  # paths of requests held now
 
 
 class FaultsReleased(FaultList):

@@ -66,6 +66,21 @@ class FaultSpec(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True):
     hold: str | None = None  # the older form: hold the next `count` requests to this path
 
 
+class FaultRuleView(FaultSpec, kw_only=True):
+    """An armed rule: its id, the fields it was declared with (those left at their default are not sent), and
+    how often it matched and fired."""
+
+    id: str
+    fired: int
+    seen: int  # matching calls so far
+
+
+class FaultList(msgspec.Struct):
+    rules: list[FaultRuleView]
+    holds: dict[str, int]  # path -> requests still to hold
+    waiting: list[str]  # paths of requests held now
+
+
 @dataclass
 class Rule:
     id: str
@@ -74,8 +89,8 @@ class Rule:
     fired: int = 0
     rng: random.Random | None = None
 
-    def view(self) -> dict[str, Any]:
-        return {"id": self.id, **msgspec.to_builtins(self.spec), "fired": self.fired, "seen": self.seen}
+    def view(self) -> FaultRuleView:
+        return FaultRuleView(**msgspec.structs.asdict(self.spec), id=self.id, fired=self.fired, seen=self.seen)
 
     def describe(self) -> str:
         s = self.spec
@@ -236,7 +251,7 @@ class Faults:
             self.bus.publish(None, FaultRemoved(cleared=cleared))
         return cleared
 
-    def listed(self) -> list[dict[str, Any]]:
+    def listed(self) -> list[FaultRuleView]:
         return [r.view() for r in self.rules.values()]
 
     def _fires(self, rule: Rule) -> bool:
@@ -325,8 +340,8 @@ class Faults:
             del self._holds[p]
         return len(released)
 
-    def snapshot(self) -> dict[str, Any]:
-        return {"rules": self.listed(), "holds": dict(self._holds), "waiting": [p for p, _ in self._waiting]}
+    def snapshot(self) -> FaultList:
+        return FaultList(self.listed(), dict(self._holds), [p for p, _ in self._waiting])
 
     async def checkpoint(self, path: str) -> None:
         if not self._holds.get(path):

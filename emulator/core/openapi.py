@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypedDict
 
 import msgspec
 from litestar import Request
@@ -33,18 +33,38 @@ _REF = "#/components/schemas/{name}"
 JSON = "application/json"
 FORM = "application/x-www-form-urlencoded"
 
+# Open JSON by nature, so kept as dicts: what Litestar generates (and this module adds to), and a JSON Schema
+# (msgspec's, or one written by hand for a body that is not a structure).
+Document = dict[str, Any]
+JsonSchema = dict[str, Any]
+
+
+class MediaType(TypedDict):
+    """A body's schema in one media type (`content` of a request body); a dict, as callers write it literally."""
+
+    schema: JsonSchema
+
+
+class Parameter(msgspec.Struct, frozen=True, kw_only=True):
+    """A query parameter a handler reads itself, as an operation's `parameters` list shows it."""
+
+    name: str
+    in_: str = msgspec.field(name="in")
+    required: bool
+    schema: JsonSchema
+
 
 @dataclass(frozen=True)
 class Body:
     """A request body as the document shows it: the schema of each media type, and the components they refer to."""
 
-    content: dict[str, dict[str, Any]]
-    components: dict[str, Any] = field(default_factory=dict)
+    content: dict[str, MediaType]
+    components: dict[str, JsonSchema] = field(default_factory=dict)
     required: bool = True
     description: str | None = None
 
 
-def schema_of(*types: Any) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+def schema_of(*types: Any) -> tuple[list[JsonSchema], dict[str, JsonSchema]]:
     """msgspec's JSON Schemas of `types` (refs into `#/components/schemas`) and the components they use."""
     schemas, components = msgspec.json.schema_components(types, ref_template=_REF)
     return list(schemas), components
@@ -53,25 +73,25 @@ def schema_of(*types: Any) -> tuple[list[dict[str, Any]], dict[str, Any]]:
 def body(type_: Any, *media_types: str, required: bool = True, description: str | None = None) -> dict[str, Body]:
     """`opt=` for a handler that decodes its body itself: the body is `type_` in each media type (JSON by default)."""
     (schema,), components = schema_of(type_)
-    content = {media: {"schema": schema} for media in media_types or (JSON,)}
+    content = {media: MediaType(schema=schema) for media in media_types or (JSON,)}
     return {_OPT: Body(content, components, required, description)}
 
 
-def raw_body(media_type: str, schema: dict[str, Any], description: str | None = None) -> dict[str, Body]:
+def raw_body(media_type: str, schema: JsonSchema, description: str | None = None) -> dict[str, Body]:
     """`opt=` for a body that is not a structure (an uploaded archive)."""
-    return {_OPT: Body({media_type: {"schema": schema}}, description=description)}
+    return {_OPT: Body({media_type: MediaType(schema=schema)}, description=description)}
 
 
 def custom_body(declared: Body) -> dict[str, Body]:
     return {_OPT: declared}
 
 
-def query(**types: Any) -> dict[str, Any]:
+def query(**types: Any) -> dict[str, list[Parameter]]:
     """`opt=` for query parameters a handler reads from the request itself (all optional)."""
     schemas, _ = schema_of(*types.values())
     return {
         _QUERY: [
-            {"name": name, "in": "query", "required": False, "schema": schema}
+            Parameter(name=name, in_="query", required=False, schema=schema)
             for name, schema in zip(types, schemas, strict=True)
         ]
     }
@@ -84,16 +104,16 @@ class _Document(JsonRenderPlugin):
         super().__init__(path="/openapi.json", media_type="application/json")  # type: ignore[arg-type]
         self._rendered: bytes | None = None
 
-    def render(self, request: Request[Any, Any, Any], openapi_schema: dict[str, Any]) -> bytes:
+    def render(self, request: Request[Any, Any, Any], openapi_schema: Document) -> bytes:
         if self._rendered is None:
             self._rendered = msgspec.json.encode(with_bodies(openapi_schema, request.app.routes))
         return self._rendered
 
 
-def with_bodies(document: Mapping[str, Any], routes: list[Any]) -> dict[str, Any]:
+def with_bodies(document: Mapping[str, Any], routes: list[Any]) -> Document:
     """A copy of `document` whose operations carry the request bodies their handlers declared."""
-    doc = msgspec.json.decode(msgspec.json.encode(document))
-    schemas: dict[str, Any] = doc.setdefault("components", {}).setdefault("schemas", {})
+    doc: Document = msgspec.json.decode(msgspec.json.encode(document))
+    schemas: dict[str, JsonSchema] = doc.setdefault("components", {}).setdefault("schemas", {})
     for route in routes:
         if not isinstance(route, HTTPRoute):
             continue

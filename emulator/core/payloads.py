@@ -14,6 +14,7 @@ Payloads are named after their kind (`db.resized` → `DbResized`); `db.state` a
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any, ClassVar, Self, TypeVar
 
 import msgspec
@@ -31,8 +32,8 @@ class Payload(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True, for
     KIND: ClassVar[Kind]
 
     @classmethod
-    def read(cls, data: dict[str, Any]) -> Self:
-        """This payload from an event's data as the admin API answers it (the dashboard's side)."""
+    def read(cls, data: Mapping[str, object]) -> Self:
+        """This payload from an event's data as the admin API answers it (the dashboard's side), checked here."""
         return msgspec.convert(data, cls)
 
 

@@ -16,7 +16,7 @@ import os
 import sys
 import time
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -102,7 +102,7 @@ def line(event: Event) -> tuple[int, str] | None:
         level = logging.ERROR
     elif isinstance(d, FaultFired | TunnelRefused | DbExited):
         level = logging.WARNING
-    fields: dict[str, Any] = msgspec.to_builtins(d)
+    fields: Mapping[str, object] = msgspec.to_builtins(d)  # the payload as its JSON says it
     return level, describe(event.kind, event.subject, {k: v for k, v in fields.items() if not isinstance(v, dict)})
 
 
@@ -112,7 +112,7 @@ INSTANTS = frozenset({"before", "now"})
 """Event fields that hold an instant of the emulator's clock (besides every `…_at`)."""
 
 
-def describe(kind: str, subject: str | None, data: dict[str, Any]) -> str:
+def describe(kind: str, subject: str | None, data: Mapping[str, object]) -> str:
     """An event on one line, as the log and `emulator events` print it: kind, subject, fields, instants in ISO 8601
     (as the dashboard shows them)."""
     fields = []

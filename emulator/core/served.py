@@ -19,11 +19,13 @@ import base64
 import hashlib
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 from urllib.parse import unquote_plus
 
 import msgspec
-from litestar.types import HTTPScope, Message, Receive, Scope, Send
+from litestar.types import HTTPScope, Message, Receive, ReceiveMessage, Scope, Send
+from msgspec import UNSET
 
 from emulator.core.ids import secret_hash
 from emulator.core.payloads import Credentials, HttpRequest, Payload
@@ -49,16 +51,28 @@ def key_fingerprint(secret: str) -> str:
     return secret_hash(secret)[:12]
 
 
-def jwt_claims(token: str) -> dict[str, Any] | None:
+class SeenClaims(msgspec.Struct):
+    """The claims attribution reads of a JWT it has not verified. Each is kept as the token has it (any JSON): a
+    token is attributed however odd its claims, `sub` and `jti` as text, `exp` only when it is a number."""
+
+    sub: object = ""
+    jti: object = ""
+    exp: object = None
+    registration_type: object = UNSET  # on an agent's access token (only its presence is read)
+
+
+_decode_claims = msgspec.json.Decoder(SeenClaims).decode
+
+
+def jwt_claims(token: str) -> SeenClaims | None:
     """A JWT's claims, unverified (attribution only; the origin verifies), or None if it is not one."""
     parts = token.split(".")
     if len(parts) != 3:
         return None
     try:
-        payload = _decode_json(base64.urlsafe_b64decode(parts[1] + "=" * (-len(parts[1]) % 4)))
-    except (ValueError, msgspec.DecodeError):
+        return _decode_claims(base64.urlsafe_b64decode(parts[1] + "=" * (-len(parts[1]) % 4)))
+    except (ValueError, msgspec.DecodeError):  # msgspec.ValidationError (claims that are not an object) is one
         return None
-    return payload if isinstance(payload, dict) else None
 
 
 def secret_in_query(query: str) -> str | None:
@@ -91,8 +105,8 @@ def credentials(headers: dict[bytes, bytes], query: str = "", form: bytes = b"")
     if form:
         assertion = next((v for k, v in _pairs(form.decode("latin-1")) if k == "assertion"), None)
         claims = jwt_claims(assertion) if assertion else None
-        if claims is not None and str(claims.get("sub", "")).startswith("agent_reg_"):
-            return Credentials(reg=str(claims["sub"])[:64])  # the registration exchanging its own assertion
+        if claims is not None and str(claims.sub).startswith("agent_reg_"):
+            return Credentials(reg=str(claims.sub)[:64])  # the registration exchanging its own assertion
     return Credentials()
 
 
@@ -100,14 +114,14 @@ def _token(token: str) -> Credentials:
     claims = jwt_claims(token)
     if claims is None:
         return Credentials(token="opaque")
-    sub = str(claims.get("sub", ""))[:64]
-    exp = claims.get("exp")
+    sub = str(claims.sub)[:64]
+    exp = claims.exp
     # An agent's access token names its registration; a `pxt login` session names its person.
-    agent = "registration_type" in claims
+    agent = claims.registration_type is not UNSET
     return Credentials(
         reg=sub if agent else None,
         user=None if agent else sub,
-        token=str(claims.get("jti", ""))[:64],
+        token=str(claims.jti)[:64],
         token_exp=exp if isinstance(exp, int | float) else None,
     )
 
@@ -122,6 +136,16 @@ def failed(status: int | None, error_code: str | None = None) -> bool:
     if not isinstance(status, int) or isinstance(status, bool):  # the dashboard's, read from any event's JSON
         return False
     return (status == 0 or status >= 400) and error_code not in PENDING
+
+
+@dataclass
+class _Answered:
+    """What an answer said that the journal keeps: its status (0 while none was sent: a dropped request), its
+    `Retry-After`, and an error answer's code."""
+
+    status: int = 0
+    retry_after: str | None = None
+    error_code: str | None = None
 
 
 class RequestJournal:
@@ -152,10 +176,10 @@ class RequestJournal:
         after = self.last_seq()
         digest = hashlib.sha256()
         peek = bytearray()
-        answer: dict[str, Any] = {"status": 0}
+        answer = _Answered()
         said = bytearray()  # the start of an error answer's body
 
-        async def receive_body() -> Any:
+        async def receive_body() -> ReceiveMessage:
             message = await receive()
             if message["type"] == "http.request":
                 chunk = message.get("body", b"")
@@ -166,11 +190,11 @@ class RequestJournal:
 
         async def send_answer(message: Message) -> None:
             if message["type"] == "http.response.start":
-                answer["status"] = message["status"]
+                answer.status = message["status"]
                 for name, value in message.get("headers", ()):
                     if name.lower() == b"retry-after":
-                        answer["retry_after"] = value.decode("latin-1")
-            elif message["type"] == "http.response.body" and answer["status"] >= 400 and len(said) < _ANSWER_PEEK:
+                        answer.retry_after = value.decode("latin-1")
+            elif message["type"] == "http.response.body" and answer.status >= 400 and len(said) < _ANSWER_PEEK:
                 said.extend(message.get("body", b"")[: _ANSWER_PEEK - len(said)])
             await send(message)
 
@@ -178,11 +202,11 @@ class RequestJournal:
             await self.app(scope, receive_body, send_answer)
         finally:
             if said:
-                answer["error_code"] = _error_code(bytes(said))
+                answer.error_code = _error_code(bytes(said))
             self._record(scope, answer, digest.hexdigest()[:16] if peek else None, bytes(peek), began, after)
 
     def _record(
-        self, scope: HTTPScope, answer: dict[str, Any], body: str | None, peek: bytes, began: float, after: int
+        self, scope: HTTPScope, answer: _Answered, body: str | None, peek: bytes, began: float, after: int
     ) -> None:
         headers: dict[bytes, bytes] = {}
         for name, value in scope.get("headers", ()):
@@ -201,7 +225,7 @@ class RequestJournal:
             origin=self.origin,
             method=scope["method"],
             path=scope["path"][:512],
-            status=answer["status"],
+            status=answer.status,
             ms=round((time.monotonic() - began) * 1000, 1),
             rt=round(began, 3),  # real time (monotonic): how long an agent waited, even on a frozen clock
             after=after,
@@ -210,8 +234,8 @@ class RequestJournal:
             user=who.user,
             token=who.token,
             token_exp=who.token_exp,
-            retry_after=answer["retry_after"][:32] if "retry_after" in answer else None,
-            error_code=answer.get("error_code") or None,
+            retry_after=answer.retry_after[:32] if answer.retry_after is not None else None,
+            error_code=answer.error_code or None,
             idem=idem.decode("latin-1")[:255] if idem is not None else None,
             body=body,
             secret_in_url=secret_in_query(query) if query and not issued else None,

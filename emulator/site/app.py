@@ -7,6 +7,7 @@ from typing import Any
 import msgspec
 from litestar import Response, get
 from litestar.datastructures import State
+from litestar.types import ASGIApp, Receive, Scope, Send
 
 from emulator.admin import routes as admin
 from emulator.core import openapi
@@ -35,10 +36,10 @@ class Liveness:
     test fixtures, load balancers in CI) call it in tight loops; behind the Host check and the fault rules (a rule
     can still fail it), and without Litestar's routing and response building, it costs what a bare app's does."""
 
-    def __init__(self, app: Any) -> None:
+    def __init__(self, app: ASGIApp) -> None:
         self.app = app
 
-    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http" and scope["path"] == "/health" and scope["method"] == "GET":
             await send({"type": "http.response.start", "status": 200, "headers": _HEALTH_HEAD})
             await send({"type": "http.response.body", "body": _HEALTHY})

@@ -79,6 +79,33 @@ class AskInput(msgspec.Struct):
     prefer_applied: bool
 
 
+# The event stream's messages (NLWeb's): one JSON object per `data:` event, `message_type` first.
+class _Message(msgspec.Struct, tag_field="message_type"):
+    pass
+
+
+class Begin(_Message, tag="begin-nlweb-response", rename={"meta": "_meta"}):
+    query_id: str
+    query: str
+    meta: AskMeta
+
+
+class Results(_Message, tag="result"):
+    content: list[AskResult]
+
+
+class Summary(_Message, tag="summary"):
+    message: str
+
+
+class End(_Message, tag="end-nlweb-response"):
+    query_id: str
+
+
+class Complete(_Message, tag="complete"):
+    pass
+
+
 # --- parsing --------------------------------------------------------------------------------------
 
 
@@ -91,7 +118,7 @@ class AskCall(msgspec.Struct):
     method: str
     ip: str
     headers: dict[bytes, str]  # read_headers
-    query: dict[str, Any]  # the query string's parameters (the last of each name)
+    query: dict[str, str]  # the query string's parameters (the last of each name)
     raw_query: str
     body: bytes
 
@@ -105,31 +132,46 @@ def read_headers(raw: Iterable[tuple[bytes, bytes]]) -> dict[bytes, str]:
     return found
 
 
-def _params(call: AskCall) -> dict[str, Any]:
-    params, body, headers = dict(call.query), call.body, call.headers
-    if call.method != "POST" or not body.strip():
-        return params
-    ctype = headers.get(b"content-type", "")
-    # curl -d sends JSON labelled as a form; a body that starts like JSON is read as JSON.
-    if ctype.startswith("application/x-www-form-urlencoded") and not body.lstrip().startswith((b"{", b"[")):
-        form = parse_qs(body.decode("utf-8", "replace"), keep_blank_values=True)
-        params.update({k: v[0] for k, v in form.items()})
-        return params
+class AskParams(msgspec.Struct):
+    """The parameters /ask reads, from the query string, a form body or a JSON body, each as sent (any JSON): `parse`
+    checks them one by one, to name the one that is wrong in its 400."""
+
+    query: object = None  # a string, or NLWeb v0.54's {"text": ...}
+    q: object = None
+    prefer: object = None  # {"streaming": ...}
+    streaming: object = None
+    query_id: object = None
+
+
+def _params(call: AskCall) -> AskParams:
+    params: dict[str, object] = dict(call.query)  # then a body's fields, which win
+    body, headers = call.body, call.headers
+    if call.method == "POST" and body.strip():
+        ctype = headers.get(b"content-type", "")
+        # curl -d sends JSON labelled as a form; a body that starts like JSON is read as JSON.
+        if ctype.startswith("application/x-www-form-urlencoded") and not body.lstrip().startswith((b"{", b"[")):
+            form = parse_qs(body.decode("utf-8", "replace"), keep_blank_values=True)
+            params.update({k: v[0] for k, v in form.items()})
+        else:
+            params.update(_json_fields(body))
+    return msgspec.convert(params, AskParams)
+
+
+def _json_fields(body: bytes) -> dict[str, object]:
     try:
         parsed = jsonbody.decode(body)
     except jsonbody.NotJson as e:
         raise INVALID_JSON(f"the request body is not valid JSON: {e}") from None
     if not isinstance(parsed, dict):
         raise bad_request('the request body must be a JSON object such as {"query": "..."}')
-    params.update(parsed)
-    return params
+    return parsed
 
 
-def _query(params: dict[str, Any]) -> str:
-    name = "query" if params.get("query") is not None else "q" if params.get("q") is not None else None
+def _query(params: AskParams) -> str:
+    name = "query" if params.query is not None else "q" if params.q is not None else None
     if name is None:
         raise bad_request("a non-empty `query` is required (or its alias `q`)")
-    value = params[name]
+    value = params.query if name == "query" else params.q
     if isinstance(value, dict) and "text" in value:
         value, name = value["text"], f"{name}.text"
     if not isinstance(value, str):
@@ -142,7 +184,7 @@ def _query(params: dict[str, Any]) -> str:
     return text
 
 
-def _flag(value: Any, name: str) -> bool | None:
+def _flag(value: object, name: str) -> bool | None:
     if value is None or isinstance(value, bool):
         return value
     if isinstance(value, str) and value.lower() in ("true", "false", "1", "0"):
@@ -175,16 +217,16 @@ def parse(call: AskCall, site: Site) -> AskInput:
     headers = call.headers
     params = _params(call)
     query = _query(params)
-    prefer = params.get("prefer")
+    prefer = params.prefer
     if prefer is not None and not isinstance(prefer, dict):
         raise bad_request('`prefer` must be an object such as {"streaming": true}')
     body_choice = _flag(prefer.get("streaming"), "prefer.streaming") if prefer else None
     header_choice = _prefer_header(headers.get(b"prefer"))
-    legacy_choice = _flag(params.get("streaming"), "streaming")
+    legacy_choice = _flag(params.streaming, "streaming")
     asks, admits = _accepts_stream(headers.get(b"accept", ""))
     explicit = next((c for c in (body_choice, header_choice, legacy_choice) if c is not None), None)
     streaming = asks if explicit is None else explicit and admits
-    qid = params.get("query_id")
+    qid = params.query_id
     try:
         query_id = str(uuid.UUID(qid)) if isinstance(qid, str) else site.core.ids.uuid()
     except ValueError:
@@ -204,25 +246,24 @@ def _meta(site: Site, streaming: bool) -> AskMeta:
     return AskMeta("summary", "0.1", site.core.settings.site_name, streaming)
 
 
-def _sse(payload: dict[str, Any], retry_ms: int | None = None) -> bytes:
+def _sse(message: _Message, retry_ms: int | None = None) -> bytes:
     # One JSON object per unnamed `data:` event, so EventSource.onmessage sees every one. A `retry:` rides in an
     # event's own block: alone in a block, SSE clients such as httpx-sse make it an event with empty data, which
     # breaks the JSON-per-event reading their documentation shows.
     retry = b"" if retry_ms is None else b"retry: %d\n" % retry_ms
-    return retry + b"data: " + _encode(payload) + b"\n\n"
+    return retry + b"data: " + _encode(message) + b"\n\n"
 
 
 async def _stream(site: Site, ask: AskInput) -> AsyncIterator[bytes]:
     results, answer = _results(site, ask.query)
-    meta = msgspec.to_builtins(_meta(site, True))
     # An EventSource reconnects when the stream ends, after `retry` ms (3 s by default): a naive page would spend
     # the whole rate limit asking again. One rate window between reconnects keeps it inside the limit.
-    begin = {"message_type": "begin-nlweb-response", "query_id": ask.query_id, "query": ask.query, "_meta": meta}
+    begin = Begin(ask.query_id, ask.query, _meta(site, True))
     yield _sse(begin, retry_ms=site.core.settings.ask_rate_window * 1000)
-    yield _sse({"message_type": "result", "content": msgspec.to_builtins(results)})
-    yield _sse({"message_type": "summary", "message": answer})
-    yield _sse({"message_type": "end-nlweb-response", "query_id": ask.query_id})
-    yield _sse({"message_type": "complete"})
+    yield _sse(Results(results))
+    yield _sse(Summary(answer))
+    yield _sse(End(ask.query_id))
+    yield _sse(Complete())
 
 
 async def answer(site: Site, call: AskCall) -> Answer:
@@ -230,10 +271,11 @@ async def answer(site: Site, call: AskCall) -> Answer:
     rate-limit headers; refusals in the site's error format. The route and AskFastPath both answer with it."""
     key = read_key(call.headers.get(b"idempotency-key")) if call.method == "POST" else None
     quota = None
-    state: dict[str, Any] = {}
+    asked: AskInput | None = None  # what the journal says of the call: unset on a refusal or a replayed answer
+    found: int | None = None
 
     async def produce() -> Answer:
-        nonlocal quota
+        nonlocal quota, asked, found
         quota = site.ask_limiter.hit(call.ip)
         if not quota.allowed:
             msg = f"{quota.limit} requests per minute per IP on /ask; retry in {quota.reset} s"
@@ -243,7 +285,7 @@ async def answer(site: Site, call: AskCall) -> Answer:
             ask = parse(call, site)
         except ApiError as exc:
             return Answer(exc.status, {"Content-Type": "application/json"}, error_bytes(exc))
-        state["ask"] = ask
+        asked = ask
         await site.core.faults.checkpoint("/ask")
         headers = {"Vary": "Accept, Prefer"}
         if ask.prefer_applied:
@@ -252,7 +294,7 @@ async def answer(site: Site, call: AskCall) -> Answer:
             return Answer(200, headers, stream=_stream(site, ask))
         results, answer = _results(site, ask.query)
         success = AskSuccess(ask.query_id, ask.query, results, answer, _meta(site, False))
-        state["results"] = len(results)
+        found = len(results)
         return Answer(200, {**headers, "Content-Type": "application/json"}, _encode(success))
 
     fp = ""
@@ -260,15 +302,14 @@ async def answer(site: Site, call: AskCall) -> Answer:
         fp = fingerprint(call.body, call.headers.get(b"accept", ""), call.headers.get(b"prefer", ""), call.raw_query)
     done, replayed = await guarded(site.idempotency, f"{call.ip} POST /ask", key, fp, produce)
     rate = site.ask_limiter.headers(quota if quota is not None else site.ask_limiter.peek(call.ip))
-    ask = state.get("ask")
     site.core.bus.publish(
         call.ip,
         SiteAsk(
             method=call.method,
             status=done.status,
-            query=ask.query if ask else None,
-            streaming=bool(ask and ask.streaming),
-            results=state.get("results"),
+            query=asked.query if asked else None,
+            streaming=bool(asked and asked.streaming),
+            results=found,
             replayed=replayed,
         ),
     )

@@ -12,14 +12,14 @@ It does what applies to every public path, before routing and at the cost of a f
 from __future__ import annotations
 
 from email.utils import format_datetime
-from typing import Any
+
+from litestar.types import ASGIApp, Message, Receive, Scope, Send
 
 from emulator.config import SUPPORTED_API_VERSIONS, Settings
 from emulator.core.boundary import Boundary, asgi_headers
 from emulator.core.errors import BAD_REQUEST
 from emulator.site.errors import error_bytes
 
-ASGIApp = Any
 _EXPOSE = b"RateLimit, RateLimit-Policy, Retry-After, API-Version, Deprecation, Sunset, Idempotent-Replayed"
 _ALLOW_HEADERS = (
     b"Content-Type, Accept, Prefer, Idempotency-Key, API-Version, Authorization, X-api-key, "
@@ -46,11 +46,11 @@ class SiteGate:
             if dep.sunset_at is not None:
                 self._extra.append((b"sunset", format_datetime(dep.sunset_at, usegmt=True).encode()))
 
-    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        path: str = scope["path"]
+        path = scope["path"]
         refusal = self.boundary.check(scope["method"], path, asgi_headers(scope["headers"]))
         if refusal is not None:
             await _send(send, refusal.status, error_bytes(refusal), self._extra)
@@ -61,7 +61,8 @@ class SiteGate:
         if path == "/v1" or path.startswith("/v1/"):
             rest = path[3:] or "/"
             if not rest.startswith("/api/"):
-                scope = dict(scope, path=rest, raw_path=rest.encode())
+                scope = scope.copy()
+                scope["path"], scope["raw_path"] = rest, rest.encode()
         requested = None
         for name, value in scope["headers"]:
             if name == b"api-version":
@@ -90,7 +91,7 @@ class SiteGate:
             )
             return
 
-        async def send_with_headers(message: dict[str, Any]) -> None:
+        async def send_with_headers(message: Message) -> None:
             if message["type"] == "http.response.start":
                 message["headers"] = [*message.get("headers", ()), *extra]
             await send(message)
@@ -98,9 +99,9 @@ class SiteGate:
         await self.app(scope, receive, send_with_headers)
 
 
-async def _send(send: Any, status: int, body: bytes, headers: list[tuple[bytes, bytes]]) -> None:
+async def _send(send: Send, status: int, body: bytes, headers: list[tuple[bytes, bytes]]) -> None:
     head = [*headers]
     if body:
         head += [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
     await send({"type": "http.response.start", "status": status, "headers": head})
-    await send({"type": "http.response.body", "body": body})
+    await send({"type": "http.response.body", "body": body, "more_body": False})

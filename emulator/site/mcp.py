@@ -11,7 +11,7 @@ are HTTP 200 with an `error` object, as the product spec says; only transport ru
 from __future__ import annotations
 
 import json
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 import msgspec
 from litestar import Request, Response, delete, get, post
@@ -19,9 +19,10 @@ from msgspec import UNSET, UnsetType
 
 from emulator.core import jsonbody, openapi
 from emulator.core.errors import ApiError
+from emulator.core.openapi import JsonSchema
 from emulator.core.payloads import SiteMcp
 from emulator.site.idempotency import Answer, fingerprint, guarded, read_key
-from emulator.site.state import Site, site_of
+from emulator.site.state import Integration, Site, site_of
 
 PRODUCT_PROTOCOL = "2025-06-18"
 SUPPORTED_PROTOCOLS = ("2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25")
@@ -51,7 +52,10 @@ _RESULT_ITEM = {
     },
     "required": ["name", "url", "description"],
 }
-JsonSchema = dict[str, Any]  # a tool's input or output, as JSON Schema describes it
+# A JSON object as a client sends it (a method's params, a tool's arguments): open until the method's params type or
+# the tool's input schema checks it.
+JsonObject = dict[str, Any]
+P = TypeVar("P", bound=msgspec.Struct)
 
 
 class ToolAnnotations(msgspec.Struct, rename="camel", frozen=True):
@@ -131,6 +135,41 @@ TOOLS: list[Tool] = [
 ]
 
 
+class SearchDocsArgs(msgspec.Struct, frozen=True):
+    """search_docs' arguments, once its input schema has checked them."""
+
+    query: str
+    limit: int = 5
+
+
+class ListIntegrationsArgs(msgspec.Struct, frozen=True):
+    """list_integrations' arguments, once its input schema has checked them."""
+
+    category: str | None = None
+
+
+class FoundPage(msgspec.Struct, frozen=True):
+    """A documentation page search_docs found."""
+
+    name: str
+    url: str
+    description: str
+
+
+class SearchDocsAnswer(msgspec.Struct, frozen=True):
+    """search_docs' structured content (its output schema)."""
+
+    query: str
+    answer: str
+    results: list[FoundPage]
+
+
+class IntegrationsAnswer(msgspec.Struct, frozen=True):
+    """list_integrations' structured content (its output schema)."""
+
+    integrations: list[Integration]
+
+
 class Text(msgspec.Struct):
     type: Literal["text"]
     text: str
@@ -141,7 +180,7 @@ class ToolResult(msgspec.Struct, rename="camel", kw_only=True):
     it is an error the model can correct (a bad argument) rather than a protocol error."""
 
     content: list[Text]
-    structured_content: dict[str, Any] | UnsetType = UNSET
+    structured_content: SearchDocsAnswer | IntegrationsAnswer | UnsetType = UNSET
     is_error: bool
 
 
@@ -169,7 +208,24 @@ class JsonRpcRequest(msgspec.Struct):
     jsonrpc: str
     method: str
     id: str | int | None = None
-    params: dict[str, Any] | None = None
+    params: JsonObject | None = None  # each method's own: InitializeParams, CallParams, none for the others
+
+
+class InitializeParams(msgspec.Struct, rename="camel"):
+    """What `initialize` reads of its params (the client's capabilities and info are not read)."""
+
+    protocol_version: str
+
+
+class CallParams(msgspec.Struct):
+    """`tools/call`'s params. `arguments` is any JSON here: it is checked once the tool is known, and a wrong one is
+    the model's to correct (an `isError` result), not a protocol error. `args` and `input` are where a client that
+    misplaced the arguments put them (it is told where they go)."""
+
+    name: str
+    arguments: object = UNSET
+    args: object = UNSET
+    input: object = UNSET
 
 
 class JsonRpcError(msgspec.Struct, omit_defaults=True):
@@ -216,10 +272,16 @@ def descriptor() -> McpDescriptor:
 # --- methods --------------------------------------------------------------------------------------
 
 
-def _initialize(params: dict[str, Any]) -> InitializeResult:
-    requested = params.get("protocolVersion")
-    if not isinstance(requested, str):
-        raise _Failure(INVALID_PARAMS, "initialize needs params.protocolVersion (a string)")
+def _params(params: JsonObject, type_: type[P], problem: str) -> P:
+    """A method's params as its type, or the JSON-RPC invalid-params error `problem`."""
+    try:
+        return msgspec.convert(params, type_)
+    except msgspec.ValidationError:
+        raise _Failure(INVALID_PARAMS, problem) from None
+
+
+def _initialize(params: JsonObject) -> InitializeResult:
+    requested = _params(params, InitializeParams, "initialize needs params.protocolVersion (a string)").protocol_version
     # Echo a version we speak; otherwise offer ours and let the client decide.
     version = requested if requested in SUPPORTED_PROTOCOLS else PRODUCT_PROTOCOL
     return InitializeResult(version, {"tools": {"listChanged": False}}, SERVER_INFO, INSTRUCTIONS)
@@ -230,9 +292,9 @@ def _tool_error(text: str) -> ToolResult:
     return ToolResult(content=[Text("text", text)], is_error=True)
 
 
-def _check_args(tool: Tool, args: dict[str, Any]) -> str | None:
+def _check_args(tool: Tool, args: JsonObject) -> str | None:
     schema = tool.input_schema
-    props: dict[str, Any] = schema["properties"]
+    props: dict[str, JsonSchema] = schema["properties"]
     unknown = sorted(set(args) - set(props))
     if unknown:
         known = ", ".join(props) or "none"
@@ -257,38 +319,42 @@ def _check_args(tool: Tool, args: dict[str, Any]) -> str | None:
     return None
 
 
-def _search_docs(site: Site, args: dict[str, Any]) -> ToolResult:
-    query = args["query"].strip()
-    hits, answer = site.docs.lookup(query, limit=args.get("limit", 5))
-    results = [{"name": h.name, "url": site.base_url + h.path, "description": h.description} for h in hits]
-    lines = [answer, ""] + [f"- {r['name']}: {r['url']}\n  {r['description']}" for r in results]
-    structured = {"query": query, "answer": answer, "results": results}
+def _search_docs(site: Site, checked: JsonObject) -> ToolResult:
+    args = msgspec.convert(checked, SearchDocsArgs)
+    query = args.query.strip()
+    hits, answer = site.docs.lookup(query, limit=args.limit)
+    results = [FoundPage(h.name, site.base_url + h.path, h.description) for h in hits]
+    lines = [answer, ""] + [f"- {r.name}: {r.url}\n  {r.description}" for r in results]
+    structured = SearchDocsAnswer(query, answer, results)
     return ToolResult(content=[Text("text", "\n".join(lines).strip())], structured_content=structured, is_error=False)
 
 
-def _list_integrations(site: Site, args: dict[str, Any]) -> ToolResult:
-    category = args.get("category")
-    items = [i for i in site.integrations if category is None or i.get("category") == category.strip().lower()]
+def _list_integrations(site: Site, checked: JsonObject) -> ToolResult:
+    category = msgspec.convert(checked, ListIntegrationsArgs).category
+    items = [i for i in site.integrations if category is None or i.category == category.strip().lower()]
     if category is not None and not items:
-        known = ", ".join(sorted({i.get("category", "") for i in site.integrations}))
+        known = ", ".join(sorted({i.category or "" for i in site.integrations}))
         return _tool_error(f"list_integrations: no integrations in category {category!r}; categories: {known}")
-    text = "\n".join(f"- {i['name']} ({i.get('category')}): {i.get('description', '')}" for i in items)
-    return ToolResult(content=[Text("text", text)], structured_content={"integrations": items}, is_error=False)
+    text = "\n".join(f"- {i.name} ({_shown(i.category)}): {i.description or ''}" for i in items)
+    return ToolResult(content=[Text("text", text)], structured_content=IntegrationsAnswer(items), is_error=False)
+
+
+def _shown(field: str | UnsetType) -> str | None:
+    return None if field is UNSET else field  # a field the integrations file leaves out reads "None"
 
 
 _TOOL_IMPLS = {"search_docs": _search_docs, "list_integrations": _list_integrations}
 
 
-def _call_tool(site: Site, params: dict[str, Any]) -> ToolResult:
-    name = params.get("name")
-    if not isinstance(name, str):
-        raise _Failure(INVALID_PARAMS, "tools/call needs params.name (a string)")
+def _call_tool(site: Site, params: JsonObject) -> ToolResult:
+    call = _params(params, CallParams, "tools/call needs params.name (a string)")
+    name = call.name
     tool = next((t for t in TOOLS if t.name == name), None)
     if tool is None:
         raise _Failure(INVALID_PARAMS, f"Unknown tool: {name}; tools: {', '.join(_TOOL_IMPLS)}")
-    if "arguments" not in params and ("args" in params or "input" in params):
+    if call.arguments is UNSET and (call.args is not UNSET or call.input is not UNSET):
         return _tool_error(f"{name}: pass the tool's arguments in params.arguments")
-    args = params.get("arguments") or {}
+    args = call.arguments or {}
     if not isinstance(args, dict):
         return _tool_error(f"{name}: params.arguments must be an object")
     problem = _check_args(tool, args)

@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
+import msgspec
 from litestar import Request
+from msgspec import UNSET, UnsetType
 
+from emulator.config import ConfigError
 from emulator.core.boundary import Boundary
 from emulator.core.clientip import client_ip
 from emulator.core.context import Core
@@ -17,6 +21,27 @@ from emulator.site.idempotency import Idempotency
 from emulator.site.ratelimit import RateLimiter
 from emulator.site.search import DocsIndex
 from emulator.tunnel.forward import ForwardProxy
+
+
+class Integration(msgspec.Struct, frozen=True, omit_defaults=True):
+    """An AI provider or tool Pixeltable integrates with (fixtures/integrations.json, or the `integrations` file a
+    user names), as list_integrations answers it: a field the file leaves out stays out."""
+
+    name: str
+    id: str | UnsetType = UNSET
+    category: str | UnsetType = UNSET
+    description: str | UnsetType = UNSET
+    module: str | UnsetType = UNSET
+    secrets: list[str] | UnsetType = UNSET
+
+
+def load_integrations(path: Path) -> list[Integration]:
+    if not path.is_file():
+        return []
+    try:
+        return msgspec.json.decode(path.read_bytes(), type=list[Integration])
+    except msgspec.ValidationError as e:
+        raise ConfigError(f"integrations {path}: {e}") from None
 
 
 @dataclass
@@ -31,7 +56,7 @@ class Site:
     platform: Platform  # the hosted platform (trials, and the admin API's views and acts)
     proxy: ForwardProxy  # the exported proxy's forward half, for status
     boundary: Boundary  # the local-only boundary, which the site's gate applies
-    integrations: list[dict[str, Any]] = field(default_factory=list)
+    integrations: list[Integration] = field(default_factory=list)
     started_at: float = 0.0
     endpoints: dict[str, str] = field(default_factory=dict)
 
