@@ -17,8 +17,10 @@ from __future__ import annotations
 import ipaddress
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
 from urllib.parse import urlsplit
+
+from litestar.enums import ScopeType
+from litestar.types import ASGIApp, Message, Receive, Scope, Send
 
 from emulator.core.errors import FORBIDDEN, UNSUPPORTED_MEDIA_TYPE, ApiError
 
@@ -143,13 +145,13 @@ _CORS_READABLE = ("/.well-known/",)  # what any page may read from the identity 
 class BoundaryGate:
     """The boundary as an ASGI layer in front of an origin's app (the site applies it in its own gate)."""
 
-    def __init__(self, app: Any, boundary: Boundary, render: Render) -> None:
+    def __init__(self, app: ASGIApp, boundary: Boundary, render: Render) -> None:
         self.app = app
         self.boundary = boundary
         self.render = render
 
-    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
-        if scope["type"] != "http":
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != ScopeType.HTTP:  # the enum (a str), not "http": the type checker then reads what follows
             await self.app(scope, receive, send)
             return
         refusal = self.boundary.check(scope["method"], scope["path"], asgi_headers(scope["headers"]))
@@ -157,11 +159,11 @@ class BoundaryGate:
             kind, body = self.render(refusal)
             head = [(b"content-type", kind), (b"content-length", str(len(body)).encode())]
             await send({"type": "http.response.start", "status": refusal.status, "headers": head})
-            await send({"type": "http.response.body", "body": body})
+            await send({"type": "http.response.body", "body": body, "more_body": False})
             return
         if scope["method"] in ("GET", "HEAD") and scope["path"].startswith(_CORS_READABLE):
 
-            async def send_cors(message: dict[str, Any]) -> None:
+            async def send_cors(message: Message) -> None:
                 if message["type"] == "http.response.start":
                     message["headers"] = [*message.get("headers", ()), (b"access-control-allow-origin", b"*")]
                 await send(message)

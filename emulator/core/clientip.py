@@ -8,13 +8,15 @@ from __future__ import annotations
 
 from typing import Any
 
+from litestar.types import Scope
+
 
 def client_ip(request: Any, trust_forwarded: bool) -> str:
     """`request`: a Litestar request (anything with the ASGI `scope`)."""
     return scope_client_ip(request.scope, trust_forwarded)
 
 
-def scope_client_ip(scope: dict[str, Any], trust_forwarded: bool) -> str:
+def scope_client_ip(scope: Scope, trust_forwarded: bool) -> str:
     """The rule, read from an ASGI scope (also for what is answered before a router)."""
     if trust_forwarded:
         for name, value in scope.get("headers", ()):

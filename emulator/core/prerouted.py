@@ -10,11 +10,14 @@ from __future__ import annotations
 
 from typing import Any
 
+from litestar.types import HTTPScope, Receive, Send
+
 SMALL_BODY = 16 * 1024  # larger bodies go through the router and its body limits
 
 
-def small_body(scope: dict[str, Any]) -> bool:
-    """A request body this side may read whole: a `Content-Length` of at most SMALL_BODY, not chunked."""
+def small_body(scope: HTTPScope | dict[str, Any]) -> bool:
+    """A request body this side may read whole: a `Content-Length` of at most SMALL_BODY, not chunked. (A plain
+    dict: the identity provider's token fast path, until its scope is an HTTPScope.)"""
     length = b""
     for name, value in scope["headers"]:
         if name == b"content-length" or name == b"transfer-encoding":
@@ -22,7 +25,7 @@ def small_body(scope: dict[str, Any]) -> bool:
     return length.isdigit() and int(length) <= SMALL_BODY
 
 
-async def read_body(receive: Any) -> bytes | None:
+async def read_body(receive: Receive) -> bytes | None:
     """The whole request body, or None when the client went away first (nothing is to be answered)."""
     body = b""
     while True:
@@ -38,8 +41,8 @@ def raw_headers(headers: dict[str, str]) -> list[tuple[bytes, bytes]]:
     return [(k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in headers.items()]
 
 
-async def send_whole(send: Any, status: int, headers: list[tuple[bytes, bytes]], ctype: bytes, body: bytes) -> None:
+async def send_whole(send: Send, status: int, headers: list[tuple[bytes, bytes]], ctype: bytes, body: bytes) -> None:
     """A response with its body in one message, after the given headers, its `Content-Type` and length."""
     headers = [*headers, (b"content-type", ctype), (b"content-length", str(len(body)).encode())]
     await send({"type": "http.response.start", "status": status, "headers": headers})
-    await send({"type": "http.response.body", "body": body})
+    await send({"type": "http.response.body", "body": body, "more_body": False})

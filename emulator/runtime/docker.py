@@ -24,7 +24,7 @@ import shutil
 import threading
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 from emulator.core.address import Address
 from emulator.core.processes import alive
@@ -34,7 +34,7 @@ from emulator.runtime.bridge import Relays
 from emulator.runtime.environments import BuildFailed
 from emulator.runtime.images import BUILDER_LABEL, Images, tag_of
 from emulator.runtime.sockets import LISTEN_PRIVATE, SocketDir
-from emulator.runtime.workload import Log, Spec, release_spare
+from emulator.runtime.workload import Log, Resources, Size, Spec, release_spare
 
 log = logging.getLogger("emulator.runtime.docker")
 PORT = 8000
@@ -48,6 +48,15 @@ DISK_FULL_BELOW = 1_000_000  # bytes free
 DEFAULT_SHARES, SPARE_SHARES = 1024, 2  # a spare imports at the lowest CPU weight, and gets the default when used
 # Start the relay of the emulator's ports, then become the workload (so it gets the container's signals).
 _ENTRY = "gw=$0; ports=$1; shift; python3 " + HELPER + ' forward "$gw" $ports & exec "$@"'
+
+
+class Limits(TypedDict, total=False):
+    """What `containers.run` is given of a workload's size (docker-py's keyword arguments)."""
+
+    nano_cpus: int
+    mem_limit: str
+    memswap_limit: str
+    cpu_shares: int
 
 
 def docker_client() -> Any | None:
@@ -73,7 +82,7 @@ class ContainerWorkload:
         self,
         container: Any,
         digest: str,
-        resources: dict[str, Any],
+        resources: Resources,
         role: str,
         socket: Path | None = None,
         spare: bool = False,
@@ -257,7 +266,7 @@ class DockerLauncher:
         return self.root / "disks" / (mountpoint.relative_to(self.root).as_posix().replace("/", "_") + ".img")
 
     async def _disk(
-        self, mountpoint: Path, size_gb: Any, log: Log, owner: tuple[Path, str], *, disposable: bool = False
+        self, mountpoint: Path, size_gb: Size, log: Log, owner: tuple[Path, str], *, disposable: bool = False
     ) -> None:
         if "disk_gb" in self.missing or not size_gb:
             await asyncio.to_thread(mountpoint.mkdir, parents=True, exist_ok=True)
@@ -276,8 +285,8 @@ class DockerLauncher:
         if changed:
             await log(f"disk of {float(size_gb):g} GB {'grown' if existed else 'made'} for {mountpoint.name}")
 
-    async def prepare_dir(self, base: Path, resources: dict[str, Any], log: Log) -> None:
-        await self._disk(base, resources.get("disk_gb"), log, (base, ""))
+    async def prepare_dir(self, base: Path, resources: Resources, log: Log) -> None:
+        await self._disk(base, resources.disk_gb, log, (base, ""))
 
     async def remove_dir(self, base: Path) -> None:
         pod = self.pods.pop(base, None)
@@ -343,7 +352,7 @@ class DockerLauncher:
         if spec.role == "service":
             cache = self._caches(spec.base) / spec.label
             owner = (spec.base, spec.service)
-            await self._disk(cache, spec.resources.get("file_cache_gb"), log, owner, disposable=True)
+            await self._disk(cache, spec.resources.file_cache_gb, log, owner, disposable=True)
             volumes[str(cache)] = {"bind": f"{DATA}/home/file_cache", "mode": "rw"}
         run = ["python3", "-m", spec.module]
         socket = None
@@ -354,9 +363,9 @@ class DockerLauncher:
             volumes[str(own)] = {"bind": SOCKET_DIR, "mode": "rw"}
             socket = own / "server.sock"
             run = ["python3", "-c", LISTEN_PRIVATE, f"{SOCKET_DIR}/server.sock", spec.module]
-        limits: dict[str, Any] = {}
+        limits: Limits = {}
         if spec.role != "prepare":
-            cpu, memory = spec.resources.get("cpu"), spec.resources.get("memory_mb")
+            cpu, memory = spec.resources.cpu, spec.resources.memory_mb
             if cpu:
                 limits["nano_cpus"] = int(float(cpu) * 1e9)
             if memory:

@@ -17,12 +17,11 @@ import shutil
 import signal
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
-from typing import Any
 
 from emulator.core.address import Address
 from emulator.runtime.environments import Environments
 from emulator.runtime.sockets import LISTEN_PRIVATE, SocketDir
-from emulator.runtime.workload import Log, Spec, release_spare
+from emulator.runtime.workload import Log, Resources, Spec, release_spare
 
 log = logging.getLogger("emulator.runtime")
 STOP_TIMEOUT = 20.0
@@ -112,7 +111,7 @@ async def _kill_group(pgid: int) -> None:
 
 class ProcessWorkload:
     def __init__(
-        self, proc: asyncio.subprocess.Process, socket: Path, digest: str, resources: dict[str, Any], record: Path
+        self, proc: asyncio.subprocess.Process, socket: Path, digest: str, resources: Resources, record: Path
     ) -> None:
         self.proc = proc
         self.socket = socket
@@ -193,7 +192,7 @@ class ProcessLauncher:
     def listen(self) -> tuple[str, int]:
         return "127.0.0.1", 0  # fixed-address mode (no lock file); start() moves the server to its socket
 
-    async def prepare_dir(self, base: Path, resources: dict[str, Any], log: Log) -> None:
+    async def prepare_dir(self, base: Path, resources: Resources, log: Log) -> None:
         await asyncio.to_thread(base.mkdir, parents=True, exist_ok=True)
 
     async def remove_dir(self, base: Path) -> None:

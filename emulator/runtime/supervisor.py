@@ -17,18 +17,33 @@ import asyncio
 import dataclasses
 import logging
 import shutil
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Protocol
+
+import msgspec
 
 from emulator.core.address import Address
 from emulator.core.payloads import GatewayRequest
 from emulator.core.snapshots import copy_tree, copy_tree_async
 from emulator.core.tasks import cancel
-from emulator.gateway.server import DatabaseGateway, FaultHook, Target
+from emulator.gateway.server import DatabaseGateway, FaultHook, Resolve, Target
 from emulator.runtime.environments import Build, BuildFailed
-from emulator.runtime.workload import POD, PREPARE, SERVER, Launcher, Log, Spec, Workload, answers, healthy, resized
+from emulator.runtime.workload import (
+    POD,
+    PREPARE,
+    SERVER,
+    Launcher,
+    Log,
+    Resources,
+    Size,
+    Spec,
+    Workload,
+    answers,
+    healthy,
+    resized,
+)
 
 log = logging.getLogger("emulator.runtime")
 HEALTH_TIMEOUT = 300.0
@@ -51,14 +66,42 @@ class Place:
         return (self.org_id, self.db)
 
 
-@dataclass(frozen=True)
+class ProjectVersions(msgspec.Struct, frozen=True):
+    """What the runtime reads of a project's fingerprint (the client's ProjectFingerprint): the Pixeltable and the
+    Python its environment is built with."""
+
+    pixeltable_version: str | None = None
+    python_version: str | None = None
+
+
+@dataclass(frozen=True, init=False)
 class Release:
     """What a database's server runs: its environment's digest, the project it was given, and its size."""
 
     digest: str
-    fingerprint: dict[str, Any] | None
+    project: ProjectVersions | None  # None: no project yet
     archive: Path | None  # the project archive (a blob), when there is a project
-    resources: dict[str, Any] = field(default_factory=dict)
+    resources: Resources
+
+    def __init__(
+        self,
+        digest: str,
+        fingerprint: ProjectVersions | Mapping[str, object] | None,
+        archive: Path | None,
+        resources: Resources | Mapping[str, object] | None = None,
+    ) -> None:
+        """A mapping is the stored JSON (the fingerprint as the client sent it, the row's sizes), as hosted/ hands
+        it over until it passes the types: read here, once."""
+        if not fingerprint:  # an empty fingerprint is no project, as before
+            project = None
+        elif isinstance(fingerprint, ProjectVersions):
+            project = fingerprint
+        else:
+            project = msgspec.convert(fingerprint, ProjectVersions)
+        object.__setattr__(self, "digest", digest)
+        object.__setattr__(self, "project", project)
+        object.__setattr__(self, "archive", archive)
+        object.__setattr__(self, "resources", Resources() if resources is None else Resources.of(resources))
 
 
 @dataclass(frozen=True)
@@ -69,13 +112,23 @@ class Environment:
     secrets: dict[str, str]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, init=False)
 class ServiceRelease:
     base_path: str
     name: str
     app_module: str
-    resources: dict[str, Any]
+    resources: Resources
     label: str  # "name" or "base/name"
+
+    def __init__(
+        self, base_path: str, name: str, app_module: str, resources: Resources | Mapping[str, object], label: str
+    ) -> None:
+        """A mapping is the service's stored `resources`, as hosted/ hands it over until it passes Resources."""
+        object.__setattr__(self, "base_path", base_path)
+        object.__setattr__(self, "name", name)
+        object.__setattr__(self, "app_module", app_module)
+        object.__setattr__(self, "resources", Resources.of(resources))
+        object.__setattr__(self, "label", label)
 
 
 class Reporter(Protocol):
@@ -87,7 +140,7 @@ class Reporter(Protocol):
         """A database's server exited on its own (the next use starts it again)."""
         ...
 
-    async def disk_full(self, place: Place, service: str, limit_gb: Any) -> None: ...
+    async def disk_full(self, place: Place, service: str, limit_gb: Size) -> None: ...
 
     def request(self, place: Place, served: GatewayRequest) -> None:
         """A request a gateway answered (or refused)."""
@@ -124,7 +177,7 @@ class Supervisor:
         self.gateways: dict[tuple[str, str], tuple[DatabaseGateway, int]] = {}
         self._places: dict[tuple[str, str], Place] = {}
         self._readers: dict[int, asyncio.Task[None]] = {}
-        self._sizes: dict[tuple[str, str, str, str], dict[str, Any]] = {}  # each service's last started size
+        self._sizes: dict[tuple[str, str, str, str], Resources] = {}  # each service's last started size
         # Spares: a service's next generation, a database's next server and prepare_project, started once the
         # current one serves, its imports done and waiting (listen_private.py); with the spec each was made from. A
         # start with the same command, environment and sizes takes it. Keyed (org_id, db, base_path, name) for a
@@ -232,11 +285,11 @@ class Supervisor:
         async def log_line(line: str) -> None:
             await self.reporter.line(place, line)
 
-        fingerprint = release.fingerprint or {}
+        project = release.project or ProjectVersions()
         build = Build(
             release.digest,
-            fingerprint.get("pixeltable_version"),
-            fingerprint.get("python_version"),
+            project.pixeltable_version,
+            project.python_version,
             release.archive,
             log_line,
             force,
@@ -258,7 +311,7 @@ class Supervisor:
     async def start_database(self, place: Place, release: Release, env: Environment) -> None:
         """(Re)start the database's server: environment, project, daemon; returns once it is healthy."""
         self._places[place.key] = place
-        sizes = dict(release.resources)
+        sizes = release.resources
         await self.build(place, release)
         await self._stop_database(place.key)
         base = self.directory(place.org_id, place.db)
@@ -283,7 +336,7 @@ class Supervisor:
         ready_mark = base / "release.ready"
         ready_mark.unlink(missing_ok=True)
         server_env, project_args = dict(workload_env), []
-        if release.fingerprint:
+        if release.project is not None:
             server_env["PXT_EMULATOR_START_AFTER"] = f"{seen}/release.ready"
             project_args = ["--project-dir", f"{seen}/release/project"]
         bind, port = self.launcher.listen()
@@ -305,7 +358,7 @@ class Supervisor:
         self._follow(place, running)
         self.running[place.key] = running
         try:
-            if release.fingerprint:
+            if release.project is not None:
                 await self._prepare_project(place, release, base, seen, workload_env, sizes, db_log)
                 ready_mark.touch()
         except BaseException:
@@ -317,12 +370,10 @@ class Supervisor:
         await db_log(f"the Pixeltable server started, listening on {running.address}")
         await self._await_ready(running, healthy, "the Pixeltable server", db_log)
         self._keep_spare((*place.key, "server"), spec)
-        if release.fingerprint:
+        if release.project is not None:
             self._keep_spare((*place.key, "prepare"), self._prepare_spec(place, release, seen, workload_env, sizes))
 
-    def _prepare_spec(
-        self, place: Place, release: Release, seen: str, env: dict[str, str], sizes: dict[str, Any]
-    ) -> Spec:
+    def _prepare_spec(self, place: Place, release: Release, seen: str, env: dict[str, str], sizes: Resources) -> Spec:
         return Spec(
             "prepare",
             f"{place.slug}-{place.db}-prepare",
@@ -341,7 +392,7 @@ class Supervisor:
         base: Path,
         seen: str,
         env: dict[str, str],
-        sizes: dict[str, Any],
+        sizes: Resources,
         db_log: Log,
     ) -> None:
         """The real prepare_project: fetch the release's archive through the control plane and unpack it."""
@@ -585,7 +636,7 @@ class Supervisor:
         self.gateways[place.key] = (gateway, port)
         return port
 
-    def _resolver(self, place: Place) -> Any:
+    def _resolver(self, place: Place) -> Resolve:
         async def resolve(credential: str | None, path: str) -> Target | tuple[int, str]:
             match = None
             for base, name in sorted(self.service_places(*place.key), key=lambda c: -len(c[0])):
@@ -651,7 +702,8 @@ class Supervisor:
         await self._disk_full(place, running, service)
 
     async def _disk_full(self, place: Place, running: Workload | None, service: str) -> None:
-        limit = (running.resources if running else {}).get("file_cache_gb" if service else "disk_gb")
+        sizes = running.resources if running else Resources()
+        limit = sizes.file_cache_gb if service else sizes.disk_gb
         await self.reporter.disk_full(place, service, limit)
 
     async def _retire(self, running: Workload) -> None:

@@ -11,10 +11,12 @@ import asyncio
 import contextlib
 import json
 import os
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, Protocol
+from typing import Literal, Protocol
+
+import msgspec
 
 from emulator.core.address import Address
 from emulator.runtime.environments import Builds, Log
@@ -27,14 +29,38 @@ POD = "pixeltable.serving.pod_runner"
 WORKLOAD_MODULES = (PREPARE, SERVER, POD)
 # Every size a workload can be given: what a launcher enforces, and what a resize compares.
 SIZES = ("cpu", "memory_mb", "disk_gb", "file_cache_gb", "workers")
+# A size as the plan or the client gave it: an int stays an int, so a change reads `workers 1 → 2` as before.
+Size = int | float | None
 
 
-def resized(before: dict[str, Any], after: dict[str, Any]) -> list[str]:
-    """The size changes between two resource sets, as `name old → new` (empty when nothing changed)."""
+class Resources(msgspec.Struct, frozen=True, kw_only=True):
+    """A workload's size (None: not given): what a launcher enforces and what a resize compares. A database has
+    a `disk_gb`, a service a `file_cache_gb`."""
+
+    cpu: Size = None
+    memory_mb: Size = None
+    disk_gb: Size = None
+    file_cache_gb: Size = None
+    workers: Size = None
+
+    @classmethod
+    def of(cls, sizes: Resources | Mapping[str, object]) -> Resources:
+        """`sizes` as Resources. A mapping is a stored row's JSON object (a database's `current` or `target`, a
+        service's `resources`), which hosted/ hands over until it passes Resources: its other keys are ignored."""
+        return sizes if isinstance(sizes, Resources) else msgspec.convert(sizes, cls)
+
+    def size(self, name: str) -> Size:
+        return getattr(self, name)
+
+
+def resized(before: Resources | Mapping[str, object], after: Resources | Mapping[str, object]) -> list[str]:
+    """The size changes between two resource sets, as `name old → new` (empty when nothing changed); a size not
+    given after is not a change."""
+    old, new = Resources.of(before), Resources.of(after)
     return [
-        f"{k} {before.get(k)} → {after.get(k)}"
+        f"{k} {old.size(k)} → {new.size(k)}"
         for k in SIZES
-        if k in after and before.get(k) is not None and before.get(k) != after.get(k)
+        if new.size(k) is not None and old.size(k) is not None and old.size(k) != new.size(k)
     ]
 
 
@@ -47,7 +73,7 @@ class Spec:
     module: str
     args: list[str]
     env: dict[str, str]
-    resources: dict[str, Any] = field(default_factory=dict)  # cpu, memory_mb, disk_gb / file_cache_gb, workers
+    resources: Resources = field(default_factory=Resources)
     database: Workload | None = None  # a service's database (a container joins its pod)
     service: str = ""  # a service's label ("name" or "base/name")
     spare: bool = False  # a service's spare: imports at a low CPU priority, then waits to be released
@@ -66,7 +92,7 @@ def release_spare(socket_dir: Path, env: dict[str, str], unset: list[str]) -> No
 class Workload(Protocol):
     digest: str
     ready: bool
-    resources: dict[str, Any]
+    resources: Resources
 
     @property
     def address(self) -> Address:
@@ -119,7 +145,7 @@ class Launcher(Protocol):
         file); listen_private.py then moves it to its private socket."""
         ...
 
-    async def prepare_dir(self, base: Path, resources: dict[str, Any], log: Log) -> None:
+    async def prepare_dir(self, base: Path, resources: Resources, log: Log) -> None:
         """Make the database's directory ready for its workloads (a disk of its size, where enforced)."""
         ...
 
