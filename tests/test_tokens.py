@@ -187,14 +187,18 @@ async def test_revocation(emu: Emulator) -> None:
 
 def test_a_checked_signature_is_remembered_for_the_same_key_only(tmp_path) -> None:
     """The signer remembers tokens it verified (an agent presents the same one many times): the claims it hands out
-    are copies, and a new key (a loaded snapshot's) forgets them all, so an old token is refused again."""
-    from emulator.hosted.signing import InvalidToken, Signer
+    are frozen, and a new key (a loaded snapshot's) forgets them all, so an old token is refused again."""
+    from emulator.hosted.signing import AgentClaims, InvalidToken, Signer
 
     signer = Signer.load_or_create(tmp_path / "a")
-    token = signer.sign("at+jwt", {"sub": "agent_reg_1"})
+    sent = AgentClaims(
+        iss="a", aud="a", sub="agent_reg_1", client_id="agent_reg_1", jti="at_1", iat=0, exp=1, registration_type="x"
+    )
+    token = signer.sign("at+jwt", sent)
     _, claims = signer.verify(token)
-    claims["sub"] = "changed by a caller"
-    assert signer.verify(token) == ("at+jwt", {"sub": "agent_reg_1"})
+    with pytest.raises(AttributeError):
+        claims.sub = "changed by a caller"  # pyright: ignore[reportAttributeAccessIssue]
+    assert signer.verify(token) == ("at+jwt", sent)
     with pytest.raises(InvalidToken):
         signer.verify(token[:-4] + ("AAAA" if not token.endswith("AAAA") else "BBBB"))  # a bad signature never is
     Signer.load_or_create(tmp_path / "b")

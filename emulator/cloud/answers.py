@@ -2,8 +2,8 @@
 of 0.7.21: `ApiKeyRecord`, `DatabaseReport`, `ServiceInstanceRecord`, and the answers that carry them).
 
 Every field is sent, `null` included, as the product does; the domain's records become these here, at the edge.
-Resources (`DatabaseResources`, a service's spec) stay open objects: the client defines them and the emulator keeps
-what it was sent.
+A database's resources are the domain's `DatabaseResources`; a project fingerprint and a service's spec stay open
+objects (`AsSent`): the client defines them and the emulator keeps what it was sent.
 """
 
 from __future__ import annotations
@@ -13,10 +13,8 @@ from typing import Any, Literal
 import msgspec
 
 from emulator.core.clock import iso
-from emulator.hosted.records import ApiKey, Database, Receipt, Service
+from emulator.hosted.records import ApiKey, AsSent, Database, DatabaseResources, Receipt, Service
 from emulator.hosted.states import BuildOutcome, DbState, ServiceState
-
-Resources = dict[str, Any]  # a DatabaseResources or a service's resources, as the client sent them
 
 
 class Answer(msgspec.Struct, kw_only=True):
@@ -91,7 +89,7 @@ class Secrets(Answer):
 
 
 class DatabaseStatus(Answer):
-    resources: Resources
+    resources: DatabaseResources
     state: DbState
     last_build_outcome: BuildOutcome | None
     last_build_error: str | None
@@ -101,7 +99,7 @@ class DatabaseStatus(Answer):
 
 class DatabaseReport(Answer):
     db: str | None
-    target_resources: Resources | None
+    target_resources: DatabaseResources | None
     current: DatabaseStatus | None
     receipt: Receipt | None
 
@@ -117,7 +115,7 @@ class DatabaseReport(Answer):
                 last_build_outcome=row.last_build_outcome,
                 last_build_error=row.last_build_error,
                 failure_reason=row.failure_reason,
-                md_version=current.get("pxt_md_version"),
+                md_version=current.pxt_md_version,
             )
         return cls(db=row.name, target_resources=row.target, current=status, receipt=row.receipt)
 
@@ -156,7 +154,7 @@ class ReceiptAnswer(Answer):
 class Archive(Answer):
     presigned_url: str
     digest: str
-    fingerprint: dict[str, Any]  # the client's ProjectFingerprint, as it sent it
+    fingerprint: AsSent  # the client's ProjectFingerprint
 
 
 class LogRecord(Answer):
@@ -207,7 +205,7 @@ class Upload(Answer):
 class PlanAnswer(Answer):
     generations: Generations
     report: DatabaseReport
-    services: list[dict[str, Any]]  # the current specs of the services the change names, as they were accepted
+    services: list[AsSent]  # the current specs of the services the change names, as they were accepted
     upload: Upload | None  # where to put the archive, when the emulator does not hold it yet
     plan: None = None
 
@@ -225,7 +223,7 @@ class ServiceInstanceRecord(Answer):
     error: str | None
     fingerprint: Any
     update_pending: bool
-    resources: Resources
+    resources: AsSent  # as its accepted spec holds them (filled in: plans.ServiceSize)
     description: str | None
     receipt: Receipt | None
 

@@ -10,8 +10,6 @@ operations that pixeltable 0.7.18 replaced (database and service changes became 
 
 from __future__ import annotations
 
-from typing import Any
-
 from emulator.core.errors import CLIENT_TOO_OLD
 
 # The oldest client whose management protocol is the emulator's (pixeltable/service/management_protocol.py is the same
@@ -32,7 +30,7 @@ RETIRED_OPERATIONS = {
 RETIRED_FIELDS = {"org_slug": "org", "db_slug": "db"}
 
 
-def _version_sent(body: dict[str, Any]) -> str | None:
+def _version_sent(body: dict[str, object]) -> str | None:
     """The client's version where a request carries it: a project fingerprint's `pixeltable_version` (database and
     service changes send one, at the top or in their target)."""
     for holder in (body, *(v for v in body.values() if isinstance(v, dict))):
@@ -44,10 +42,11 @@ def _version_sent(body: dict[str, Any]) -> str | None:
     return None
 
 
-def refuse_old_client(body: dict[str, Any]) -> None:
-    """Raise a 400 that names the client as too old and says what to install, when `body` is an old client's."""
+def refuse_old_client(body: dict[str, object]) -> None:
+    """Raise a 400 that names the client as too old and says what to install, when `body` (a JSON object not yet
+    decoded by its operation's type) is an old client's."""
     op = body.get("operation_type")
-    if op in RETIRED_OPERATIONS:
+    if isinstance(op, str) and op in RETIRED_OPERATIONS:
         why = f"it sent {op}, which pixeltable >= {MIN_CLIENT} does not send (it sends {RETIRED_OPERATIONS[op]})"
     elif old := sorted(RETIRED_FIELDS.keys() & body.keys()):
         why = f"its {op} sent {', '.join(old)} (now {', '.join(RETIRED_FIELDS[f] for f in old)})"

@@ -191,10 +191,10 @@ async def get_archive(p: Platform, caller: Caller, req: rq.DbScoped) -> a.Archiv
     org_id, slug = await p.scope(caller, req.org, "access", _db(req))
     row = await databases.require(p.core.store, org_id, slug, _db(req))
     # The release being deployed (the desired state), which is what a starting pod must run.
-    release = row.target or row.current or {}
-    if not row.archive_sha256 or not release.get("fingerprint"):
+    release = row.target or row.current
+    fingerprint = release.fingerprint if release is not None else None
+    if not row.archive_sha256 or not fingerprint:
         raise NOT_FOUND(f"database {row.name} has no project yet (run pxt db update)")
-    fingerprint = release["fingerprint"]
     return a.Archive(
         presigned_url=p.blobs.signed_url(row.archive_sha256),
         digest=databases.archive_digest(fingerprint),

@@ -11,9 +11,12 @@ pxtfs_protocol.py): `org` is optional everywhere (the credential's organization)
 
 from __future__ import annotations
 
+from types import UnionType
 from typing import Annotated, Any, Literal
 
 import msgspec
+
+from emulator.hosted.records import AsSent
 
 HOME = "home"
 # A generation: a counter kept in SQLite, so within its 64-bit signed integers.
@@ -162,7 +165,7 @@ def check_shape(value: Any, shape: Any, at: str) -> None:
         raise ValueError(f"{message} - at `$.{at}`") from None
 
 
-KEPT_AS_SENT: dict[str, Any] = {
+KEPT_AS_SENT: dict[str, UnionType] = {
     "database_target": DatabaseTarget | None,
     "service_mutations": list[ServiceMutation] | None,
 }
@@ -171,9 +174,9 @@ does not read included), checked as these types when decoded and shown as them i
 
 
 class PrepareUpdate(DbScoped, kw_only=True):
-    database_target: dict[str, Any] | None = None
+    database_target: AsSent | None = None
     blob: Blob | None = None
-    service_mutations: list[dict[str, Any]] | None = None
+    service_mutations: list[AsSent] | None = None
 
     def __post_init__(self) -> None:
         for name, shape in KEPT_AS_SENT.items():

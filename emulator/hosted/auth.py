@@ -18,7 +18,7 @@ from emulator.core.errors import BAD_REQUEST, FORBIDDEN, UNAUTHORIZED, ApiError
 from emulator.core.store import one
 from emulator.hosted import keys, orgs
 from emulator.hosted.keys import GRANT
-from emulator.hosted.signing import ACCESS_TOKEN_TYP, InvalidToken, Signer
+from emulator.hosted.signing import ACCESS_TOKEN_TYP, InvalidToken, SessionClaims, Signer
 
 
 @dataclass(frozen=True)
@@ -103,20 +103,20 @@ class Authenticator:
             typ, claims = self.signer.verify(token)
         except InvalidToken:
             raise UNAUTHORIZED("the bearer token is not valid") from None
-        if typ != ACCESS_TOKEN_TYP or claims.get("aud") != self.api_url:
+        if typ != ACCESS_TOKEN_TYP or not isinstance(claims, SessionClaims) or claims.aud != self.api_url:
             raise UNAUTHORIZED("the bearer token was not issued for this control plane")
-        if float(claims.get("exp", 0)) <= self.core.clock.now():
+        if claims.exp <= self.core.clock.now():
             raise UNAUTHORIZED("the session token has expired")
         # the sessions table is the identity provider's; it is only read here
         session = await one(
             self.core.store,
             "SELECT s.revoked_at, u.id AS user_id, u.email FROM sessions s JOIN users u ON u.id = s.user_id "
             "WHERE s.id = ?",
-            (claims.get("sid"),),
+            (claims.sid,),
         )
         if session is None or session["revoked_at"] is not None:
             raise UNAUTHORIZED("the session was signed out")
-        org_id = claims.get("org_id") or None
+        org_id = claims.org_id or None
         slug = None
         if org_id:
             org = await orgs.member_org(self.core.store, session["user_id"], org_id)

@@ -18,7 +18,7 @@ from emulator.core.context import Core
 from emulator.core.errors import NOT_FOUND
 from emulator.core.store import Db, one, run
 from emulator.hosted import plans, receipts, states
-from emulator.hosted.records import Database, Receipt, fetch_all, fetch_one
+from emulator.hosted.records import AsSent, Database, DatabaseResources, Receipt, fetch_all, fetch_one
 from emulator.hosted.states import BuildOutcome, DbState, IllegalTransition
 
 _SELECT = "SELECT d.*, o.slug FROM databases d JOIN orgs o ON o.id = d.org_id"
@@ -28,12 +28,12 @@ def canonical(value: Any) -> str:
     return json.dumps(value, sort_keys=True, separators=(",", ":"))
 
 
-def archive_digest(fingerprint: dict[str, Any]) -> str:
+def archive_digest(fingerprint: AsSent) -> str:
     """`ProjectFingerprint.archive_digest()` of the client: sha256 of the canonical JSON of `files`."""
     return hashlib.sha256(canonical(fingerprint.get("files", {})).encode()).hexdigest()
 
 
-def environment_digest(fingerprint: dict[str, Any] | None) -> str:
+def environment_digest(fingerprint: AsSent | None) -> str:
     """What the environment (the image) depends on: manifests, Python, system packages, pixeltable, uv options."""
     if not fingerprint:
         return "base"
@@ -86,7 +86,7 @@ async def insert(
 ) -> None:
     """A new database: AVAILABLE on the plan's base resources, or (`provisioning`) waiting for its first update."""
     db_id = core.ids.ident("db_")
-    current = None if provisioning else json.dumps(plans.base_resources(trial))
+    current = None if provisioning else _column(plans.base_resources(trial))
     await run(
         conn,
         "INSERT INTO databases (org_id, name, id, state, current, created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
@@ -99,8 +99,8 @@ class DbChange(msgspec.Struct, kw_only=True):
 
     state: DbState | UnsetType = UNSET
     generation: int | UnsetType = UNSET
-    current: dict[str, Any] | UnsetType | None = UNSET
-    target: dict[str, Any] | UnsetType | None = UNSET
+    current: DatabaseResources | UnsetType | None = UNSET
+    target: DatabaseResources | UnsetType | None = UNSET
     receipt: Receipt | UnsetType = UNSET
     archive_sha256: str | UnsetType | None = UNSET
     last_build_outcome: BuildOutcome | UnsetType | None = UNSET
@@ -112,11 +112,11 @@ class DbChange(msgspec.Struct, kw_only=True):
     gateway_port: int | UnsetType | None = UNSET
 
 
-def _column(name: str, value: Any) -> Any:
+def _column(value: Any) -> Any:
     if isinstance(value, Receipt):
         return receipts.encode(value)
-    if name in ("current", "target") and value is not None:
-        return json.dumps(value)
+    if isinstance(value, DatabaseResources):  # as json.dumps has always written the column (", " and ": ")
+        return json.dumps(msgspec.to_builtins(value))
     return value
 
 
@@ -130,7 +130,7 @@ async def update(db: Db, org_id: str, name: str, now: float, change: DbChange) -
         allowed = states.sources(change.state)
         where += f" AND state IN ({', '.join('?' * len(allowed))})"
         params += allowed
-    values = [_column(k, v) for k, v in fields.items()]
+    values = [_column(v) for v in fields.values()]
     changed = await run(db, f"UPDATE databases SET {sets}updated_at = ? WHERE {where}", (*values, now, *params))
     if not changed and isinstance(change.state, DbState):
         found = await one(db, "SELECT state FROM databases WHERE org_id = ? AND name = ?", (org_id, name))
@@ -154,7 +154,7 @@ async def accept(
     now: float,
     *,
     state: DbState,
-    target: dict[str, Any] | None = None,
+    target: DatabaseResources | None = None,
     archive_sha256: str | None = None,
     submission: str | None = None,
 ) -> None:

@@ -59,7 +59,7 @@ from emulator.core.payloads import (
     IdpUserCreated,
 )
 from emulator.core.store import Store
-from emulator.hosted.signing import ACCESS_TOKEN_TYP, ASSERTION_TYP, InvalidToken, Signer
+from emulator.hosted.signing import ACCESS_TOKEN_TYP, ASSERTION_TYP, AgentClaims, InvalidToken, Signer
 
 JWT_BEARER = "urn:ietf:params:oauth:grant-type:jwt-bearer"
 # Anonymous registrations get two read-only scopes: one public, one free tier.
@@ -105,7 +105,7 @@ RegistrationType = Annotated[str, msgspec.Meta(extra_json_schema={"enum": ["anon
 ClaimMethod = Annotated[str, msgspec.Meta(extra_json_schema={"enum": ["service_auth"]})]
 
 
-def decode(raw: dict[str, Any], kind: type[T], refusals: Refusals) -> T:
+def decode(raw: dict[str, object], kind: type[T], refusals: Refusals) -> T:
     try:
         return msgspec.convert(raw, kind)
     except msgspec.ValidationError as e:
@@ -137,7 +137,7 @@ class Registration(msgspec.Struct, kw_only=True):
     refresh_token: str | None = None
 
     @classmethod
-    def of(cls, raw: dict[str, Any]) -> Registration:
+    def of(cls, raw: dict[str, object]) -> Registration:
         if "requested_credential_type" in raw:  # a field of an old protocol: refused by name
             raise INVALID_REQUEST(
                 "requested_credential_type is from an old protocol: register with {type: anonymous} or "
@@ -156,7 +156,7 @@ class ClaimStart(msgspec.Struct, kw_only=True):
     login_hint: str | None = None
 
     @classmethod
-    def of(cls, raw: dict[str, Any]) -> ClaimStart:
+    def of(cls, raw: dict[str, object]) -> ClaimStart:
         method = INVALID_REQUEST('the claim method is type: "service_auth" (for anonymous registrations too)')
         refusals: Refusals = {
             "type": lambda _: method,
@@ -173,7 +173,7 @@ class ClaimCompletion(msgspec.Struct, kw_only=True):
     claim_token: str
 
     @classmethod
-    def of(cls, raw: dict[str, Any]) -> ClaimCompletion:
+    def of(cls, raw: dict[str, object]) -> ClaimCompletion:
         if "otp" in raw and "user_code" not in raw:  # an older name of the code
             raise INVALID_REQUEST("send the code as user_code")
         code = INVALID_REQUEST("user_code must be the 6 digits shown on the claim page")
@@ -266,21 +266,22 @@ class Identity:
 
     # --- tokens -----------------------------------------------------------------------------------
 
-    def assertion(self, reg: sqlite3.Row | dict[str, Any]) -> tuple[str, float]:
+    def assertion(self, reg_id: str, reg_type: str, claimed_email: str | None) -> tuple[str, float]:
+        """A registration's identity assertion; a claimed one's names the person's e-mail."""
         now = self.core.clock.now()
         exp = now + self._s.assertion_ttl
-        claims: dict[str, Any] = {
-            "iss": self.urls.auth,
-            "aud": self.urls.auth,
-            "sub": reg["id"],
-            "client_id": reg["id"],
-            "jti": self.core.ids.ident("asr_"),
-            "iat": int(now),
-            "exp": int(exp),
-            "registration_type": reg["type"],
-        }
-        if reg["status"] == "claimed":
-            claims |= {"email": reg["claimed_email"], "email_verified": True}
+        claims = AgentClaims(
+            iss=self.urls.auth,
+            aud=self.urls.auth,
+            sub=reg_id,
+            client_id=reg_id,
+            jti=self.core.ids.ident("asr_"),
+            iat=int(now),
+            exp=int(exp),
+            registration_type=reg_type,
+        )
+        if claimed_email is not None:
+            claims = msgspec.structs.replace(claims, email=claimed_email, email_verified=True)
         return self.signer.sign(ASSERTION_TYP, claims), exp
 
     async def exchange(self, assertion: str, scope: str | None) -> AccessToken:
@@ -291,10 +292,15 @@ class Identity:
             raise INVALID_GRANT(f"the assertion is not valid: {e}") from None
         if typ == ACCESS_TOKEN_TYP:
             raise INVALID_GRANT("this is an access token; send the identity assertion")
-        if typ != ASSERTION_TYP or claims.get("iss") != self.urls.auth or claims.get("aud") != self.urls.auth:
+        if (
+            typ != ASSERTION_TYP
+            or not isinstance(claims, AgentClaims)
+            or claims.iss != self.urls.auth
+            or claims.aud != self.urls.auth
+        ):
             raise INVALID_GRANT("the assertion was not issued by this identity provider")
         now = self.core.clock.now()
-        if float(claims.get("exp", 0)) <= now:
+        if claims.exp <= now:
             raise INVALID_GRANT("the assertion has expired; refresh the registration or register again")
         jti = self.core.ids.ident("at_")
         exp = now + self._s.access_token_ttl
@@ -302,10 +308,10 @@ class Identity:
         def record(db: sqlite3.Connection) -> tuple[sqlite3.Row, list[str]]:
             # The registration's state and the token's record in one transaction: a claim or a deletion
             # committed in between cannot leave a token of the state before it.
-            reg = db.execute("SELECT * FROM registrations WHERE id = ?", (claims.get("sub"),)).fetchone()
+            reg = db.execute("SELECT * FROM registrations WHERE id = ?", (claims.sub,)).fetchone()
             if reg is None:
                 raise INVALID_GRANT("the registration no longer exists; register again")
-            if reg["status"] == "claimed" and "email" not in claims:
+            if reg["status"] == "claimed" and claims.email is UNSET:
                 raise INVALID_GRANT("this registration was claimed; use the assertion the claim returned")
             granted = POST_CLAIM_SCOPES if reg["status"] == "claimed" else PRE_CLAIM_SCOPES
             scopes = granted
@@ -325,17 +331,17 @@ class Identity:
         reg, scopes = await self.core.store.write(record)
         token = self.signer.sign(
             ACCESS_TOKEN_TYP,
-            {
-                "iss": self.urls.auth,
-                "aud": self.urls.site,
-                "sub": reg["id"],
-                "client_id": reg["id"],
-                "scope": " ".join(scopes),
-                "jti": jti,
-                "iat": int(now),
-                "exp": int(exp),
-                "registration_type": reg["type"],
-            },
+            AgentClaims(
+                iss=self.urls.auth,
+                aud=self.urls.site,
+                sub=reg["id"],
+                client_id=reg["id"],
+                scope=" ".join(scopes),
+                jti=jti,
+                iat=int(now),
+                exp=int(exp),
+                registration_type=reg["type"],
+            ),
         )
         self.core.bus.publish(reg["id"], IdpTokenIssued(scope=" ".join(scopes), expires_at=iso(exp)))
         return AccessToken(token, "Bearer", self._s.access_token_ttl, " ".join(scopes))
@@ -350,24 +356,24 @@ class Identity:
             raise INVALID_TOKEN(
                 f"this is an identity assertion; exchange it at {self.urls.auth}/oauth2/token first",
             )
-        if typ != ACCESS_TOKEN_TYP or claims.get("aud") != self.urls.site or claims.get("iss") != self.urls.auth:
+        if (
+            typ != ACCESS_TOKEN_TYP
+            or not isinstance(claims, AgentClaims)
+            or claims.aud != self.urls.site
+            or claims.iss != self.urls.auth
+        ):
             raise INVALID_TOKEN("the access token was not issued for this site")
-        if float(claims.get("exp", 0)) <= self.core.clock.now():
+        if claims.exp <= self.core.clock.now():
             raise INVALID_TOKEN("the access token has expired; exchange the assertion again")
         row = await self.core.store.fetchone(
             "SELECT t.revoked_at, r.type FROM access_tokens t JOIN registrations r ON r.id = t.registration_id "
             "WHERE t.jti = ?",
-            (claims.get("jti"),),
+            (claims.jti,),
         )
         if row is None or row["revoked_at"] is not None:
             raise INVALID_TOKEN("the access token was revoked; exchange the assertion again")
-        return AccessGrant(
-            str(claims["jti"]),
-            str(claims["sub"]),
-            row["type"],
-            str(claims.get("scope", "")).split(),
-            float(claims["exp"]),
-        )
+        scope = claims.scope if isinstance(claims.scope, str) else ""
+        return AccessGrant(claims.jti, claims.sub, row["type"], scope.split(), float(claims.exp))
 
     async def revoke(self, token: str) -> None:
         """RFC 7009: revoke an access token or a refresh token; unknown tokens are quietly ignored."""
@@ -382,13 +388,13 @@ class Identity:
             if changed:
                 self.core.bus.publish(None, IdpTokenRevoked(token_type="refresh_token"))
             return
-        if typ == ACCESS_TOKEN_TYP:
+        if typ == ACCESS_TOKEN_TYP and isinstance(claims, AgentClaims):  # a session's is the control plane's
             changed = await self.core.store.execute(
                 "UPDATE access_tokens SET revoked_at = ? WHERE jti = ? AND revoked_at IS NULL",
-                (now, claims.get("jti")),
+                (now, claims.jti),
             )
             if changed:
-                self.core.bus.publish(str(claims.get("sub")), IdpTokenRevoked(token_type="access_token"))
+                self.core.bus.publish(claims.sub, IdpTokenRevoked(token_type="access_token"))
 
     # --- registration -----------------------------------------------------------------------------
 
@@ -415,13 +421,7 @@ class Identity:
                 raise INVALID_LOGIN_HINT("login_hint must be an e-mail address")
             login_hint = login_hint.strip()
         now = self.core.clock.now()
-        reg = {
-            "id": self.core.ids.ident("agent_reg_"),
-            "type": kind,
-            "login_hint": login_hint,
-            "status": "registered",
-            "claimed_email": None,
-        }
+        reg_id = self.core.ids.ident("agent_reg_")
         claim_token = self.core.ids.token("clm_", 20)
         claim_exp = now + self._s.claim_ttl
         attempt: Attempt | UnsetType = UNSET
@@ -429,20 +429,20 @@ class Identity:
             await conn.execute(
                 "INSERT INTO registrations (id, type, login_hint, status, claim_token_hash, claim_expires_at, "
                 "client_ip, created_at) VALUES (?, ?, ?, 'registered', ?, ?, ?, ?)",
-                (reg["id"], kind, login_hint, secret_hash(claim_token), claim_exp, ip, now),
+                (reg_id, kind, login_hint, secret_hash(claim_token), claim_exp, ip, now),
             )
             if kind == "service_auth":
-                attempt = await self._new_attempt(conn, reg["id"], login_hint, now)
-        self.core.bus.publish(reg["id"], IdpRegistered(type=kind, login_hint=login_hint, ip=ip))
+                attempt = await self._new_attempt(conn, reg_id, login_hint, now)
+        self.core.bus.publish(reg_id, IdpRegistered(type=kind, login_hint=login_hint, ip=ip))
         claim = ClaimOffer(
             token=claim_token, expires_at=iso(claim_exp), url=f"{self.urls.auth}/agent/identity/claim", attempt=attempt
         )
         if kind == "anonymous":
-            assertion, exp = self.assertion(reg)
+            assertion, exp = self.assertion(reg_id, kind, None)
             grant = Grant(assertion=assertion, expires_at=iso(exp))
             scopes = Scopes(pre_claim=PRE_CLAIM_SCOPES, post_claim=POST_CLAIM_SCOPES)
-            return Registered(id=reg["id"], type=kind, identity=grant, scopes=scopes, claim=claim)
-        return Registered(id=reg["id"], type=kind, scopes=Scopes(post_claim=POST_CLAIM_SCOPES), claim=claim)
+            return Registered(id=reg_id, type=kind, identity=grant, scopes=scopes, claim=claim)
+        return Registered(id=reg_id, type=kind, scopes=Scopes(post_claim=POST_CLAIM_SCOPES), claim=claim)
 
     async def _new_attempt(
         self, conn: aiosqlite.Connection, reg_id: str, login_hint: str | None, now: float
@@ -485,7 +485,8 @@ class Identity:
                 reg = await c.fetchone()
             if reg is None:  # deleted with its tokens (ON DELETE CASCADE): not reachable with a live token
                 raise INVALID_REFRESH_TOKEN("the registration no longer exists")
-        assertion, exp = self.assertion(reg)
+        claimed_email = reg["claimed_email"] if reg["status"] == "claimed" else None
+        assertion, exp = self.assertion(reg["id"], reg["type"], claimed_email)
         self.core.bus.publish(reg["id"], IdpRefreshed())
         renewal = RefreshToken(new_value, iso(new_exp))
         return Refreshed(reg["id"], "refresh", Grant(assertion=assertion, expires_at=iso(exp), refresh_token=renewal))
@@ -570,8 +571,7 @@ class Identity:
             )
             refresh, refresh_exp = await self._new_refresh_token(conn, reg["id"], now)
             await self.ensure_user(conn, email, now)
-        claimed = {**dict(reg), "status": "claimed", "claimed_email": email}
-        assertion, exp = self.assertion(claimed)
+        assertion, exp = self.assertion(reg["id"], reg["type"], email)
         self.core.bus.publish(reg["id"], IdpClaimed(email=email))
         renewal = RefreshToken(refresh, iso(refresh_exp))
         return Claimed(reg["id"], "claimed", Grant(assertion=assertion, expires_at=iso(exp), refresh_token=renewal))

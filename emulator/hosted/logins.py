@@ -27,7 +27,7 @@ from emulator.core.ids import secret_hash
 from emulator.core.payloads import IdpLoginApproved, IdpLoginDenied, IdpLoginStarted, IdpSession, IdpTokenRevoked
 from emulator.hosted import orgs
 from emulator.hosted.identity import Identity, valid_email
-from emulator.hosted.signing import ACCESS_TOKEN_TYP, InvalidToken
+from emulator.hosted.signing import ACCESS_TOKEN_TYP, InvalidToken, SessionClaims
 
 CLIENT_ID = "client_pxt_emulator"
 DEVICE_CODE_TTL = 600
@@ -161,7 +161,7 @@ class Logins:
         except InvalidToken:
             sid = None
         else:
-            sid = claims.get("sid") if typ == ACCESS_TOKEN_TYP else None
+            sid = claims.sid if typ == ACCESS_TOKEN_TYP and isinstance(claims, SessionClaims) else None
         if sid is not None:
             where, arg = "id = ?", str(sid)
         else:
@@ -192,16 +192,16 @@ class Logins:
                 )
         token = self.identity.signer.sign(
             ACCESS_TOKEN_TYP,
-            {
-                "iss": self.identity.urls.auth,
-                "aud": self.identity.urls.api,
-                "sub": user["id"],
-                "email": user["email"],
-                "org_id": org_id,
-                "sid": sid,
-                "iat": int(now),
-                "exp": int(now + SESSION_TOKEN_TTL),
-            },
+            SessionClaims(
+                iss=self.identity.urls.auth,
+                aud=self.identity.urls.api,
+                sub=user["id"],
+                email=user["email"],
+                org_id=org_id,
+                sid=sid,
+                iat=int(now),
+                exp=int(now + SESSION_TOKEN_TTL),
+            ),
         )
         self.core.bus.publish(sid, IdpSession(email=user["email"], org_id=org_id))
         return Session(token, refresh, SessionUser(user["id"], user["email"]), org_id)

@@ -10,9 +10,12 @@ shows as they are.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Literal
+
+import msgspec
 
 from emulator.core.errors import PLAN_LIMIT
+from emulator.hosted.records import AsSent, DatabaseResources, Size
 
 # A database's size keys, as `pixeltable.toml` declares them.
 DATABASE_SIZE = ("cpu", "memory_mb", "workers", "disk_gb")
@@ -37,10 +40,18 @@ def plan_name(trial: bool) -> str:
     return "trial" if trial else "free"
 
 
-def base_resources(trial: bool) -> dict[str, Any]:
+def base_resources(trial: bool) -> DatabaseResources:
     """What a database runs on before its first project: the plan's default size, no project."""
     size = TRIAL_DATABASE if trial else DEFAULT_DATABASE
-    return {**size, "fingerprint": None, "pxt_md_version": PXT_MD_VERSION, "default_bucket": None}
+    return DatabaseResources(
+        cpu=size["cpu"],
+        memory_mb=size["memory_mb"],
+        workers=size["workers"],
+        disk_gb=size["disk_gb"],
+        fingerprint=None,
+        pxt_md_version=PXT_MD_VERSION,
+        default_bucket=None,
+    )
 
 
 def check_new_database(trial: bool, db: str) -> None:
@@ -50,7 +61,7 @@ def check_new_database(trial: bool, db: str) -> None:
         )
 
 
-def check_database_size(target: dict[str, Any], trial: bool) -> None:
+def check_database_size(target: AsSent, trial: bool) -> None:
     """A declared database size within the plan (positivity is the request's own check)."""
     if not trial:
         return
@@ -66,7 +77,16 @@ def check_database_size(target: dict[str, Any], trial: bool) -> None:
         )
 
 
-def service_resources(name: str, declared: dict[str, Any] | None, trial: bool) -> dict[str, Any]:
+class ServiceSize(msgspec.Struct, kw_only=True):
+    """A service's resources as the platform fills them in: the declared ones over the defaults."""
+
+    cpu: Size
+    memory_mb: Size
+    workers: Size
+    file_cache_gb: Size
+
+
+def service_resources(name: str, declared: AsSent | None, trial: bool) -> ServiceSize:
     """A service's resources: the declared ones over the defaults, within the plan."""
     declared = declared or {}
     resources = {k: declared.get(k) if declared.get(k) is not None else v for k, v in DEFAULT_SERVICE.items()}
@@ -77,7 +97,7 @@ def service_resources(name: str, declared: dict[str, Any] | None, trial: bool) -
                 f"A trial service runs on 1 worker with at most 1 CPU and 2048 MB; {name} asks for "
                 f"{', '.join(over)}. Lower them in pixeltable.toml, or claim the organization and upgrade.",
             )
-    return resources
+    return msgspec.convert(resources, ServiceSize)
 
 
 def check_service_count(subject: str, count: int, trial: bool) -> None:

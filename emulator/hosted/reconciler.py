@@ -17,6 +17,8 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
+import msgspec
+
 from emulator.core import kinds
 from emulator.core.address import Address
 from emulator.core.context import Core
@@ -37,7 +39,7 @@ from emulator.hosted.auth import Authenticator
 from emulator.hosted.blobs import Blobs
 from emulator.hosted.databases import DbChange
 from emulator.hosted.receipts import settled
-from emulator.hosted.records import Database, ReceiptError, Service, service_label
+from emulator.hosted.records import AsSent, Database, DatabaseResources, ReceiptError, Service, Size, service_label
 from emulator.hosted.secrets import SecretBox
 from emulator.hosted.states import OBSERVED, BuildOutcome, DbState, Phase, ServiceState
 from emulator.runtime.environments import BuildFailed
@@ -46,6 +48,13 @@ from emulator.runtime.workload import SIZES, Launcher, resized
 
 log = logging.getLogger("emulator.runtime")
 PAUSE_WAIT = 120.0  # seconds a snapshot waits for database and service jobs under way
+
+
+def _sizes(resources: DatabaseResources | None) -> dict[str, Size]:
+    """A database's size members, as the runtime takes a size (none: nothing declared yet)."""
+    if resources is None:
+        return {}
+    return {k: v for k, v in msgspec.structs.asdict(resources).items() if k in SIZES}
 
 
 class Reconciler:
@@ -282,14 +291,16 @@ class Reconciler:
 
     async def _update(self, place: Place, generation: int) -> None:
         row = await self._row(place)
-        target = row.target or {}
-        fingerprint = target.get("fingerprint")
+        target = row.target
+        if target is None:  # accepting an update sets it, in the same transaction as the generation
+            raise INTERNAL(f"database {place.db} has no update to run")
+        fingerprint = target.fingerprint
         digest = databases.environment_digest(fingerprint)
         warnings = []
         failed = self.core.faults.next_update("db_update_fails", place.slug, place.db)
         if failed is not None:
             raise INTERNAL(failed)  # the job's failure: FAILED, with the reason, as any other
-        forced = bool(target.get("force_build_nonce"))
+        forced = bool(target.force_build_nonce)
         if forced:
             await self.line(place, f"rebuilding environment {digest[:12]}, as pxt db build-image asks")
         build_failed = self.core.faults.next_update("build_fails", place.slug, place.db)
@@ -300,7 +311,7 @@ class Reconciler:
         if not built:
             warnings.append(f"environment {digest[:12]} unchanged: not rebuilt")
             await self.line(place, warnings[-1])
-        changes = resized(row.current or {}, target)
+        changes = resized(_sizes(row.current), _sizes(target))
         if changes:
             # One resize, then the one restart below with the new sizes.
             await self.line(place, f"resizing database {place.db}: {', '.join(changes)}")
@@ -403,24 +414,22 @@ class Reconciler:
             await hook(place.org_id, place.db)
 
     def _release(
-        self, row: Database, digest: str, fingerprint: Any, resources: dict[str, Any] | None = None
+        self, row: Database, digest: str, fingerprint: AsSent | None, resources: DatabaseResources | None = None
     ) -> Release:
         archive = self.blobs.path(row.archive_sha256) if row.archive_sha256 else None
-        sizes = {k: v for k, v in (resources or row.current or {}).items() if k in SIZES}
-        return Release(digest, fingerprint or None, archive, sizes)
+        return Release(digest, fingerprint or None, archive, _sizes(resources or row.current))
 
     async def _launch(
         self,
         row: Database,
         *,
         digest: str | None = None,
-        fingerprint: Any = None,
-        resources: dict[str, Any] | None = None,
+        fingerprint: AsSent | None = None,
+        resources: DatabaseResources | None = None,
     ) -> None:
         """(Re)start the database's server on its current release (or the given one)."""
-        current = row.current or {}
-        if fingerprint is None and digest is None:
-            fingerprint = current.get("fingerprint")
+        if fingerprint is None and digest is None and row.current is not None:
+            fingerprint = row.current.fingerprint
         digest = digest or databases.environment_digest(fingerprint)
         place = Place(row.org_id, row.slug, row.name)
         env = await self._environment(place)

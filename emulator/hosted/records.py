@@ -7,12 +7,35 @@ import sqlite3
 from typing import Any, Literal, TypeVar
 
 import msgspec
+from msgspec import UNSET, UnsetType
 
 from emulator.core.store import Db, many, one
 from emulator.hosted.states import BuildOutcome, DbState, Phase, ServiceState
 
 # What a declared state did to one row: made it, changed it, or found it as declared.
 Outcome = Literal["created", "updated", "unchanged"]
+
+AsSent = dict[str, Any]
+"""A JSON object kept as the client sent it (a database target, a project fingerprint, a service mutation): the
+platform checks the members it reads (`cloud.requests`), and stores, hashes and answers back the whole object,
+members it does not read included, so it stays open JSON."""
+
+Size = int | float  # a declared size, answered back as it was declared (1 stays 1, 1.0 stays 1.0)
+
+
+class DatabaseResources(msgspec.Struct, kw_only=True):
+    """A database's `DatabaseResources` (the client's name): its size, the project it runs and its metadata version.
+    A database row's `target` (desired) and `current` (running) are each one."""
+
+    cpu: Size
+    memory_mb: Size
+    workers: Size
+    disk_gb: Size
+    fingerprint: AsSent | None  # the project's ProjectFingerprint (None: no project yet)
+    pxt_md_version: int
+    default_bucket: str | None
+    # an update's (`pxt db build-image` sends one; null otherwise); UNSET: the database was never updated
+    force_build_nonce: str | UnsetType | None = UNSET
 
 
 class ReceiptError(msgspec.Struct):
@@ -71,8 +94,8 @@ class Database(msgspec.Struct, kw_only=True):
     id: str
     state: DbState
     generation: int
-    target: dict[str, Any] | None = None  # the desired DatabaseResources (None: no update yet)
-    current: dict[str, Any] | None = None  # what it runs with
+    target: DatabaseResources | None = None  # the desired resources (None: no update yet)
+    current: DatabaseResources | None = None  # what it runs with
     receipt: Receipt | None = None  # the current generation's
     archive_sha256: str | None = None
     last_build_outcome: BuildOutcome | None = None
@@ -94,7 +117,7 @@ class Service(msgspec.Struct, kw_only=True):
     base_path: str
     name: str
     generation: int
-    desired: dict[str, Any]  # the ServiceMutation last accepted (resources filled in)
+    desired: AsSent  # the ServiceMutation last accepted (resources filled in)
     state: ServiceState
     error: str | None = None
     fingerprint: Any = None  # what its pod reported

@@ -12,7 +12,7 @@ from typing import Any
 
 from emulator.core.store import Db, one, run
 from emulator.hosted import receipts, states
-from emulator.hosted.records import Receipt, Service, fetch_all, fetch_one
+from emulator.hosted.records import AsSent, Receipt, Service, fetch_all, fetch_one
 from emulator.hosted.states import IllegalTransition, ServiceState
 
 _SELECT = "SELECT s.*, o.slug FROM services s JOIN orgs o ON o.id = s.org_id"
@@ -51,7 +51,7 @@ async def count(db: Db, org_id: str) -> int:
 
 
 async def insert(
-    conn: Db, service_id: str, org_id: str, database: str, desired: dict[str, Any], receipt: Receipt, now: float
+    conn: Db, service_id: str, org_id: str, database: str, desired: AsSent, receipt: Receipt, now: float
 ) -> None:
     await run(
         conn,
@@ -80,7 +80,7 @@ async def accept(
     now: float,
     *,
     state: ServiceState,
-    desired: dict[str, Any] | None = None,
+    desired: AsSent | None = None,
     submission: str | None = None,
 ) -> None:
     """A new generation of an existing service: its receipt (here and in the receipts table) and state, and for a

@@ -10,7 +10,6 @@ import base64
 import json
 from collections import OrderedDict
 from pathlib import Path
-from typing import Any
 
 import msgspec
 from cryptography.hazmat.primitives import hashes
@@ -19,6 +18,7 @@ from cryptography.hazmat.primitives.asymmetric.utils import decode_dss_signature
 from joserfc import jwt
 from joserfc.errors import JoseError
 from joserfc.jwk import ECKey
+from msgspec import UNSET, UnsetType
 
 from emulator.core.private import write_private
 
@@ -32,13 +32,62 @@ class InvalidToken(ValueError):
     """Not a token this issuer signed (malformed, wrong signature, wrong type)."""
 
 
+# The claims of the tokens this provider issues, each kind's in the order it has always signed them (a token's bytes
+# follow its fields' order). Frozen: a verified token's claims are remembered and handed to every caller.
+class Claims(msgspec.Struct, kw_only=True, frozen=True, omit_defaults=True):
+    """What every token of this issuer says: who issued it, for whom, about whom."""
+
+    iss: str
+    aud: str
+    sub: str
+
+
+class AgentClaims(Claims, kw_only=True, frozen=True, omit_defaults=True):
+    """An agent's identity assertion (`email` once claimed) or its access token to the site (`scope`)."""
+
+    client_id: str
+    scope: str | UnsetType = UNSET
+    jti: str
+    iat: int
+    exp: int
+    registration_type: str
+    email: str | UnsetType = UNSET
+    email_verified: bool | UnsetType = UNSET
+
+
+class SessionClaims(Claims, kw_only=True, frozen=True, omit_defaults=True):
+    """A `pxt login` session's access token to the control plane (`org_id` null: no organization chosen)."""
+
+    email: str
+    org_id: str | None
+    sid: str
+    iat: int
+    exp: int
+
+
+class Jwk(msgspec.Struct, kw_only=True):
+    """The public half of the signing key (RFC 7517), its members in the order joserfc gives them."""
+
+    crv: str
+    x: str
+    y: str
+    use: str = ""  # these three are the signer's own, set over whatever the key file held
+    alg: str = ""
+    kty: str
+    kid: str = ""
+
+
+class Jwks(msgspec.Struct):
+    keys: list[Jwk]
+
+
 class Signer:
     def __init__(self, key: ECKey) -> None:
         self._key = key
         self.kid: str = key.kid or ""
         # token → (typ, claims) of a good signature: a P-256 check is most of the CPU of a token exchange or an
         # authenticated call, and the answer for the same bytes and key never changes (expiry is checked by callers)
-        self._verified: OrderedDict[str, tuple[str, dict[str, Any]]] = OrderedDict()
+        self._verified: OrderedDict[str, tuple[str, AgentClaims | SessionClaims]] = OrderedDict()
 
     @classmethod
     def load_or_create(cls, state_dir: Path) -> Signer:
@@ -56,7 +105,7 @@ class Signer:
         self._key, self.kid = other._key, other.kid
         self._verified.clear()
 
-    def sign(self, typ: str, claims: dict[str, Any]) -> str:
+    def sign(self, typ: str, claims: Claims) -> str:
         """A compact JWS (RFC 7515) with ES256's raw r||s signature (RFC 7518 §3.4). Made here rather than with
         joserfc's encode, which spent as long in Python as the signature itself: token exchanges 1 400 → 1 600/s.
         joserfc still verifies, and the tests verify with PyJWT too."""
@@ -68,26 +117,28 @@ class Signer:
         r, s = decode_dss_signature(private.sign(signing, ec.ECDSA(hashes.SHA256())))
         return (signing + b"." + _b64(r.to_bytes(32, "big") + s.to_bytes(32, "big"))).decode()
 
-    def verify(self, token: str) -> tuple[str, dict[str, Any]]:
-        """(typ, claims) of a token signed by this key. Expiry is the caller's business (emulator clock)."""
+    def verify(self, token: str) -> tuple[str, AgentClaims | SessionClaims]:
+        """(typ, claims) of a token signed by this key, its claims decoded strictly as the kind it is (a session's
+        names its `sid`). Expiry is the caller's business (emulator clock)."""
         known = self._verified.get(token)
         if known is not None:
             self._verified.move_to_end(token)
-            return known[0], dict(known[1])
+            return known
         try:
             decoded = jwt.decode(token, self._key, algorithms=["ES256"])
-        except (JoseError, ValueError, TypeError) as e:
+            kind = SessionClaims if "sid" in decoded.claims else AgentClaims
+            verified = str(decoded.header.get("typ", "")), msgspec.convert(decoded.claims, kind)
+        except (JoseError, ValueError, TypeError) as e:  # msgspec.ValidationError is a ValueError
             raise InvalidToken(str(e) or type(e).__name__) from None
-        typ, claims = str(decoded.header.get("typ", "")), dict(decoded.claims)
         if len(token) <= _CACHEABLE_LEN:
-            self._verified[token] = (typ, claims)
+            self._verified[token] = verified
             if len(self._verified) > _VERIFIED_KEPT:
                 self._verified.popitem(last=False)
-        return typ, dict(claims)
+        return verified
 
-    def jwks(self) -> dict[str, Any]:
-        public = self._key.as_dict(private=False)
-        return {"keys": [{**public, "use": "sig", "alg": "ES256", "kid": self.kid}]}
+    def jwks(self) -> Jwks:
+        public = msgspec.convert(self._key.as_dict(private=False), Jwk)
+        return Jwks([msgspec.structs.replace(public, use="sig", alg="ES256", kid=self.kid)])
 
 
 def _b64(data: bytes) -> bytes:

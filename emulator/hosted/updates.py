@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass, field
-from typing import Any
+
+import msgspec
 
 from emulator.core import kinds
 from emulator.core.context import Core
@@ -19,7 +20,7 @@ from emulator.core.payloads import DbUpdateAccepted, ServiceAccepted
 from emulator.hosted import databases, orgs, plans, receipts, services
 from emulator.hosted.blobs import Blobs
 from emulator.hosted.reconciler import Reconciler
-from emulator.hosted.records import Database, Org, Receipt, service_label
+from emulator.hosted.records import AsSent, Database, DatabaseResources, Org, Receipt, Size, service_label
 from emulator.hosted.states import ACCEPTS_UPDATE, DbState, Phase, ServiceState
 
 
@@ -34,9 +35,9 @@ class Change:
     """What a submission asks for: a database target and its archive, and/or service mutations."""
 
     db: str
-    target: dict[str, Any] | None
+    target: AsSent | None
     blob: Blob | None
-    mutations: list[Any]
+    mutations: list[AsSent]
 
 
 @dataclass(frozen=True)
@@ -47,7 +48,7 @@ class Expected:
     services: dict[tuple[str, str], int | None] = field(default_factory=dict)  # (base_path, name) → generation
 
 
-def check_target(target: dict[str, Any], trial: bool) -> dict[str, Any]:
+def check_target(target: AsSent, trial: bool) -> AsSent:
     for name in plans.DATABASE_SIZE:
         value = target.get(name)
         if value is not None and (not isinstance(value, int | float) or isinstance(value, bool) or value <= 0):
@@ -69,10 +70,8 @@ def check_blob(blob: Blob | None) -> Blob | None:
     return blob
 
 
-def mutation_key(m: Any) -> tuple[str, str]:
+def mutation_key(m: AsSent) -> tuple[str, str]:
     """(base_path, service_name) of a service mutation."""
-    if not isinstance(m, dict):
-        raise BAD_REQUEST("each service mutation must be an object")
     name, base = m.get("service_name"), m.get("base_path") or ""
     if not isinstance(name, str) or not name or not isinstance(base, str):
         raise BAD_REQUEST("each service mutation needs a service_name (and a string base_path)")
@@ -84,16 +83,25 @@ def check_new_database(org: Org, db: str) -> None:
     orgs.check_name(db, "database")
 
 
-def desired(target: dict[str, Any], row: Database | None, trial: bool) -> dict[str, Any]:
+def desired(target: AsSent, row: Database | None, trial: bool) -> DatabaseResources:
     """The resources the database is to run with: the declared ones, the rest as they are now."""
     base = (row.current if row is not None else None) or plans.base_resources(trial)
-    wanted = {n: target.get(n) if target.get(n) is not None else base.get(n) for n in plans.DATABASE_SIZE}
-    wanted["fingerprint"] = target.get("fingerprint")
-    wanted["pxt_md_version"] = target.get("pxt_md_version") or plans.PXT_MD_VERSION
-    wanted["default_bucket"] = base.get("default_bucket")
-    # `pxt db build-image` sends a fresh nonce: the reconciler rebuilds the environment for it.
-    wanted["force_build_nonce"] = target.get("force_build_nonce")
-    return wanted
+
+    def size(name: str) -> Size:
+        sent = target.get(name)
+        return sent if sent is not None else getattr(base, name)
+
+    return DatabaseResources(
+        cpu=size("cpu"),
+        memory_mb=size("memory_mb"),
+        workers=size("workers"),
+        disk_gb=size("disk_gb"),
+        fingerprint=target.get("fingerprint"),
+        pxt_md_version=target.get("pxt_md_version") or plans.PXT_MD_VERSION,
+        default_bucket=base.default_bucket,
+        # `pxt db build-image` sends a fresh nonce: the reconciler rebuilds the environment for it.
+        force_build_nonce=target.get("force_build_nonce"),
+    )
 
 
 async def _org(core: Core, org_id: str) -> Org:
@@ -111,7 +119,7 @@ class Plan:
 
     row: Database | None
     services: list[tuple[str, str, int]]
-    specs: list[dict[str, Any]]
+    specs: list[AsSent]
     upload_url: str | None
 
 
@@ -130,7 +138,7 @@ async def prepare(core: Core, blobs: Blobs, org_id: str, slug: str, change: Chan
         upload = blobs.upload_url(org_id, blob.sha256)
     existing = await services.of_database(core.store, org_id, db)
     generations: list[tuple[str, str, int]] = []
-    specs: list[dict[str, Any]] = []
+    specs: list[AsSent] = []
     for m in mutations:
         base, name = mutation_key(m)
         found = existing.get((base, name))
@@ -235,7 +243,7 @@ async def _submit_services(
     accepted: list[Receipt] = []
     async with core.store.transaction() as conn:
         database = await databases.require(conn, org_id, slug, db)
-        if not (database.current or {}).get("fingerprint"):
+        if database.current is None or not database.current.fingerprint:
             raise BAD_REQUEST(f"database {db} has no project to serve; run pxt db update first")
         if database.state != DbState.AVAILABLE:
             raise BAD_REQUEST(f"database {db} is {database.state}; services need it AVAILABLE")
@@ -253,7 +261,7 @@ async def _submit_services(
             spec = {
                 **m,
                 "base_path": base,
-                "resources": plans.service_resources(name, m.get("resources"), org.trial),
+                "resources": msgspec.to_builtins(plans.service_resources(name, m.get("resources"), org.trial)),
                 "lifecycle": "running",
             }
             service_id = row.id if row else core.ids.ident("svc_")

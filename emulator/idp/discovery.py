@@ -5,8 +5,6 @@ spec says so; the issuer is always `{auth_url}`, byte for byte, with no trailing
 
 from __future__ import annotations
 
-from typing import Any
-
 import msgspec
 
 from emulator.hosted.identity import IDENTITY_TYPES, JWT_BEARER, POST_CLAIM_SCOPES, Urls
@@ -81,20 +79,19 @@ def protected_resource(urls: Urls) -> ProtectedResource:
     )
 
 
-def _server(urls: Urls) -> dict[str, Any]:
-    """The fields both server documents share, as keyword arguments."""
+def authorization_server(urls: Urls) -> AuthorizationServer:
     auth = urls.auth
-    return {
-        "issuer": auth,
-        "token_endpoint": f"{auth}/oauth2/token",
-        "revocation_endpoint": f"{auth}/oauth2/revoke",
-        "jwks_uri": f"{auth}/.well-known/jwks.json",
-        "grant_types_supported": [JWT_BEARER],
-        "response_types_supported": ["none"],
-        "token_endpoint_auth_methods_supported": ["none"],
-        "revocation_endpoint_auth_methods_supported": ["none"],
-        "scopes_supported": POST_CLAIM_SCOPES,
-        "agent_auth": AgentAuth(
+    return AuthorizationServer(
+        issuer=auth,
+        token_endpoint=f"{auth}/oauth2/token",
+        revocation_endpoint=f"{auth}/oauth2/revoke",
+        jwks_uri=f"{auth}/.well-known/jwks.json",
+        grant_types_supported=[JWT_BEARER],
+        response_types_supported=["none"],
+        token_endpoint_auth_methods_supported=["none"],
+        revocation_endpoint_auth_methods_supported=["none"],
+        scopes_supported=POST_CLAIM_SCOPES,
+        agent_auth=AgentAuth(
             identity_endpoint=f"{auth}/agent/identity",
             register_uri=f"{auth}/agent/identity",
             claim_endpoint=f"{auth}/agent/identity/claim",
@@ -103,16 +100,13 @@ def _server(urls: Urls) -> dict[str, Any]:
             identity_types_supported=IDENTITY_TYPES,
             events_supported=[],
         ),
-    }
-
-
-def authorization_server(urls: Urls) -> AuthorizationServer:
-    return AuthorizationServer(**_server(urls))
+    )
 
 
 def openid_configuration(urls: Urls) -> OpenIdConfiguration:
+    """The server metadata (its fields first, in their order) and OpenID Connect's own."""
     return OpenIdConfiguration(
-        **_server(urls),
+        **msgspec.structs.asdict(authorization_server(urls)),
         subject_types_supported=["public"],
         id_token_signing_alg_values_supported=["ES256", "RS256"],
         claims_supported=["iss", "sub", "aud", "exp", "iat", "email", "email_verified"],

@@ -16,6 +16,7 @@ import msgspec
 from litestar import Request, Response, get, post, route
 from litestar.datastructures import State
 from litestar.exceptions import HTTPException
+from msgspec import UNSET, UnsetType
 
 from emulator.core import html, jsonbody, openapi
 from emulator.core.boundary import Boundary, BoundaryGate
@@ -103,11 +104,22 @@ class ClaimPageForm(msgspec.Struct):
 # --- error renderers ------------------------------------------------------------------------------
 
 
+class RegistrationError(msgspec.Struct):
+    """A registration endpoint's error, as WorkOS and the pixeltable client read it (`error` repeats `code`)."""
+
+    code: str
+    message: str
+    error: str
+    retry_after: int | UnsetType = UNSET  # a 429's
+
+    @classmethod
+    def of(cls, exc: ApiError) -> RegistrationError:
+        retry = exc.headers.get("Retry-After")
+        return cls(exc.code, exc.message, exc.code, UNSET if retry is None else int(retry))
+
+
 def registration_error(_: Request[Any, Any, Any], exc: ApiError) -> Response[bytes]:
-    body: dict[str, Any] = {"code": exc.code, "message": exc.message, "error": exc.code}
-    if "Retry-After" in exc.headers:
-        body["retry_after"] = int(exc.headers["Retry-After"])
-    return _json(body, exc.status, exc.headers)
+    return _json(RegistrationError.of(exc), exc.status, exc.headers)
 
 
 def oauth_error(_: Request[Any, Any, Any], exc: ApiError) -> Response[bytes]:
@@ -136,7 +148,8 @@ def http_error(request: Request[Any, Any, Any], exc: HTTPException) -> Response[
 # --- registration ---------------------------------------------------------------------------------
 
 
-async def _json_object(request: Request[Any, Any, Any]) -> dict[str, Any]:
+async def _json_object(request: Request[Any, Any, Any]) -> dict[str, object]:
+    """The body as a JSON object, its members still unread: each endpoint's type decodes it."""
     try:
         body = jsonbody.decode(await request.body() or b"null")
     except jsonbody.NotJson as e:
@@ -294,7 +307,7 @@ class TokenFastPath:
             state_dir = self.idp.core.settings.state_dir
             failed = last_resort("POST", "/oauth2/token", exc, state_dir, SERVER_ERROR(_FAILED))
             status, extra = failed.status, failed.headers
-            answer = _encode({"code": failed.code, "message": failed.message, "error": failed.code})
+            answer = _encode(RegistrationError(failed.code, failed.message, failed.code))
         await send_whole(send, status, raw_headers(extra), b"application/json", answer)
 
 
