@@ -5,12 +5,11 @@ from __future__ import annotations
 
 from typing import Any
 
-import msgspec
 from litestar import Request, Response, get, post
 
 from emulator.admin.databases import database_views
 from emulator.admin.emulator import decode, json_response
-from emulator.admin.wire import KeyList, KeyView, OrgList, OrgView, TrialClaim, TrialClaimed, TrialList
+from emulator.admin.wire import KeyList, OrgList, OrgView, TrialClaim, TrialClaimed, TrialList
 from emulator.core import openapi
 from emulator.core.errors import NOT_FOUND
 from emulator.hosted import keys, orgs, trials
@@ -54,7 +53,7 @@ async def keys_list(request: Request[Any, Any, Any]) -> Response[bytes]:
     """Every API key by organization and name (never its secret): type, grants, created, last used, revoked."""
     core = site_of(request).core
     await core.bus.flush()  # last used and revoked are read from the journal
-    return json_response(KeyList(msgspec.convert(await keys.listing(core.store), list[KeyView])))
+    return json_response(KeyList(await keys.listing(core.store)))
 
 
 HANDLERS = [keys_list, orgs_list, trials_list, trials_claim]

@@ -12,6 +12,7 @@ from emulator.core.events import Event
 from emulator.core.faults import FaultList as FaultList  # the faults resource's types are core's, which answers
 from emulator.core.faults import FaultRuleView as FaultRuleView  # with them; named here with the other wire types
 from emulator.core.snapshots import SnapshotView
+from emulator.hosted.keys import KeyView as KeyView  # the domain lists keys as these
 from emulator.hosted.records import Database, Org, Receipt, Service
 from emulator.tunnel.forward import ProxyStatus
 
@@ -349,19 +350,6 @@ class UserView(msgspec.Struct):
 
 class UserList(msgspec.Struct):
     users: list[UserView]
-
-
-class KeyView(msgspec.Struct):
-    """An API key by name; a revoked (deleted) one keeps its name, organization and when it was revoked."""
-
-    org: str
-    name: str
-    key_type: str | None  # "user" | "runtime"; None for a revoked key
-    grants: list[str]
-    created_at: str | None
-    created_by: str | None
-    last_used_at: str | None  # its newest control-plane call in the journal
-    revoked_at: str | None
 
 
 class KeyList(msgspec.Struct):

@@ -24,12 +24,14 @@ from http import HTTPStatus
 from typing import Any
 
 import msgspec
+from litestar.enums import ScopeType
 from litestar.types import Receive, Scope, Send
 from msgspec import UNSET, UnsetType
 
 from emulator.core.errors import BAD_REQUEST, NOT_FOUND, ApiError
 from emulator.core.events import EventBus
 from emulator.core.payloads import FaultArmed, FaultFired, FaultHeld, FaultRemoved
+from emulator.core.prerouted import send_whole
 
 # A hold that nobody releases must not pin a request forever.
 MAX_HOLD_SECONDS = 120.0
@@ -379,7 +381,7 @@ class FaultGate:
         self.render = render
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or not self.faults.armed:
+        if scope["type"] != ScopeType.HTTP or not self.faults.armed:
             await self.app(scope, receive, send)
             return
         verdict = await self.faults.request(self.origin, scope["method"], scope["path"])
@@ -388,9 +390,7 @@ class FaultGate:
         elif verdict.drop:
             await drop(scope)
         else:
-            kind, body = self.render(verdict.error())
-            head = [(b"content-type", kind), (b"content-length", str(len(body)).encode())]
-            if verdict.retry_after is not None:
-                head.append((b"retry-after", str(verdict.retry_after).encode()))
-            await send({"type": "http.response.start", "status": verdict.status, "headers": head})
-            await send({"type": "http.response.body", "body": body})
+            error = verdict.error()
+            kind, body = self.render(error)
+            retry = [] if verdict.retry_after is None else [(b"retry-after", str(verdict.retry_after).encode())]
+            await send_whole(send, error.status, retry, kind, body)

@@ -8,16 +8,13 @@ same answer through the same rule.
 
 from __future__ import annotations
 
-from typing import Any
-
 from litestar.types import HTTPScope, Receive, Send
 
 SMALL_BODY = 16 * 1024  # larger bodies go through the router and its body limits
 
 
-def small_body(scope: HTTPScope | dict[str, Any]) -> bool:
-    """A request body this side may read whole: a `Content-Length` of at most SMALL_BODY, not chunked. (A plain
-    dict: the identity provider's token fast path, until its scope is an HTTPScope.)"""
+def small_body(scope: HTTPScope) -> bool:
+    """A request body this side may read whole: a `Content-Length` of at most SMALL_BODY, not chunked."""
     length = b""
     for name, value in scope["headers"]:
         if name == b"content-length" or name == b"transfer-encoding":

@@ -24,6 +24,7 @@ from typing import Any
 from urllib.parse import unquote_plus
 
 import msgspec
+from litestar.enums import ScopeType
 from litestar.types import HTTPScope, Message, Receive, ReceiveMessage, Scope, Send
 from msgspec import UNSET
 
@@ -169,7 +170,7 @@ class RequestJournal:
         self.issued = issued  # paths whose query carries a credential the emulator issued (a claim link)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or scope["path"].startswith(_UNRECORDED):
+        if scope["type"] != ScopeType.HTTP or scope["path"].startswith(_UNRECORDED):
             await self.app(scope, receive, send)
             return
         began = time.monotonic()

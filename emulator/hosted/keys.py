@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Any
+
+import msgspec
 
 from emulator.core.clock import iso
 from emulator.core.context import Core
@@ -192,7 +193,20 @@ async def delete(core: Core, org_id: str, slug: str, name: str) -> None:
     core.bus.publish(slug, CloudKeyDeleted(name=name))
 
 
-async def listing(db: Db) -> list[dict[str, Any]]:
+class KeyView(msgspec.Struct):
+    """An API key by name; a revoked (deleted) one keeps its name, organization and when it was revoked."""
+
+    org: str
+    name: str
+    key_type: str | None  # "user" | "runtime"; None for a revoked key
+    grants: list[str]
+    created_at: str | None
+    created_by: str | None
+    last_used_at: str | None  # its newest control-plane call in the journal
+    revoked_at: str | None
+
+
+async def listing(db: Db) -> list[KeyView]:
     """Every key as the operator sees it, never its secret or hash: organization, name, type, grants, created (and
     by whom), last used (its newest control-plane call in the journal), and the keys deleted since (`revoked_at`),
     unless a key of that name was made again after."""
@@ -221,16 +235,16 @@ async def listing(db: Db) -> list[dict[str, Any]]:
         return iso(ts) if ts is not None and ts >= after else None
 
     keys = [
-        {
-            "org": r["slug"],
-            "name": r["name"],
-            "key_type": r["key_type"],
-            "grants": json.loads(r["grants"]),
-            "created_at": iso(r["created_at"]),
-            "created_by": r["created_by"],
-            "last_used_at": last_used(r["slug"], r["name"], r["created_at"]),
-            "revoked_at": None,
-        }
+        KeyView(
+            org=r["slug"],
+            name=r["name"],
+            key_type=r["key_type"],
+            grants=json.loads(r["grants"]),
+            created_at=iso(r["created_at"]),
+            created_by=r["created_by"],
+            last_used_at=last_used(r["slug"], r["name"], r["created_at"]),
+            revoked_at=None,
+        )
         for r in rows
     ]
     live = {(r["slug"], r["name"]): r["created_at"] for r in rows}
@@ -239,15 +253,15 @@ async def listing(db: Db) -> list[dict[str, Any]]:
         if made_again is not None and made_again >= d["ts"]:
             continue
         keys.append(
-            {
-                "org": d["subject"],
-                "name": d["name"],
-                "key_type": None,
-                "grants": [],
-                "created_at": None,
-                "created_by": None,
-                "last_used_at": last_used(d["subject"], d["name"], 0.0),
-                "revoked_at": iso(d["ts"]),
-            }
+            KeyView(
+                org=d["subject"],
+                name=d["name"],
+                key_type=None,
+                grants=[],
+                created_at=None,
+                created_by=None,
+                last_used_at=last_used(d["subject"], d["name"], 0.0),
+                revoked_at=iso(d["ts"]),
+            )
         )
     return keys

@@ -39,22 +39,23 @@ from emulator.hosted.auth import Authenticator
 from emulator.hosted.blobs import Blobs
 from emulator.hosted.databases import DbChange
 from emulator.hosted.receipts import settled
-from emulator.hosted.records import AsSent, Database, DatabaseResources, ReceiptError, Service, Size, service_label
+from emulator.hosted.records import AsSent, Database, DatabaseResources, ReceiptError, Service, service_label
 from emulator.hosted.secrets import SecretBox
 from emulator.hosted.states import OBSERVED, BuildOutcome, DbState, Phase, ServiceState
 from emulator.runtime.environments import BuildFailed
-from emulator.runtime.supervisor import Environment, Place, Release, ServiceRelease, Supervisor
-from emulator.runtime.workload import SIZES, Launcher, resized
+from emulator.runtime.supervisor import Environment, Place, ProjectVersions, Release, ServiceRelease, Supervisor
+from emulator.runtime.workload import Launcher, Resources, resized
 
 log = logging.getLogger("emulator.runtime")
 PAUSE_WAIT = 120.0  # seconds a snapshot waits for database and service jobs under way
 
 
-def _sizes(resources: DatabaseResources | None) -> dict[str, Size]:
-    """A database's size members, as the runtime takes a size (none: nothing declared yet)."""
+def _sizes(resources: DatabaseResources | None) -> Resources:
+    """A database's size, as the runtime takes it (none: nothing declared yet)."""
     if resources is None:
-        return {}
-    return {k: v for k, v in msgspec.structs.asdict(resources).items() if k in SIZES}
+        return Resources()
+    r = resources
+    return Resources(cpu=r.cpu, memory_mb=r.memory_mb, disk_gb=r.disk_gb, workers=r.workers)
 
 
 class Reconciler:
@@ -417,7 +418,8 @@ class Reconciler:
         self, row: Database, digest: str, fingerprint: AsSent | None, resources: DatabaseResources | None = None
     ) -> Release:
         archive = self.blobs.path(row.archive_sha256) if row.archive_sha256 else None
-        return Release(digest, fingerprint or None, archive, _sizes(resources or row.current))
+        project = msgspec.convert(fingerprint, ProjectVersions) if fingerprint else None
+        return Release(digest, project, archive, _sizes(resources or row.current))
 
     async def _launch(
         self,
@@ -534,7 +536,7 @@ class Reconciler:
     async def _start_service(self, place: Place, row: Service) -> None:
         await self.route(place.org_id, place.slug, place.db)  # the database's server (and its release) first
         label = row.label
-        resources = dict(row.desired.get("resources") or {})
+        resources = msgspec.convert(row.desired.get("resources") or {}, Resources)  # as plans.ServiceSize filled it
         release = ServiceRelease(row.base_path, row.name, row.desired["app_module"], resources, label)
         changes = self.supervisor.service_resize(place.org_id, place.db, release)
         if changes:

@@ -15,7 +15,9 @@ from urllib.parse import parse_qs
 import msgspec
 from litestar import Request, Response, get, post, route
 from litestar.datastructures import State
+from litestar.enums import ScopeType
 from litestar.exceptions import HTTPException
+from litestar.types import ASGIApp, Receive, Scope, Send
 from msgspec import UNSET, UnsetType
 
 from emulator.core import html, jsonbody, openapi
@@ -279,12 +281,12 @@ class TokenFastPath:
     and the request journal, with the route's own answer (token_answer); a body without a small Content-Length
     goes on to the route."""
 
-    def __init__(self, app: Any, idp: Idp) -> None:
+    def __init__(self, app: ASGIApp, idp: Idp) -> None:
         self.app = app
         self.idp = idp
 
-    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
-        if scope["type"] != "http" or scope["method"] != "POST" or scope["path"] != "/oauth2/token":
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != ScopeType.HTTP or scope["method"] != "POST" or scope["path"] != "/oauth2/token":
             await self.app(scope, receive, send)
             return
         if not small_body(scope):

@@ -17,7 +17,7 @@ import asyncio
 import dataclasses
 import logging
 import shutil
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
@@ -74,7 +74,7 @@ class ProjectVersions(msgspec.Struct, frozen=True):
     python_version: str | None = None
 
 
-@dataclass(frozen=True, init=False)
+@dataclass(frozen=True)
 class Release:
     """What a database's server runs: its environment's digest, the project it was given, and its size."""
 
@@ -82,26 +82,6 @@ class Release:
     project: ProjectVersions | None  # None: no project yet
     archive: Path | None  # the project archive (a blob), when there is a project
     resources: Resources
-
-    def __init__(
-        self,
-        digest: str,
-        fingerprint: ProjectVersions | Mapping[str, object] | None,
-        archive: Path | None,
-        resources: Resources | Mapping[str, object] | None = None,
-    ) -> None:
-        """A mapping is the stored JSON (the fingerprint as the client sent it, the row's sizes), as hosted/ hands
-        it over until it passes the types: read here, once."""
-        if not fingerprint:  # an empty fingerprint is no project, as before
-            project = None
-        elif isinstance(fingerprint, ProjectVersions):
-            project = fingerprint
-        else:
-            project = msgspec.convert(fingerprint, ProjectVersions)
-        object.__setattr__(self, "digest", digest)
-        object.__setattr__(self, "project", project)
-        object.__setattr__(self, "archive", archive)
-        object.__setattr__(self, "resources", Resources() if resources is None else Resources.of(resources))
 
 
 @dataclass(frozen=True)
@@ -112,23 +92,13 @@ class Environment:
     secrets: dict[str, str]
 
 
-@dataclass(frozen=True, init=False)
+@dataclass(frozen=True)
 class ServiceRelease:
     base_path: str
     name: str
     app_module: str
     resources: Resources
     label: str  # "name" or "base/name"
-
-    def __init__(
-        self, base_path: str, name: str, app_module: str, resources: Resources | Mapping[str, object], label: str
-    ) -> None:
-        """A mapping is the service's stored `resources`, as hosted/ hands it over until it passes Resources."""
-        object.__setattr__(self, "base_path", base_path)
-        object.__setattr__(self, "name", name)
-        object.__setattr__(self, "app_module", app_module)
-        object.__setattr__(self, "resources", Resources.of(resources))
-        object.__setattr__(self, "label", label)
 
 
 class Reporter(Protocol):

@@ -11,7 +11,7 @@ import asyncio
 import contextlib
 import json
 import os
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal, Protocol
@@ -43,20 +43,13 @@ class Resources(msgspec.Struct, frozen=True, kw_only=True):
     file_cache_gb: Size = None
     workers: Size = None
 
-    @classmethod
-    def of(cls, sizes: Resources | Mapping[str, object]) -> Resources:
-        """`sizes` as Resources. A mapping is a stored row's JSON object (a database's `current` or `target`, a
-        service's `resources`), which hosted/ hands over until it passes Resources: its other keys are ignored."""
-        return sizes if isinstance(sizes, Resources) else msgspec.convert(sizes, cls)
-
     def size(self, name: str) -> Size:
         return getattr(self, name)
 
 
-def resized(before: Resources | Mapping[str, object], after: Resources | Mapping[str, object]) -> list[str]:
+def resized(old: Resources, new: Resources) -> list[str]:
     """The size changes between two resource sets, as `name old → new` (empty when nothing changed); a size not
     given after is not a change."""
-    old, new = Resources.of(before), Resources.of(after)
     return [
         f"{k} {old.size(k)} → {new.size(k)}"
         for k in SIZES

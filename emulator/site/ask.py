@@ -19,6 +19,7 @@ from urllib.parse import parse_qs
 
 import msgspec
 from litestar import Request, Response, get, post
+from litestar.enums import ScopeType
 from litestar.response import Stream
 from litestar.types import Receive, Scope, Send
 
@@ -347,7 +348,10 @@ class AskFastPath:
         self.site = site
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or scope["method"] != "POST" or scope["path"] != "/ask" or scope["query_string"]:
+        if scope["type"] != ScopeType.HTTP or scope["method"] != "POST" or scope["path"] != "/ask":
+            await self.app(scope, receive, send)
+            return
+        if scope["query_string"]:
             await self.app(scope, receive, send)
             return
         if not small_body(scope):
@@ -375,7 +379,7 @@ class AskFastPath:
         stream: AsyncIterator[bytes] = done.stream  # type: ignore[assignment]  (Answer keeps it untyped)
         async for chunk in stream:
             await send({"type": "http.response.body", "body": chunk, "more_body": True})
-        await send({"type": "http.response.body", "body": b""})
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
 
 
 _ASK_QUERY = openapi.query(query=str, q=str, streaming=bool, query_id=str)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from email.utils import format_datetime
 
+from litestar.enums import ScopeType
 from litestar.types import ASGIApp, Message, Receive, Scope, Send
 
 from emulator.config import SUPPORTED_API_VERSIONS, Settings
@@ -47,7 +48,7 @@ class SiteGate:
                 self._extra.append((b"sunset", format_datetime(dep.sunset_at, usegmt=True).encode()))
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
+        if scope["type"] != ScopeType.HTTP:
             await self.app(scope, receive, send)
             return
         path = scope["path"]
