@@ -122,7 +122,10 @@ class Settings(msgspec.Struct, kw_only=True):
     # Each running service keeps a spare (its next generation) and each running database a spare prepare_project,
     # imports done, waiting at the lowest CPU priority: a restart, or an update that changes no size, skips the
     # seconds of importing Pixeltable (for the memory of an idle Python each).
-    spares: bool = True
+    profile: str = "developer"  # one of PROFILES
+    spares: bool | None = None  # None: as the profile says
+    build_cache: str = ""  # empty: the per-user cache (~/.cache/pxt-emulator); `off`: each state dir builds its own
+    build_cache_max_gb: float = 20.0
     allowed_hosts: str = ""
     allowed_origins: str = ""
 
@@ -134,8 +137,16 @@ class Settings(msgspec.Struct, kw_only=True):
     def endpoints_path(self) -> Path:
         return self.state_dir / "endpoints.json"
 
+    @property
+    def keeps_spares(self) -> bool:
+        """`spares` as set, else as the profile says: a developer's emulator keeps them, a throwaway one does not."""
+        return self.spares if self.spares is not None else self.profile == "developer"
+
 
 RUNTIMES = ("auto", "docker", "process")
+# developer: one long-lived emulator, tuned for fast restarts; throwaway: one of many short-lived ones (`exec`, the
+# pytest plugin, an evaluation's trials), tuned for memory.
+PROFILES = ("developer", "throwaway")
 LOG_LEVELS = ("critical", "error", "warning", "info", "debug")
 
 _INT = {
@@ -162,7 +173,14 @@ _INT = {
     "media_quota_bytes",
     "proxy_max_relays",
 }
-_FLOAT = {"proxy_connect_timeout", "proxy_idle_timeout", "http_request_timeout", "receipt_hold", "submit_hold"}
+_FLOAT = {
+    "build_cache_max_gb",
+    "proxy_connect_timeout",
+    "proxy_idle_timeout",
+    "http_request_timeout",
+    "receipt_hold",
+    "submit_hold",
+}
 _PATH = {"state_dir", "docs", "integrations"}
 _BOOL = {
     "trust_forwarded",
@@ -227,11 +245,17 @@ HELP: dict[str, str] = {
     "http_request_timeout": "seconds a connection may wait for (the rest of) a request (default 30)",
     "receipt_hold": "seconds get_receipts waits for a settling job (0 to 25; default 20)",
     "submit_hold": "seconds a change's answer waits for its job to settle (0 to 25; default 10)",
-    "spares": "keep a spare of each running service and database for fast restarts (default on; ~230 MB each)",
+    "profile": "developer (the default of `up`: spares kept for fast restarts) or throwaway (the default of `exec` "
+    "and the pytest plugin: no spares, a fraction of the memory per emulator, restarts take seconds longer)",
+    "spares": "keep a spare of each running service and database for fast restarts (default: on in the developer "
+    "profile, off in the throwaway one; ~230 MB each)",
+    "build_cache": "where built hosted environments are kept for every emulator of this user (default "
+    "$XDG_CACHE_HOME/pxt-emulator, else ~/.cache/pxt-emulator); off: each state dir builds its own",
+    "build_cache_max_gb": "size bound of the build cache in GB; the least recently used entries go first (default 20)",
     "allowed_hosts": "comma-separated extra names the origins answer to (Host)",
     "allowed_origins": "comma-separated web origins allowed to send state-changing requests (Origin)",
 }
-CHOICES: dict[str, tuple[str, ...]] = {"runtime": RUNTIMES, "log_level": LOG_LEVELS}
+CHOICES: dict[str, tuple[str, ...]] = {"runtime": RUNTIMES, "log_level": LOG_LEVELS, "profile": PROFILES}
 BOOLS = frozenset(_BOOL)  # on/off settings: `--spares` and `--no-spares`
 
 
@@ -396,6 +420,7 @@ def _validate(s: Settings) -> None:
     check(8 <= s.trial_network_bits <= 32, "trial_network_bits", "must be from 8 to 32")
     check(s.idempotency_ttl >= 1, "idempotency_ttl", "must be at least 1 second")
     check(s.runtime in RUNTIMES, "runtime", f"{s.runtime!r} is not one of {', '.join(RUNTIMES)}")
+    check(s.profile in PROFILES, "profile", f"{s.profile!r} is not one of {', '.join(PROFILES)}")
     check(s.log_level in LOG_LEVELS, "log_level", f"{s.log_level!r} is not one of {', '.join(LOG_LEVELS)}")
     for name in ("proxy_connect_timeout", "proxy_idle_timeout", "http_request_timeout"):
         check(0 < getattr(s, name) <= 86_400, name, "must be more than 0 and at most 86400 seconds")

@@ -108,6 +108,8 @@ def launch(
     log_path = log_path or state_dir / "emulator.log"
     argv = [sys.executable, "-m", "emulator", "up", "--state-dir", str(state_dir)]
     argv += [f"--{name}-port=0" for name in ORIGINS]
+    if "EMULATOR_PROFILE" not in (env or os.environ) and not any(a.startswith("--profile") for a in args):
+        argv += ["--profile", "throwaway"]  # one of many short-lived emulators: memory over restart speed
     base = {k: v for k, v in (env or os.environ).items() if k not in ("EMULATOR_URL", "EMULATOR_STATE_DIR")}
     with open(log_path, "ab") as log:
         proc = subprocess.Popen(

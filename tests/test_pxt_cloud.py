@@ -11,6 +11,7 @@ import contextlib
 import json
 import os
 import re
+import shutil
 import socket
 import stat
 import subprocess
@@ -114,7 +115,8 @@ def session(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Session]:
 
 def open_session(root: Path, exe: Path, *args: str) -> Iterator[Session]:
     """An emulator, a client home and a project folder under `root`, for one module's ordered steps."""
-    e = Emulator(root / "state", ["--no-watch", *args]).start()
+    # A build cache of the module's own: the first update builds for real, and a second emulator finds it there.
+    e = Emulator(root / "state", ["--no-watch", "--build-cache", str(root / "build-cache"), *args]).start()
     if "--runtime" in args:
         e.runtime = args[args.index("--runtime") + 1]
     project = root / "project"
@@ -160,6 +162,7 @@ def test_2_db_update_builds_and_starts_the_hosted_database(session: Session) -> 
     assert re.search(r"^main\s+AVAILABLE$", status, re.M) and re.search(r"main-0\s+Running\s+1/1", status)
     logs = session.run("db", "logs", session.db)
     assert "the Pixeltable server is ready" in logs
+    assert "building environment" in logs or "building image" in logs  # the module's build cache starts empty
     # The hosted database is the real Pixeltable server, a process of its own.
     assert session.admin("/_emulator/journal?kinds=db.state")["events"][-1]["data"]["state"] == "AVAILABLE"
     runtime = session.admin("/_emulator/status")["runtime"]
@@ -217,6 +220,34 @@ def test_4_schema_update_and_an_insert_through_the_tunnel(session: Session) -> N
     assert rows == [{"title": "hello hosted world", "title_upper": "HELLO HOSTED WORLD", "summary": "hello hosted..."}]
     tunnel = session.admin("/_emulator/journal?kinds=tunnel.connected")["events"]
     assert tunnel and tunnel[-1]["data"]["org"] == session.org and tunnel[-1]["data"]["via"] == "proxy"
+
+
+def test_4b_a_new_state_dir_runs_on_the_environment_built_before(session: Session, tmp_path: Path) -> None:
+    """A new state dir (as `exec`, the plugin or an evaluation's trial make one) on a machine that built the
+    environment before: the real workflow runs on that environment, and nothing is built again."""
+    e = Emulator(tmp_path / "state", list(session.e.args)).start()
+    e.runtime = session.e.runtime
+    project = tmp_path / "project"
+    shutil.copytree(session.project, project)
+    other = Session(e, Pxt(session.pxt.exe, tmp_path / "pxt-home", emulator_env(e)), project)
+    try:
+        other.org = must(re.search(r"organization (agent-[0-9a-f]{6})", other.run("new"))).group(1)
+        out = other.run("db", "update", other.db, "-f", "--add-config-entry")
+        assert "main generation 1  done" in out, out
+        logs = other.run("db", "logs", other.db, "--tail", "400")
+        assert "building environment" not in logs and "building image" not in logs, logs
+        assert "unchanged: not rebuilt" in logs
+        if e.runtime == "process":
+            assert "taken from the shared build cache" in logs
+        assert f"created   {other.db}/docs" in other.run("schema", "update", "app.py", other.db)
+        printed = other.python(
+            f"import pixeltable as pxt; t = pxt.get_table('{other.db}/docs'); "
+            "t.insert([{'title': 'again', 'body': 'b'}]); print('COUNT', t.count())"
+        )
+        assert "COUNT 1" in printed
+    finally:
+        other.pxt.stop_daemon()
+        e.stop()
 
 
 def another_trial(session: Session) -> dict:

@@ -16,6 +16,7 @@ from emulator.config import parse_when
 from emulator.core import jsonbody, openapi
 from emulator.core.clock import MAX_TIME, parse_duration
 from emulator.core.errors import BAD_REQUEST
+from emulator.runtime.choose import build_cache_root
 from emulator.site.state import site_of
 
 _encode = msgspec.json.Encoder().encode
@@ -47,7 +48,14 @@ async def status(request: Request[Any, Any, Any]) -> Response[bytes]:
             docs=str(s.docs),
             events=site.core.bus.last_seq,
             switches=site.core.switches.snapshot(),
-            runtime=RuntimeView(reconciler.kind, list(reconciler.unenforced), reconciler.supervisor.base_image),
+            runtime=RuntimeView(
+                reconciler.kind,
+                list(reconciler.unenforced),
+                reconciler.supervisor.base_image,
+                s.profile,
+                s.keeps_spares,
+                str(cache) if (cache := build_cache_root(s)) else None,
+            ),
             proxy=site.proxy.status(),
             limits=LimitsView(s.ask_rate_limit, s.ask_rate_window, s.idempotency_ttl),
         )

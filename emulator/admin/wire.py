@@ -32,6 +32,9 @@ class RuntimeView(msgspec.Struct):
     kind: str  # the launcher: "process" or "docker"
     unenforced_limits: list[str]  # plan limits this runtime cannot hold a workload to
     base_image: str | None
+    profile: str  # "developer" or "throwaway"
+    spares: bool  # whether running workloads keep a spare (as the profile says, unless set)
+    build_cache: str | None  # the per-user cache of built environments; None: off
 
 
 class LimitsView(msgspec.Struct):

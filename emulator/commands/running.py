@@ -311,6 +311,8 @@ def cmd_status(args: argparse.Namespace) -> int:
         unenforced = ", ".join(runtime.get("unenforced_limits") or []) or "none"
         base = f", base image {runtime['base_image']}" if runtime.get("base_image") else ""
         print(f"  runtime      {runtime['kind']}{base} (limits it cannot enforce: {unenforced})")
+        spares = "spares kept" if runtime.get("spares") else "no spares"
+        print(f"  profile      {runtime.get('profile')} ({spares}; build cache {runtime.get('build_cache') or 'off'})")
     proxy = status.get("proxy")
     if proxy:
         route = f"via {proxy['upstream']} (from {proxy['upstream_source']})" if proxy["upstream"] else "direct"

@@ -80,7 +80,7 @@ class Reconciler:
             launcher,
             self,
             host_ok,
-            spares=core.settings.spares,
+            spares=core.settings.keeps_spares,
             gateway_fault=lambda method, path: core.faults.request("gateway", method, path),
         )
         self._locks: dict[tuple[str, str], asyncio.Lock] = {}

@@ -8,6 +8,7 @@ from typing import Any
 
 from emulator.config import ConfigError, Settings
 from emulator.runtime.base_image import DEFAULT_TAG
+from emulator.runtime.buildcache import BuildCache, default_root
 from emulator.runtime.process import ProcessLauncher
 from emulator.runtime.workload import Launcher
 
@@ -16,8 +17,9 @@ log = logging.getLogger("emulator.runtime")
 
 def make_launcher(settings: Settings, root: Path, forward: list[int]) -> Launcher:
     """`forward`: the emulator's ports the hosted workloads call (control plane, media store)."""
+    cache = build_cache(settings)
     if settings.runtime == "process":
-        return ProcessLauncher(root)
+        return ProcessLauncher(root, cache)
     from emulator.runtime.docker import DockerLauncher, docker_client
 
     client = docker_client()
@@ -28,7 +30,7 @@ def make_launcher(settings: Settings, root: Path, forward: list[int]) -> Launche
                 "--runtime process runs without one"
             )
         log.info("no Docker engine answers: hosted databases run as local processes")
-        return ProcessLauncher(root)
+        return ProcessLauncher(root, cache)
     return DockerLauncher(
         client,
         root,
@@ -36,7 +38,20 @@ def make_launcher(settings: Settings, root: Path, forward: list[int]) -> Launche
         network=settings.docker_network,
         instance=settings.state_dir,
         forward=forward,
+        cache=cache,
     )
+
+
+def build_cache_root(settings: Settings) -> Path | None:
+    """Where the per-user cache of built environments is (`build_cache`), or None when it is off."""
+    if settings.build_cache.strip().lower() == "off":
+        return None
+    return Path(settings.build_cache).expanduser() if settings.build_cache.strip() else default_root()
+
+
+def build_cache(settings: Settings) -> BuildCache | None:
+    root = build_cache_root(settings)
+    return None if root is None else BuildCache(root, int(settings.build_cache_max_gb * 1e9))
 
 
 PUBLIC_BASE = "python:3.11-slim-bookworm"

@@ -31,6 +31,7 @@ from emulator.core.processes import alive
 from emulator.core.tasks import cancel
 from emulator.runtime import disks, egress
 from emulator.runtime.bridge import Relays
+from emulator.runtime.buildcache import BuildCache
 from emulator.runtime.environments import BuildFailed
 from emulator.runtime.images import BUILDER_LABEL, Images, tag_of
 from emulator.runtime.sockets import LISTEN_PRIVATE, SocketDir
@@ -199,11 +200,19 @@ class DockerLauncher:
     kind = "docker"
 
     def __init__(
-        self, client: Any, root: Path, *, base_image: str, network: str, instance: Path, forward: list[int]
+        self,
+        client: Any,
+        root: Path,
+        *,
+        base_image: str,
+        network: str,
+        instance: Path,
+        forward: list[int],
+        cache: BuildCache | None = None,
     ) -> None:
         self.client = client
         self.root = root
-        self.builds = Images(client, root / "images", base_image)
+        self.builds = Images(client, root / "images", base_image, cache)
         self.base_image = base_image
         self.network_name = network
         # Containers carry the state directory's tag, so an emulator finds (and cleans up) only its own.

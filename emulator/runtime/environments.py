@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from emulator.core.errors import INTERNAL
+from emulator.runtime.buildcache import BuildCache, key_of
 
 DEFAULT_PIXELTABLE = "0.7.21"
 Log = Callable[[str], Awaitable[None]]
@@ -55,7 +56,8 @@ class Builds:
     def ready(self, digest: str) -> bool:
         raise NotImplementedError
 
-    async def _build(self, build: Build) -> None:
+    async def _build(self, build: Build) -> bool:
+        """Build it, or find it built by another emulator meanwhile (False)."""
         raise NotImplementedError
 
     async def ensure(self, build: Build) -> bool:
@@ -63,8 +65,7 @@ class Builds:
         async with self._locks.setdefault(build.digest, asyncio.Lock()):
             if not build.force and await asyncio.to_thread(self.ready, build.digest):
                 return False
-            await self._build(build)
-            return True
+            return await self._build(build)
 
 
 def uv_executable() -> str:
@@ -91,28 +92,61 @@ def python_for(version: str | None) -> str:
     return sys.executable
 
 
+# How an environment's virtualenv is made: part of its key in the shared cache, so a change here builds anew.
+RECIPE = "1"
+CACHED = "cache-"  # an environment's link into the build cache is named `cache-<key>`
+
+
 class Environments(Builds):
-    def __init__(self, root: Path) -> None:
+    """One virtualenv per digest under `root/<digest>/current`: a link into the per-user build cache when it is on
+    (built there once for every emulator of the user), else a build of this state directory's own. A forced build
+    (`pxt db build-image`) is always this state directory's own: it must not change what other emulators run."""
+
+    def __init__(self, root: Path, cache: BuildCache | None = None) -> None:
         super().__init__()
         self.root = root
+        self.cache = cache
         root.mkdir(parents=True, exist_ok=True)
 
     def python(self, digest: str) -> Path:
-        """The interpreter of the environment's current build, as a real path: a process started from it
-        keeps its build even when a rebuild later switches `current` to a new one."""
-        return (self.root / digest / "current").resolve() / "bin" / "python"
+        """The interpreter of the environment's current build, through the name `current` points to (`b<N>`, or
+        `cache-<key>` for a link into the build cache), which no rebuild retargets: a process started from it keeps
+        its build when a rebuild later switches `current`. The path stays inside the state dir, so the process's
+        command line names it (as the leak checks and the sweep of a killed emulator's processes look for)."""
+        home = self.root / digest
+        return home / os.readlink(home / "current") / "bin" / "python"
 
     def ready(self, digest: str) -> bool:
-        return (self.root / digest / "current" / ".complete").is_file()
+        current = self.root / digest / "current"
+        try:
+            name = os.readlink(current)
+        except OSError:
+            return False
+        if self.cache is not None and name.startswith(CACHED):
+            return self.cache.hold(name.removeprefix(CACHED))  # checked, and held while this emulator runs
+        return (current / ".complete").is_file()
 
-    async def _build(self, build: Build) -> None:
-        digest, pixeltable, log = build.digest, build.pixeltable, build.log
-        home = self.root / digest
+    async def _build(self, build: Build) -> bool:
+        home = self.root / build.digest
         home.mkdir(parents=True, exist_ok=True)
-        builds = sorted((p for p in home.glob("b*") if p.name[1:].isdigit()), key=lambda p: int(p.name[1:]))
-        target = home / f"b{int(builds[-1].name[1:]) + 1 if builds else 1}"
-        uv = uv_executable()
         interpreter = python_for(build.python_version)
+        if self.cache is None or build.force:
+            builds = [int(p.name[1:]) for p in home.glob("b*") if p.name[1:].isdigit()]
+            target = home / f"b{max(builds, default=0) + 1}"
+            await self._make(target, build, interpreter)
+            await asyncio.to_thread(_switch, home, target.name)
+            return True
+        real = await asyncio.to_thread(os.path.realpath, interpreter)
+        key = key_of(RECIPE, build.digest, real, build.pixeltable)
+        entry, built = await self.cache.ensure(key, lambda target: self._make(target, build, interpreter), build.log)
+        if not built:
+            await build.log(f"environment {build.digest[:12]}: taken from the shared build cache ({entry})")
+        await asyncio.to_thread(_switch, home, f"{CACHED}{key}", entry)
+        return built
+
+    async def _make(self, target: Path, build: Build, interpreter: str) -> None:
+        digest, pixeltable, log = build.digest, build.pixeltable, build.log
+        uv = uv_executable()
         await log(f"building environment {digest[:12]}: pixeltable[serve]=={pixeltable}, python {interpreter}")
         await self._run([uv, "venv", "--quiet", "--python", interpreter, str(target)], log)
         with tempfile.TemporaryDirectory() as tmp:
@@ -131,16 +165,31 @@ class Environments(Builds):
                 await log(f"installing the project's dependencies from {manifest.name}")
             await self._run(args, log)
         (target / ".complete").write_text(digest + "\n")
-        link = home / "current.tmp"
-        link.unlink(missing_ok=True)
-        link.symlink_to(target.name)
-        link.replace(home / "current")  # atomic: a reader sees the old build or the new one
-        for old in builds[:-1]:  # keep the build before this one: a process may still run from it
-            shutil.rmtree(old, ignore_errors=True)
         await log(f"environment {digest[:12]} is ready")
 
     async def _run(self, args: list[str], log: Log) -> None:
         await run_logged(args, log)
+
+
+def _switch(home: Path, name: str, entry: Path | None = None) -> None:
+    """Switch `current` to `name` (first made a link to the cache's `entry`, if given); of the others, the one it
+    named before stays (a process may still run from it) and the rest go (a link into the cache as a link: the entry
+    is the cache's)."""
+    if entry is not None and not (home / name).is_symlink():
+        (home / name).symlink_to(entry, target_is_directory=True)
+    current = home / "current"
+    before = os.readlink(current) if current.is_symlink() else None
+    link = home / "current.tmp"
+    link.unlink(missing_ok=True)
+    link.symlink_to(name)
+    link.replace(current)  # atomic: a reader sees the old build or the new one
+    for gone in home.iterdir():
+        if gone.name in (name, before, "current"):
+            continue
+        if gone.is_symlink():
+            gone.unlink()
+        elif gone.is_dir():
+            shutil.rmtree(gone, ignore_errors=True)
 
 
 async def run_logged(args: list[str], log: Log) -> None:

@@ -16,6 +16,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from emulator.runtime.buildcache import BuildCache
 from emulator.runtime.environments import Build, BuildFailed, Builds, manifests, run_logged, uv_executable
 from emulator.runtime.workload import WORKLOAD_MODULES, Log
 
@@ -37,11 +38,12 @@ def tag_of(digest: str) -> str:
 
 
 class Images(Builds):
-    def __init__(self, client: Any, root: Path, base_image: str) -> None:
+    def __init__(self, client: Any, root: Path, base_image: str, cache: BuildCache | None = None) -> None:
         super().__init__()
         self.client = client
         self.root = root
         self.base_image = base_image
+        self.cache = cache  # only its build locks: the images themselves are the engine's, shared by every emulator
         self._base: dict[str, str] | None = None
 
     async def base(self, log: Log) -> dict[str, str]:
@@ -88,7 +90,19 @@ class Images(Builds):
         labels = image.labels or {}
         return labels.get("pxt-emulator.base") == base.id and labels.get("pxt-emulator.recipe") == RECIPE
 
-    async def _build(self, build: Build) -> None:
+    async def _build(self, build: Build) -> bool:
+        if self.cache is None:
+            await self._make(build)
+            return True
+        # Another emulator of this user may be building the same image: it builds, this one waits and uses it.
+        async with self.cache.exclusive(f"image-{build.digest[:24]}", build.log):
+            if not build.force and await asyncio.to_thread(self.ready, build.digest):
+                await build.log(f"image {tag_of(build.digest)}: built meanwhile by another emulator")
+                return False
+            await self._make(build)
+            return True
+
+    async def _make(self, build: Build) -> None:
         digest, pixeltable, python_version, log = build.digest, build.pixeltable, build.python_version, build.log
         base = await self.base(log)
         wanted = ".".join((python_version or base["python"]).split(".")[:2])

@@ -19,6 +19,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 
 from emulator.core.address import Address
+from emulator.runtime.buildcache import BuildCache
 from emulator.runtime.environments import Environments
 from emulator.runtime.sockets import LISTEN_PRIVATE, SocketDir
 from emulator.runtime.workload import Log, Resources, Spec, release_spare
@@ -169,8 +170,8 @@ class ProcessLauncher:
     kind = "process"
     unenforced = UNENFORCED
 
-    def __init__(self, root: Path) -> None:
-        self.builds = Environments(root / "envs")
+    def __init__(self, root: Path, cache: BuildCache | None = None) -> None:
+        self.builds = Environments(root / "envs", cache)
         self.ledger = Ledger(root / "workloads")
         self.sockets = SocketDir(root / "sockets")
 
@@ -232,6 +233,8 @@ class ProcessLauncher:
 
     async def close(self) -> None:
         self.sockets.close()
+        if self.builds.cache is not None:
+            self.builds.cache.close()
 
 
 def postmaster_of(pgdata: Path) -> int | None:
