@@ -9,6 +9,7 @@ same environment at once through the control plane.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import re
 import subprocess
@@ -20,7 +21,7 @@ import pytest
 from emulator.runtime.buildcache import MANIFEST, BuildCache
 from emulator.testkit import Testkit
 from tests.agent_flow import DATABASE_TARGET
-from tests.conftest import Emulator
+from tests.conftest import BASE_IMAGE, Emulator
 from tests.test_cloud_api import op, trial, wait_for_state
 
 
@@ -167,6 +168,12 @@ async def test_two_emulators_at_once_build_the_environment_once_then_a_third_reu
     lines = await _update_and_wait(third)
     assert not any(line.startswith("building environment") for line in lines), lines
     assert any("taken from the shared build cache" in line for line in lines), lines
+    # After a reset (its databases gone), the state dir's link into the cache is checked and used, not rebuilt.
+    with third.admin() as c:
+        assert c.post("/_emulator/reset", json={}).status_code == 200
+    lines = await _update_and_wait(third)
+    assert not any(line.startswith("building environment") for line in lines), lines
+    assert any("unchanged: not rebuilt" in line for line in lines), lines
 
 
 def test_a_throwaway_emulator_keeps_no_spares_and_status_says_so(start_emulator, tmp_path: Path) -> None:
@@ -192,3 +199,43 @@ def test_a_throwaway_emulator_keeps_no_spares_and_status_says_so(start_emulator,
         timeout=60,
     ).stdout
     assert re.search(r"^  profile      throwaway \(spares kept; build cache /\S+pxt-emulator\)$", out, re.M), out
+
+
+def test_the_bound_covers_the_engines_environment_images(tmp_path: Path) -> None:
+    """On Docker the environments are the engine's images: the cache's bound removes the least recently used ones,
+    never the one just built nor one a container was made from (the engine refuses that one)."""
+    import io
+
+    import docker
+    import docker.errors
+
+    from emulator.runtime.images import Images
+
+    client = docker.from_env()
+    cache = BuildCache(tmp_path, 10**9)
+    made: dict[str, str] = {}
+    try:
+        for n, name in enumerate(("old", "used", "recent", "new")):
+            digest = f"{name:0<24}"
+            dockerfile = f"FROM {BASE_IMAGE}\nRUN head -c 3000000 /dev/urandom > /blob-{n}\n"
+            labels = {"pxt-emulator": "env", "pxt-emulator.environment": digest, "pxt-emulator.test": "bound"}
+            image, _ = client.images.build(fileobj=io.BytesIO(dockerfile.encode()), labels=labels, rm=True)
+            assert image.id is not None
+            made[name] = image.id
+            cache.stamp(digest[:24])
+            os.utime(cache.stamps / f"{digest[:24]}.used", (1_700_000_000 + n, 1_700_000_000 + n))
+        holder = client.containers.create(made["used"], ["true"])  # a container was made from it: the engine keeps it
+        try:
+            # Counting only this test's images: the machine's other environment images are not the test's to remove.
+            images = Images(client, tmp_path / "images", BASE_IMAGE, cache, kind="pxt-emulator.test=bound")
+            cache.max_bytes = 7_000_000  # two of the four (3 MB each over the base) fit
+            removed = images.evict(keep=f"{'new':0<24}")
+            assert removed == [f"{'old':0<24}", f"{'recent':0<24}"]  # "used" is skipped, "new" kept: the bound holds
+            left = {i.id for i in client.images.list(filters={"label": "pxt-emulator.test=bound"})}
+            assert left == {made["used"], made["new"]}
+        finally:
+            holder.remove(force=True)
+    finally:
+        for image_id in made.values():
+            with contextlib.suppress(docker.errors.DockerException):
+                client.images.remove(image_id, force=True)

@@ -103,6 +103,7 @@ class BuildCache:
 
     def __init__(self, root: Path, max_bytes: int) -> None:
         self.root = root / "envs"
+        self.stamps = root / "images"  # when each of the engine's environment images was last used (eviction's order)
         self.max_bytes = max_bytes
         self._using: dict[str, _Lock] = {}  # the shared locks this emulator holds until it ends
         self._verified: set[str] = set()  # entries checked by this process: a second check would only cost time
@@ -230,6 +231,17 @@ class BuildCache:
                 builder.close()
                 user.close()
         return removed
+
+    def stamp(self, name: str) -> None:
+        """Record a use of something the cache does not hold itself (an image of the engine's)."""
+        self.stamps.mkdir(parents=True, exist_ok=True)
+        (self.stamps / f"{name}.used").touch()
+
+    def last_used(self, name: str) -> float:
+        try:
+            return (self.stamps / f"{name}.used").stat().st_mtime
+        except OSError:
+            return 0.0  # never recorded (built before the cache, or by `build_cache = off`): the first to go
 
     def close(self) -> None:
         """Release this emulator's hold on the entries it used (the process's end does the same)."""

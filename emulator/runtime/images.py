@@ -38,8 +38,12 @@ def tag_of(digest: str) -> str:
 
 
 class Images(Builds):
-    def __init__(self, client: Any, root: Path, base_image: str, cache: BuildCache | None = None) -> None:
+    def __init__(
+        self, client: Any, root: Path, base_image: str, cache: BuildCache | None = None, kind: str = "pxt-emulator=env"
+    ) -> None:
+        """`kind`: the label of the images the cache's bound counts (every emulator's environment images)."""
         super().__init__()
+        self.kind = kind
         self.client = client
         self.root = root
         self.base_image = base_image
@@ -88,7 +92,10 @@ class Images(Builds):
         except docker.errors.ImageNotFound:
             return False
         labels = image.labels or {}
-        return labels.get("pxt-emulator.base") == base.id and labels.get("pxt-emulator.recipe") == RECIPE
+        ok = labels.get("pxt-emulator.base") == base.id and labels.get("pxt-emulator.recipe") == RECIPE
+        if ok and self.cache is not None:
+            self.cache.stamp(digest[:24])
+        return ok
 
     async def _build(self, build: Build) -> bool:
         if self.cache is None:
@@ -100,7 +107,41 @@ class Images(Builds):
                 await build.log(f"image {tag_of(build.digest)}: built meanwhile by another emulator")
                 return False
             await self._make(build)
-            return True
+            await asyncio.to_thread(self.cache.stamp, build.digest[:24])
+        await asyncio.to_thread(self.evict, build.digest[:24])
+        return True
+
+    def evict(self, keep: str) -> list[str]:
+        """The build cache's bound over the engine's environment images: the least recently used go first, except
+        `keep` and any image a container (running or not, of any emulator) was made from, which the engine refuses
+        to remove. An image's size is what it adds to its base image."""
+        import docker.errors
+
+        assert self.cache is not None
+        try:
+            base = self.client.images.get(self.base_image).attrs.get("Size", 0)
+            images = self.client.images.list(filters={"label": self.kind})
+        except docker.errors.DockerException:
+            return []
+        sized = []
+        for image in images:
+            digest = (image.labels or {}).get("pxt-emulator.environment", "")[:24]
+            sized.append((self.cache.last_used(digest), digest, image, max(0, image.attrs.get("Size", 0) - base)))
+        sized.sort(key=lambda item: item[0])
+        total = sum(size for *_, size in sized)
+        removed = []
+        for _, digest, image, size in sized:
+            if total <= self.cache.max_bytes:
+                break
+            if digest == keep:
+                continue
+            try:
+                self.client.images.remove(image.id)
+            except docker.errors.DockerException:
+                continue  # in use by a container, or removed meanwhile by another emulator
+            total -= size
+            removed.append(digest)
+        return removed
 
     async def _make(self, build: Build) -> None:
         digest, pixeltable, python_version, log = build.digest, build.pixeltable, build.python_version, build.log
