@@ -168,6 +168,9 @@ async def test_two_emulators_at_once_build_the_environment_once_then_a_third_reu
     lines = await _update_and_wait(third)
     assert not any(line.startswith("building environment") for line in lines), lines
     assert any("taken from the shared build cache" in line for line in lines), lines
+    # Its database's empty Postgres cluster is a copy of the environment's template (no initdb of its own).
+    assert "the database's Postgres cluster: a copy of its environment's template" in lines, lines
+    assert (entries[0] / "extras" / "pgdata.complete").is_file()
     # After a reset (its databases gone), the state dir's link into the cache is checked and used, not rebuilt.
     with third.admin() as c:
         assert c.post("/_emulator/reset", json={}).status_code == 200

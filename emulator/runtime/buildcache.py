@@ -30,6 +30,7 @@ import msgspec
 
 MANIFEST = ".complete.json"
 USED = ".used"  # touched at each use: its modification time orders eviction
+EXTRAS = "extras"  # what is made later from a finished entry (each with its own mark): not in its manifest
 _SKIP_DIRS = frozenset({"__pycache__"})
 LOCK_POLL = 0.1  # seconds between tries for a build lock another emulator holds
 
@@ -64,7 +65,7 @@ def survey(entry: Path) -> Manifest:
             found = sorted(it, key=lambda e: e.name)
         for item in found:
             rel = f"{rel_top}{item.name}"
-            if not rel_top and item.name in (MANIFEST, USED):
+            if not rel_top and item.name in (MANIFEST, USED, EXTRAS):
                 continue
             if item.is_symlink():
                 digest.update(f"{rel}\0->{os.readlink(item.path)}\n".encode())

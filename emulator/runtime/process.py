@@ -202,6 +202,10 @@ class ProcessLauncher:
 
     async def start(self, spec: Spec, log: Log) -> ProcessWorkload:
         home = spec.base / "home"
+        pgdata = home / "pgdata"
+        if spec.role == "database" and not await asyncio.to_thread(pgdata.exists):
+            if await self.builds.seed_pgdata(spec.digest, pgdata, log):
+                await log("the database's Postgres cluster: a copy of its environment's template")
         if spec.role == "prepare" and not spec.spare:  # no server: nothing to listen on (a spare waits beside one)
             socket, run = Path(), ["-m", spec.module]
         else:
