@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import os
 import re
 import subprocess
@@ -242,3 +243,29 @@ def test_the_bound_covers_the_engines_environment_images(tmp_path: Path) -> None
         for image_id in made.values():
             with contextlib.suppress(docker.errors.DockerException):
                 client.images.remove(image_id, force=True)
+
+
+async def test_the_build_cache_command_lists_and_clears_what_no_emulator_uses(tmp_path: Path) -> None:
+    calls: list[Path] = []
+    for key in ("idle", "held"):
+        done = BuildCache(tmp_path, 10**9)
+        await done.ensure(key, maker(calls), Lines())
+        done.close()
+    running = BuildCache(tmp_path, 10**9)
+    assert running.hold("held")
+
+    def cli(*args: str) -> str:
+        argv = [sys.executable, "-m", "emulator", "build-cache", "--build-cache", str(tmp_path), *args]
+        r = subprocess.run(argv, capture_output=True, text=True, timeout=60)
+        assert r.returncode == 0, r.stderr
+        return r.stdout
+
+    listed = cli()
+    assert f"build cache {tmp_path}: 2 environments" in listed
+    assert re.search(r"^  held\s+0 MB  last used \S+  in use$", listed, re.M), listed
+    assert re.search(r"^  idle\s+0 MB  last used \S+$", listed, re.M), listed
+    cleared = json.loads(cli("--clear", "--json"))
+    assert cleared["removed"] == ["idle"] and [e["key"] for e in cleared["environments"]] == ["held"]
+    running.close()
+    assert "removed 1 environment\n" in cli("--clear")
+    assert not (tmp_path / "envs" / "held").exists()

@@ -233,6 +233,24 @@ class BuildCache:
                 user.close()
         return removed
 
+    def in_use(self, key: str) -> bool:
+        """Whether an emulator (this one or another) holds the entry."""
+        if key in self._using:
+            return True
+        user = _Lock(self.root / f"{key}.use")
+        try:
+            return not user.take(fcntl.LOCK_EX, wait=False)
+        finally:
+            user.close()
+
+    def clear(self) -> list[str]:
+        """Remove every entry no emulator holds (`emulator build-cache --clear`)."""
+        bound, self.max_bytes = self.max_bytes, -1
+        try:
+            return self.evict()
+        finally:
+            self.max_bytes = bound
+
     def stamp(self, name: str) -> None:
         """Record a use of something the cache does not hold itself (an image of the engine's)."""
         self.stamps.mkdir(parents=True, exist_ok=True)
