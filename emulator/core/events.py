@@ -187,24 +187,39 @@ class EventBus:
 
     async def follow(self, since: int | None, prefixes: tuple[str, ...] = ()) -> AsyncIterator[Event]:
         """History after `since` (None = only new events), then live events, in order, no repeats."""
+        async for batch in self.follow_batches(since, prefixes):
+            for event in batch:
+                yield event
+
+    async def follow_batches(self, since: int | None, prefixes: tuple[str, ...] = ()) -> AsyncIterator[list[Event]]:
+        """`follow`, a batch at a time: each is what was there to read at once (a page of history, or the live events
+        queued meanwhile), for a reader whose cost is per write rather than per event (the log)."""
         sub = self.subscribe(prefixes)
         try:
             last = since if since is not None else self._seq
             if since is not None:
                 while True:
                     backlog = await self.history(last, prefixes)
-                    for event in backlog:
-                        last = event.seq
-                        yield event
+                    if backlog:
+                        last = backlog[-1].seq
+                        yield backlog
                     if len(backlog) < 1000:
                         break
             while True:
-                event = await sub.queue.get()
-                if event is None:
-                    return
-                if event.seq > last:
-                    last = event.seq
-                    yield event
+                queued = [await sub.queue.get()]
+                while not sub.queue.empty():
+                    queued.append(sub.queue.get_nowait())
+                batch: list[Event] = []
+                for event in queued:
+                    if event is None:  # the feed ended: a shutdown, or this reader fell too far behind
+                        if batch:
+                            yield batch
+                        return
+                    if event.seq > last:
+                        last = event.seq
+                        batch.append(event)
+                if batch:
+                    yield batch
         finally:
             self.unsubscribe(sub)
 
