@@ -84,7 +84,8 @@ class LineFormatter(logging.Formatter):
             if lines is None:
                 made = _head(record.created, record.levelno) + super().format(record)
             else:
-                made = "\n".join(_head(record.created, level) + text for level, text in lines)
+                heads = {level: _head(record.created, level) for level in {level for level, _ in lines}}
+                made = "\n".join(heads[level] + text for level, text in lines)
             vars(record)["made"] = made
         return made
 
@@ -165,7 +166,9 @@ class EventLog:
 
     async def _run(self, last: int) -> None:
         while True:
-            async for batch in self._bus.follow_batches(last):
+            # Behind by up to the journal's cap: a reader cut off sooner would reread what is still there, later
+            # would find its oldest events gone (a busy run writes the journal in batches of thousands).
+            async for batch in self._bus.follow_batches(last, limit=self._bus.cap):
                 last = batch[-1].seq
                 lines = []
                 for event in batch:
