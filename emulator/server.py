@@ -179,6 +179,7 @@ def _uvicorn_config(app: Any, settings: Settings) -> uvicorn.Config:
     return uvicorn.Config(
         app,
         lifespan="off",
+        ws="none",  # no origin serves WebSockets: an upgrade is a plain request, and the start imports no ws library
         # The emulator logs each request itself (runlog); uvicorn says only what went wrong, unless debugging.
         log_level="debug" if settings.log_level == "debug" else "warning",
         access_log=False,
