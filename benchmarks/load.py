@@ -61,8 +61,8 @@ MEASURE_GRACE_S = 30.0  # a measurement that overruns its duration by this much 
 
 HEALTH_AIM = 0.95
 ASK_AIM = 0.6
-STARTUP_AIM_S = 0.8
-RSS_AIM_MIB = 80.0
+STARTUP_AIM_S = 0.5  # issue 30: a suite starts many (issue 15 asked 0.8)
+RSS_AIM_MIB = 64.0  # issue 30 (issue 15 asked 80)
 TOKEN_AIM_RPS = 2000.0
 TOKEN_CONCURRENCY = 16  # connections for the token exchanges (the issue's figure was taken with 16)
 JWT_BEARER = "urn:ietf:params:oauth:grant-type:jwt-bearer"
