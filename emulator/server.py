@@ -179,6 +179,7 @@ def _uvicorn_config(app: Any, settings: Settings) -> uvicorn.Config:
     return uvicorn.Config(
         app,
         lifespan="off",
+        ws="none",  # no origin serves WebSockets: an upgrade is a plain request, and the start imports no ws library
         # The emulator logs each request itself (runlog); uvicorn says only what went wrong, unless debugging.
         log_level="debug" if settings.log_level == "debug" else "warning",
         access_log=False,
@@ -310,6 +311,12 @@ async def _serve(settings: Settings, on_ready: Any, start: Start, t0: float) -> 
     platform: Platform | None = None
     tunnel: TunnelServer | None = None
     event_log = EventLog(core.bus)
+    runtime_root = settings.state_dir / "runtime"
+    way_home = [s.getsockname()[1] for s in (socks["api"], s3_sock)]
+    # Asking Docker whether it answers, and then readying it (network, egress, leftovers), is mostly waiting on the
+    # engine: done beside the rest of the start, which is CPU (the docs index, the keys, the three apps).
+    choosing = asyncio.create_task(asyncio.to_thread(make_launcher, settings, runtime_root, way_home))
+    opening: asyncio.Task[None] | None = None
     try:
         await docs.build()
         if settings.watch_docs and settings.docs.is_dir():
@@ -323,9 +330,7 @@ async def _serve(settings: Settings, on_ready: Any, start: Start, t0: float) -> 
         auth = Authenticator(core, signer, urls.api)
         box = SecretBox.load_or_create(settings.state_dir)
         blobs = Blobs(core, settings.state_dir / "blobs", urls.api)
-        runtime_root = settings.state_dir / "runtime"
-        way_home = [s.getsockname()[1] for s in (socks["api"], s3_sock)]
-        launcher = make_launcher(settings, runtime_root, way_home)
+        launcher = await choosing
         boundary = Boundary.of(
             settings.host,
             [urls.site, urls.auth, urls.api],
@@ -339,7 +344,7 @@ async def _serve(settings: Settings, on_ready: Any, start: Start, t0: float) -> 
 
         media = MediaStore(core, s3_sock, url_of(s3_sock), settings.media_quota_bytes, live_databases)
         platform = Platform(core, auth, box, blobs, reconciler, media, api_url=urls.api, auth_url=urls.auth)
-        await reconciler.open()
+        opening = asyncio.create_task(reconciler.open())
         await media.start()  # before the origins serve: the first get_bucket_credentials may come as soon as they do
         reconciler.on_database_ended(media.drop)  # a database's bucket goes with it
         core.on_reset(platform.reset)  # first: no workload may run on while its rows go
@@ -441,6 +446,7 @@ async def _serve(settings: Settings, on_ready: Any, start: Start, t0: float) -> 
         snapshots.add_part(Part("media", media.save_to, media.load_from))
         supervisor = reconciler.supervisor
         snapshots.add_part(Part("databases", supervisor.save_to, supervisor.load_from, pause=reconciler.paused))
+        await opening  # a snapshot's or a declared state's databases are the runtime's to put back
         await begin_from(core, start, lambda text, name: declared.apply(core, box, identity, text, name))
         await media_check  # MediaStoreBroken: the emulator stops, saying which library, before anyone is served
         tasks = [asyncio.create_task(server.serve(sockets=[sock])) for server, sock in servers]
@@ -466,6 +472,11 @@ async def _serve(settings: Settings, on_ready: Any, start: Start, t0: float) -> 
             await export_on_exit(core, start.export_on_exit)
     finally:
         await event_log.stop()
+        for step in (choosing, opening):  # a start that failed before they were awaited
+            if step is not None and not step.done():
+                step.cancel()
+            if step is not None:
+                await asyncio.gather(step, return_exceptions=True)
         if not media_check.done():
             media_check.cancel()
             await asyncio.gather(media_check, return_exceptions=True)

@@ -11,7 +11,6 @@ or repeated between the two.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import functools
 import logging
 import sqlite3
@@ -28,6 +27,7 @@ from emulator.core.tasks import cancel
 
 log = logging.getLogger(__name__)
 RETRY_EVERY = 1.0  # seconds between attempts to write a batch the store refused
+FOLLOW_LIMIT = 2000  # events a live reader may fall behind before it is cut off (the log's is the journal's cap)
 RETRY_KEEP = 100_000  # events kept for a journal that cannot be written; beyond, the oldest are dropped
 _encode = msgspec.json.Encoder().encode
 
@@ -47,31 +47,34 @@ class Event(msgspec.Struct, frozen=True):
 
 
 class Subscription:
-    def __init__(self, bus: EventBus, prefixes: tuple[str, ...]) -> None:
+    """A live reader's queue of the journal's batches, as written (those of its kinds). It holds at most `limit`
+    events: a reader further behind is cut off, and reconnects with its last seq to catch up from the journal."""
+
+    def __init__(self, bus: EventBus, prefixes: tuple[str, ...], limit: int) -> None:
         self._bus = bus
         self.prefixes = prefixes
-        self.queue: asyncio.Queue[Event | None] = asyncio.Queue(maxsize=2000)
+        self.limit = limit
+        self.queue: asyncio.Queue[list[Event] | None] = asyncio.Queue()
+        self.queued = 0  # events in the queue
         self.lagged = False
 
-    def wants(self, event: Event) -> bool:
-        return not self.prefixes or event.kind.startswith(self.prefixes)
-
-    def offer(self, event: Event) -> None:
-        if not self.wants(event):
+    def offer(self, batch: list[Event]) -> None:
+        wanted = [e for e in batch if e.kind.startswith(self.prefixes)] if self.prefixes else batch
+        if not wanted:
             return
-        try:
-            self.queue.put_nowait(event)
-        except asyncio.QueueFull:
-            # A reader this far behind is cut off; it reconnects with its last seq and catches up.
+        if self.queued + len(wanted) > self.limit:
             self.lagged = True
             self._bus.unsubscribe(self)
             self.close()
+            return
+        self.queued += len(wanted)
+        self.queue.put_nowait(wanted)
+
+    def taken(self, batch: list[Event]) -> None:
+        self.queued -= len(batch)
 
     def close(self) -> None:
-        """Tell the reader the feed has ended (making room for the marker if need be)."""
-        if self.queue.full():
-            with contextlib.suppress(asyncio.QueueEmpty):
-                self.queue.get_nowait()
+        """Tell the reader the feed has ended."""
         self.queue.put_nowait(None)
 
 
@@ -104,6 +107,11 @@ class EventBus:
         for sub in list(self._subs):
             sub.close()
         self._subs.clear()
+
+    @property
+    def cap(self) -> int:
+        """How many events the journal keeps: a reader further behind than that has missed some."""
+        return self._cap
 
     @property
     def last_seq(self) -> int:
@@ -157,16 +165,13 @@ class EventBus:
                 log.warning("event journal: written again after %s", self._failing)
                 self._failing = None
             for sub in list(self._subs):
-                for event in batch:
-                    if sub not in self._subs:
-                        break  # it lagged too far behind and was cut off
-                    sub.offer(event)
+                sub.offer(batch)
             async with self._flushed:
                 self._written = batch[-1].seq
                 self._flushed.notify_all()
 
-    def subscribe(self, prefixes: tuple[str, ...] = ()) -> Subscription:
-        sub = Subscription(self, prefixes)
+    def subscribe(self, prefixes: tuple[str, ...] = (), limit: int = FOLLOW_LIMIT) -> Subscription:
+        sub = Subscription(self, prefixes, limit)
         self._subs.add(sub)
         return sub
 
@@ -187,24 +192,44 @@ class EventBus:
 
     async def follow(self, since: int | None, prefixes: tuple[str, ...] = ()) -> AsyncIterator[Event]:
         """History after `since` (None = only new events), then live events, in order, no repeats."""
-        sub = self.subscribe(prefixes)
+        async for batch in self.follow_batches(since, prefixes):
+            for event in batch:
+                yield event
+
+    async def follow_batches(
+        self, since: int | None, prefixes: tuple[str, ...] = (), limit: int = FOLLOW_LIMIT
+    ) -> AsyncIterator[list[Event]]:
+        """`follow`, a batch at a time: each is what was there to read at once (a page of history, or the live events
+        queued meanwhile), for a reader whose cost is per write rather than per event (the log). `limit`: the most
+        events it may fall behind before it is cut off (and reads them from the journal)."""
+        sub = self.subscribe(prefixes, limit)
         try:
             last = since if since is not None else self._seq
             if since is not None:
                 while True:
                     backlog = await self.history(last, prefixes)
-                    for event in backlog:
-                        last = event.seq
-                        yield event
+                    if backlog:
+                        last = backlog[-1].seq
+                        yield backlog
                     if len(backlog) < 1000:
                         break
             while True:
-                event = await sub.queue.get()
-                if event is None:
-                    return
-                if event.seq > last:
-                    last = event.seq
-                    yield event
+                queued = [await sub.queue.get()]
+                while not sub.queue.empty():
+                    queued.append(sub.queue.get_nowait())
+                batch: list[Event] = []
+                for written in queued:
+                    if written is None:  # the feed ended: a shutdown, or this reader fell too far behind
+                        if batch:
+                            yield batch
+                        return
+                    sub.taken(written)
+                    fresh = [event for event in written if event.seq > last]
+                    if fresh:
+                        last = fresh[-1].seq
+                        batch += fresh
+                if batch:
+                    yield batch
         finally:
             self.unsubscribe(sub)
 

@@ -38,7 +38,6 @@ from emulator.core.tasks import cancel
 
 LOG_NAME = "emulator.log"
 MAX_BYTES = 10_000_000  # then emulator.log.1 (one kept): a long run's log stays bounded
-FORMAT = "%(asctime)s.%(msecs)03dZ %(levelname)-7s %(message)s"  # wall time, UTC: when it happened here
 log = logging.getLogger("emulator.run")
 
 QUIET = frozenset({"db.log", "clock.moved", "docs.indexed"})
@@ -53,8 +52,7 @@ def configure(level: str, state_dir: Path) -> None:
     is that file: a detached emulator's output goes there)."""
     root = logging.getLogger("emulator")
     root.setLevel(level.upper())
-    formatter = logging.Formatter(FORMAT, "%Y-%m-%dT%H:%M:%S")
-    formatter.converter = time.gmtime
+    formatter = LineFormatter()
     path = state_dir / LOG_NAME
     handlers: list[logging.Handler] = [logging.StreamHandler(sys.stderr)]
     if not _is_file(sys.stderr, path):
@@ -65,6 +63,31 @@ def configure(level: str, state_dir: Path) -> None:
     root.propagate = False
     with contextlib.suppress(OSError):
         os.chmod(path, 0o600)  # requests name clients and e-mails: the user's own, as the state dir is
+
+
+def _head(created: float, level: int) -> str:
+    """What starts every line: the wall time in UTC to the millisecond (when it happened here), and the level."""
+    whole = int(created)
+    stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(whole))
+    return f"{stamp}.{int((created - whole) * 1000):03d}Z {logging.getLevelName(level):<7} "
+
+
+class LineFormatter(logging.Formatter):
+    """Each line as `_head` starts it. A record of the event log carries a batch of lines (`lines`: each with its
+    level), so a busy run writes once per batch, not once per request; its text is made once, for every handler
+    (the file handler's size check formats it too)."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        made: str | None = getattr(record, "made", None)
+        if made is None:
+            lines: list[tuple[int, str]] | None = getattr(record, "lines", None)
+            if lines is None:
+                made = _head(record.created, record.levelno) + super().format(record)
+            else:
+                heads = {level: _head(record.created, level) for level in {level for level, _ in lines}}
+                made = "\n".join(heads[level] + text for level, text in lines)
+            vars(record)["made"] = made
+        return made
 
 
 def unconfigure() -> None:
@@ -143,11 +166,18 @@ class EventLog:
 
     async def _run(self, last: int) -> None:
         while True:
-            async for event in self._bus.follow(last):
-                last = event.seq
-                found = line(event)
-                if found is not None and log.isEnabledFor(found[0]):
-                    log.log(found[0], "#%d %s", event.seq, found[1])
+            # Behind by up to the journal's cap: a reader cut off sooner would reread what is still there, later
+            # would find its oldest events gone (a busy run writes the journal in batches of thousands).
+            async for batch in self._bus.follow_batches(last, limit=self._bus.cap):
+                last = batch[-1].seq
+                lines = []
+                for event in batch:
+                    found = line(event)
+                    if found is not None and log.isEnabledFor(found[0]):
+                        lines.append((found[0], f"#{event.seq} {found[1]}"))
+                if lines:
+                    text = "\n".join(text for _, text in lines)  # what a handler with another formatter shows
+                    log.log(max(level for level, _ in lines), "%s", text, extra={"lines": lines})
             await asyncio.sleep(0.1)  # the feed ended (this reader fell behind): catch up from the journal
 
 
