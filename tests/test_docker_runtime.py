@@ -210,6 +210,9 @@ def test_with_no_base_image_set_a_machine_without_a_registry_uses_the_one_it_bui
         "kind": "docker",
         "unenforced_limits": status["runtime"]["unenforced_limits"],
         "base_image": expected,
+        "profile": "developer",
+        "spares": True,
+        "build_cache": status["runtime"]["build_cache"],
     }
     shown = subprocess.run(
         [sys.executable, "-m", "emulator", "status", "--state-dir", str(e.state_dir)],
