@@ -155,7 +155,8 @@ async def _update_and_wait(emu: Emulator) -> list[str]:
 async def test_two_emulators_at_once_build_the_environment_once_then_a_third_reuses_it(
     start_emulator, tmp_path: Path
 ) -> None:
-    cache = tmp_path / "shared-cache"
+    cache = tmp_path / "private" / "shared-cache"
+    (tmp_path / "private").mkdir(mode=0o700)  # as `mktemp -d` makes one: run as root, Postgres's user must get in
     first, second = (start_emulator("--runtime", "process", "--build-cache", str(cache)) for _ in range(2))
     logs = await asyncio.gather(_update_and_wait(first), _update_and_wait(second))
     builds = [line for lines in logs for line in lines if line.startswith("building environment")]

