@@ -103,17 +103,23 @@ def memory_of(pid: int) -> tuple[int, int]:
     return rss, pss
 
 
+MODULES = (  # the real modules the hosted processes run (emulator/runtime/workload.py), named last on their command
+    ("pixeltable.service.proxy_daemon", "database server (proxy_daemon)"),
+    ("pixeltable.serving.pod_runner", "service (pod_runner)"),
+    ("pixeltable.service.prepare_project", "prepare_project"),
+)
+
+
 def role(cmd: str, emulator_pid: int, pid: int) -> str:
+    """What a process is; a spare shows as one more of its kind."""
     if pid == emulator_pid:
         return "emulator"
-    for needle, name in (
-        ("postgres", "postgres"),
-        ("pod_runner", "service (pod_runner)"),
-        ("prepare_project", "prepare_project"),
-        ("pixeltable", "pixeltable server"),
-    ):
-        if needle in cmd:
+    last = cmd.split()[-4:]
+    for module, name in MODULES:
+        if module in last:
             return name
+    if "postgres" in cmd.split()[0]:
+        return "postgres"
     return "other: " + cmd[:80]
 
 
@@ -165,7 +171,7 @@ def loopback_get(url: str) -> int:
 
 @contextlib.contextmanager
 def hosted_emulator(exe: Path, n: int, profile: str, cache: Path) -> Iterator[dict[str, Any]]:
-    """An emulator (process runtime, `profile`) with a trial, a database updated and a service RUNNING, its client
+    """An emulator (process runtime, `profile`) with a trial, a database updated and a service AVAILABLE, its client
     daemon stopped; yields what it is (pid, state dir, site, the service's endpoint); stops everything after."""
     flags = ["--runtime", "process", "--profile", profile, "--build-cache", str(cache)]
     with scratch(f"mem{n}") as root, emulator(root / "state", flags) as endpoints:
@@ -174,15 +180,16 @@ def hosted_emulator(exe: Path, n: int, profile: str, cache: Path) -> Iterator[di
         try:
             db = start_trial(client, endpoints)
             client.run("db", "update", db, "-f", "--add-config-entry", timeout=DB_UPDATE_TIMEOUT_S)
+            client.run("schema", "update", "app.py", db, timeout=SERVICE_TIMEOUT_S)  # the service's tables
             client.run("service", "update", "app.py", db, "-f", timeout=SERVICE_TIMEOUT_S)
             deadline = time.monotonic() + READY_TIMEOUT_S
             while True:
                 _, listed = client.run("service", "list", db)
-                m = re.search(rf"^{re.escape(db)}/(\w+)\s+(\S+)\s+RUNNING", listed, re.M)
+                m = re.search(rf"^{re.escape(db)}/(\w+)\s+(\S+)\s+(AVAILABLE|RUNNING|READY)", listed, re.M)
                 if m:
                     break
                 if time.monotonic() > deadline:
-                    raise BenchError(f"no service RUNNING within {READY_TIMEOUT_S:.0f} s:\n{tail(listed)}")
+                    raise BenchError(f"no service AVAILABLE within {READY_TIMEOUT_S:.0f} s:\n{tail(listed)}")
                 time.sleep(2)
         finally:
             client.stop()  # the client's daemon and its Postgres: not the emulator's memory
