@@ -312,18 +312,18 @@ def fresh_run(exe: Path, runtime: str, cache: Path) -> tuple[Times, dict[str, bo
             if 1 not in generations:
                 raise BenchError("the emulator's journal has no outcome for generation 1")
             times["db_update_server"], rebuilt = generations[1]
-            lines = db_log(endpoints["site"])
+            accepted, lines = db_log(endpoints["site"])
             cached = any("taken from the shared build cache" in text for _, text in lines)
-            breakdown = phases(lines, root / "state")
+            breakdown = phases(lines, root / "state", accepted)
             breakdown["client"] = client_side(endpoints["site"], started, times["db_update"])
         finally:
             client.stop()
     return times, {"fresh_rebuilt_environment": rebuilt, "fresh_taken_from_cache": cached}, breakdown
 
 
-def db_log(site: str) -> list[tuple[float, str]]:
-    """The database's log lines of generation 1 (journal `db.log` events), as (seconds after the update was
-    accepted, text)."""
+def db_log(site: str) -> tuple[float | None, list[tuple[float, str]]]:
+    """When the update (generation 1) was accepted, and the database's log lines (journal `db.log` events) as
+    (seconds after that, text)."""
     opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
     url = f"{site}/_emulator/journal?kinds=db.update_accepted,db.log,db.state&limit=5000"
     try:
@@ -333,14 +333,14 @@ def db_log(site: str) -> list[tuple[float, str]]:
         raise BenchError(f"the emulator's journal could not be read: {e}") from e
     start = next((e["ts"] for e in events if e["kind"] == "db.update_accepted"), None)
     if start is None:
-        return []
+        return None, []
     out: list[tuple[float, str]] = []
     for e in events:
         if e["kind"] == "db.log":
             out.append((round(e["ts"] - start, 3), str(e["data"].get("line") or e["data"].get("text") or e["data"])))
         elif e["kind"] == "db.state":
             out.append((round(e["ts"] - start, 3), f"[db.state] {e['data'].get('state')}"))
-    return out
+    return start, out
 
 
 def client_side(site: str, started: float, duration: float) -> dict[str, Any]:
@@ -375,12 +375,13 @@ def client_side(site: str, started: float, duration: float) -> dict[str, Any]:
 
 PHASES = (  # (phase, the first log line that ends it), in the order they happen
     ("environment", re.compile(r"environment .*(taken from the shared build cache|built|unchanged)", re.I)),
-    ("prepare_project", re.compile(r"prepare_project.*(done|ready|finished)|project (is )?(prepared|ready)", re.I)),
-    ("server_health", re.compile(r"is ready|\[db\.state\] AVAILABLE", re.I)),
+    ("server_started", re.compile(r"the Pixeltable server started", re.I)),
+    ("postgres_connected", re.compile(r"Connected to Pixeltable database", re.I)),
+    ("server_health", re.compile(r"server is ready|\[db\.state\] AVAILABLE", re.I)),
 )
 
 
-def phases(lines: list[tuple[float, str]], state: Path) -> dict[str, Any]:
+def phases(lines: list[tuple[float, str]], state: Path, accepted: float | None) -> dict[str, Any]:
     """When each phase of the server side ended (seconds after the update was accepted), from the database's log,
     and the hosted Postgres's own log timestamps (initdb to ready) where its log is under the state dir."""
     ends: dict[str, float] = {}
@@ -388,23 +389,24 @@ def phases(lines: list[tuple[float, str]], state: Path) -> dict[str, Any]:
         hit = next((t for t, text in lines if pattern.search(text)), None)
         if hit is not None:
             ends[name] = hit
-    return {"ends_s": ends, "postgres": postgres_times(state), "log": [f"{t:7.3f}  {text}" for t, text in lines]}
+    log = [f"{t:7.3f}  {text}" for t, text in lines]
+    return {"ends_s": ends, "postgres": postgres_times(state, accepted), "log": log}
 
 
-def postgres_times(state: Path) -> dict[str, str]:
-    """The first and last timestamps of the hosted Postgres's logs under the state dir, and when it was ready."""
-    found: dict[str, str] = {}
-    for path in sorted(state.rglob("*.log")):
-        if "pg" not in str(path).lower() and "postgres" not in str(path).lower():
-            continue
+def postgres_times(state: Path, accepted: float | None) -> dict[str, Any]:
+    """From the hosted Postgres's own log (`pgdata/log`, which `pg_ctl -l` writes): its first line (the server
+    starting, after `initdb`) and `ready to accept connections`, in seconds after the update was accepted."""
+    found: dict[str, Any] = {}
+    for path in sorted(state.rglob("pgdata/log")):
         with contextlib.suppress(OSError):
             text = path.read_text(errors="replace")
-            stamps = re.findall(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)?)", text, re.M)
-            ready = re.search(r"^(\S+ \S+).*ready to accept connections", text, re.M)
-            if stamps:
-                found[str(path.relative_to(state))] = f"{stamps[0]} .. {stamps[-1]}" + (
-                    f" (ready {ready.group(1)})" if ready else ""
-                )
+            stamp = r"(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)?) (UTC|GMT)"
+            first = re.search(rf"^{stamp}", text, re.M)
+            ready = re.search(rf"^{stamp}.*ready to accept connections", text, re.M)
+            for name, m in (("log_starts_s", first), ("ready_s", ready)):
+                if m and accepted is not None:
+                    when = datetime.fromisoformat(m.group(1)).replace(tzinfo=UTC).timestamp()
+                    found[name] = round(when - accepted, 3)
     return found
 
 
