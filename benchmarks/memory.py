@@ -66,15 +66,15 @@ def mem_available() -> int:
 
 
 def processes() -> dict[int, tuple[int, str]]:
-    """pid → (parent pid, command line) of every process."""
+    """pid → (parent pid, command line with its arguments separated by NUL) of every process."""
     found: dict[int, tuple[int, str]] = {}
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
         with contextlib.suppress(OSError, IndexError, ValueError):
             ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
-            cmd = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
-            found[int(entry.name)] = (ppid, cmd)
+            cmd = (entry / "cmdline").read_bytes().decode(errors="replace").strip("\0")
+            found[int(entry.name)] = (ppid, cmd)  # the arguments separated by NUL, as in /proc
     return found
 
 
@@ -114,13 +114,13 @@ def role(cmd: str, emulator_pid: int, pid: int) -> str:
     """What a process is; a spare shows as one more of its kind."""
     if pid == emulator_pid:
         return "emulator"
-    last = cmd.split()[-4:]
+    argv = cmd.split("\0")
     for module, name in MODULES:
-        if module in last:
+        if module in argv:
             return name
-    if "postgres" in cmd.split()[0]:
+    if argv[0].endswith("/postgres") or argv[0].startswith("postgres"):
         return "postgres"
-    return "other: " + cmd[:80]
+    return "other: " + " ".join(argv)[:80]
 
 
 def measure_family(emulator_pid: int, state: Path) -> dict[str, Any]:
@@ -248,8 +248,10 @@ def count(exe: Path, profile: str, per_emulator: int, bound: int, cache: Path) -
             )
         time.sleep(SETTLE_MIN_S)
         families = [measure_family(e["pid"], e["state"]) for e in running]
+        # A service app has no /health of its own (FastAPI answers its 404): any answer from the app below 500 means
+        # it serves; the gateway answers 502/503 for a service that does not.
         healthy = sum(
-            1 for e in running if loopback_get(f"{e['site']}/health") == 200 and loopback_get(e["service"]) == 200
+            1 for e in running if loopback_get(f"{e['site']}/health") == 200 and 0 < loopback_get(e["service"]) < 500
         )
         at_end = mem_available()
         print(f"  {len(running)} at once, {healthy} answering on /health and their service; stopping them", flush=True)
