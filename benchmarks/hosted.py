@@ -255,16 +255,24 @@ def emulator_flags(runtime: str, cache: Path) -> list[str]:
     return ["--runtime", runtime, "--build-cache", str(cache)]
 
 
+INIT_FIRST = False  # --init-first: the project made before `pxt new` (the README makes it after)
+
+
 def start_trial(client: Client, endpoints: dict[str, Any]) -> str:
-    """Untimed: `pxt new` (a trial; it starts the client's daemon), `pxt init`, `pxt service example`; the db."""
+    """Untimed: `pxt new` (a trial; it starts the client's daemon), `pxt init`, `pxt service example`; the db.
+    With INIT_FIRST the project is made first, so the daemon `pxt new` starts already knows it."""
+    if INIT_FIRST:
+        client.run("init")
+        client.run("service", "example", "--out", "app.py")
     _, out = client.run("new")
     m = re.search(r"organization (agent-[0-9a-f]{6})", out)
     if not m:
         raise BenchError(f"pxt new named no organization:\n{tail(out)}")
     db = f"pxt://{m.group(1)}:main"
     print(f"  trial {db} on {endpoints['api']}", flush=True)
-    client.run("init")
-    client.run("service", "example", "--out", "app.py")
+    if not INIT_FIRST:
+        client.run("init")
+        client.run("service", "example", "--out", "app.py")
     return db
 
 
@@ -456,7 +464,7 @@ def summarize(
         "date": datetime.now(UTC).isoformat(timespec="seconds"),
         "machine": machine_info(exe, load_at_start),
         "client": f"pixeltable=={VERSION}",
-        "settings": {"runs": args.runs, "pause_s": args.pause, "runtime": args.runtime},
+        "settings": {"runs": args.runs, "pause_s": args.pause, "runtime": args.runtime, "init_first": args.init_first},
         "ratios": {
             "cold_ratio": round(medians["cold"]["total"] / local_total, 3),
             "fresh_warm_cache_ratio": round(medians["fresh"]["total"] / local_total, 3),
@@ -520,6 +528,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         default="process",
         help="where the hosted database runs (default process, as the recorded figures)",
     )
+    p.add_argument(
+        "--init-first",
+        action="store_true",
+        help="make the project (pxt init, pxt service example) before pxt new rather than after it",
+    )
     p.add_argument("--out", type=Path, default=DEFAULT_OUT, help=f"JSON results (default {DEFAULT_OUT})")
     args = p.parse_args(argv)
     if args.runs < 1:
@@ -528,7 +541,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 
 def main(argv: list[str] | None = None) -> int:
+    global INIT_FIRST
     args = parse_args(argv)
+    INIT_FIRST = args.init_first
     signal.signal(signal.SIGTERM, _stop_on_sigterm)
     exe = ensure_client()
     load_at_start = os.getloadavg()
