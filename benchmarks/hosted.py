@@ -242,14 +242,6 @@ def measure(client: Client, label: str, steps: Sequence[tuple[str, tuple[str, ..
     return times
 
 
-def traversable(cache: Path) -> None:
-    """A build cache in a directory of mode 0700 (as `mkdtemp` makes) breaks the process runtime when run as root:
-    Pixeltable's embedded Postgres runs its binaries, inside the cached environment, as the postgres user, and
-    initdb fails with a PermissionError (the server exits with status 1 at start). The user's default cache,
-    `~/.cache/pxt-emulator`, is 0755, as is what the emulator makes; so is this one."""
-    cache.chmod(0o755)
-
-
 def emulator_flags(runtime: str, cache: Path) -> list[str]:
     """The flags every emulator of a run gets: the runtime, and the build cache of that path."""
     return ["--runtime", runtime, "--build-cache", str(cache)]
@@ -553,7 +545,6 @@ def main(argv: list[str] | None = None) -> int:
     for i in range(1, args.runs + 1):
         # One build cache per run, empty for the cold path, which fills it for the fresh path.
         with scratch("cache") as cache:
-            traversable(cache)
             print(f"run {i}/{args.runs}: hosted, new state dir, empty build cache (cold), then warm", flush=True)
             cold, warm, check = hosted_run(exe, args.pause, args.runtime, cache)
             print(f"run {i}/{args.runs}: local reference", flush=True)

@@ -41,7 +41,6 @@ from hosted import (  # noqa: E402
     scratch,
     start_trial,
     tail,
-    traversable,
 )
 
 from tests.pxt_client import VERSION, ensure_client  # noqa: E402
@@ -290,7 +289,6 @@ def main(argv: list[str] | None = None) -> int:
     load_at_start = os.getloadavg()
     report: dict[str, Any] = {"date": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "client": f"pixeltable=={VERSION}"}
     with scratch("memcache") as cache:
-        traversable(cache)
         report["profiles"] = {profile: one_profile(exe, profile, cache) for profile in ("throwaway", "developer")}
         if not args.no_count:
             per = report["profiles"][args.count_profile]["rss"]

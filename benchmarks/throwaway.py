@@ -41,7 +41,6 @@ from hosted import (  # noqa: E402
     machine_info,
     scratch,
     tail,
-    traversable,
     wait_gone,
 )
 
@@ -227,8 +226,6 @@ def main(argv: list[str] | None = None) -> int:
     with scratch("throwaway") as root:
         cache = args.build_cache or root / "cache"
         cache.mkdir(parents=True, exist_ok=True)
-        traversable(root)
-        traversable(cache)
         template = make_template(exe, root / "template")
         for i in range(1, args.runs + 1):
             print(f"run {i}/{args.runs}: emulator exec", flush=True)
