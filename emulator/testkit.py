@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Literal, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 from urllib.parse import quote
 
 import httpx
@@ -59,12 +59,14 @@ from emulator.admin.wire import (
     TrialClaim,
     TrialClaimed,
 )
-from emulator.behaviour.scorecard import Report
-from emulator.behaviour.traces import Trace
 from emulator.commands.common import exports
 from emulator.core.processes import alive
 from emulator.core.snapshots import SnapshotView
-from emulator.hosted.declared import Applied
+
+if TYPE_CHECKING:  # loaded when first used: a pytest run that never asks for them does not import the domain
+    from emulator.behaviour.scorecard import Report
+    from emulator.behaviour.traces import Trace
+    from emulator.hosted.declared import Applied
 
 T = TypeVar("T")
 
@@ -293,6 +295,8 @@ class Testkit:
 
     def apply(self, state: Path | str, name: str | None = None) -> Applied:
         """Make the emulator hold a declared state: a TOML file, or its text (see fixtures/world.toml)."""
+        from emulator.hosted.declared import Applied
+
         if isinstance(state, Path):
             text, name = state.read_text("utf-8"), name or str(state)
         else:
@@ -374,10 +378,14 @@ class Testkit:
 
     def trace(self, who: str) -> Trace:
         """One agent's trace: a registration id, an organization or an API key's name (`ORG/NAME`)."""
+        from emulator.behaviour.traces import Trace
+
         return self.answer(Trace, "GET", "/_emulator/traces/" + quote(who, safe="/"))
 
     def report(self, agent: str | None = None) -> Report:
         """The scorecard of every agent in the journal, or of one."""
+        from emulator.behaviour.scorecard import Report
+
         return self.answer(Report, "GET", "/_emulator/report", params={"agent": agent} if agent else {})
 
     def assert_clean(self, agent: str | None = None, allow: Sequence[str] = ()) -> None:

@@ -19,7 +19,7 @@ import pytest
 
 from emulator.admin.wire import EventView
 from emulator.behaviour import scorecard
-from emulator.core.served import failed
+from emulator.core.payloads import failed
 from emulator.hosted.logins import CLIENT_ID
 from tests import agent_flow as flow
 from tests.conftest import Emulator, next_ip

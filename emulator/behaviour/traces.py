@@ -9,8 +9,7 @@ import msgspec
 from emulator.behaviour.agents import Agent, Journal
 from emulator.core.clock import iso
 from emulator.core.events import Event
-from emulator.core.payloads import DbLog, GatewayRequest, HttpRequest
-from emulator.core.served import failed
+from emulator.core.payloads import DbLog, GatewayRequest, HttpRequest, failed
 
 
 class Step(msgspec.Struct, kw_only=True):
@@ -71,7 +70,7 @@ def step(e: Event) -> Step:
 
 
 def call_failed(d: HttpRequest | GatewayRequest) -> bool:
-    """`core.served.failed` of a call on any origin (a gateway's answer has no error code)."""
+    """`core.payloads.failed` of a call on any origin (a gateway's answer has no error code)."""
     return failed(d.status, d.error_code if isinstance(d, HttpRequest) else None)
 
 

@@ -24,7 +24,7 @@ from emulator.cloud.requests import KEPT_AS_SENT
 from emulator.core import jsonbody, openapi
 from emulator.core.boundary import Boundary, BoundaryGate
 from emulator.core.errors import BAD_REQUEST, INTERNAL, ApiError
-from emulator.core.faults import FaultGate, drop
+from emulator.core.faultgate import FaultGate, drop
 from emulator.core.payloads import CloudCall
 from emulator.core.webapp import App
 from emulator.hosted.auth import require_unrestricted

@@ -18,20 +18,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import random
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from http import HTTPStatus
-from typing import Any
 
 import msgspec
-from litestar.enums import ScopeType
-from litestar.types import Receive, Scope, Send
 from msgspec import UNSET, UnsetType
 
 from emulator.core.errors import BAD_REQUEST, NOT_FOUND, ApiError
 from emulator.core.events import EventBus
 from emulator.core.payloads import FaultArmed, FaultFired, FaultHeld, FaultRemoved
-from emulator.core.prerouted import send_whole
 
 # A hold that nobody releases must not pin a request forever.
 MAX_HOLD_SECONDS = 120.0
@@ -357,40 +352,3 @@ class Faults:
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(event.wait(), MAX_HOLD_SECONDS)
         self._waiting = [(p, e) for p, e in self._waiting if e is not event]
-
-
-Render = Callable[[ApiError], tuple[bytes, bytes]]  # an error → (content type, body) in the origin's format
-
-
-async def drop(scope: Scope) -> None:
-    """Close the request's connection without an answer (the server's protocol put the means in the scope)."""
-    abort = (scope.get("extensions") or {}).get(DROP_EXTENSION)
-    if callable(abort):
-        abort()
-        await asyncio.sleep(0)  # the server sees the connection lost, and sends nothing more
-        await asyncio.sleep(0)
-
-
-class FaultGate:
-    """The rules as an ASGI layer in front of an origin's app: one place for every HTTP origin."""
-
-    def __init__(self, app: Any, origin: str, faults: Faults, render: Render) -> None:
-        self.app = app
-        self.origin = origin
-        self.faults = faults
-        self.render = render
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != ScopeType.HTTP or not self.faults.armed:
-            await self.app(scope, receive, send)
-            return
-        verdict = await self.faults.request(self.origin, scope["method"], scope["path"])
-        if verdict is None:
-            await self.app(scope, receive, send)
-        elif verdict.drop:
-            await drop(scope)
-        else:
-            error = verdict.error()
-            kind, body = self.render(error)
-            retry = [] if verdict.retry_after is None else [(b"retry-after", str(verdict.retry_after).encode())]
-            await send_whole(send, error.status, retry, kind, body)

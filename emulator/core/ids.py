@@ -70,5 +70,10 @@ def secret_hash(value: str) -> str:
     return hashlib.sha256(value.encode()).hexdigest()
 
 
+def key_fingerprint(secret: str) -> str:
+    """How a request names the API key it carried: the first 12 hex digits of the stored hash (sha256)."""
+    return secret_hash(secret)[:12]
+
+
 def secret_matches(value: str, stored_hash: str) -> bool:
     return hmac.compare_digest(secret_hash(value), stored_hash)

@@ -151,6 +151,18 @@ class Credentials(msgspec.Struct, frozen=True, kw_only=True):
     token_exp: int | float | None = None
 
 
+# Answers a client is told to poll on (RFC 8628's device flow): a wait, not an error.
+PENDING = frozenset({"authorization_pending", "slow_down"})
+
+
+def failed(status: int | None, error_code: str | None = None) -> bool:
+    """Whether a served request failed: dropped, or answered 400 and above, but for a wait the client was told to
+    poll on (`authorization_pending`, `slow_down`): the one rule the traces, the report and the dashboard share."""
+    if not isinstance(status, int) or isinstance(status, bool):  # the dashboard's, read from any event's JSON
+        return False
+    return (status == 0 or status >= 400) and error_code not in PENDING
+
+
 class HttpRequest(Payload, frozen=True, kw_only=True):
     KIND = Kind.HTTP_REQUEST
     origin: str

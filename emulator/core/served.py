@@ -28,7 +28,7 @@ from litestar.enums import ScopeType
 from litestar.types import HTTPScope, Message, Receive, ReceiveMessage, Scope, Send
 from msgspec import UNSET
 
-from emulator.core.ids import secret_hash
+from emulator.core.ids import key_fingerprint
 from emulator.core.payloads import Credentials, HttpRequest, Payload
 
 # Not agent calls: the emulator's own API, liveness probes, a browser's icon.
@@ -40,16 +40,9 @@ _SECRET_PARAMS = frozenset(
 )
 _BODY_PEEK = 64 * 1024  # enough of a control-plane body to read its operation_type
 _ANSWER_PEEK = 4096  # enough of an error answer to read its code
-# Answers a client is told to poll on (RFC 8628's device flow): a wait, not an error.
-PENDING = frozenset({"authorization_pending", "slow_down"})
 _decode_json = msgspec.json.Decoder().decode
 
 Publish = Callable[[str | None, Payload], object]  # EventBus.publish
-
-
-def key_fingerprint(secret: str) -> str:
-    """How a request names the API key it carried: the first 12 hex digits of the stored hash (sha256)."""
-    return secret_hash(secret)[:12]
 
 
 class SeenClaims(msgspec.Struct):
@@ -129,14 +122,6 @@ def _token(token: str) -> Credentials:
 
 def _pairs(query: str) -> list[tuple[str, str]]:
     return [(name, unquote_plus(value)) for name, _, value in (p.partition("=") for p in query.split("&") if p)]
-
-
-def failed(status: int | None, error_code: str | None = None) -> bool:
-    """Whether a served request failed: dropped, or answered 400 and above, but for a wait the client was told to
-    poll on (`authorization_pending`, `slow_down`): the one rule the traces, the report and the dashboard share."""
-    if not isinstance(status, int) or isinstance(status, bool):  # the dashboard's, read from any event's JSON
-        return False
-    return (status == 0 or status >= 400) and error_code not in PENDING
 
 
 @dataclass

@@ -16,10 +16,9 @@ import msgspec
 from emulator.core.clock import iso
 from emulator.core.context import Core
 from emulator.core.errors import BAD_REQUEST, CONFLICT, FORBIDDEN, NOT_FOUND
-from emulator.core.ids import secret_hash
+from emulator.core.ids import key_fingerprint, secret_hash
 from emulator.core.kinds import Kind
 from emulator.core.payloads import CloudKeyCreated, CloudKeyDeleted, CloudKeyUpdated
-from emulator.core.served import key_fingerprint
 from emulator.core.store import Db, many, one, run
 from emulator.hosted.records import ApiKey, Org, Outcome, fetch_all, fetch_one, record
 

@@ -25,8 +25,8 @@ from emulator.core.errors import (
     RATE_LIMITED,
     UNAVAILABLE,
 )
+from emulator.core.ids import key_fingerprint
 from emulator.core.payloads import TrialClaimed, TrialCreated, TrialExpired
-from emulator.core.served import key_fingerprint
 from emulator.hosted import keys, orgs
 from emulator.hosted.identity import Identity, valid_email
 from emulator.hosted.records import Org

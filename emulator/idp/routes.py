@@ -34,7 +34,7 @@ from emulator.core.errors import (
     UNSUPPORTED_RESPONSE_TYPE,
     ApiError,
 )
-from emulator.core.faults import FaultGate
+from emulator.core.faultgate import FaultGate
 from emulator.core.prerouted import raw_headers, read_body, send_whole, small_body
 from emulator.core.webapp import App
 from emulator.hosted.identity import (

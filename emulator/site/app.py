@@ -11,7 +11,7 @@ from litestar.types import ASGIApp, Receive, Scope, Send
 
 from emulator.admin import routes as admin
 from emulator.core import openapi
-from emulator.core.faults import FaultGate
+from emulator.core.faultgate import FaultGate
 from emulator.core.webapp import App
 from emulator.site import ask, discovery, mcp, pages, trials
 from emulator.site.errors import EXCEPTION_HANDLERS, error_bytes

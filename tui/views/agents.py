@@ -9,7 +9,7 @@ from rich.text import Text
 
 from emulator.behaviour.scorecard import Card
 from emulator.behaviour.traces import Trace
-from emulator.core.served import failed
+from emulator.core.payloads import failed
 from tui.model import Model
 from tui.views.table import Row, TableView
 

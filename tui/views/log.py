@@ -21,7 +21,7 @@ from textual.widgets import RichLog
 
 from emulator.admin.wire import EventView
 from emulator.core.kinds import Kind
-from emulator.core.served import failed
+from emulator.core.payloads import failed
 from tui.filter import RowFilter
 
 LOG_CAP = 5000
