@@ -126,6 +126,9 @@ class Settings(msgspec.Struct, kw_only=True):
     spares: bool | None = None  # None: as the profile says
     build_cache: str = ""  # empty: the per-user cache (~/.cache/pxt-emulator); `off`: each state dir builds its own
     build_cache_max_gb: float = 20.0
+    # A planned database update (prepare_update with a target whose environment is at hand) starts its server and
+    # prepare_project ahead of the submission; what is not taken within this many seconds is stopped. 0: none.
+    head_start_ttl: float = 120.0
     allowed_hosts: str = ""
     allowed_origins: str = ""
 
@@ -175,6 +178,7 @@ _INT = {
 }
 _FLOAT = {
     "build_cache_max_gb",
+    "head_start_ttl",
     "proxy_connect_timeout",
     "proxy_idle_timeout",
     "http_request_timeout",
@@ -252,6 +256,8 @@ HELP: dict[str, str] = {
     "build_cache": "where built hosted environments are kept for every emulator of this user (default "
     "$XDG_CACHE_HOME/pxt-emulator, else ~/.cache/pxt-emulator); off: each state dir builds its own",
     "build_cache_max_gb": "size bound of the build cache in GB; the least recently used entries go first (default 20)",
+    "head_start_ttl": "seconds the server and prepare_project started ahead of a planned database update wait for "
+    "its submission (default 120; 0: no head starts)",
     "allowed_hosts": "comma-separated extra names the origins answer to (Host)",
     "allowed_origins": "comma-separated web origins allowed to send state-changing requests (Origin)",
 }
@@ -425,6 +431,7 @@ def _validate(s: Settings) -> None:
     for name in ("proxy_connect_timeout", "proxy_idle_timeout", "http_request_timeout"):
         check(0 < getattr(s, name) <= 86_400, name, "must be more than 0 and at most 86400 seconds")
     check(0 <= s.receipt_hold <= 25, "receipt_hold", "must be 0 to 25 seconds (the client gives get_receipts 30 s)")
+    check(0 <= s.head_start_ttl <= 3600, "head_start_ttl", "must be 0 to 3600 seconds")
     check(0 <= s.submit_hold <= 25, "submit_hold", "must be 0 to 25 seconds (the client gives a change's answer 30 s)")
     check(s.proxy_max_relays >= 1, "proxy_max_relays", "must be at least 1")
     try:

@@ -239,6 +239,10 @@ def test_4b_a_new_state_dir_runs_on_the_environment_built_before(session: Sessio
         assert "unchanged: not rebuilt" in logs
         if e.runtime == "process":
             assert "taken from the shared build cache" in logs
+        # The plan started the server and prepare_project ahead of the submission (a head start), and the first
+        # start took both, their imports done or under way.
+        assert "the Pixeltable server is the database's spare" in logs, logs
+        assert "prepare_project is the database's spare" in logs, logs
         assert f"created   {other.db}/docs" in other.run("schema", "update", "app.py", other.db)
         printed = other.python(
             f"import pixeltable as pxt; t = pxt.get_table('{other.db}/docs'); "
@@ -248,6 +252,45 @@ def test_4b_a_new_state_dir_runs_on_the_environment_built_before(session: Sessio
     finally:
         other.pxt.stop_daemon()
         e.stop()
+
+
+def test_4c_a_plan_not_submitted_leaves_nothing_running(session: Session, tmp_path: Path) -> None:
+    """A plan (prepare_update, as `pxt db update` sends before it packages the project) starts the database's
+    server and prepare_project ahead on the environment at hand; when no submission follows, both are stopped after
+    `head_start_ttl`, and nothing of them is left."""
+    e = Emulator(tmp_path / "state", [*session.e.args, "--head-start-ttl", "3"]).start()
+    e.runtime = session.e.runtime
+    project = tmp_path / "project"
+    shutil.copytree(session.project, project)
+    other = Session(e, Pxt(session.pxt.exe, tmp_path / "pxt-home", emulator_env(e)), project)
+    try:
+        other.org = must(re.search(r"organization (agent-[0-9a-f]{6})", other.run("new"))).group(1)
+        config = project / "pixeltable.toml"
+        config.write_text(config.read_text().replace(session.org, other.org))
+        assert workloads(e) == 0
+        plan = other.python(f"from pixeltable.service.db import db_diff; print('PLAN', db_diff('{other.db}').ops)")
+        assert "PLAN" in plan, plan
+        assert eventually(lambda: workloads(e) == 2), "the server and prepare_project did not start ahead"
+        assert eventually(lambda: workloads(e) == 0), "the head start outlived head_start_ttl"
+        assert "was not taken: stopped" in (e.state_dir / "test-emulator.log").read_text()
+    finally:
+        other.pxt.stop_daemon()
+        e.stop()
+    assert workloads(e) == 0
+
+
+def workloads(e: Emulator) -> int:
+    """How many workload processes (or containers) of this emulator run, of any role."""
+    if e.runtime == "docker":
+        filters = ["--filter", f"label=pxt-emulator={_tag(e)}", "--filter", "label=role"]
+        return len(subprocess.run(["docker", "ps", "-q", *filters], capture_output=True, text=True).stdout.split())
+    found = 0
+    ledger = e.state_dir / "runtime" / "workloads"
+    for entry in ledger.iterdir() if ledger.is_dir() else ():
+        with contextlib.suppress(OSError, ValueError):
+            state = Path(f"/proc/{int(entry.name)}/stat").read_text().rsplit(")", 1)[1].split()[0]
+            found += state != "Z"  # a zombie has ended
+    return found
 
 
 def another_trial(session: Session) -> dict:

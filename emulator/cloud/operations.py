@@ -252,7 +252,7 @@ def _change(req: rq.PrepareUpdate) -> updates.Change:
 async def prepare_update(p: Platform, caller: Caller, req: rq.PrepareUpdate) -> a.PlanAnswer:
     org_id, slug = await p.org_of(caller, req.org)
     change = _change(req)
-    plan = await updates.prepare(p.core, p.blobs, org_id, slug, change)
+    plan = await updates.prepare(p.core, p.blobs, p.reconciler, org_id, slug, change)
     return a.PlanAnswer(
         generations=a.Generations(
             database=plan.row.generation if plan.row else 0,

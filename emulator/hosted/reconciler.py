@@ -41,7 +41,7 @@ from emulator.hosted.databases import DbChange
 from emulator.hosted.receipts import settled
 from emulator.hosted.records import AsSent, Database, DatabaseResources, ReceiptError, Service, service_label
 from emulator.hosted.secrets import SecretBox
-from emulator.hosted.states import OBSERVED, BuildOutcome, DbState, Phase, ServiceState
+from emulator.hosted.states import ACCEPTS_UPDATE, OBSERVED, BuildOutcome, DbState, Phase, ServiceState
 from emulator.runtime.environments import BuildFailed
 from emulator.runtime.supervisor import Environment, Place, ProjectVersions, Release, ServiceRelease, Supervisor
 from emulator.runtime.workload import Launcher, Resources, resized
@@ -81,6 +81,7 @@ class Reconciler:
             self,
             host_ok,
             spares=core.settings.keeps_spares,
+            head_start_ttl=core.settings.head_start_ttl,
             gateway_fault=lambda method, path: core.faults.request("gateway", method, path),
         )
         self._locks: dict[tuple[str, str], asyncio.Lock] = {}
@@ -214,6 +215,25 @@ class Reconciler:
 
     def schedule(self, org_id: str, slug: str, db: str, generation: int, verb: str) -> None:
         self._spawn(self._job(org_id, slug, db, generation, verb), f"db-{verb}-{slug}-{db}", (org_id, db))
+
+    def head_start(self, row: Database, target: DatabaseResources) -> None:
+        """A plan for `row` with this target was made: start its server and prepare_project ahead, while the client
+        uploads and submits (Supervisor.head_start). Not while a job of the database runs or a snapshot pauses
+        the workloads, nor for a database an update would be refused for."""
+        if row.state not in ACCEPTS_UPDATE or self._lock(row.org_id, row.name).locked() or not self._running.is_set():
+            return
+        job = self._head_start(Place(row.org_id, row.slug, row.name), row, target)
+        self._spawn(job, f"db-head-start-{row.slug}-{row.name}", (row.org_id, row.name))
+
+    async def _head_start(self, place: Place, row: Database, target: DatabaseResources) -> None:
+        async with self._lock(place.org_id, place.db):
+            digest = databases.environment_digest(target.fingerprint)
+            release = self._release(row, digest, target.fingerprint, target)
+            try:
+                if await self.supervisor.head_start(place, release, await self._environment(place)):
+                    log.info("%s:%s: the next server and prepare_project start ahead of the update", *place.key)
+            except Exception as e:  # a head start is an optimisation: the update starts cold without one
+                log.warning("no head start for %s:%s: %s", place.slug, place.db, e)
 
     async def route(self, org_id: str, slug: str, db: str) -> Address:
         """Where the database's server listens, starting it first if it is not running (first use).

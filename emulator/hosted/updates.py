@@ -123,8 +123,9 @@ class Plan:
     upload_url: str | None
 
 
-async def prepare(core: Core, blobs: Blobs, org_id: str, slug: str, change: Change) -> Plan:
-    """The plan of a change, checked as its submission will be."""
+async def prepare(core: Core, blobs: Blobs, reconciler: Reconciler, org_id: str, slug: str, change: Change) -> Plan:
+    """The plan of a change, checked as its submission will be. A plan with a database target gives the database's
+    next server a head start (its submission usually follows within a second or two)."""
     db, target, mutations = change.db, change.target, change.mutations
     org = await _org(core, org_id)
     row = await databases.get(core.store, org_id, db)
@@ -145,6 +146,8 @@ async def prepare(core: Core, blobs: Blobs, org_id: str, slug: str, change: Chan
         generations.append((base, name, found.generation if found else 0))
         if found is not None:
             specs.append(found.desired)
+    if row is not None and target is not None:
+        reconciler.head_start(row, desired(target, row, org.trial))
     return Plan(row, generations, specs, upload)
 
 

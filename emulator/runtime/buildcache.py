@@ -147,6 +147,14 @@ class BuildCache:
             await asyncio.to_thread(self.evict)
         return entry, fresh
 
+    async def find(self, key: str, log: Callable[[str], Awaitable[None]]) -> Path | None:
+        """The entry for `key` if a good one exists (then marked used), else None: nothing is built or removed."""
+        async with self.exclusive(key, log):
+            if not await asyncio.to_thread(self._good, key):
+                return None
+            await asyncio.to_thread(self._use, key)
+        return self.entry(key)
+
     @contextlib.asynccontextmanager
     async def exclusive(self, key: str, log: Callable[[str], Awaitable[None]]) -> AsyncIterator[None]:
         """The right to build `key`, across every emulator of the user: one builds, the others wait here."""

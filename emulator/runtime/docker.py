@@ -379,7 +379,7 @@ class DockerLauncher:
                 limits["nano_cpus"] = int(float(cpu) * 1e9)
             if memory:
                 limits["mem_limit"] = limits["memswap_limit"] = f"{int(memory)}m"
-        if spec.spare:
+        if spec.spare and not spec.eager:
             limits["cpu_shares"] = SPARE_SHARES
         name = _name(f"pxt-{self.instance}-{spec.label}")
         if spec.role == "service" or spec.spare:

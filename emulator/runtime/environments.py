@@ -67,6 +67,19 @@ class Builds:
                 return False
             return await self._build(build)
 
+    async def reuse(self, build: Build) -> bool:
+        """Whether the environment is at hand without a build: ready, or made so from a build cache. Never builds
+        (and says False while a build of it is under way)."""
+        lock = self._locks.setdefault(build.digest, asyncio.Lock())
+        if lock.locked():
+            return False
+        async with lock:
+            return await asyncio.to_thread(self.ready, build.digest) or await self._link(build)
+
+    async def _link(self, build: Build) -> bool:
+        """Make a build cache's good entry this environment, if there is one (here: no cache)."""
+        return False
+
 
 def uv_executable() -> str:
     try:
@@ -140,13 +153,30 @@ class Environments(Builds):
             await self._make(target, build, interpreter)
             await asyncio.to_thread(_switch, home, target.name)
             return True
-        real = await asyncio.to_thread(os.path.realpath, interpreter)
-        key = key_of(RECIPE, build.digest, real, build.pixeltable)
+        key = await self._key(build)
         entry, built = await self.cache.ensure(key, lambda target: self._make(target, build, interpreter), build.log)
         if not built:
             await build.log(f"environment {build.digest[:12]}: taken from the shared build cache ({entry})")
         await asyncio.to_thread(_switch, home, f"{CACHED}{key}", entry)
         return built
+
+    async def _key(self, build: Build) -> str:
+        """The build cache's key of the environment: what defines it (the digest covers the project's lock or
+        requirements), the interpreter it is made with, the client's version and the recipe."""
+        real = await asyncio.to_thread(os.path.realpath, python_for(build.python_version))
+        return key_of(RECIPE, build.digest, real, build.pixeltable)
+
+    async def _link(self, build: Build) -> bool:
+        if self.cache is None or build.force:
+            return False
+        key = await self._key(build)
+        entry = await self.cache.find(key, build.log)
+        if entry is None:
+            return False
+        await build.log(f"environment {build.digest[:12]}: taken from the shared build cache ({entry})")
+        await asyncio.to_thread((self.root / build.digest).mkdir, parents=True, exist_ok=True)
+        await asyncio.to_thread(_switch, self.root / build.digest, f"{CACHED}{key}", entry)
+        return True
 
     async def seed_pgdata(self, digest: str, pgdata: Path, log: Log) -> bool:
         """A new database's empty Postgres cluster, copied from its environment's template (made once per cached

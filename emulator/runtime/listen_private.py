@@ -14,10 +14,10 @@ exists before it runs the module: a server started while `prepare_project` unpac
 imports (seconds) by the time the project is there.
 
 With `PXT_EMULATOR_SPARE=1`, the process is a spare: it imports pixeltable and what the module imports at a low CPU
-priority, then waits for `go.json` beside its socket, which the emulator writes when it wants a new generation of
-the service: the environment that generation gets (`env`, and the names to `unset`: a secret deleted since). The
-process takes that environment and its normal priority and runs the module as a cold start would, its imports
-(most of a start) already done.
+priority (with `eager`, a head start, at its normal one), then waits for `go.json` beside its socket, which the
+emulator writes when it wants a new generation of the service: the environment that generation gets (`env`, and the
+names to `unset`: a secret deleted since). The process takes that environment and its normal priority and runs the
+module as a cold start would, its imports (most of a start) already done.
 """
 
 import importlib
@@ -36,8 +36,9 @@ _UNREACHABLE = "http://127.0.0.1:9"  # what the file server's address reads as: 
 
 def main() -> None:
     path, module, args = sys.argv[1], sys.argv[2], sys.argv[3:]
-    go = os.path.join(os.path.dirname(path), "go.json") if os.environ.pop("PXT_EMULATOR_SPARE", "") else ""
-    released = spare_priority(go) if go else None
+    spare = os.environ.pop("PXT_EMULATOR_SPARE", "")
+    go = os.path.join(os.path.dirname(path), "go.json") if spare else ""
+    released = spare_priority(go, low=spare != "eager") if go else None
     init = uvicorn.Config.__init__
 
     def private(self: uvicorn.Config, app: object, *a: object, **kw: object) -> None:
@@ -79,10 +80,12 @@ def priority(nice: int) -> None:
         pass
 
 
-def spare_priority(go: str) -> threading.Event:
+def spare_priority(go: str, *, low: bool = True) -> threading.Event:
     """A spare imports at the lowest priority until `go` appears, and at its normal one from then on: a spare
-    released before its imports are done finishes them at speed. The event is set once `go` is there."""
-    priority(19)
+    released before its imports are done finishes them at speed (an eager one, `low` False, a head start whose
+    release is seconds away, keeps its normal priority). The event is set once `go` is there."""
+    if low:
+        priority(19)
     released = threading.Event()
     deadline = time.monotonic() + 86400  # the emulator stops a spare it no longer wants; this bounds it anyway
 

