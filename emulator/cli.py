@@ -10,7 +10,18 @@ from collections.abc import Callable
 from typing import Any
 
 from emulator import __version__
-from emulator.commands import acts, behaviour, buildcache, declared, faults, journal, running, snapshots, throwaway
+from emulator.commands import (
+    acts,
+    behaviour,
+    buildcache,
+    declared,
+    evaluate,
+    faults,
+    journal,
+    running,
+    snapshots,
+    throwaway,
+)
 
 DESCRIPTION = """\
 Local emulator of Pixeltable Cloud: the public agent API (/ask, /mcp, /health, trials, discovery),
@@ -48,7 +59,18 @@ def parser() -> argparse.ArgumentParser:
 
 
 COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {}
-MODULES: tuple[Any, ...] = (running, journal, acts, snapshots, throwaway, faults, declared, behaviour, buildcache)
+MODULES: tuple[Any, ...] = (
+    running,
+    journal,
+    acts,
+    snapshots,
+    throwaway,
+    evaluate,
+    faults,
+    declared,
+    behaviour,
+    buildcache,
+)
 """The modules of `emulator.commands` whose subcommands `emulator` offers, in the order its help lists them."""
 
 

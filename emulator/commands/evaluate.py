@@ -1,0 +1,85 @@
+"""`emulator eval TASK_DIR... --agent 'COMMAND' [-k N] [--parallel N] [--json]`: does the agent do the job, every
+time? Each task's trials run on throwaway emulators; the exit status says whether every task reached its pass^k."""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+
+def register(sub: Any) -> dict[str, Callable[[argparse.Namespace], int]]:
+    p = sub.add_parser(
+        "eval",
+        help="run an agent on tasks, k trials each, and check what it did",
+        description="Run COMMAND once per trial of each task, each trial on a throwaway emulator started from the "
+        "task's starting state, with `emulator env`'s variables and the instruction (EMULATOR_TASK_INSTRUCTION, "
+        "and the file EMULATOR_TASK_INSTRUCTION_FILE); then run the task's checks on what the emulator holds and "
+        "recorded. Prints each trial's failing checks with their evidence and each task's pass@1 and pass^k; "
+        "exits 0 when every task reached the pass^k its task.toml asks for, 1 when one did not, 2 on a bad task.",
+        epilog="example:\n  emulator eval fixtures/tasks/* --agent 'python examples/agent.py' -k 3 --parallel 3",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("tasks", nargs="+", type=Path, metavar="TASK_DIR", help="task directories (task.toml and more)")
+    p.add_argument("--agent", required=True, metavar="COMMAND", help="the agent's command, run by the shell")
+    p.add_argument("-k", type=int, help="trials per task (default: each task's own `trials`)")
+    p.add_argument("--parallel", type=int, default=1, metavar="N", help="trials of a task at once (default 1)")
+    p.add_argument("--runtime", choices=["auto", "docker", "process"], help="where hosted databases run")
+    p.add_argument("--json", action="store_true", help="print the whole result as JSON")
+    return {"eval": cmd_eval}
+
+
+def cmd_eval(args: argparse.Namespace) -> int:
+    from emulator.eval.runner import TrialResult, run_suite
+    from emulator.eval.tasks import TaskError, load
+
+    if args.k is not None and args.k < 1:
+        raise SystemExit("emulator: -k must be at least 1")
+    if args.parallel < 1:
+        raise SystemExit("emulator: --parallel must be at least 1")
+    try:
+        tasks = [load(path) for path in args.tasks]
+    except TaskError as e:
+        print(f"emulator: {e}", file=sys.stderr)
+        return 2
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))  # trials stop as at a normal end
+
+    def progress(trial: TrialResult) -> None:
+        if not args.json:
+            print(_trial_line(trial), file=sys.stderr)
+
+    extra = ["--runtime", args.runtime] if args.runtime else []
+    result = run_suite(tasks, args.agent, k=args.k, parallel=args.parallel, args=extra, progress=progress)
+    if args.json:
+        sys.stdout.write(msgspec.json.format(msgspec.json.encode(result)).decode() + "\n")
+    else:
+        for task in result.tasks:
+            print(f"\n{task.task}: pass@1 {task.pass_at_1:.2f}, pass^{task.k} {task.pass_hat_k:.2f}", end="")
+            print(f" (needs {task.threshold:.2f}: {'met' if task.met else 'NOT met'})")
+            for trial in task.trials:
+                for check in trial.checks:
+                    if not check.passed:
+                        print(f"  trial {trial.trial}: FAILED {check.check}: {check.detail}")
+                        for line in check.evidence:
+                            print(f"      {line}")
+                if trial.error:
+                    print(f"  trial {trial.trial}: {trial.error}")
+                if trial.timed_out:
+                    print(f"  trial {trial.trial}: the agent was stopped at its time limit")
+                elif not trial.passed and trial.exit_code:
+                    print(f"  trial {trial.trial}: the agent exited with status {trial.exit_code}; its output ends:")
+                    for line in trial.output.splitlines()[-8:]:
+                        print(f"      {line}")
+    return 0 if result.met else 1
+
+
+def _trial_line(trial: Any) -> str:
+    verdict = "passed" if trial.passed else "FAILED"
+    failing = [c.check for c in trial.checks if not c.passed]
+    why = f" ({'; '.join(failing)})" if failing else f" ({trial.error})" if trial.error else ""
+    return f"{trial.task} trial {trial.trial}: {verdict} in {trial.seconds:.1f} s, {trial.requests} requests{why}"

@@ -1,0 +1,169 @@
+"""A task's goal: declarative checks over what a trial's emulator holds and its journal recorded, after the agent
+ended. Each check is a typed table of `task.toml` (`check = "<kind>"`, decoded strictly), and each result says
+whether it held and shows its evidence: the events (by number, as `emulator trace` shows them), the rows or the
+findings it was decided on. Checks judge the agent only by what its own trial's emulator saw: each trial has one.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+from dataclasses import dataclass
+
+import msgspec
+
+from emulator.admin.wire import EventView, OrgView
+from emulator.behaviour.scorecard import Report
+
+
+class TrialCheck(msgspec.Struct, tag_field="check", tag="trial", forbid_unknown_fields=True):
+    """A trial organization exists (at least `count`); with `claimed_by`, one is claimed by that e-mail."""
+
+    count: int = 1
+    claimed_by: str | None = None
+
+
+class EventCheck(msgspec.Struct, tag_field="check", tag="event", forbid_unknown_fields=True):
+    """The journal holds events of `kind` (with this subject, and whose data has these values): at least
+    `at_least`, and at most `at_most` when given (`at_most = 0`: none)."""
+
+    kind: str
+    subject: str | None = None
+    data: dict[str, str | int | float | bool | None] = msgspec.field(default_factory=dict)
+    at_least: int = 1
+    at_most: int | None = None
+
+
+class ScorecardCheck(msgspec.Struct, tag_field="check", tag="scorecard_clean", forbid_unknown_fields=True):
+    """No scorecard rule fired for any agent of the trial, save the rules in `allow`."""
+
+    allow: list[str] = msgspec.field(default_factory=list)
+
+
+class EgressCheck(msgspec.Struct, tag_field="check", tag="egress", forbid_unknown_fields=True):
+    """No connection through the egress proxy went to a host outside `allow` (shell patterns; the task's
+    `egress_allow` when not given)."""
+
+    allow: list[str] | None = None
+
+
+class RequestsCheck(msgspec.Struct, tag_field="check", tag="requests", forbid_unknown_fields=True):
+    """The agent sent at most `at_most` requests to the emulator's origins (the task's `max_requests`)."""
+
+    at_most: int
+
+
+ADMIN = "/_emulator"
+
+Check = TrialCheck | EventCheck | ScorecardCheck | EgressCheck | RequestsCheck
+
+
+@dataclass(frozen=True)
+class Seen:
+    """What a trial's emulator holds once the agent has ended: read once, then every check runs on it."""
+
+    orgs: list[OrgView]
+    events: list[EventView]
+    report: Report
+    egress_allow: list[str] | None
+
+
+class CheckResult(msgspec.Struct, kw_only=True):
+    check: str  # the check's kind and what it asked, in a line
+    passed: bool
+    detail: str  # why it failed, or what held
+    evidence: list[str] = msgspec.field(default_factory=list)  # events (`#seq kind subject`), orgs, findings
+
+
+def describe(check: Check) -> str:
+    fields = {k: v for k, v in msgspec.to_builtins(check).items() if k != "check" and v not in (None, {}, [])}
+    kind = str(type(check).__struct_config__.tag)
+    return kind + (" " + " ".join(f"{k}={v!r}" for k, v in fields.items()) if fields else "")
+
+
+def evaluate(check: Check, seen: Seen) -> CheckResult:
+    name = describe(check)
+    match check:
+        case TrialCheck():
+            return _trial(check, seen, name)
+        case EventCheck():
+            return _event(check, seen, name)
+        case ScorecardCheck():
+            return _scorecard(check, seen, name)
+        case EgressCheck():
+            return _egress(check, seen, name)
+        case RequestsCheck():
+            return _requests(check, seen, name)
+
+
+def _brief(e: EventView) -> str:
+    return f"#{e.seq} {e.kind} {e.subject or ''}".rstrip()
+
+
+def _trial(check: TrialCheck, seen: Seen, name: str) -> CheckResult:
+    trials = [o for o in seen.orgs if o.trial]
+    shown = [f"{o.org}: {o.state}" + (f", admins {', '.join(o.admins)}" if o.admins else "") for o in trials]
+    if len(trials) < check.count:
+        detail = f"{len(trials)} trial(s), not {check.count}"
+        return CheckResult(check=name, passed=False, detail=detail, evidence=shown)
+    if check.claimed_by is not None:
+        claimed = [o for o in trials if o.state == "claimed" and check.claimed_by in o.admins]
+        if not claimed:
+            detail = f"no trial is claimed by {check.claimed_by}"
+            return CheckResult(check=name, passed=False, detail=detail, evidence=shown)
+    return CheckResult(check=name, passed=True, detail=f"{len(trials)} trial(s)", evidence=shown)
+
+
+def _event(check: EventCheck, seen: Seen, name: str) -> CheckResult:
+    found = [
+        e
+        for e in seen.events
+        if e.kind == check.kind
+        and (check.subject is None or e.subject == check.subject)
+        and all(e.data.get(k) == v for k, v in check.data.items())
+    ]
+    few = len(found) < check.at_least
+    many = check.at_most is not None and len(found) > check.at_most
+    evidence = [_brief(e) for e in found[:20]]
+    if few or many:
+        bound = f"at least {check.at_least}" if few else f"at most {check.at_most}"
+        detail = f"{len(found)} such event(s), not {bound}"
+        return CheckResult(check=name, passed=False, detail=detail, evidence=evidence)
+    return CheckResult(check=name, passed=True, detail=f"{len(found)} such event(s)", evidence=evidence)
+
+
+def _scorecard(check: ScorecardCheck, seen: Seen, name: str) -> CheckResult:
+    fired = [
+        f"{card.agent}: {f.rule}: {f.detail} (#{', #'.join(str(s) for s in f.evidence)})"
+        for card in seen.report.agents
+        for f in card.findings
+        if f.rule not in check.allow
+    ]
+    if fired:
+        return CheckResult(check=name, passed=False, detail=f"{len(fired)} finding(s)", evidence=fired)
+    return CheckResult(check=name, passed=True, detail="no finding")
+
+
+def _egress(check: EgressCheck, seen: Seen, name: str) -> CheckResult:
+    allow = check.allow if check.allow is not None else seen.egress_allow
+    if allow is None:
+        return CheckResult(check=name, passed=True, detail="the task allows any host")
+    relays = [e for e in seen.events if e.kind == "proxy.relay"]
+    outside = [e for e in relays if not any(fnmatch.fnmatch(str(e.data.get("host", "")), p) for p in allow)]
+    if outside:
+        hosts = sorted({str(e.data.get("host")) for e in outside})
+        detail = f"{len(outside)} connection(s) outside the allow-list: {', '.join(hosts)}"
+        return CheckResult(check=name, passed=False, detail=detail, evidence=[_brief(e) for e in outside[:20]])
+    return CheckResult(check=name, passed=True, detail=f"{len(relays)} connection(s), all allowed")
+
+
+def agent_requests(seen: Seen) -> list[EventView]:
+    """The requests the trial's emulator served, but the harness's own (the operator's `/_emulator` API): in a
+    trial's emulator nothing else sends any."""
+    return [e for e in seen.events if e.kind == "http.request" and not str(e.data.get("path", "")).startswith(ADMIN)]
+
+
+def _requests(check: RequestsCheck, seen: Seen, name: str) -> CheckResult:
+    sent = len(agent_requests(seen))
+    if sent > check.at_most:
+        return CheckResult(check=name, passed=False, detail=f"{sent} requests, more than {check.at_most}")
+    return CheckResult(check=name, passed=True, detail=f"{sent} requests")

@@ -1,0 +1,137 @@
+"""An evaluation task: a directory in Harbor's layout (`instruction.md`, `task.toml`), read strictly.
+
+`task.toml` keeps Harbor's sections where they say the same thing (`schema_version`, `[task]` name and description,
+`[metadata]`, `[agent] timeout_sec`) and adds one of its own, `[emulator]`, which Harbor ignores as it ignores any
+key it does not know: how many trials, the pass^k the task must reach, the starting state, the agent's environment,
+the egress allow-list, and the goal as a list of declarative checks (checks.py).
+
+    schema_version = "1.1"
+    [task]
+    name = "pixeltable/create-a-trial"
+    description = "Make a trial organization and claim it"
+    [agent]
+    timeout_sec = 120
+    [emulator]
+    trials = 3            # k: each trial is its own throwaway emulator
+    pass_k = 1.0          # the pass^k the task must reach for `emulator eval` to exit 0
+    start = "start.toml"  # a declared state (`emulator apply`) or a snapshot export (.tar.gz), beside task.toml
+    [emulator.env]        # the agent's extra environment variables
+    MODE = "careful"
+    [[emulator.checks]]
+    check = "trial"
+    claimed_by = "dev@example.com"
+"""
+
+from __future__ import annotations
+
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+
+import msgspec
+
+from emulator.eval.checks import Check
+
+INSTRUCTION, TASK_FILE = "instruction.md", "task.toml"
+
+
+class TaskError(ValueError):
+    """A task directory that cannot be run, and why (its path and the field)."""
+
+
+class TaskSection(msgspec.Struct, forbid_unknown_fields=False):
+    name: str | None = None
+    description: str = ""
+
+
+class AgentSection(msgspec.Struct, forbid_unknown_fields=False):
+    timeout_sec: float = 300.0
+
+
+class EmulatorSection(msgspec.Struct, forbid_unknown_fields=True):
+    checks: list[Check]
+    trials: int = 1
+    pass_k: float = 1.0
+    start: str | None = None
+    env: dict[str, str] = msgspec.field(default_factory=dict)
+    max_requests: int | None = None  # requests the agent may send in a trial (a check of its own when set)
+    egress_allow: list[str] | None = None  # host patterns the agent may reach through the proxy (None: any)
+    seed: int = 1  # the emulator's seed: ids, keys and codes repeat from one trial to the next
+
+
+class TaskFile(msgspec.Struct, forbid_unknown_fields=False):
+    """What `task.toml` holds; Harbor's other sections (`[verifier]`, `[environment]`, ...) are read by Harbor."""
+
+    emulator: EmulatorSection
+    task: TaskSection = msgspec.field(default_factory=TaskSection)
+    agent: AgentSection = msgspec.field(default_factory=AgentSection)
+    schema_version: str = "1.1"
+    metadata: dict[str, object] = msgspec.field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Task:
+    name: str
+    path: Path
+    instruction: str
+    description: str
+    timeout: float
+    trials: int
+    pass_k: float
+    start: Path | None
+    env: dict[str, str]
+    max_requests: int | None
+    egress_allow: list[str] | None
+    seed: int
+    checks: list[Check]
+
+
+def load(path: Path) -> Task:
+    """The task in directory `path`, checked before any trial runs; TaskError says what is wrong and where."""
+    path = path.resolve()
+    if not path.is_dir():
+        raise TaskError(f"{path}: not a task directory")
+    try:
+        instruction = (path / INSTRUCTION).read_text()
+    except OSError:
+        raise TaskError(f"{path}: no {INSTRUCTION} (what the agent is told)") from None
+    try:
+        raw = tomllib.loads((path / TASK_FILE).read_text())
+    except OSError:
+        raise TaskError(f"{path}: no {TASK_FILE}") from None
+    except tomllib.TOMLDecodeError as e:
+        raise TaskError(f"{path / TASK_FILE}: {e}") from None
+    try:
+        spec = msgspec.convert(raw, TaskFile)
+    except msgspec.ValidationError as e:
+        raise TaskError(f"{path / TASK_FILE}: {e}") from None
+    section = spec.emulator
+    where = f"{path / TASK_FILE}: [emulator]"
+    if not section.checks:
+        raise TaskError(f"{where} has no checks: a task needs a goal")
+    if section.trials < 1:
+        raise TaskError(f"{where} trials must be at least 1")
+    if not 0 <= section.pass_k <= 1:
+        raise TaskError(f"{where} pass_k must be between 0 and 1")
+    if spec.agent.timeout_sec <= 0:
+        raise TaskError(f"{path / TASK_FILE}: [agent] timeout_sec must be positive")
+    start = None
+    if section.start is not None:
+        start = (path / section.start).resolve()
+        if not start.is_file() or path not in start.parents:
+            raise TaskError(f"{where} start: {section.start} is not a file in the task directory")
+    return Task(
+        name=spec.task.name or path.name,
+        path=path,
+        instruction=instruction,
+        description=spec.task.description,
+        timeout=spec.agent.timeout_sec,
+        trials=section.trials,
+        pass_k=section.pass_k,
+        start=start,
+        env=section.env,
+        max_requests=section.max_requests,
+        egress_allow=section.egress_allow,
+        seed=section.seed,
+        checks=section.checks,
+    )

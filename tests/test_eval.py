@@ -1,0 +1,108 @@
+"""`emulator eval`: tasks in Harbor's layout, k trials on throwaway emulators, checks with evidence, pass^k.
+
+The agents are the reference agents in examples/eval (no model), run as a user runs them."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from emulator.eval.scoring import pass_at_1, pass_hat_k
+
+ROOT = Path(__file__).resolve().parent.parent
+TASK = ROOT / "fixtures" / "tasks" / "create-a-trial"
+CAREFUL = f"{sys.executable} examples/eval/careful_agent.py"
+HASTY = f"{sys.executable} examples/eval/hasty_agent.py"
+
+
+def evaluate(*args: str) -> tuple[int, dict, str]:
+    r = subprocess.run(
+        [sys.executable, "-m", "emulator", "eval", *args, "--json"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=ROOT,
+    )
+    return r.returncode, json.loads(r.stdout) if r.stdout.strip() else {}, r.stderr
+
+
+def leftovers() -> set[str]:
+    return {p.name for p in Path(tempfile.gettempdir()).glob("pxt-emulator-eval-*")}
+
+
+def test_the_careful_agent_passes_every_trial_and_trials_in_parallel_do_not_see_each_other() -> None:
+    before = leftovers()
+    code, result, err = evaluate(str(TASK), "--agent", CAREFUL, "-k", "3", "--parallel", "3")
+    assert code == 0, err
+    (task,) = result["tasks"]
+    assert (task["k"], task["pass_at_1"], task["pass_hat_k"], task["met"]) == (3, 1.0, 1.0, True)
+    for trial in task["trials"]:
+        assert trial["passed"] and trial["exit_code"] == 0 and not trial["timed_out"], trial
+        assert trial["requests"] == 5  # two discovery documents, register, exchange, create
+        (seen,) = [c for c in trial["checks"] if c["check"] == "trial count=1"]
+        assert len(seen["evidence"]) == 1, seen  # its own trial organization, none of the others'
+    assert leftovers() == before  # every trial's state dir went with its emulator
+
+
+def test_the_hasty_agent_fails_exactly_the_check_its_mistake_is_for_with_the_evidence() -> None:
+    code, result, _ = evaluate(str(TASK), "--agent", HASTY, "-k", "1")
+    assert code == 1
+    (trial,) = result["tasks"][0]["trials"]
+    failed = [c for c in trial["checks"] if not c["passed"]]
+    assert [c["check"] for c in failed] == ["scorecard_clean"], trial["checks"]
+    (finding,) = failed[0]["evidence"]
+    assert ": hard-coded-url: registered without reading discovery" in finding
+    assert "(#" in finding  # the journal's event it was decided on
+    assert trial["exit_code"] == 0  # it did make the trial: the check, not the exit status, fails it
+
+
+def test_an_agent_past_its_time_limit_is_stopped_with_what_it_started(tmp_path: Path) -> None:
+    task = tmp_path / "slow"
+    task.mkdir()
+    (task / "instruction.md").write_text("Wait.\n")
+    (task / "task.toml").write_text('[agent]\ntimeout_sec = 2\n[emulator]\n[[emulator.checks]]\ncheck = "trial"\n')
+    marker = "3217"
+    code, result, _ = evaluate(str(task), "--agent", f"sleep {marker} & sleep {marker}")
+    assert code == 1
+    (trial,) = result["tasks"][0]["trials"]
+    assert trial["timed_out"] and trial["exit_code"] is None and not trial["passed"]
+    running = subprocess.run(["pgrep", "-f", f"sleep {marker}"], capture_output=True, text=True).stdout.split()
+    assert running == [], "the agent's background process outlived its trial"
+
+
+@pytest.mark.parametrize(
+    ("toml", "said"),
+    [
+        ('[emulator]\n[[emulator.checks]]\ncheck = "telepathy"\n', "telepathy"),
+        ("[emulator]\nchecks = []\n", "has no checks"),
+        ('[emulator]\ntrials = 0\n[[emulator.checks]]\ncheck = "trial"\n', "trials must be at least 1"),
+        ('[emulator]\nstart = "../x.toml"\n[[emulator.checks]]\ncheck = "trial"\n', "not a file in the task"),
+        ('[emulator]\n[[emulator.checks]]\ncheck = "trial"\ncuont = 2\n', "cuont"),
+    ],
+)
+def test_a_task_that_cannot_run_is_refused_before_any_trial(tmp_path: Path, toml: str, said: str) -> None:
+    (tmp_path / "instruction.md").write_text("Do it.\n")
+    (tmp_path / "task.toml").write_text(toml)
+    r = subprocess.run(
+        [sys.executable, "-m", "emulator", "eval", str(tmp_path), "--agent", "true"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ},
+    )
+    assert r.returncode == 2 and said in r.stderr, r.stderr
+    assert "Traceback" not in r.stderr
+
+
+def test_pass_hat_k_is_the_chance_that_k_tries_all_succeed() -> None:
+    assert pass_hat_k(3, 3, 3) == 1.0 and pass_hat_k(3, 2, 3) == 0.0
+    assert pass_hat_k(4, 3, 2) == pytest.approx(3 / 6)  # C(3,2) / C(4,2)
+    assert pass_hat_k(4, 3, 1) == pass_at_1(4, 3) == 0.75
+    with pytest.raises(ValueError):
+        pass_hat_k(2, 2, 3)
