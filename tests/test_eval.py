@@ -45,6 +45,10 @@ def test_the_careful_agent_passes_every_trial_and_trials_in_parallel_do_not_see_
     for trial in task["trials"]:
         assert trial["passed"] and trial["exit_code"] == 0 and not trial["timed_out"], trial
         assert trial["requests"] == 5  # two discovery documents, register, exchange, create
+        cost = trial["cost"]
+        assert cost["requests"] == {"site": 2, "auth": 3}, cost
+        assert (cost["trials_created"], cost["keys_created"], cost["egress"]) == (1, 0, [])
+        assert 0 < cost["agent_seconds"] < cost["seconds"]
         (seen,) = [c for c in trial["checks"] if c["check"] == "trial count=1"]
         assert len(seen["evidence"]) == 1, seen  # its own trial organization, none of the others'
     assert leftovers() == before  # every trial's state dir went with its emulator

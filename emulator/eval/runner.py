@@ -20,7 +20,8 @@ import msgspec
 
 from emulator.admin.wire import OrgList
 from emulator.commands.common import exports
-from emulator.eval.checks import CheckResult, Seen, agent_requests, evaluate
+from emulator.eval.checks import CheckResult, RequestsCheck, Seen, agent_requests, evaluate
+from emulator.eval.cost import Cost, cost_of
 from emulator.eval.scoring import pass_at_1, pass_hat_k
 from emulator.eval.tasks import Task
 from emulator.testkit import EmulatorError, Testkit, launch
@@ -39,6 +40,7 @@ class TrialResult(msgspec.Struct, kw_only=True):
     seconds: float
     requests: int
     checks: list[CheckResult]
+    cost: Cost | None = None  # None: the trial could not run
     error: str | None = None  # the trial could not run (the emulator did not start)
     output: str = ""  # the tail of the agent's output
 
@@ -116,63 +118,91 @@ def emulator_args(task: Task, extra: list[str]) -> list[str]:
     return [*flags, *extra]
 
 
-def run_trial(task: Task, agent: str, n: int, extra: list[str]) -> TrialResult:
-    state = Path(tempfile.mkdtemp(prefix="pxt-emulator-eval-"))
-    started = time.monotonic()
-    try:
-        try:
-            proc, found = launch(state, emulator_args(task, extra), log_path=state / "emulator.log")
-        except EmulatorError as e:
-            return _broken(task, n, f"the trial's emulator did not start: {e.message}")
-        kit = Testkit(found, process=proc, state_dir=state)
-        try:
-            instruction = state / "instruction.md"
-            instruction.write_text(task.instruction)
-            env = {
-                **os.environ,
-                **exports(found),
-                "EMULATOR_STATE_DIR": str(state),
-                INSTRUCTION_VAR: task.instruction,
-                INSTRUCTION_FILE_VAR: str(instruction),
-                TASK_DIR_VAR: str(task.path),
-                **task.env,
-            }
-            code, timed_out, output = _run_agent(agent, env, state / "agent.log", task.timeout)
-            seen = _read(kit, task)
-            checks = [evaluate(c, seen) for c in task.checks]
-            if task.max_requests is not None:
-                from emulator.eval.checks import RequestsCheck
+class Trial:
+    """One trial's emulator, from the task's starting state, for as long as the `with` lasts (its state dir goes
+    with it); `env` is what the agent runs with, and `finish` runs the checks once the agent has ended."""
 
-                checks.append(evaluate(RequestsCheck(at_most=task.max_requests), seen))
-            return TrialResult(
-                task=task.name,
-                trial=n,
-                passed=all(c.passed for c in checks) and not timed_out,
-                exit_code=code,
-                timed_out=timed_out,
-                seconds=round(time.monotonic() - started, 3),
-                requests=len(agent_requests(seen)),
-                checks=checks,
-                output=output,
-            )
+    def __init__(self, task: Task, n: int, extra: list[str]) -> None:
+        self.task, self.n, self.extra = task, n, extra
+        self.state = Path(tempfile.mkdtemp(prefix="pxt-emulator-eval-"))
+        self.started = time.monotonic()
+        self.kit: Testkit | None = None
+        self.env: dict[str, str] = {}
+
+    def __enter__(self) -> Trial:
+        try:
+            proc, found = launch(self.state, emulator_args(self.task, self.extra), log_path=self.state / "emulator.log")
+        except BaseException:
+            shutil.rmtree(self.state, ignore_errors=True)
+            raise
+        self.kit = Testkit(found, process=proc, state_dir=self.state)
+        instruction = self.state / "instruction.md"
+        instruction.write_text(self.task.instruction)
+        self.env = {
+            **os.environ,
+            **exports(found),
+            "EMULATOR_STATE_DIR": str(self.state),
+            INSTRUCTION_VAR: self.task.instruction,
+            INSTRUCTION_FILE_VAR: str(instruction),
+            TASK_DIR_VAR: str(self.task.path),
+            **self.task.env,
+        }
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        try:
+            if self.kit is not None:
+                self.kit.stop()
         finally:
-            kit.stop()
-    finally:
-        shutil.rmtree(state, ignore_errors=True)
+            shutil.rmtree(self.state, ignore_errors=True)
+
+    def finish(self, code: int | None, timed_out: bool, output: str, agent_seconds: float) -> TrialResult:
+        """The checks on what the trial's emulator holds and recorded, now that the agent has ended."""
+        assert self.kit is not None, "finish() inside the trial's `with`"
+        task = self.task
+        seen = Seen(
+            orgs=self.kit.answer(OrgList, "GET", "/_emulator/orgs").orgs,
+            events=self.kit.events(since=0),
+            report=self.kit.report(),
+            egress_allow=task.egress_allow,
+        )
+        checks = [evaluate(c, seen) for c in task.checks]
+        if task.max_requests is not None:
+            checks.append(evaluate(RequestsCheck(at_most=task.max_requests), seen))
+        mine = agent_requests(seen)
+        seconds = time.monotonic() - self.started
+        return TrialResult(
+            task=task.name,
+            trial=self.n,
+            passed=all(c.passed for c in checks) and not timed_out,
+            exit_code=code,
+            timed_out=timed_out,
+            seconds=round(seconds, 3),
+            requests=len(mine),
+            checks=checks,
+            cost=cost_of(mine, seen.events, seconds, agent_seconds),
+            output=output,
+        )
 
 
-def _broken(task: Task, n: int, error: str) -> TrialResult:
-    return TrialResult(
-        task=task.name,
-        trial=n,
-        passed=False,
-        exit_code=None,
-        timed_out=False,
-        seconds=0.0,
-        requests=0,
-        checks=[],
-        error=error,
-    )
+def run_trial(task: Task, agent: str, n: int, extra: list[str]) -> TrialResult:
+    try:
+        with Trial(task, n, extra) as trial:
+            began = time.monotonic()
+            code, timed_out, output = _run_agent(agent, trial.env, trial.state / "agent.log", task.timeout)
+            return trial.finish(code, timed_out, output, time.monotonic() - began)
+    except EmulatorError as e:
+        return TrialResult(
+            task=task.name,
+            trial=n,
+            passed=False,
+            exit_code=None,
+            timed_out=False,
+            seconds=0.0,
+            requests=0,
+            checks=[],
+            error=f"the trial's emulator did not start: {e.message}",
+        )
 
 
 def _run_agent(agent: str, env: dict[str, str], log: Path, timeout: float) -> tuple[int | None, bool, str]:
@@ -212,12 +242,3 @@ def _group_alive(pgid: int) -> bool:
     except ProcessLookupError:
         return False
     return True
-
-
-def _read(kit: Testkit, task: Task) -> Seen:
-    return Seen(
-        orgs=kit.answer(OrgList, "GET", "/_emulator/orgs").orgs,
-        events=kit.events(since=0),
-        report=kit.report(),
-        egress_allow=task.egress_allow,
-    )
