@@ -388,6 +388,10 @@ class Testkit:
 
         return self.answer(Report, "GET", "/_emulator/report", params={"agent": agent} if agent else {})
 
+    def record(self, agent: str | None = None) -> bytes:
+        """The run as a record, as `emulator record save` writes it (`emulator record diff` compares two)."""
+        return self._send("GET", "/_emulator/record", params={"agent": agent} if agent else {}).content
+
     def assert_clean(self, agent: str | None = None, allow: Sequence[str] = ()) -> None:
         """That the agent (or every agent) broke no scorecard rule, save those in `allow`; an AssertionError
         lists each finding with its evidence. The journal is the emulator's since its last reset."""

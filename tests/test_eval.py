@@ -6,14 +6,18 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
+import xml.etree.ElementTree as ET
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from emulator.eval.scoring import pass_at_1, pass_hat_k
+from tests.conftest import CHROMIUM
 
 ROOT = Path(__file__).resolve().parent.parent
 TASK = ROOT / "fixtures" / "tasks" / "create-a-trial"
@@ -110,3 +114,34 @@ def test_pass_hat_k_is_the_chance_that_k_tries_all_succeed() -> None:
     assert pass_hat_k(4, 3, 1) == pass_at_1(4, 3) == 0.75
     with pytest.raises(ValueError):
         pass_hat_k(2, 2, 3)
+
+
+@pytest.mark.skipif(not shutil.which(CHROMIUM), reason="Chromium is not installed")
+def test_junit_parses_the_html_report_opens_in_a_browser_and_trials_keep_records(browser: Any, tmp_path: Path) -> None:
+    junit, page, out = tmp_path / "eval.xml", tmp_path / "eval.html", tmp_path / "runs"
+    reports = ["--junit", str(junit), "--html", str(page), "--out", str(out)]
+    code, _, _ = evaluate(str(TASK), "--agent", HASTY, "-k", "2", *reports)
+    assert code == 1
+    suite = ET.parse(junit).getroot().find("testsuite")
+    assert suite is not None and (suite.get("tests"), suite.get("failures")) == ("2", "2")
+    failures = suite.findall("testcase/failure")
+    assert [f.get("type") for f in failures] == ["scorecard_clean", "scorecard_clean"]
+    assert all("hard-coded-url" in (f.text or "") for f in failures)
+
+    tab = browser.new_page()
+    asked: list[str] = []
+    tab.on("request", lambda r: asked.append(r.url))
+    tab.goto(page.as_uri())
+    assert tab.locator("tr.trial").count() == 2
+    assert tab.locator("tr.trial[data-passed=false]").count() == 2
+    assert "hard-coded-url" in tab.locator("tr.trial").first.inner_text()
+    assert tab.locator("tr.trial").first.locator(".lane").count() == 2  # the site's and the provider's requests
+    assert asked == [page.as_uri()]  # self-contained: nothing fetched from anywhere
+    tab.close()
+
+    # Seeded trials of the same agent do the same things, and `emulator record diff` says so.
+    records = sorted(out.glob("*/trial-*/record.json"))
+    assert len(records) == 2 and all((r.parent / "agent.log").is_file() for r in records)
+    diff = [sys.executable, "-m", "emulator", "record", "diff", *map(str, records)]
+    r = subprocess.run(diff, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0 and "the same things" in r.stdout, r.stdout + r.stderr

@@ -31,6 +31,14 @@ def register(sub: Any) -> dict[str, Callable[[argparse.Namespace], int]]:
     p.add_argument("--parallel", type=int, default=1, metavar="N", help="trials of a task at once (default 1)")
     p.add_argument("--runtime", choices=["auto", "docker", "process"], help="where hosted databases run")
     p.add_argument("--json", action="store_true", help="print the whole result as JSON")
+    p.add_argument("--junit", type=Path, metavar="FILE", help="write JUnit XML (a test case per trial) to FILE")
+    p.add_argument("--html", type=Path, metavar="FILE", help="write a self-contained HTML report to FILE")
+    p.add_argument(
+        "--out",
+        type=Path,
+        metavar="DIR",
+        help="keep each trial's run record (for `emulator record diff`), the agent's output and the emulator's log",
+    )
     return {"eval": cmd_eval}
 
 
@@ -54,7 +62,15 @@ def cmd_eval(args: argparse.Namespace) -> int:
             print(_trial_line(trial), file=sys.stderr)
 
     extra = ["--runtime", args.runtime] if args.runtime else []
-    result = run_suite(tasks, args.agent, k=args.k, parallel=args.parallel, args=extra, progress=progress)
+    keep = args.out.expanduser().absolute() if args.out else None
+    result = run_suite(tasks, args.agent, k=args.k, parallel=args.parallel, args=extra, keep=keep, progress=progress)
+    if args.junit or args.html:
+        from emulator.eval import reports
+
+        if args.junit:
+            args.junit.write_bytes(reports.junit(result))
+        if args.html:
+            args.html.write_text(reports.page(result))
     if args.json:
         sys.stdout.write(msgspec.json.format(msgspec.json.encode(result)).decode() + "\n")
     else:

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import msgspec
 
-from emulator.admin.wire import OrgList
+from emulator.admin.wire import EventView, OrgList
 from emulator.commands.common import exports
 from emulator.eval.checks import CheckResult, RequestsCheck, Seen, agent_requests, evaluate
 from emulator.eval.cost import Cost, cost_of
@@ -31,6 +31,20 @@ TASK_DIR_VAR = "EMULATOR_TASK_DIR"
 KILL_GRACE = 5.0  # seconds between SIGTERM and SIGKILL of an agent past its time limit
 
 
+class Step(msgspec.Struct, kw_only=True, array_like=False):
+    """One request the agent sent, for a trial's timeline: when (seconds after its first), where, what, the answer."""
+
+    at: float
+    origin: str
+    method: str
+    path: str
+    status: int
+    ms: float
+
+
+MAX_STEPS = 500  # a trial's timeline keeps its first requests: an agent in a loop would otherwise fill the report
+
+
 class TrialResult(msgspec.Struct, kw_only=True):
     task: str
     trial: int
@@ -41,6 +55,8 @@ class TrialResult(msgspec.Struct, kw_only=True):
     requests: int
     checks: list[CheckResult]
     cost: Cost | None = None  # None: the trial could not run
+    steps: list[Step] = msgspec.field(default_factory=list)
+    kept: str | None = None  # where its record, the agent's output and the emulator's log were kept (--out)
     error: str | None = None  # the trial could not run (the emulator did not start)
     output: str = ""  # the tail of the agent's output
 
@@ -69,9 +85,10 @@ def run_suite(
     k: int | None = None,
     parallel: int = 1,
     args: list[str] | None = None,
+    keep: Path | None = None,
     progress: Callable[[TrialResult], None] | None = None,
 ) -> SuiteResult:
-    done = [run_task(t, agent, k=k, parallel=parallel, args=args or [], progress=progress) for t in tasks]
+    done = [run_task(t, agent, k=k, parallel=parallel, args=args or [], keep=keep, progress=progress) for t in tasks]
     return SuiteResult(agent=agent, tasks=done, met=all(t.met for t in done))
 
 
@@ -82,12 +99,13 @@ def run_task(
     k: int | None = None,
     parallel: int = 1,
     args: list[str],
+    keep: Path | None = None,
     progress: Callable[[TrialResult], None] | None = None,
 ) -> TaskResult:
     trials = k or task.trials
 
     def one(n: int) -> TrialResult:
-        result = run_trial(task, agent, n, args)
+        result = run_trial(task, agent, n, args, keep)
         if progress is not None:
             progress(result)
         return result
@@ -122,8 +140,9 @@ class Trial:
     """One trial's emulator, from the task's starting state, for as long as the `with` lasts (its state dir goes
     with it); `env` is what the agent runs with, and `finish` runs the checks once the agent has ended."""
 
-    def __init__(self, task: Task, n: int, extra: list[str]) -> None:
+    def __init__(self, task: Task, n: int, extra: list[str], keep: Path | None = None) -> None:
         self.task, self.n, self.extra = task, n, extra
+        self.keep = keep  # a directory for the trial's record (`emulator record diff` compares two) and logs
         self.state = Path(tempfile.mkdtemp(prefix="pxt-emulator-eval-"))
         self.started = time.monotonic()
         self.kit: Testkit | None = None
@@ -171,6 +190,7 @@ class Trial:
             checks.append(evaluate(RequestsCheck(at_most=task.max_requests), seen))
         mine = agent_requests(seen)
         seconds = time.monotonic() - self.started
+        kept = self._keep(output) if self.keep is not None else None
         return TrialResult(
             task=task.name,
             trial=self.n,
@@ -181,13 +201,44 @@ class Trial:
             requests=len(mine),
             checks=checks,
             cost=cost_of(mine, seen.events, seconds, agent_seconds),
+            steps=steps_of(mine),
+            kept=kept,
             output=output,
         )
 
+    def _keep(self, output: str) -> str:
+        assert self.kit is not None and self.keep is not None
+        folder = self.keep / _slug(self.task.name) / f"trial-{self.n}"
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / "record.json").write_bytes(self.kit.record())
+        for name in ("agent.log", "emulator.log"):
+            with contextlib.suppress(OSError):
+                shutil.copyfile(self.state / name, folder / name)
+        return str(folder)
 
-def run_trial(task: Task, agent: str, n: int, extra: list[str]) -> TrialResult:
+
+def steps_of(requests: list[EventView]) -> list[Step]:
+    first = requests[0].ts if requests else 0.0
+    return [
+        Step(
+            at=round(e.ts - first, 3),
+            origin=str(e.data.get("origin", "")),
+            method=str(e.data.get("method", "")),
+            path=str(e.data.get("path", "")),
+            status=int(e.data.get("status") or 0),
+            ms=float(e.data.get("ms") or 0.0),
+        )
+        for e in requests[:MAX_STEPS]
+    ]
+
+
+def _slug(name: str) -> str:
+    return "".join(c if c.isalnum() or c in "-_." else "-" for c in name).strip("-") or "task"
+
+
+def run_trial(task: Task, agent: str, n: int, extra: list[str], keep: Path | None = None) -> TrialResult:
     try:
-        with Trial(task, n, extra) as trial:
+        with Trial(task, n, extra, keep) as trial:
             began = time.monotonic()
             code, timed_out, output = _run_agent(agent, trial.env, trial.state / "agent.log", task.timeout)
             return trial.finish(code, timed_out, output, time.monotonic() - began)
