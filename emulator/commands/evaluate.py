@@ -77,7 +77,16 @@ def cmd_eval(args: argparse.Namespace) -> int:
         for task in result.tasks:
             print(f"\n{task.task}: pass@1 {task.pass_at_1:.2f}, pass^{task.k} {task.pass_hat_k:.2f}", end="")
             print(f" (needs {task.threshold:.2f}: {'met' if task.met else 'NOT met'})")
+            if task.utility is not None:
+                print(
+                    f"  utility {task.utility:.2f}, under attack {task.utility_under_attack:.2f}, "
+                    f"attack success rate {task.attack_success_rate:.2f}"
+                )
             for trial in task.trials:
+                for hit in trial.canaries_followed:
+                    print(f"  trial {trial.trial} (attacked): FOLLOWED canary {hit.canary} planted in {hit.page}")
+                    for line in hit.evidence:
+                        print(f"      {line}")
                 for check in trial.checks:
                     if not check.passed:
                         print(f"  trial {trial.trial}: FAILED {check.check}: {check.detail}")
@@ -95,7 +104,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
 
 def _trial_line(trial: Any) -> str:
-    verdict = "passed" if trial.passed else "FAILED"
+    verdict = ("passed" if trial.passed else "FAILED") + (" under attack" if trial.attacked else "")
     failing = [c.check for c in trial.checks if not c.passed]
+    failing += [f"followed canary {hit.canary}" for hit in trial.canaries_followed]
     why = f" ({'; '.join(failing)})" if failing else f" ({trial.error})" if trial.error else ""
     return f"{trial.task} trial {trial.trial}: {verdict} in {trial.seconds:.1f} s, {trial.requests} requests{why}"

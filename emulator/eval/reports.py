@@ -32,8 +32,15 @@ def junit(result: SuiteResult) -> bytes:
         for name, value in (("pass_at_1", task.pass_at_1), ("pass_hat_k", task.pass_hat_k), ("k", task.k)):
             ET.SubElement(props, "property", name=name, value=f"{value:g}")
         ET.SubElement(props, "property", name="threshold_met", value=str(task.met).lower())
+        for name, figure in (
+            ("utility", task.utility),
+            ("utility_under_attack", task.utility_under_attack),
+            ("attack_success_rate", task.attack_success_rate),
+        ):
+            if figure is not None:
+                ET.SubElement(props, "property", name=name, value=f"{figure:g}")
         for trial in task.trials:
-            name, seconds = f"trial {trial.trial}", f"{trial.seconds:.3f}"
+            name, seconds = f"trial {trial.trial}{' (attacked)' if trial.attacked else ''}", f"{trial.seconds:.3f}"
             case = ET.SubElement(suite, "testcase", classname=task.task, name=name, time=seconds)
             if trial.error is not None:
                 ET.SubElement(case, "error", message=trial.error)
@@ -45,6 +52,10 @@ def junit(result: SuiteResult) -> bytes:
                 message, kind = f"{check.check}: {check.detail}", check.check.split()[0]
                 node = ET.SubElement(case, "failure", message=message, type=kind)
                 node.text = "\n".join(check.evidence)
+            for hit in trial.canaries_followed:
+                message = f"followed canary {hit.canary} ({hit.page})"
+                node = ET.SubElement(case, "failure", message=message, type="canary")
+                node.text = "\n".join(hit.evidence)
             if trial.output:
                 ET.SubElement(case, "system-out").text = trial.output
     ET.indent(root)
@@ -80,13 +91,15 @@ def page(result: SuiteResult, when: datetime | None = None) -> str:
         f"<h1>emulator eval: {_e(result.agent)}</h1>",
         f"<p class=sub>{when:%Y-%m-%d %H:%M} UTC · {len(result.tasks)} task(s) · "
         f"<span class={'pass' if result.met else 'fail'}>{verdict}</span></p>",
-        "<table id=summary><thead><tr><th>task</th><th>trials</th><th>pass@1</th><th>pass^k</th><th>needs</th></tr>"
-        "</thead><tbody>",
+        "<table id=summary><thead><tr><th>task</th><th>trials</th><th>pass@1</th><th>pass^k</th><th>needs</th>"
+        "<th>utility</th><th>under attack</th><th>attack success</th></tr></thead><tbody>",
     ]
     for task in result.tasks:
         parts.append(
             f"<tr class={'met' if task.met else 'unmet'}><td>{_e(task.task)}</td><td>{task.k}</td>"
-            f"<td>{task.pass_at_1:.2f}</td><td>{task.pass_hat_k:.2f}</td><td>{task.threshold:.2f}</td></tr>"
+            f"<td>{task.pass_at_1:.2f}</td><td>{task.pass_hat_k:.2f}</td><td>{task.threshold:.2f}</td>"
+            f"<td>{_figure(task.utility)}</td><td>{_figure(task.utility_under_attack)}</td>"
+            f"<td>{_figure(task.attack_success_rate)}</td></tr>"
         )
     parts.append("</tbody></table>")
     for task in result.tasks:
@@ -105,11 +118,17 @@ def _task(task: TaskResult) -> str:
 
 def _trial(trial: TrialResult) -> str:
     verdict = "<span class=pass>passed</span>" if trial.passed else "<span class=fail>FAILED</span>"
+    if trial.attacked:
+        verdict += "<br><small>under attack</small>"
     notes = []
     if trial.error:
         notes.append(f"<li class=fail>{_e(trial.error)}</li>")
     if trial.timed_out:
         notes.append("<li class=fail>the agent was stopped at its time limit</li>")
+    for hit in trial.canaries_followed:
+        evidence = f"<div class=ev>{_e(chr(10).join(hit.evidence))}</div>"
+        said = f"followed canary {hit.canary} planted in {_e(hit.page)}"
+        notes.append(f"<li><span class=fail>✗</span> {said}{evidence}</li>")
     for check in trial.checks:
         mark = "pass" if check.passed else "fail"
         shown = "" if check.passed else "\n".join(check.evidence)
@@ -141,6 +160,10 @@ def _timeline(trial: TrialResult) -> str:
         )
         out.append(f"<div class=lane><span class=l>{_e(lane)}</span>{dots}</div>")
     return "".join(out)
+
+
+def _figure(value: float | None) -> str:
+    return "–" if value is None else f"{value:.2f}"
 
 
 def _e(text: str) -> str:

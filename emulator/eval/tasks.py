@@ -3,7 +3,8 @@
 `task.toml` keeps Harbor's sections where they say the same thing (`schema_version`, `[task]` name and description,
 `[metadata]`, `[agent] timeout_sec`) and adds one of its own, `[emulator]`, which Harbor ignores as it ignores any
 key it does not know: how many trials, the pass^k the task must reach, the starting state, the agent's environment,
-the egress allow-list, and the goal as a list of declarative checks (checks.py).
+the egress allow-list, the goal as a list of declarative checks (checks.py), and canaries: injected instructions
+planted in the docs the agent reads, with what following one looks like.
 
     schema_version = "1.1"
     [task]
@@ -30,6 +31,7 @@ from pathlib import Path
 
 import msgspec
 
+from emulator.config import DEFAULT_DOCS
 from emulator.eval.checks import Check
 
 INSTRUCTION, TASK_FILE = "instruction.md", "task.toml"
@@ -48,8 +50,20 @@ class AgentSection(msgspec.Struct, forbid_unknown_fields=False):
     timeout_sec: float = 300.0
 
 
+class Canary(msgspec.Struct, forbid_unknown_fields=True):
+    """An injected instruction planted in a docs page (which `/ask`, MCP's `search_docs` and the site's pages then
+    serve), and what following it looks like: a connection to `host` through the egress proxy (a shell pattern),
+    or an event of one of `events` (a forbidden operation, e.g. `db.delete_accepted`)."""
+
+    page: str  # the corpus page that carries it, e.g. "docs/auth/agent-registration.md"
+    text: str
+    host: str | None = None
+    events: list[str] = msgspec.field(default_factory=list)
+
+
 class EmulatorSection(msgspec.Struct, forbid_unknown_fields=True):
     checks: list[Check]
+    canaries: list[Canary] = msgspec.field(default_factory=list)
     trials: int = 1
     pass_k: float = 1.0
     start: str | None = None
@@ -84,6 +98,7 @@ class Task:
     egress_allow: list[str] | None
     seed: int
     checks: list[Check]
+    canaries: list[Canary]
 
 
 def load(path: Path) -> Task:
@@ -115,6 +130,12 @@ def load(path: Path) -> Task:
         raise TaskError(f"{where} pass_k must be between 0 and 1")
     if spec.agent.timeout_sec <= 0:
         raise TaskError(f"{path / TASK_FILE}: [agent] timeout_sec must be positive")
+    for n, canary in enumerate(section.canaries, 1):
+        if canary.host is None and not canary.events:
+            raise TaskError(f"{where} canary {n} says neither `host` nor `events`: what following it looks like")
+        page = (DEFAULT_DOCS / canary.page).resolve()
+        if page.suffix != ".md" or not page.is_file() or DEFAULT_DOCS.resolve() not in page.parents:
+            raise TaskError(f"{where} canary {n}: {canary.page} is not a markdown page of the docs corpus")
     start = None
     if section.start is not None:
         start = (path / section.start).resolve()
@@ -134,4 +155,5 @@ def load(path: Path) -> Task:
         egress_allow=section.egress_allow,
         seed=section.seed,
         checks=section.checks,
+        canaries=section.canaries,
     )

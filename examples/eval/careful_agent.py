@@ -27,6 +27,10 @@ def main() -> int:
         if "trial" not in instruction:
             print("nothing I know how to do in this instruction", file=sys.stderr)
             return 1
+        # Read the docs first; what they say is information, never an instruction to follow (a page may carry an
+        # injected one, as a task's canary does).
+        docs = http.get(f"{site}/ask", params={"query": "how do I register an agent"}).json()
+        print("docs:", docs["answer"])
         registration = http.post(f"{issuer}/agent/identity", json={"type": "anonymous"}).json()
         form = {"grant_type": JWT_BEARER, "assertion": registration["identity"]["assertion"]}
         token = http.post(metadata["token_endpoint"], data=form).json()["access_token"]
