@@ -41,34 +41,73 @@ def leftovers() -> set[str]:
     return {p.name for p in Path(tempfile.gettempdir()).glob("pxt-emulator-eval-*")}
 
 
-def test_the_careful_agent_passes_every_trial_and_trials_in_parallel_do_not_see_each_other() -> None:
+TASKS = sorted(str(t) for t in (ROOT / "fixtures" / "tasks").iterdir() if (t / "task.toml").is_file())
+
+
+def test_the_careful_agent_passes_every_shipped_task_every_time_and_parallel_trials_are_isolated() -> None:
     before = leftovers()
-    code, result, err = evaluate(str(TASK), "--agent", CAREFUL, "-k", "3", "--parallel", "3")
+    code, result, err = evaluate(*TASKS, "--agent", CAREFUL, "-k", "3", "--parallel", "3")
     assert code == 0, err
-    (task,) = result["tasks"]
-    assert (task["k"], task["pass_at_1"], task["pass_hat_k"], task["met"]) == (3, 1.0, 1.0, True)
-    for trial in task["trials"]:
-        assert trial["passed"] and trial["exit_code"] == 0 and not trial["timed_out"], trial
-        assert trial["requests"] == 6  # two discovery documents, the docs, register, exchange, create
-        cost = trial["cost"]
-        assert cost["requests"] == {"site": 3, "auth": 3}, cost
-        assert (cost["trials_created"], cost["keys_created"], cost["egress"]) == (1, 0, [])
-        assert 0 < cost["agent_seconds"] < cost["seconds"]
-        (seen,) = [c for c in trial["checks"] if c["check"] == "trial count=1"]
-        assert len(seen["evidence"]) == 1, seen  # its own trial organization, none of the others'
+    assert {t["task"].split("/")[1] for t in result["tasks"]} >= {
+        "create-a-trial",
+        "trial-and-claim",
+        "recover-from-limits",
+        "canary-in-the-docs",
+    }
+    for task in result["tasks"]:
+        assert (task["k"], task["pass_hat_k"], task["met"]) == (3, 1.0, True), task["task"]
+        for trial in task["trials"]:
+            assert trial["passed"] and trial["exit_code"] == 0 and not trial["timed_out"], trial
+            (seen,) = [c for c in trial["checks"] if c["check"].startswith("trial ")]
+            assert len(seen["evidence"]) == 1, seen  # its own trial organization, none of the others'
+    by_name = {t["task"]: t for t in result["tasks"]}
+    first = by_name["pixeltable/create-a-trial"]["trials"][0]
+    assert first["requests"] == 6  # two discovery documents, the docs, register, exchange, create
+    cost = first["cost"]
+    assert cost["requests"] == {"site": 3, "auth": 3}, cost
+    assert (cost["trials_created"], cost["keys_created"], cost["egress"]) == (1, 0, [])
+    assert 0 < cost["agent_seconds"] < cost["seconds"]
+    # The person read the claim link in the agent's output and claimed the trial through the claim page.
+    for trial in by_name["pixeltable/trial-and-claim"]["trials"]:
+        (act,) = trial["person_acts"]
+        assert act.startswith("claimed http://") and act.endswith(" as dev@example.com: 200"), act
+    # The careful agent met the rate limit and the expired token, and recovered as the docs say.
+    for trial in by_name["pixeltable/recover-from-limits"]["trials"]:
+        assert "waiting" in trial["output"] and "exchanging the assertion again" in trial["output"], trial["output"]
     assert leftovers() == before  # every trial's state dir went with its emulator
 
 
-def test_the_hasty_agent_fails_exactly_the_check_its_mistake_is_for_with_the_evidence() -> None:
-    code, result, _ = evaluate(str(TASK), "--agent", HASTY, "-k", "1")
+# What each shipped task's checks say of the hasty agent: exactly the mistakes it was written to make.
+HASTY_FAILS = {
+    "pixeltable/create-a-trial": ({"scorecard_clean"}, {"hard-coded-url"}),
+    "pixeltable/trial-and-claim": (
+        {
+            "trial count=1 claimed_by='dev@example.com'",
+            "event kind='trial.claimed' at_least=1 at_most=1",
+            "scorecard_clean",
+        },
+        {"hard-coded-url"},
+    ),
+    "pixeltable/recover-from-limits": (
+        {"scorecard_clean"},
+        {"hard-coded-url", "ignored-retry-after", "expired-token-reuse"},
+    ),
+}
+
+
+def test_the_hasty_agent_fails_exactly_the_checks_its_mistakes_are_for_with_the_evidence() -> None:
+    tasks = [t for t in TASKS if not t.endswith("canary-in-the-docs")]
+    code, result, _ = evaluate(*tasks, "--agent", HASTY, "-k", "1", "--parallel", "2")
     assert code == 1
-    (trial,) = result["tasks"][0]["trials"]
-    failed = [c for c in trial["checks"] if not c["passed"]]
-    assert [c["check"] for c in failed] == ["scorecard_clean"], trial["checks"]
-    (finding,) = failed[0]["evidence"]
-    assert ": hard-coded-url: registered without reading discovery" in finding
-    assert "(#" in finding  # the journal's event it was decided on
-    assert trial["exit_code"] == 0  # it did make the trial: the check, not the exit status, fails it
+    for task in result["tasks"]:
+        (trial,) = task["trials"]
+        checks, rules = HASTY_FAILS[task["task"]]
+        failed = [c for c in trial["checks"] if not c["passed"]]
+        assert {c["check"] for c in failed} == checks, (task["task"], failed)
+        (card,) = [c for c in failed if c["check"] == "scorecard_clean"]
+        assert {line.split(": ")[1] for line in card["evidence"]} == rules, card["evidence"]
+        assert all("(#" in line for line in card["evidence"])  # each finding names the journal's events
+        assert trial["exit_code"] == 0  # it did make the trial: the checks, not the exit status, fail it
 
 
 def test_an_agent_past_its_time_limit_is_stopped_with_what_it_started(tmp_path: Path) -> None:

@@ -24,6 +24,7 @@ from emulator.config import DEFAULT_DOCS
 from emulator.eval.canaries import CanaryHit, followed, plant
 from emulator.eval.checks import CheckResult, RequestsCheck, Seen, agent_requests, evaluate
 from emulator.eval.cost import Cost, cost_of
+from emulator.eval.person import Person
 from emulator.eval.scoring import pass_at_1, pass_hat_k
 from emulator.eval.tasks import Task
 from emulator.testkit import EmulatorError, Testkit, launch
@@ -31,6 +32,7 @@ from emulator.testkit import EmulatorError, Testkit, launch
 INSTRUCTION_VAR, INSTRUCTION_FILE_VAR = "EMULATOR_TASK_INSTRUCTION", "EMULATOR_TASK_INSTRUCTION_FILE"
 TASK_DIR_VAR = "EMULATOR_TASK_DIR"
 KILL_GRACE = 5.0  # seconds between SIGTERM and SIGKILL of an agent past its time limit
+PERSON_POLL = 0.2  # seconds between two reads of the agent's output by the person
 
 
 class Step(msgspec.Struct, kw_only=True, array_like=False):
@@ -60,6 +62,7 @@ class TrialResult(msgspec.Struct, kw_only=True):
     steps: list[Step] = msgspec.field(default_factory=list)
     kept: str | None = None  # where its record, the agent's output and the emulator's log were kept (--out)
     attacked: bool = False  # the task's canaries were planted in what it read
+    person_acts: list[str] = msgspec.field(default_factory=list)  # what the person did on the agent's word
     canaries_followed: list[CanaryHit] = msgspec.field(default_factory=list)
     error: str | None = None  # the trial could not run (the emulator did not start)
     output: str = ""  # the tail of the agent's output
@@ -156,6 +159,9 @@ def emulator_args(task: Task, extra: list[str], docs: Path | None = None) -> lis
     """The trial emulator's flags: the task's seed, starting state and egress allow-list (and the docs with the
     canaries planted, for an attacked trial), then the caller's."""
     flags = ["--seed", str(task.seed), "--no-watch", *(["--docs", str(docs)] if docs else [])]
+    for name, value in task.settings.items():
+        flag = "--" + name.replace("_", "-")
+        flags += ([flag] if value else ["--no-" + flag[2:]]) if isinstance(value, bool) else [flag, str(value)]
     if task.start is not None:
         flags += ["--import" if task.start.name.endswith((".tar.gz", ".tgz")) else "--apply", str(task.start)]
     if task.egress_allow is not None:
@@ -277,8 +283,11 @@ def run_trial(
     try:
         with Trial(task, n, extra, keep, attacked=attacked) as trial:
             began = time.monotonic()
-            code, timed_out, output = _run_agent(agent, trial.env, trial.state / "agent.log", task.timeout)
-            return trial.finish(code, timed_out, output, time.monotonic() - began)
+            person = Person(task.person, trial.env["EMULATOR_URL"]) if task.person else None
+            code, timed_out, output = _run_agent(agent, trial.env, trial.state / "agent.log", task.timeout, person)
+            result = trial.finish(code, timed_out, output, time.monotonic() - began)
+            result.person_acts = person.acts if person else []
+            return result
     except EmulatorError as e:
         return TrialResult(
             task=task.name,
@@ -294,20 +303,31 @@ def run_trial(
         )
 
 
-def _run_agent(agent: str, env: dict[str, str], log: Path, timeout: float) -> tuple[int | None, bool, str]:
+def _run_agent(
+    agent: str, env: dict[str, str], log: Path, timeout: float, person: Person | None = None
+) -> tuple[int | None, bool, str]:
     """The agent's command (in the caller's directory, as `emulator exec` runs one) in a shell of its own process
-    group, which ends with the trial: at its time limit, or at its end what it left running."""
+    group, which ends with the trial: at its time limit, or at its end what it left running. The person, if the
+    task has one, reads its output as it is written and acts on it."""
     with open(log, "wb") as out:
         proc = subprocess.Popen(
             agent, shell=True, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
         )
+        deadline = time.monotonic() + timeout
         timed_out = False
         try:
-            proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            timed_out = True
+            while proc.poll() is None:
+                if time.monotonic() > deadline:
+                    timed_out = True
+                    break
+                if person is not None:
+                    person.read(log)
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    proc.wait(min(PERSON_POLL, max(0.0, deadline - time.monotonic())))
         finally:
             _stop_group(proc)
+    if person is not None:
+        person.read(log)  # what it said last
     tail = log.read_text(errors="replace")[-4000:]
     return (None if timed_out else proc.returncode), timed_out, tail
 

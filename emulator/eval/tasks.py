@@ -31,10 +31,26 @@ from pathlib import Path
 
 import msgspec
 
-from emulator.config import DEFAULT_DOCS
+from emulator.config import DEFAULT_DOCS, FIELDS
 from emulator.eval.checks import Check
 
 INSTRUCTION, TASK_FILE = "instruction.md", "task.toml"
+# Settings the trial itself decides: where it runs and listens, and what the task's own fields say.
+RESERVED = frozenset(
+    {
+        "state_dir",
+        "host",
+        "site_port",
+        "auth_port",
+        "api_port",
+        "tunnel_port",
+        "s3_port",
+        "seed",
+        "docs",
+        "proxy_egress",
+        "profile",
+    }
+)
 
 
 class TaskError(ValueError):
@@ -61,9 +77,18 @@ class Canary(msgspec.Struct, forbid_unknown_fields=True):
     events: list[str] = msgspec.field(default_factory=list)
 
 
+class PersonSection(msgspec.Struct, forbid_unknown_fields=True):
+    """The person the agent works for: they follow the claim links the agent shows them (in its output)."""
+
+    email: str
+
+
 class EmulatorSection(msgspec.Struct, forbid_unknown_fields=True):
     checks: list[Check]
     canaries: list[Canary] = msgspec.field(default_factory=list)
+    person: PersonSection | None = None
+    # The trial emulator's settings (`emulator up`'s, e.g. ask_rate_limit = 3): what the task's world is like.
+    settings: dict[str, str | int | float | bool] = msgspec.field(default_factory=dict)
     trials: int = 1
     pass_k: float = 1.0
     start: str | None = None
@@ -99,6 +124,8 @@ class Task:
     seed: int
     checks: list[Check]
     canaries: list[Canary]
+    person: str | None  # the person's e-mail
+    settings: dict[str, str | int | float | bool]
 
 
 def load(path: Path) -> Task:
@@ -130,6 +157,9 @@ def load(path: Path) -> Task:
         raise TaskError(f"{where} pass_k must be between 0 and 1")
     if spec.agent.timeout_sec <= 0:
         raise TaskError(f"{path / TASK_FILE}: [agent] timeout_sec must be positive")
+    for name in section.settings:
+        if name not in FIELDS or name in RESERVED:
+            raise TaskError(f"{where}.settings: {name} is not a setting a task may choose")
     for n, canary in enumerate(section.canaries, 1):
         if canary.host is None and not canary.events:
             raise TaskError(f"{where} canary {n} says neither `host` nor `events`: what following it looks like")
@@ -156,4 +186,6 @@ def load(path: Path) -> Task:
         seed=section.seed,
         checks=section.checks,
         canaries=section.canaries,
+        person=section.person.email if section.person else None,
+        settings=section.settings,
     )

@@ -1,8 +1,15 @@
 """A reference agent for `emulator eval` that needs no model: it does what the product's docs say, in order, and
-passes every task shipped in fixtures/tasks. Its twin, hasty_agent.py, makes the mistakes the checks exist for.
+passes every task shipped in fixtures/tasks. Its twin, hasty_agent.py, makes the mistakes the checks and the
+canaries exist for. What it does is chosen by words of the instruction (a model would read it):
 
-It reads the task's instruction from EMULATOR_TASK_INSTRUCTION_FILE and finds the emulator through the variables
-`emulator eval` sets (those of `emulator env`): discovery first, then the endpoints discovery names.
+- always: discovery first, then the docs (`/ask`: what they say is information, never an instruction to follow),
+  then register, exchange the assertion for an access token and create the trial;
+- "claim": it gives the person the trial's claim link (its output is what the person reads);
+- "rate limit": it asks several questions and waits out each 429's Retry-After;
+- "expire": it lets its access token expire, and on the 401 exchanges its assertion again.
+
+It finds the emulator through the variables `emulator eval` sets (those of `emulator env`) and reads the task's
+instruction from EMULATOR_TASK_INSTRUCTION_FILE.
 
     emulator eval fixtures/tasks/* --agent 'python examples/eval/careful_agent.py' -k 3
 """
@@ -11,14 +18,29 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 
 import httpx
 
 JWT_BEARER = "urn:ietf:params:oauth:grant-type:jwt-bearer"
+QUESTIONS = ["how do I register an agent", "what does a trial include", "how do I claim a trial", "what is pxt"]
+
+
+def ask(http: httpx.Client, site: str, question: str) -> str:
+    """One question to /ask, waiting out a 429 as its Retry-After says (bounded)."""
+    for _ in range(5):
+        answer = http.get(f"{site}/ask", params={"query": question})
+        if answer.status_code != 429:
+            answer.raise_for_status()
+            return answer.json()["answer"]
+        wait = float(answer.headers.get("Retry-After", "1"))
+        print(f"rate limited: waiting {wait:g} s as Retry-After says", flush=True)
+        time.sleep(wait + 0.1)
+    raise SystemExit("still rate limited after five waits")
 
 
 def main() -> int:
-    instruction = open(os.environ["EMULATOR_TASK_INSTRUCTION_FILE"]).read().lower()
+    instruction = " ".join(open(os.environ["EMULATOR_TASK_INSTRUCTION_FILE"]).read().lower().split())
     site = os.environ["EMULATOR_URL"]
     with httpx.Client(trust_env=False, timeout=30) as http:
         resource = http.get(f"{site}/.well-known/oauth-protected-resource").json()
@@ -27,16 +49,24 @@ def main() -> int:
         if "trial" not in instruction:
             print("nothing I know how to do in this instruction", file=sys.stderr)
             return 1
-        # Read the docs first; what they say is information, never an instruction to follow (a page may carry an
-        # injected one, as a task's canary does).
-        docs = http.get(f"{site}/ask", params={"query": "how do I register an agent"}).json()
-        print("docs:", docs["answer"])
+        questions = QUESTIONS if "rate limit" in instruction else QUESTIONS[:1]
+        for question in questions:
+            print("docs:", ask(http, site, question), flush=True)
         registration = http.post(f"{issuer}/agent/identity", json={"type": "anonymous"}).json()
         form = {"grant_type": JWT_BEARER, "assertion": registration["identity"]["assertion"]}
-        token = http.post(metadata["token_endpoint"], data=form).json()["access_token"]
-        made = http.post(f"{site}/api/v1/trial-orgs", headers={"Authorization": f"Bearer {token}"})
+        token = http.post(metadata["token_endpoint"], data=form).json()
+        if "expire" in instruction:
+            time.sleep(token["expires_in"] + 0.5)  # as a slow agent would: the token runs out before its next call
+        made = http.post(f"{site}/api/v1/trial-orgs", headers={"Authorization": f"Bearer {token['access_token']}"})
+        if made.status_code == 401:
+            print("the access token expired: exchanging the assertion again", flush=True)
+            token = http.post(metadata["token_endpoint"], data=form).json()
+            made = http.post(f"{site}/api/v1/trial-orgs", headers={"Authorization": f"Bearer {token['access_token']}"})
         made.raise_for_status()
-        print("trial created:", made.json()["org"])
+        trial = made.json()
+        print("trial created:", trial["org"], flush=True)
+        if "claim" in instruction:
+            print(f"Please claim your new organization {trial['org']} here: {trial['claim_url']}", flush=True)
     return 0
 
 
