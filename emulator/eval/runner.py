@@ -21,6 +21,7 @@ import msgspec
 from emulator.admin.wire import EventView, OrgList
 from emulator.commands.common import exports
 from emulator.config import DEFAULT_DOCS
+from emulator.eval import inventory
 from emulator.eval.canaries import CanaryHit, followed, plant
 from emulator.eval.checks import CheckResult, RequestsCheck, Seen, agent_requests, evaluate
 from emulator.eval.cost import Cost, cost_of
@@ -182,6 +183,7 @@ class Trial:
         self.state = Path(tempfile.mkdtemp(prefix="pxt-emulator-eval-"))
         self.started = time.monotonic()
         self.kit: Testkit | None = None
+        self.before: inventory.Inventory = {}
         self.env: dict[str, str] = {}
 
     def __enter__(self) -> Trial:
@@ -193,6 +195,7 @@ class Trial:
             shutil.rmtree(self.state, ignore_errors=True)
             raise
         self.kit = Testkit(found, process=proc, state_dir=self.state)
+        self.before = inventory.take(self.kit)  # the starting state, for the collateral-damage check
         instruction = self.state / "instruction.md"
         instruction.write_text(self.task.instruction)
         self.env = {
@@ -222,6 +225,7 @@ class Trial:
             events=self.kit.events(since=0),
             report=self.kit.report(),
             egress_allow=task.egress_allow,
+            changed=inventory.changes(self.before, inventory.take(self.kit)),
         )
         checks = [evaluate(c, seen) for c in task.checks]
         if task.max_requests is not None:
