@@ -15,6 +15,7 @@ import os
 import shutil
 import signal
 import socket
+import subprocess
 import time
 from collections.abc import Awaitable, Callable, Generator
 from dataclasses import dataclass
@@ -276,18 +277,28 @@ def remove_endpoints(settings: Settings) -> None:
         pass
 
 
-async def serve(settings: Settings, on_ready: Any = None, start: Start | None = None) -> None:
-    """Serve every origin until SIGINT/SIGTERM, holding the state dir's lock (`StateDirInUse` if another has it)."""
+async def serve(
+    settings: Settings,
+    on_ready: Any = None,
+    start: Start | None = None,
+    lock: statelock.StateLock | None = None,
+    keys: subprocess.Popen[bytes] | None = None,
+) -> None:
+    """Serve every origin until SIGINT/SIGTERM, holding the state dir's lock (`StateDirInUse` if another has it).
+    `lock` and `keys`: that lock and the key child (`startkeys.spawn`), when the caller took and started them before
+    importing this module (`emulator up`)."""
     t0 = time.perf_counter()
     private_dir(settings.state_dir)  # registrations, e-mails, key hashes, the journal: the user's own
-    lock = statelock.hold(settings.state_dir)  # before anything in it is read, bound or stopped
+    lock = lock or statelock.hold(settings.state_dir)  # before anything in it is read, bound or stopped
     try:
-        await _serve(settings, on_ready, start or Start(), t0)
+        await _serve(settings, on_ready, start or Start(), t0, keys)
     finally:
         lock.release()
 
 
-async def _serve(settings: Settings, on_ready: Any, start: Start, t0: float) -> None:
+async def _serve(
+    settings: Settings, on_ready: Any, start: Start, t0: float, key_child: subprocess.Popen[bytes] | None
+) -> None:
     kept = kept_ports(settings.state_dir)
     socks = {
         "site": bind_kept(settings.host, settings.site_port, "site", kept, "site"),
@@ -307,7 +318,7 @@ async def _serve(settings: Settings, on_ready: Any, start: Start, t0: float) -> 
     urls = Urls(site=url_of(socks["site"]), auth=url_of(socks["auth"]), api=url_of(socks["api"]))
     # In a child process, while the rest starts: the keys and the tunnel's CA, made or checked (with cryptography,
     # which this process imports only at the first token or secret); the files are read at their first use.
-    keys = asyncio.create_task(startkeys.ensure_in_child(settings.state_dir, settings.cloud_domain))
+    keys = asyncio.create_task(startkeys.finish(key_child, settings.state_dir, settings.cloud_domain))
     try:
         core = await Core.open(settings, fault_operations=frozenset(OPERATIONS))
     except BaseException:
