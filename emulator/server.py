@@ -15,6 +15,7 @@ import os
 import shutil
 import signal
 import socket
+import subprocess
 import time
 from collections.abc import Awaitable, Callable, Generator
 from dataclasses import dataclass
@@ -23,7 +24,7 @@ from typing import Any
 
 import uvicorn
 
-from emulator import __version__
+from emulator import __version__, startkeys
 from emulator.cloud.app import build_cloud_app
 from emulator.cloud.operations import OPERATIONS
 from emulator.config import ConfigError, Settings
@@ -39,6 +40,7 @@ from emulator.core.private import private_dir, write_private
 from emulator.core.runlog import EventLog
 from emulator.core.served import RequestJournal
 from emulator.core.snapshots import EXIT, START, Part
+from emulator.core.tasks import cancel
 from emulator.hosted import databases, declared, trials
 from emulator.hosted.auth import Authenticator
 from emulator.hosted.blobs import Blobs
@@ -46,7 +48,7 @@ from emulator.hosted.identity import CLAIM_PAGE, Identity, Urls
 from emulator.hosted.logins import Logins
 from emulator.hosted.platform import Platform
 from emulator.hosted.reconciler import Reconciler
-from emulator.hosted.secrets import SecretBox
+from emulator.hosted.secretbox import SecretBox
 from emulator.hosted.signing import Signer
 from emulator.idp.routes import Idp, build_idp_app
 from emulator.media import selfcheck
@@ -57,9 +59,9 @@ from emulator.site.idempotency import Idempotency
 from emulator.site.ratelimit import RateLimiter
 from emulator.site.search import DocsIndex
 from emulator.site.state import Site, load_integrations
-from emulator.tunnel.ca import LocalCA
 from emulator.tunnel.forward import ForwardProxy
 from emulator.tunnel.server import Authorize, Refusal, Route, TunnelServer
+from emulator.tunnel.tlsfiles import TlsFiles
 
 log = logging.getLogger("emulator")
 
@@ -275,18 +277,28 @@ def remove_endpoints(settings: Settings) -> None:
         pass
 
 
-async def serve(settings: Settings, on_ready: Any = None, start: Start | None = None) -> None:
-    """Serve every origin until SIGINT/SIGTERM, holding the state dir's lock (`StateDirInUse` if another has it)."""
+async def serve(
+    settings: Settings,
+    on_ready: Any = None,
+    start: Start | None = None,
+    lock: statelock.StateLock | None = None,
+    keys: subprocess.Popen[bytes] | None = None,
+) -> None:
+    """Serve every origin until SIGINT/SIGTERM, holding the state dir's lock (`StateDirInUse` if another has it).
+    `lock` and `keys`: that lock and the key child (`startkeys.spawn`), when the caller took and started them before
+    importing this module (`emulator up`)."""
     t0 = time.perf_counter()
     private_dir(settings.state_dir)  # registrations, e-mails, key hashes, the journal: the user's own
-    lock = statelock.hold(settings.state_dir)  # before anything in it is read, bound or stopped
+    lock = lock or statelock.hold(settings.state_dir)  # before anything in it is read, bound or stopped
     try:
-        await _serve(settings, on_ready, start or Start(), t0)
+        await _serve(settings, on_ready, start or Start(), t0, keys)
     finally:
         lock.release()
 
 
-async def _serve(settings: Settings, on_ready: Any, start: Start, t0: float) -> None:
+async def _serve(
+    settings: Settings, on_ready: Any, start: Start, t0: float, key_child: subprocess.Popen[bytes] | None
+) -> None:
     kept = kept_ports(settings.state_dir)
     socks = {
         "site": bind_kept(settings.host, settings.site_port, "site", kept, "site"),
@@ -304,7 +316,14 @@ async def _serve(settings: Settings, on_ready: Any, start: Start, t0: float) -> 
             sock.close()
         raise
     urls = Urls(site=url_of(socks["site"]), auth=url_of(socks["auth"]), api=url_of(socks["api"]))
-    core = await Core.open(settings, fault_operations=frozenset(OPERATIONS))
+    # In a child process, while the rest starts: the keys and the tunnel's CA, made or checked (with cryptography,
+    # which this process imports only at the first token or secret); the files are read at their first use.
+    keys = asyncio.create_task(startkeys.finish(key_child, settings.state_dir, settings.cloud_domain))
+    try:
+        core = await Core.open(settings, fault_operations=frozenset(OPERATIONS))
+    except BaseException:
+        await cancel(keys)
+        raise
     # In a child process, while the rest starts: does the media store answer with the libraries installed?
     media_check = asyncio.create_task(selfcheck.ensure_answers())
     docs = DocsIndex(core, settings.docs)
@@ -324,11 +343,11 @@ async def _serve(settings: Settings, on_ready: Any, start: Start, t0: float) -> 
         idem = Idempotency(core, settings.idempotency_ttl)
         await idem.recover()
         limiter = RateLimiter(core.clock, settings.ask_rate_limit, settings.ask_rate_window, "ask")
-        signer = Signer.load_or_create(settings.state_dir)
+        signer = Signer.of(settings.state_dir)
         identity = Identity(core, signer, urls)
         logins = Logins(identity)
         auth = Authenticator(core, signer, urls.api)
-        box = SecretBox.load_or_create(settings.state_dir)
+        box = SecretBox.of(settings.state_dir)
         blobs = Blobs(core, settings.state_dir / "blobs", urls.api)
         launcher = await choosing
         boundary = Boundary.of(
@@ -354,7 +373,7 @@ async def _serve(settings: Settings, on_ready: Any, start: Start, t0: float) -> 
         core.clock.on_due(limiter.sweep)
         core.clock.on_due(idem.sweep)
         core.clock.on_due(lambda now: trials.expire(core, now, reconciler.end_org))
-        ca = LocalCA.load_or_create(settings.state_dir / "tls", settings.cloud_domain)
+        ca = TlsFiles(settings.state_dir / "tls", settings.cloud_domain)
         endpoints = {
             "site": urls.site,
             "base_url": urls.site,
@@ -421,6 +440,7 @@ async def _serve(settings: Settings, on_ready: Any, start: Start, t0: float) -> 
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, stop)
 
+        await keys  # the tunnel serves the leaf; nothing has signed or sealed yet
         tunnel = TunnelServer(
             ca,
             settings.cloud_domain,
@@ -433,6 +453,8 @@ async def _serve(settings: Settings, on_ready: Any, start: Start, t0: float) -> 
         await tunnel.start(tunnel_sock)
 
         def reload_keys() -> None:
+            from emulator.tunnel.ca import LocalCA
+
             signer.reload(settings.state_dir)
             box.reload(settings.state_dir)
             blobs.reload_key()
@@ -472,7 +494,7 @@ async def _serve(settings: Settings, on_ready: Any, start: Start, t0: float) -> 
             await export_on_exit(core, start.export_on_exit)
     finally:
         await event_log.stop()
-        for step in (choosing, opening):  # a start that failed before they were awaited
+        for step in (keys, choosing, opening):  # a start that failed before they were awaited
             if step is not None and not step.done():
                 step.cancel()
             if step is not None:

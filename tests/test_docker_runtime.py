@@ -23,6 +23,7 @@ import pytest
 
 from emulator.runtime import disks, egress
 from emulator.runtime.docker import docker_client
+from emulator.runtime.engine import Engine
 from emulator.runtime.images import BUILDER_LABEL
 from tests.conftest import BASE_IMAGE
 
@@ -55,6 +56,13 @@ def client() -> Any:
     return found
 
 
+@pytest.fixture(scope="module")
+def engine() -> Engine:
+    found = Engine.from_env()
+    assert found is not None and found.answers(), "no Docker engine answers: run scripts/setup-docker.sh"
+    return found
+
+
 @pytest.fixture
 def containers(client: Any) -> Iterator[list[Any]]:
     made: list[Any] = []
@@ -63,8 +71,8 @@ def containers(client: Any) -> Iterator[list[Any]]:
         c.remove(force=True)
 
 
-def test_egress_allows_only_web_and_postgres_ports(client: Any, containers: list[Any]) -> None:
-    network, _ = egress.ensure_network(client, "pxt-emulator")
+def test_egress_allows_only_web_and_postgres_ports(client: Any, engine: Engine, containers: list[Any]) -> None:
+    network, _ = egress.ensure_network(engine, "pxt-emulator")
     asyncio.run(egress.install(egress.bridge_of(network)))
     tag = uuid.uuid4().hex[:8]
     # The peer stands in for the internet: a container of this test, on the emulator's network.
@@ -104,15 +112,15 @@ def test_outside_the_network_the_same_ports_are_open(client: Any, containers: li
     assert dict(line.split("=") for line in out.split()) == {"443": "ok", "8080": "ok"}, out
 
 
-def test_the_rule_is_installed_once(client: Any) -> None:
-    network, _ = egress.ensure_network(client, "pxt-emulator")
+def test_the_rule_is_installed_once(engine: Engine) -> None:
+    network, _ = egress.ensure_network(engine, "pxt-emulator")
     for _ in range(2):
         asyncio.run(egress.install(egress.bridge_of(network)))
     rules = subprocess.check_output(["iptables", "-S", "DOCKER-USER"], text=True)
     assert rules.count(f"-j {egress.CHAIN}") == 1, rules
 
 
-def test_emulators_starting_at_once_share_one_network_and_one_rule(client: Any) -> None:
+def test_emulators_starting_at_once_share_one_network_and_one_rule(client: Any, engine: Engine) -> None:
     """Four emulators' starts at the same moment (threads here, processes in a parallel run): one network of
     that name, the same gateway for each, and the rule whole (RETURNs before the REJECTs, each rule once)."""
     name, bridge = f"pxt-race-{uuid.uuid4().hex[:6]}", f"pxt-r{uuid.uuid4().hex[:6]}"
@@ -123,7 +131,7 @@ def test_emulators_starting_at_once_share_one_network_and_one_rule(client: Any) 
     def one_start() -> None:
         try:
             start.wait()
-            network, gateway = egress.ensure_network(client, name, bridge)
+            network, gateway = egress.ensure_network(engine, name, bridge)
             asyncio.run(egress.install(egress.bridge_of(network)))
             gateways.append(gateway)
         except BaseException as e:  # reported below, in the test's thread

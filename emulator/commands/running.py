@@ -13,7 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from emulator import __version__
+from emulator import __version__, startkeys
 from emulator.admin.client import Locator
 from emulator.commands import common
 from emulator.commands.common import add_json, add_locator, call_or_exit, locator, print_json
@@ -161,8 +161,17 @@ def cmd_up(args: argparse.Namespace) -> int:
         return _up_with_tui(args, settings)
     if args.detach:
         return _detach(args, settings)
-    from emulator.core.statelock import StateDirInUse
+    from emulator.core.statelock import StateDirInUse, hold
     from emulator.media.selfcheck import MediaStoreBroken
+
+    private_dir(settings.state_dir)
+    try:
+        lock = hold(settings.state_dir)  # before anything in the state dir is read or written
+    except StateDirInUse as e:
+        print(f"emulator: {e}", file=sys.stderr)
+        return 1
+    # The keys and the tunnel's CA, made or checked in a child process while this one imports the server.
+    keys = startkeys.spawn(settings.state_dir, settings.cloud_domain)
     from emulator.server import PortInUse, Start, serve
 
     paths = {k: (getattr(args, k, None) or None) for k in START_FLAGS}
@@ -174,11 +183,10 @@ def cmd_up(args: argparse.Namespace) -> int:
         runner = asyncio_runner(uvloop.new_event_loop)
     except ImportError:
         runner = asyncio_runner(None)
-    private_dir(settings.state_dir)
     runlog.configure(settings.log_level, settings.state_dir)
     try:
         with runner:
-            runner.run(serve(settings, on_ready=lambda ep: _print_ready(ep, settings), start=start))
+            runner.run(serve(settings, lambda ep: _print_ready(ep, settings), start, lock, keys))
     except (PortInUse, ConfigError, MediaStoreBroken, StateDirInUse) as e:
         print(f"emulator: {e}", file=sys.stderr)
         return 1

@@ -35,7 +35,7 @@ from emulator.core.store import Db
 from emulator.hosted import databases, keys, orgs, plans, secrets
 from emulator.hosted.identity import Identity, valid_email
 from emulator.hosted.records import Outcome
-from emulator.hosted.secrets import SecretBox
+from emulator.hosted.secretbox import SecretBox
 
 MAX_BYTES = 4 * 1024 * 1024  # a declared state is a hand-written file; secrets hold at most 1 MiB per organization
 _CLAIM_LINK = re.compile(r"^tcl_[A-Za-z0-9_-]{16,128}$")  # a trial's claim link token, as trials make them

@@ -14,7 +14,7 @@ from emulator.hosted.auth import Authenticator, Caller, require
 from emulator.hosted.blobs import Blobs
 from emulator.hosted.reconciler import Reconciler
 from emulator.hosted.records import Org
-from emulator.hosted.secrets import SecretBox
+from emulator.hosted.secretbox import SecretBox
 from emulator.media.store import MediaStore
 
 

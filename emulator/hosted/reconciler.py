@@ -40,7 +40,7 @@ from emulator.hosted.blobs import Blobs
 from emulator.hosted.databases import DbChange
 from emulator.hosted.receipts import settled
 from emulator.hosted.records import AsSent, Database, DatabaseResources, ReceiptError, Service, service_label
-from emulator.hosted.secrets import SecretBox
+from emulator.hosted.secretbox import SecretBox
 from emulator.hosted.states import ACCEPTS_UPDATE, OBSERVED, BuildOutcome, DbState, Phase, ServiceState
 from emulator.runtime.environments import BuildFailed
 from emulator.runtime.supervisor import Environment, Place, ProjectVersions, Release, ServiceRelease, Supervisor

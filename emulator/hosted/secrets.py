@@ -1,48 +1,26 @@
-"""Provider secrets: the only SQL of the `secrets` table, and the box that keeps their values.
+"""Provider secrets: the only SQL of the `secrets` table.
 
 They reach a database's (and its services') processes as environment variables read once at start, so a
 new value is seen only after `db restart` / `service restart`. Unlike credentials they must be readable
-again, so they are encrypted at rest (Fernet, key in `<state-dir>/keys/`), never logged, never listed.
+again, so they are encrypted at rest (secretbox.py), never logged, never listed.
 """
 
 from __future__ import annotations
 
 import re
-from pathlib import Path
-
-from cryptography.fernet import Fernet
 
 from emulator.core.context import Core
 from emulator.core.errors import BAD_REQUEST, NOT_FOUND
 from emulator.core.payloads import CloudSecretDeleted, CloudSecretSet
-from emulator.core.private import private_key
 from emulator.core.store import Db, many, one, run
 from emulator.hosted.records import Outcome
+from emulator.hosted.secretbox import SecretBox
 
 _KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
 # A value reaches a process as one environment variable, and Linux refuses one over 128 KiB (and an environment
 # of a few MiB) at exec: refuse it here, where the person can still act on it, not at the next start.
 MAX_VALUE = 64 * 1024
 MAX_TOTAL = 1024 * 1024  # all of an organization's secrets, org-wide and per database
-
-
-class SecretBox:
-    def __init__(self, fernet: Fernet) -> None:
-        self._fernet = fernet
-
-    @classmethod
-    def load_or_create(cls, state_dir: Path) -> SecretBox:
-        return cls(Fernet(private_key(state_dir / "keys" / "secrets.fernet", Fernet.generate_key)))
-
-    def reload(self, state_dir: Path) -> None:
-        """Use the key now in the state dir (a loaded snapshot brought its own)."""
-        self._fernet = SecretBox.load_or_create(state_dir)._fernet
-
-    def seal(self, value: str) -> bytes:
-        return self._fernet.encrypt(value.encode())
-
-    def open(self, token: bytes) -> str:
-        return self._fernet.decrypt(token).decode()
 
 
 def check_key(key: str) -> str:

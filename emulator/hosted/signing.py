@@ -9,18 +9,17 @@ from __future__ import annotations
 import base64
 import json
 from collections import OrderedDict
+from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import msgspec
-from cryptography.hazmat.primitives import hashes
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.hazmat.primitives.asymmetric.utils import decode_dss_signature
-from joserfc import jwt
-from joserfc.errors import JoseError
-from joserfc.jwk import ECKey
 from msgspec import UNSET, UnsetType
 
 from emulator.core.private import write_private
+
+if TYPE_CHECKING:
+    from joserfc.jwk import ECKey
 
 ASSERTION_TYP = "oauth-id-jag+jwt"
 ACCESS_TOKEN_TYP = "at+jwt"  # RFC 9068
@@ -82,40 +81,62 @@ class Jwks(msgspec.Struct):
 
 
 class Signer:
-    def __init__(self, key: ECKey) -> None:
-        self._key = key
-        self.kid: str = key.kid or ""
+    """Signs and verifies with the state dir's key. joserfc and cryptography (10 MiB resident, 40 ms to import) are
+    imported with the key, at its first use: an emulator no agent calls never maps them (`emulator up` has the key
+    made and checked in a child process, emulator/startkeys.py)."""
+
+    def __init__(self, path: Path) -> None:
+        self._path = path
+        self._key: ECKey | None = None
+        self.kid = ""
+        self._es256: Callable[[bytes], bytes] | None = None  # the key's private half, signing
         # token → (typ, claims) of a good signature: a P-256 check is most of the CPU of a token exchange or an
         # authenticated call, and the answer for the same bytes and key never changes (expiry is checked by callers)
         self._verified: OrderedDict[str, tuple[str, AgentClaims | SessionClaims]] = OrderedDict()
 
     @classmethod
+    def of(cls, state_dir: Path) -> Signer:
+        """The signer of a key already made (`load_or_create`), read at its first use."""
+        return cls(key_path(state_dir))
+
+    @classmethod
     def load_or_create(cls, state_dir: Path) -> Signer:
-        path = state_dir / "keys" / "idp-es256.jwk.json"
-        if path.is_file():
-            return cls(ECKey.import_key(json.loads(path.read_text())))
-        key = ECKey.generate_key("P-256", parameters={"use": "sig", "alg": "ES256"}, private=True)
-        key.ensure_kid()
-        write_private(path, json.dumps(key.as_dict(private=True)).encode())
-        return cls(key)
+        """The signer of the state dir's key, made the first time; the key is read (and so checked) now."""
+        from joserfc.jwk import ECKey
+
+        path = key_path(state_dir)
+        if not path.is_file():
+            key = ECKey.generate_key("P-256", parameters={"use": "sig", "alg": "ES256"}, private=True)
+            key.ensure_kid()
+            write_private(path, json.dumps(key.as_dict(private=True)).encode())
+        signer = cls(path)
+        signer._loaded()
+        return signer
+
+    def _loaded(self) -> ECKey:
+        if self._key is None:
+            from joserfc.jwk import ECKey
+
+            key = ECKey.import_key(json.loads(self._path.read_text()))
+            self._key, self.kid, self._es256 = key, key.kid or "", _es256(key)
+        return self._key
 
     def reload(self, state_dir: Path) -> None:
         """Sign with the key now in the state dir (a loaded snapshot brought its own)."""
         other = Signer.load_or_create(state_dir)
-        self._key, self.kid = other._key, other.kid
+        self._path, self._key, self.kid, self._es256 = other._path, other._key, other.kid, other._es256
         self._verified.clear()
 
     def sign(self, typ: str, claims: Claims) -> str:
         """A compact JWS (RFC 7515) with ES256's raw r||s signature (RFC 7518 §3.4). Made here rather than with
         joserfc's encode, which spent as long in Python as the signature itself: token exchanges 1 400 → 1 600/s.
         joserfc still verifies, and the tests verify with PyJWT too."""
+        self._loaded()
         header = {"typ": typ, "alg": "ES256", "kid": self.kid}
         signing = _b64(msgspec.json.encode(header)) + b"." + _b64(msgspec.json.encode(claims))
-        private = self._key.private_key
-        if not isinstance(private, ec.EllipticCurvePrivateKey):
+        if self._es256 is None:
             raise ValueError("the signing key has no private half")
-        r, s = decode_dss_signature(private.sign(signing, ec.ECDSA(hashes.SHA256())))
-        return (signing + b"." + _b64(r.to_bytes(32, "big") + s.to_bytes(32, "big"))).decode()
+        return (signing + b"." + _b64(self._es256(signing))).decode()
 
     def verify(self, token: str) -> tuple[str, AgentClaims | SessionClaims]:
         """(typ, claims) of a token signed by this key, its claims decoded strictly as the kind it is (a session's
@@ -124,8 +145,11 @@ class Signer:
         if known is not None:
             self._verified.move_to_end(token)
             return known
+        from joserfc import jwt
+        from joserfc.errors import JoseError
+
         try:
-            decoded = jwt.decode(token, self._key, algorithms=["ES256"])
+            decoded = jwt.decode(token, self._loaded(), algorithms=["ES256"])
             kind = SessionClaims if "sid" in decoded.claims else AgentClaims
             verified = str(decoded.header.get("typ", "")), msgspec.convert(decoded.claims, kind)
         except (JoseError, ValueError, TypeError) as e:  # msgspec.ValidationError is a ValueError
@@ -137,8 +161,30 @@ class Signer:
         return verified
 
     def jwks(self) -> Jwks:
-        public = msgspec.convert(self._key.as_dict(private=False), Jwk)
+        public = msgspec.convert(self._loaded().as_dict(private=False), Jwk)
         return Jwks([msgspec.structs.replace(public, use="sig", alg="ES256", kid=self.kid)])
+
+
+def key_path(state_dir: Path) -> Path:
+    return state_dir / "keys" / "idp-es256.jwk.json"
+
+
+def _es256(key: ECKey) -> Callable[[bytes], bytes] | None:
+    """ES256's raw r||s signature (RFC 7518 §3.4) with the key's private half; None when it has none."""
+    from cryptography.hazmat.primitives import hashes
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.hazmat.primitives.asymmetric.utils import decode_dss_signature
+
+    private = key.private_key
+    if not isinstance(private, ec.EllipticCurvePrivateKey):
+        return None
+    algorithm = ec.ECDSA(hashes.SHA256())
+
+    def sign(data: bytes) -> bytes:
+        r, s = decode_dss_signature(private.sign(data, algorithm))
+        return r.to_bytes(32, "big") + s.to_bytes(32, "big")
+
+    return sign
 
 
 def _b64(data: bytes) -> bytes:

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import Any
 
 from emulator.config import ConfigError, Settings
 from emulator.runtime.base_image import DEFAULT_TAG
 from emulator.runtime.buildcache import BuildCache, default_root
+from emulator.runtime.engine import Engine, EngineError
 from emulator.runtime.process import ProcessLauncher
 from emulator.runtime.workload import Launcher
 
@@ -20,10 +20,10 @@ def make_launcher(settings: Settings, root: Path, forward: list[int]) -> Launche
     cache = build_cache(settings)
     if settings.runtime == "process":
         return ProcessLauncher(root, cache)
-    from emulator.runtime.docker import DockerLauncher, docker_client
+    from emulator.runtime.docker import DockerLauncher
 
-    client = docker_client()
-    if client is None:
+    engine = Engine.from_env()
+    if engine is None or not engine.answers():
         if settings.runtime == "docker":
             raise ConfigError(
                 "runtime docker: no Docker engine answers (start dockerd, or set DOCKER_HOST); "
@@ -32,9 +32,9 @@ def make_launcher(settings: Settings, root: Path, forward: list[int]) -> Launche
         log.info("no Docker engine answers: hosted databases run as local processes")
         return ProcessLauncher(root, cache)
     return DockerLauncher(
-        client,
+        engine,
         root,
-        base_image=settings.docker_base_image or default_base_image(client),
+        base_image=settings.docker_base_image or default_base_image(engine),
         network=settings.docker_network,
         instance=settings.state_dir,
         forward=forward,
@@ -57,18 +57,15 @@ def build_cache(settings: Settings) -> BuildCache | None:
 PUBLIC_BASE = "python:3.11-slim-bookworm"
 
 
-def default_base_image(client: Any) -> str:
+def default_base_image(engine: Engine) -> str:
     """The base image when none is set: the public slim Python image if this machine has it; else the one
     `emulator base-image` builds with no registry (`scripts/setup-docker.sh` does), if it is here; else the public
     one, pulled at the first build. A machine with an engine and no registry thus works as set up."""
-    import docker.errors
-
     for tag in (PUBLIC_BASE, DEFAULT_TAG):
         try:
-            client.images.get(tag)
-        except docker.errors.ImageNotFound:
-            continue
-        except docker.errors.DockerException:
+            if not engine.has_image(tag):
+                continue
+        except (EngineError, OSError):
             break
         if tag != PUBLIC_BASE:
             log.info("base image %s (this machine has no %s)", tag, PUBLIC_BASE)

@@ -32,6 +32,7 @@ from emulator.core.tasks import cancel
 from emulator.runtime import disks, egress
 from emulator.runtime.bridge import Relays
 from emulator.runtime.buildcache import BuildCache
+from emulator.runtime.engine import Engine
 from emulator.runtime.environments import BuildFailed
 from emulator.runtime.images import BUILDER_LABEL, Images, tag_of
 from emulator.runtime.sockets import LISTEN_PRIVATE, SocketDir
@@ -72,6 +73,48 @@ def docker_client() -> Any | None:
     except Exception:
         return None
     return client
+
+
+class LazyClient:
+    """docker-py's client, made at the first call through it (`client.containers.run(...)` and the like), in the
+    thread that calls: an emulator that never runs a workload in a container never imports docker-py (engine.py
+    asks the engine what the start needs), and the event loop, which only names the methods it hands to
+    `asyncio.to_thread`, never waits for it."""
+
+    def __init__(self) -> None:
+        self._client: Any = None
+        self._lock = threading.Lock()
+
+    def made(self) -> Any:
+        with self._lock:
+            if self._client is None:
+                client = docker_client()
+                if client is None:
+                    import docker.errors
+
+                    raise docker.errors.DockerException("no Docker engine answers")
+                self._client = client
+            return self._client
+
+    def __getattr__(self, name: str) -> _Deferred:
+        return _Deferred(self, (name,))
+
+
+class _Deferred:
+    """An attribute path of the client (`containers.run`), followed when it is called."""
+
+    def __init__(self, lazy: LazyClient, path: tuple[str, ...]) -> None:
+        self._lazy = lazy
+        self._path = path
+
+    def __getattr__(self, name: str) -> _Deferred:
+        return _Deferred(self._lazy, (*self._path, name))
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        target = self._lazy.made()
+        for name in self._path:
+            target = getattr(target, name)
+        return target(*args, **kwargs)
 
 
 def _name(text: str) -> str:
@@ -201,7 +244,7 @@ class DockerLauncher:
 
     def __init__(
         self,
-        client: Any,
+        engine: Engine,
         root: Path,
         *,
         base_image: str,
@@ -210,9 +253,10 @@ class DockerLauncher:
         forward: list[int],
         cache: BuildCache | None = None,
     ) -> None:
-        self.client = client
+        self.engine = engine  # what the start and the stop ask (engine.py)
+        self.client: Any = LazyClient()  # the workloads' calls (docker-py)
         self.root = root
-        self.builds = Images(client, root / "images", base_image, cache)
+        self.builds = Images(self.client, root / "images", base_image, cache)
         self.base_image = base_image
         self.network_name = network
         # Containers carry the state directory's tag, so an emulator finds (and cleans up) only its own.
@@ -240,7 +284,7 @@ class DockerLauncher:
     async def open(self) -> None:
         await asyncio.to_thread(self._remove_leftovers)
         self.sockets.open()
-        network, self.gateway = await asyncio.to_thread(egress.ensure_network, self.client, self.network_name)
+        network, self.gateway = await asyncio.to_thread(egress.ensure_network, self.engine, self.network_name)
         try:
             await egress.install(egress.bridge_of(network))
         except egress.EgressError as e:
@@ -253,12 +297,12 @@ class DockerLauncher:
 
     def _remove_leftovers(self) -> None:
         """Containers of this state directory left by an emulator that did not stop cleanly."""
-        for container in self.client.containers.list(all=True, filters={"label": "pxt-emulator"}):
-            labels = container.labels or {}
+        for container in self.engine.containers("pxt-emulator"):
+            labels = container.get("Labels") or {}
             owner, builder = labels.get("pxt-emulator"), labels.get(BUILDER_LABEL, "")
             # And an image's build container whose emulator died mid-build (any state dir's: it has no other owner).
             if owner == self.instance or (owner == "build" and builder.isdigit() and not alive(int(builder))):
-                container.remove(force=True)
+                self.engine.remove_container(container["Id"])
 
     def view(self, base: Path) -> str:
         return DATA

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import fcntl
+import json
 import logging
 import os
 import shutil
@@ -21,6 +22,8 @@ import stat
 import time
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
+
+from emulator.runtime.engine import Engine
 
 log = logging.getLogger("emulator.runtime.egress")
 
@@ -33,30 +36,35 @@ class EgressError(RuntimeError):
     pass
 
 
-def ensure_network(client: Any, name: str, bridge: str = BRIDGE) -> tuple[Any, str]:
-    """The emulator's network (made on first use) and its gateway address."""
+def ensure_network(engine: Engine, name: str, bridge: str = BRIDGE) -> tuple[dict[str, Any], str]:
+    """The emulator's network (made on first use), as the engine describes it, and its gateway address."""
     with _host_lock():  # two emulators starting at once must not both create it (same bridge name)
-        found = client.networks.list(names=[name])
-        network = next((n for n in found if n.name == name), None)
-        if network is None:
-            network = client.networks.create(
-                name,
-                driver="bridge",
-                options={"com.docker.network.bridge.name": bridge},
-                labels={"pxt-emulator": "network"},
-                check_duplicate=True,  # engines before API 1.44 would otherwise make a second one of that name
+        found = engine.call("GET", "/networks", {"filters": json.dumps({"name": [name]})}) or []
+        ident = next((n["Id"] for n in found if n.get("Name") == name), None)
+        if ident is None:
+            made = engine.call(
+                "POST",
+                "/networks/create",
+                body={
+                    "Name": name,
+                    "Driver": "bridge",
+                    "Options": {"com.docker.network.bridge.name": bridge},
+                    "Labels": {"pxt-emulator": "network"},
+                    "CheckDuplicate": True,  # engines before API 1.44 would otherwise make a second one of that name
+                },
             )
-    network.reload()
-    configs = network.attrs.get("IPAM", {}).get("Config") or []
+            ident = made["Id"]
+    network: dict[str, Any] = engine.call("GET", f"/networks/{ident}")
+    configs = network.get("IPAM", {}).get("Config") or []
     gateway = next((c.get("Gateway") for c in configs if c.get("Gateway")), None)
     if not gateway:
         raise EgressError(f"the Docker network {name} has no gateway address")
     return network, gateway
 
 
-def bridge_of(network: Any) -> str:
-    options = network.attrs.get("Options") or {}
-    return options.get("com.docker.network.bridge.name") or "br-" + network.id[:12]
+def bridge_of(network: dict[str, Any]) -> str:
+    options = network.get("Options") or {}
+    return options.get("com.docker.network.bridge.name") or "br-" + network["Id"][:12]
 
 
 async def _iptables(*args: str, check: bool = True) -> int:

@@ -8,6 +8,9 @@ CAs) that clients point SSL_CERT_FILE / REQUESTS_CA_BUNDLE at without losing the
 The CA lives for ten years and is never replaced while it is usable, so a bundle handed out once stays valid;
 the leaf lives for a year and is reissued whenever it is expired, close to expiry, issued by another CA, or
 does not cover the domain. Validity uses the real wall clock, as TLS peers do, never the emulator's clock.
+
+This module needs cryptography; the running emulator serves the files through tlsfiles.py, and `emulator up` has
+them made or checked here in a child process (emulator/startkeys.py).
 """
 
 from __future__ import annotations
@@ -16,7 +19,6 @@ import contextlib
 import datetime as dt
 import fcntl
 import os
-import re
 import secrets
 import ssl
 from pathlib import Path
@@ -28,6 +30,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from emulator.core.private import private_dir, write_private
+from emulator.tunnel.tlsfiles import TlsFiles
 
 CA_VALIDITY = dt.timedelta(days=3650)
 LEAF_VALIDITY = dt.timedelta(days=365)
@@ -39,20 +42,6 @@ CA_RENEW_BEFORE = dt.timedelta(days=60)
 _BACKDATE = dt.timedelta(hours=1)
 
 SYSTEM_BUNDLE = Path("/etc/ssl/certs/ca-certificates.crt")
-
-_LABEL = re.compile(r"[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?")
-
-
-def normalize_domain(domain: str) -> str:
-    """The domain in canonical form (lower case, no trailing dot); ValueError if it cannot carry a wildcard cert."""
-    name = domain.strip().rstrip(".").lower()
-    labels = name.split(".")
-    if not all(_LABEL.fullmatch(label) for label in labels):
-        raise ValueError(f"not a valid DNS domain: {domain!r}")
-    if len(labels) < 2:
-        # OpenSSL, and so Python's ssl, refuses to match `*.<single label>`: every tunnel host would fail verification
-        raise ValueError(f"the tunnel domain needs at least two labels (such as pxt.test), not {domain!r}")
-    return name
 
 
 def _now() -> dt.datetime:
@@ -215,17 +204,8 @@ def _system_cas() -> bytes:
     return b""
 
 
-class LocalCA:
+class LocalCA(TlsFiles):
     """The CA and the current leaf for one domain, as files in `directory` (see the module docstring)."""
-
-    def __init__(self, directory: Path, domain: str) -> None:
-        self.directory = directory
-        self.domain = normalize_domain(domain)
-        self.ca_cert_path = directory / "ca.pem"
-        self.ca_key_path = directory / "ca-key.pem"
-        self.cert_path = directory / "server.pem"
-        self.key_path = directory / "server-key.pem"
-        self.bundle_path = directory / "bundle.pem"
 
     @classmethod
     def load_or_create(cls, directory: Path, domain: str) -> LocalCA:
@@ -269,15 +249,3 @@ class LocalCA:
             current = None
         if current != bundle:
             _write_public(self.bundle_path, bundle)
-
-    @property
-    def ca_cert_pem(self) -> bytes:
-        return self.ca_cert_path.read_bytes()
-
-    def server_context(self) -> ssl.SSLContext:
-        """A fresh TLS 1.2+ server context serving the leaf; callers may adjust it (it is not shared)."""
-        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-        ctx.minimum_version = ssl.TLSVersion.TLSv1_2
-        ctx.options |= ssl.OP_NO_RENEGOTIATION
-        ctx.load_cert_chain(self.cert_path, self.key_path)
-        return ctx

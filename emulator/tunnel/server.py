@@ -33,8 +33,8 @@ from emulator.core.address import Address
 from emulator.core.egress import EgressPolicy, valid_host
 from emulator.core.faults import Verdict
 from emulator.core.payloads import TunnelClosed, TunnelConnected, TunnelRefused
-from emulator.tunnel.ca import LocalCA, normalize_domain
 from emulator.tunnel.forward import ForwardProxy
+from emulator.tunnel.tlsfiles import TlsFiles, normalize_domain
 
 FaultHook = Callable[[str, str], Awaitable[Verdict | None]]
 log = logging.getLogger(__name__)
@@ -210,7 +210,7 @@ class TunnelServer:
 
     def __init__(
         self,
-        ca: LocalCA,
+        ca: TlsFiles,
         domain: str,
         public_port: int,
         authorize: Authorize,
@@ -256,7 +256,7 @@ class TunnelServer:
 
     # -- plumbing -------------------------------------------------------------------------------------------
 
-    def use_ca(self, ca: LocalCA) -> None:
+    def use_ca(self, ca: TlsFiles) -> None:
         """Serve the leaf `ca` issued (at start, and when a loaded snapshot brought its own CA)."""
         context = ca.server_context()
         context.sni_callback = self._remember_server_name
