@@ -365,11 +365,10 @@ class Supervisor:
         if release.project is not None:
             specs.append((prepare_key, self._prepare_spec(place, release, seen, workload_env, release.resources)))
         for key, spec in specs:
-            await self._spare(key, spec, eager=True)
-            made = self.spares.get(key)
-            if made is not None:
-                await cancel(self._expiring.pop(key, None))
-                self._expiring[key] = asyncio.create_task(self._expire(key, made[1]), name=f"head-start-{spec.label}")
+            # Started as the kept spares are, a task of their own: a start is then never cut short half-way by
+            # the caller (a reset cancels jobs), and every way out settles it before it drops the spares.
+            await self._settle_spare(key)
+            self._sparing[key] = asyncio.create_task(self._spare(key, spec, ahead=True), name=f"ahead-{spec.label}")
         return True
 
     async def _expire(self, key: tuple[str, ...], spare: Workload) -> None:
@@ -602,19 +601,22 @@ class Supervisor:
         if self.keep_spares:
             self._sparing[key] = asyncio.create_task(self._spare(key, spec), name=f"spare-{spec.label}")
 
-    async def _spare(self, key: tuple[str, ...], spec: Spec, *, eager: bool = False) -> None:
+    async def _spare(self, key: tuple[str, ...], spec: Spec, *, ahead: bool = False) -> None:
+        """A spare modelled on `spec`; `ahead`: a head start's, at full priority and stopped if not taken in time."""
         await self._drop_spare(key, waiting=False)
 
         async def note(line: str) -> None:  # the launcher's notes (a disk made) are the generation's, said already
             log.debug("spare %s: %s", spec.label, line)
 
-        made = dataclasses.replace(spec, env={**spec.env, SPARE: "eager" if eager else "1"}, spare=True, eager=eager)
+        made = dataclasses.replace(spec, env={**spec.env, SPARE: "eager" if ahead else "1"}, spare=True, eager=ahead)
         try:
             spare = await self.launcher.start(made, note)
         except Exception as e:  # a spare is an optimisation: without one, the next generation starts cold
             log.warning("no spare for %s: %s", spec.label, e)
             return
         self.spares[key] = (spec, spare)
+        if ahead:
+            self._expiring[key] = asyncio.create_task(self._expire(key, spare), name=f"head-start-{spec.label}")
 
     async def _take_spare(self, key: tuple[str, ...], spec: Spec) -> Workload | None:
         """The key's spare, released with the new generation's environment, if it was made for the same
