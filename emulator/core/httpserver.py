@@ -1,15 +1,22 @@
-"""The HTTP protocol every origin is served with: uvicorn's (httptools), plus a deadline on incomplete requests.
+"""The HTTP protocol every origin is served with: uvicorn's (httptools), plus a deadline on incomplete requests, and
+an answer's head sent with its body.
 
 uvicorn closes a connection that stays idle after a response (keep-alive timeout), but not one that opens and
 sends nothing, or stops halfway through a request's headers or body: those would be held forever, and a
 handful of scripts could exhaust the emulator's sockets. Here a connection waiting for (the rest of) a request
 is closed once nothing has arrived for `request_timeout` seconds; while the app answers (an event stream
 included) no deadline runs.
+
+uvicorn writes an answer's status line and headers as soon as the app starts it, and its body when that comes:
+two sends, two segments on loopback and two wake-ups of the client, for answers that are ready whole (most are).
+`HeadWithBody` holds the head until the body's first bytes (or the loop's next turn, for a stream that is slow to
+begin), so they leave in one send: the same bytes, in the same order.
 """
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Iterable
 from typing import Any
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
@@ -17,30 +24,125 @@ from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 from emulator.core.faults import DROP_EXTENSION
 
 
+class HeadWithBody(asyncio.Transport):
+    """A connection's transport whose first write after `hold_next` (an answer's head) waits for the next one (its
+    body) or the loop's next turn, whichever comes first. Every write of the connection goes through it, so nothing
+    overtakes a held head; closing sends it first."""
+
+    def __init__(self, transport: asyncio.Transport, loop: asyncio.AbstractEventLoop) -> None:
+        super().__init__()
+        self._transport = transport
+        self._loop = loop
+        self._hold = False
+        self._held: bytes | None = None
+
+    def hold_next(self) -> None:
+        self._hold = True
+
+    def write(self, data: bytes | bytearray | memoryview) -> None:
+        held = self._held
+        if held is not None:
+            self._held = None
+            self._transport.writelines((held, data))
+        elif self._hold:
+            self._hold = False
+            self._held = bytes(data)
+            self._loop.call_soon(self._send_held)
+        else:
+            self._transport.write(data)
+
+    def _send_held(self) -> None:
+        held, self._held = self._held, None
+        if held is not None and not self._transport.is_closing():
+            self._transport.write(held)
+
+    def close(self) -> None:
+        self._send_held()
+        self._transport.close()
+
+    def abort(self) -> None:
+        self._held = None
+        self._transport.abort()
+
+    # The rest of asyncio.Transport, as the connection's own.
+    def writelines(self, list_of_data: Iterable[bytes | bytearray | memoryview]) -> None:
+        for data in list_of_data:
+            self.write(data)
+
+    def write_eof(self) -> None:
+        self._send_held()
+        self._transport.write_eof()
+
+    def can_write_eof(self) -> bool:
+        return self._transport.can_write_eof()
+
+    def get_write_buffer_size(self) -> int:
+        return self._transport.get_write_buffer_size() + len(self._held or b"")
+
+    def get_write_buffer_limits(self) -> tuple[int, int]:
+        return self._transport.get_write_buffer_limits()
+
+    def set_write_buffer_limits(self, high: int | None = None, low: int | None = None) -> None:
+        self._transport.set_write_buffer_limits(high, low)
+
+    def is_closing(self) -> bool:
+        return self._transport.is_closing()
+
+    def is_reading(self) -> bool:
+        return self._transport.is_reading()
+
+    def pause_reading(self) -> None:
+        self._transport.pause_reading()
+
+    def resume_reading(self) -> None:
+        self._transport.resume_reading()
+
+    def get_extra_info(self, name: str, default: Any = None) -> Any:
+        return self._transport.get_extra_info(name, default)
+
+    def set_protocol(self, protocol: asyncio.BaseProtocol) -> None:
+        self._transport.set_protocol(protocol)
+
+    def get_protocol(self) -> asyncio.BaseProtocol:
+        return self._transport.get_protocol()
+
+
 def timed_protocol(request_timeout: float) -> type[HttpToolsProtocol]:
     class TimedHttpToolsProtocol(HttpToolsProtocol):
+        # One timer per connection, moved on lazily: a timer made and cancelled per request cost more than the rest
+        # of this class together.
         _deadline: asyncio.TimerHandle | None = None
+        _waiting = False  # for (the rest of) a request: the deadline runs
+        _last = 0.0  # when its last bytes came (the loop's time)
+        _out: HeadWithBody  # the transport uvicorn writes to
 
         def _arm(self) -> None:
-            self._disarm()
-            self._deadline = self.loop.call_later(request_timeout, self._expire)
+            self._waiting = True
+            self._last = self.loop.time()
+            if self._deadline is None:
+                self._deadline = self.loop.call_later(request_timeout, self._expire)
 
         def _disarm(self) -> None:
-            if self._deadline is not None:
-                self._deadline.cancel()
-                self._deadline = None
+            self._waiting = False  # a pending timer finds it so, and ends
 
         def _expire(self) -> None:
             self._deadline = None
-            if not self.transport.is_closing():
+            if not self._waiting:
+                return
+            left = self._last + request_timeout - self.loop.time()
+            if left > 0:
+                self._deadline = self.loop.call_later(left, self._expire)
+            elif not self.transport.is_closing():
                 self.transport.close()
 
         def connection_made(self, transport: Any) -> None:
-            super().connection_made(transport)
+            self._out = HeadWithBody(transport, self.loop)
+            super().connection_made(self._out)
             self._arm()
 
         def on_message_begin(self) -> None:
             super().on_message_begin()
+            self._out.hold_next()  # the next write is this request's answer's head (or a 100 Continue)
             # A fault that drops the connection needs the socket, which ASGI does not hand to the app.
             self.scope["extensions"] = {DROP_EXTENSION: self.transport.abort}  # type: ignore[typeddict-unknown-key]
 
@@ -54,6 +156,9 @@ def timed_protocol(request_timeout: float) -> type[HttpToolsProtocol]:
 
         def connection_lost(self, exc: Exception | None) -> None:
             self._disarm()
+            if self._deadline is not None:
+                self._deadline.cancel()
+                self._deadline = None
             super().connection_lost(exc)
 
     return TimedHttpToolsProtocol

@@ -20,7 +20,7 @@ import hashlib
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote_plus
 
 import msgspec
@@ -30,6 +30,9 @@ from msgspec import UNSET
 
 from emulator.core.ids import key_fingerprint
 from emulator.core.payloads import Credentials, HttpRequest, Payload
+
+if TYPE_CHECKING:
+    from _hashlib import HASH
 
 # Not agent calls: the emulator's own API, liveness probes, a browser's icon.
 _UNRECORDED = ("/_emulator", "/health", "/favicon.ico")
@@ -91,7 +94,7 @@ def credentials(headers: dict[bytes, bytes], query: str = "", form: bytes = b"")
     if token:
         return _token(token)
     if query:
-        carried = next((v for _, v in _pairs(query) if v.startswith(("pxtk_", "eyJ"))), "")
+        carried = _carried(query)
         if carried.startswith("pxtk_"):
             return Credentials(key=key_fingerprint(carried))
         if carried:
@@ -118,6 +121,21 @@ def _token(token: str) -> Credentials:
         token=str(claims.jti)[:64],
         token_exp=exp if isinstance(exp, int | float) else None,
     )
+
+
+def _carried(query: str) -> str:
+    """The first value in a query string that is a key or a token (`pxtk_…`, `eyJ…`, once decoded), or "". Only a
+    value that starts with `p`, `e` or an escape can decode to one: the rest (most queries) are not decoded."""
+    for pair in query.split("&"):
+        value = pair.partition("=")[2]
+        if value[:1] in _MAY_CARRY:
+            decoded = unquote_plus(value)
+            if decoded.startswith(("pxtk_", "eyJ")):
+                return decoded
+    return ""
+
+
+_MAY_CARRY = frozenset("pe%")
 
 
 def _pairs(query: str) -> list[tuple[str, str]]:
@@ -160,25 +178,29 @@ class RequestJournal:
             return
         began = time.monotonic()
         after = self.last_seq()
-        digest = hashlib.sha256()
+        digest: HASH | None = None  # hashlib's sha256, made at the first bytes of a body (most requests have none)
         peek = bytearray()
         answer = _Answered()
         said = bytearray()  # the start of an error answer's body
 
         async def receive_body() -> ReceiveMessage:
+            nonlocal digest
             message = await receive()
             if message["type"] == "http.request":
                 chunk = message.get("body", b"")
-                digest.update(chunk)
-                if len(peek) < _BODY_PEEK:
-                    peek.extend(chunk[: _BODY_PEEK - len(peek)])
+                if chunk:
+                    if digest is None:
+                        digest = hashlib.sha256()
+                    digest.update(chunk)
+                    if len(peek) < _BODY_PEEK:
+                        peek.extend(chunk[: _BODY_PEEK - len(peek)])
             return message
 
         async def send_answer(message: Message) -> None:
             if message["type"] == "http.response.start":
                 answer.status = message["status"]
                 for name, value in message.get("headers", ()):
-                    if name.lower() == b"retry-after":
+                    if len(name) == 11 and name.lower() == b"retry-after":  # by length first: most are not lowercased
                         answer.retry_after = value.decode("latin-1")
             elif message["type"] == "http.response.body" and answer.status >= 400 and len(said) < _ANSWER_PEEK:
                 said.extend(message.get("body", b"")[: _ANSWER_PEEK - len(said)])
@@ -189,7 +211,9 @@ class RequestJournal:
         finally:
             if said:
                 answer.error_code = _error_code(bytes(said))
-            self._record(scope, answer, digest.hexdigest()[:16] if peek else None, bytes(peek), began, after)
+            self._record(
+                scope, answer, digest.hexdigest()[:16] if digest is not None else None, bytes(peek), began, after
+            )
 
     def _record(
         self, scope: HTTPScope, answer: _Answered, body: str | None, peek: bytes, began: float, after: int

@@ -12,6 +12,7 @@ Rules decided here where the spec is silent (the README's fidelity notes repeat 
 
 from __future__ import annotations
 
+import functools
 import uuid
 from collections.abc import AsyncIterator, Iterable
 from typing import Any
@@ -364,7 +365,7 @@ class AskFastPath:
                 return
             body = received
         ip = scope_client_ip(scope, self.site.core.settings.trust_forwarded)
-        call = AskCall(method, ip, read_headers(scope["headers"]), read[0], read[1], body)
+        call = AskCall(method, ip, read_headers(scope["headers"]), dict(read[0]), read[1], body)
         try:
             done = await answer(self.site, call)
         except ApiError as exc:
@@ -385,17 +386,29 @@ class AskFastPath:
         await send({"type": "http.response.body", "body": b"", "more_body": False})
 
 
-def _query_string(raw: bytes) -> tuple[dict[str, str], str] | None:
-    """A query string's parameters (the last of each name) and its text, as the route reads them through Litestar
-    (`query_params`: latin-1, blank values kept; `url.query`: UTF-8); None when it is not UTF-8 (the route's
-    to answer)."""
+Query = tuple[tuple[tuple[str, str], ...], str]
+
+
+def _query_string(raw: bytes) -> Query | None:
+    """A query string's parameters and its text, as the route reads them through Litestar (`query_params`: latin-1,
+    blank values kept; `url.query`: UTF-8); None when it is not UTF-8 (the route's to answer). A `dict` of the
+    parameters keeps the last of each name, as the route does. Agents ask the same questions again (as
+    DocsIndex.lookup's cache expects), so a short one is parsed once."""
+    return _read_query(raw) if len(raw) > _CACHED_QUERY else _cached_query(raw)
+
+
+def _read_query(raw: bytes) -> Query | None:
     if not raw:
-        return {}, ""
+        return (), ""
     try:
         text = raw.decode()
     except UnicodeDecodeError:
         return None
-    return dict(parse_qsl(raw.decode("latin-1"), keep_blank_values=True, separator="&")), text
+    return tuple(parse_qsl(raw.decode("latin-1"), keep_blank_values=True, separator="&")), text
+
+
+_CACHED_QUERY = 512  # bytes: the cache holds at most 1024 of them
+_cached_query = functools.lru_cache(maxsize=1024)(_read_query)
 
 
 _ASK_QUERY = openapi.query(query=str, q=str, streaming=bool, query_id=str)
