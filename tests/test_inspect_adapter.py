@@ -26,6 +26,7 @@ from inspect_ai.solver import generate, use_tools
 from inspect_ai.tool import bash
 
 from emulator.eval.inspect_env import SANDBOX, EmulatorSandbox, emulator_task
+from emulator.eval.tasks import load
 
 ROOT = Path(__file__).resolve().parent.parent
 TASK = ROOT / "fixtures" / "tasks" / "create-a-trial"
@@ -108,7 +109,9 @@ def test_the_careful_agent_scores_correct_and_the_hasty_one_incorrect_with_the_c
 
     log, score = run_agent("careful_agent.py")
     assert score.value == CORRECT, score.explanation
-    assert score.explanation is not None and score.explanation.startswith("5 of 5 checks held")
+    task = load(TASK)
+    n = len(task.checks) + (task.max_requests is not None)  # the task's checks, and its request limit's
+    assert score.explanation is not None and score.explanation.startswith(f"{n} of {n} checks held")
     assert score.metadata is not None and all(c["passed"] for c in score.metadata["checks"])
     assert score.metadata["requests"] == 6  # as under `emulator eval`: the agent saw the same emulator
     assert log.eval.sandbox is not None and log.eval.sandbox.type == SANDBOX
