@@ -258,7 +258,7 @@ def test_4c_a_plan_not_submitted_leaves_nothing_running(session: Session, tmp_pa
     """A plan (prepare_update, as `pxt db update` sends before it packages the project) starts the database's
     server and prepare_project ahead on the environment at hand; when no submission follows, both are stopped after
     `head_start_ttl`, and nothing of them is left."""
-    e = Emulator(tmp_path / "state", [*session.e.args, "--head-start-ttl", "3"]).start()
+    e = Emulator(tmp_path / "state", [*session.e.args, "--head-start-ttl", "10"]).start()
     e.runtime = session.e.runtime
     project = tmp_path / "project"
     shutil.copytree(session.project, project)
@@ -273,6 +273,8 @@ def test_4c_a_plan_not_submitted_leaves_nothing_running(session: Session, tmp_pa
         assert eventually(lambda: workloads(e) == 2), "the server and prepare_project did not start ahead"
         assert eventually(lambda: workloads(e) == 0), "the head start outlived head_start_ttl"
         assert "was not taken: stopped" in (e.state_dir / "test-emulator.log").read_text()
+        if e.runtime == "docker":
+            assert eventually(lambda: containers(e) == []), containers(e)  # the database's pod went with them
     finally:
         other.pxt.stop_daemon()
         e.stop()
@@ -280,10 +282,15 @@ def test_4c_a_plan_not_submitted_leaves_nothing_running(session: Session, tmp_pa
 
 
 def workloads(e: Emulator) -> int:
-    """How many workload processes (or containers) of this emulator run, of any role."""
+    """How many workload processes (or containers: servers, prepare_project, services; not pods) of this emulator
+    run."""
     if e.runtime == "docker":
-        filters = ["--filter", f"label=pxt-emulator={_tag(e)}", "--filter", "label=role"]
-        return len(subprocess.run(["docker", "ps", "-q", *filters], capture_output=True, text=True).stdout.split())
+        mine = ["docker", "ps", "-q", "--filter", f"label=pxt-emulator={_tag(e)}"]
+        listed = [
+            subprocess.run([*mine, "--filter", f"label=role={role}"], capture_output=True, text=True).stdout
+            for role in ("database", "prepare", "service")
+        ]
+        return sum(len(ids.split()) for ids in listed)
     found = 0
     ledger = e.state_dir / "runtime" / "workloads"
     for entry in ledger.iterdir() if ledger.is_dir() else ():
