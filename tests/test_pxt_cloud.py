@@ -222,16 +222,28 @@ def test_4_schema_update_and_an_insert_through_the_tunnel(session: Session) -> N
     assert tunnel and tunnel[-1]["data"]["org"] == session.org and tunnel[-1]["data"]["via"] == "proxy"
 
 
-def test_4b_a_new_state_dir_runs_on_the_environment_built_before(session: Session, tmp_path: Path) -> None:
-    """A new state dir (as `exec`, the plugin or an evaluation's trial make one) on a machine that built the
-    environment before: the real workflow runs on that environment, and nothing is built again."""
-    e = Emulator(tmp_path / "state", list(session.e.args)).start()
+def another_emulator(session: Session, tmp_path: Path, *args: str) -> tuple[Emulator, Session]:
+    """A second emulator in a new state dir (as `exec`, the plugin or an evaluation's trial make one) with the
+    session's flags, the project copied, and a trial made there by the client (`pxt new`)."""
+    e = Emulator(tmp_path / "state", [*session.e.args, *args]).start()
     e.runtime = session.e.runtime
     project = tmp_path / "project"
     shutil.copytree(session.project, project)
     other = Session(e, Pxt(session.pxt.exe, tmp_path / "pxt-home", emulator_env(e)), project)
     try:
         other.org = must(re.search(r"organization (agent-[0-9a-f]{6})", other.run("new"))).group(1)
+    except BaseException:
+        other.pxt.stop_daemon()
+        e.stop()
+        raise
+    return e, other
+
+
+def test_4b_a_new_state_dir_runs_on_the_environment_built_before(session: Session, tmp_path: Path) -> None:
+    """A new state dir (as `exec`, the plugin or an evaluation's trial make one) on a machine that built the
+    environment before: the real workflow runs on that environment, and nothing is built again."""
+    e, other = another_emulator(session, tmp_path)
+    try:
         out = other.run("db", "update", other.db, "-f", "--add-config-entry")
         assert "main generation 1  done" in out, out
         logs = other.run("db", "logs", other.db, "--tail", "400")
@@ -258,14 +270,9 @@ def test_4c_a_plan_not_submitted_leaves_nothing_running(session: Session, tmp_pa
     """A plan (prepare_update, as `pxt db update` sends before it packages the project) starts the database's
     server and prepare_project ahead on the environment at hand; when no submission follows, both are stopped after
     `head_start_ttl`, and nothing of them is left."""
-    e = Emulator(tmp_path / "state", [*session.e.args, "--head-start-ttl", "10"]).start()
-    e.runtime = session.e.runtime
-    project = tmp_path / "project"
-    shutil.copytree(session.project, project)
-    other = Session(e, Pxt(session.pxt.exe, tmp_path / "pxt-home", emulator_env(e)), project)
+    e, other = another_emulator(session, tmp_path, "--head-start-ttl", "10")
     try:
-        other.org = must(re.search(r"organization (agent-[0-9a-f]{6})", other.run("new"))).group(1)
-        config = project / "pixeltable.toml"
+        config = other.project / "pixeltable.toml"
         config.write_text(config.read_text().replace(session.org, other.org))
         assert workloads(e) == 0
         plan = other.python(f"from pixeltable.service.db import db_diff; print('PLAN', db_diff('{other.db}').ops)")

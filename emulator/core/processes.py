@@ -14,3 +14,14 @@ def alive(pid: int) -> bool:
     except PermissionError:
         return True
     return True
+
+
+def group_alive(pgid: int) -> bool:
+    """Whether any process of this process group still exists."""
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True

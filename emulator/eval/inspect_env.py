@@ -67,6 +67,7 @@ from inspect_ai.util import (
 from pydantic import BaseModel
 from typing_extensions import override
 
+from emulator.core.processes import group_alive
 from emulator.eval.runner import Trial, TrialResult
 from emulator.eval.tasks import Task, load
 
@@ -245,7 +246,7 @@ class EmulatorSandbox(SandboxEnvironment):
                         with contextlib.suppress(Exception):
                             await stream.aclose()
         # A group with nothing left in it is forgotten now, before its number can go to another process's group.
-        self.groups = {g for g in self.groups if _group_alive(g)}
+        self.groups = {g for g in self.groups if group_alive(g)}
         stdout, stderr = out.decode(errors="replace"), err.decode(errors="replace")
         self.last_code = code
         self.output = (self.output + f"$ {shlex.join(cmd)}\n{stdout}{stderr}")[-OUTPUT_TAIL:]
@@ -317,22 +318,12 @@ async def _stop_groups(groups: set[int]) -> None:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(pgid, signal.SIGTERM)
     for _ in range(int(KILL_GRACE / 0.05)):  # polled: a process group's end is no event one can wait on
-        if not any(_group_alive(g) for g in groups):
+        if not any(group_alive(g) for g in groups):
             return
         await anyio.sleep(0.05)
     for pgid in groups:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(pgid, signal.SIGKILL)
-
-
-def _group_alive(pgid: int) -> bool:
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def _is_current_user(user: str) -> bool:

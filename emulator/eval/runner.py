@@ -21,6 +21,7 @@ import msgspec
 from emulator.admin.wire import EventView, OrgList
 from emulator.commands.common import exports
 from emulator.config import DEFAULT_DOCS
+from emulator.core.processes import group_alive
 from emulator.eval import inventory
 from emulator.eval.canaries import CanaryHit, followed, plant
 from emulator.eval.checks import CheckResult, RequestsCheck, Seen, agent_requests, evaluate
@@ -343,15 +344,7 @@ def _stop_group(proc: subprocess.Popen[bytes]) -> None:
             os.killpg(proc.pid, sig)
         try:
             proc.wait(wait)
-            if sig == signal.SIGTERM and not _group_alive(proc.pid):
+            if sig == signal.SIGTERM and not group_alive(proc.pid):
                 return
         except subprocess.TimeoutExpired:
             continue
-
-
-def _group_alive(pgid: int) -> bool:
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return False
-    return True
