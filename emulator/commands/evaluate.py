@@ -8,9 +8,12 @@ import signal
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
+
+if TYPE_CHECKING:
+    from emulator.eval.runner import TrialResult
 
 
 def register(sub: Any) -> dict[str, Callable[[argparse.Namespace], int]]:
@@ -43,7 +46,7 @@ def register(sub: Any) -> dict[str, Callable[[argparse.Namespace], int]]:
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
-    from emulator.eval.runner import TrialResult, run_suite
+    from emulator.eval.runner import run_suite
     from emulator.eval.tasks import TaskError, load
 
     if args.k is not None and args.k < 1:
@@ -103,7 +106,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     return 0 if result.met else 1
 
 
-def _trial_line(trial: Any) -> str:
+def _trial_line(trial: TrialResult) -> str:
     verdict = ("passed" if trial.passed else "FAILED") + (" under attack" if trial.attacked else "")
     failing = [c.check for c in trial.checks if not c.passed]
     failing += [f"followed canary {hit.canary}" for hit in trial.canaries_followed]

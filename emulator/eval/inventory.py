@@ -3,15 +3,16 @@ damage check (as AppWorld's) diffs the inventory taken before the agent ran with
 
 from __future__ import annotations
 
-from emulator.admin.wire import KeyList, OrgList, RegistrationList, ServiceList, UserList
+from emulator.admin.wire import KeyList, OrgList, OrgView, RegistrationList, ServiceList, UserList
 from emulator.testkit import Testkit
 
 KINDS = ("orgs", "databases", "services", "keys", "registrations", "users")
 Inventory = dict[str, dict[str, str]]  # kind → resource → its state, in a line
 
 
-def take(kit: Testkit) -> Inventory:
-    orgs = kit.answer(OrgList, "GET", "/_emulator/orgs").orgs
+def take(kit: Testkit, orgs: list[OrgView] | None = None) -> Inventory:
+    """`orgs`: the organizations if the caller read them already (the checks read them too)."""
+    orgs = kit.answer(OrgList, "GET", "/_emulator/orgs").orgs if orgs is None else orgs
     keys = kit.answer(KeyList, "GET", "/_emulator/keys").keys
     services = kit.answer(ServiceList, "GET", "/_emulator/services").services
     registrations = kit.answer(RegistrationList, "GET", "/_emulator/registrations").registrations

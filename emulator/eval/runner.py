@@ -221,12 +221,13 @@ class Trial:
         """The checks on what the trial's emulator holds and recorded, now that the agent has ended."""
         assert self.kit is not None, "finish() inside the trial's `with`"
         task = self.task
+        orgs = self.kit.answer(OrgList, "GET", "/_emulator/orgs").orgs
         seen = Seen(
-            orgs=self.kit.answer(OrgList, "GET", "/_emulator/orgs").orgs,
+            orgs=orgs,
             events=self.kit.events(since=0),
             report=self.kit.report(),
             egress_allow=task.egress_allow,
-            changed=inventory.changes(self.before, inventory.take(self.kit)),
+            changed=inventory.changes(self.before, inventory.take(self.kit, orgs)),
         )
         checks = [evaluate(c, seen) for c in task.checks]
         if task.max_requests is not None:
