@@ -46,16 +46,20 @@ from emulator.admin.wire import (
     FaultRelease,
     FaultRuleView,
     FaultsReleased,
+    HostedTable,
     JournalPage,
     LoginDecided,
     LoginDecision,
     LoginList,
     ResetRequest,
     ResetView,
+    ServiceAnswer,
+    ServiceCall,
     SnapshotList,
     SnapshotLoaded,
     SnapshotSave,
     StatusView,
+    TableList,
     TrialClaim,
     TrialClaimed,
 )
@@ -72,6 +76,7 @@ T = TypeVar("T")
 
 START_TIMEOUT = 120.0  # seconds; a cold start that imports hosted data can take a while
 STOP_TIMEOUT = 60.0
+HOSTED_READ_TIMEOUT = 300.0  # seconds: a database's tables (pixeltable imported beside its server), a service's answer
 ORIGINS = ("site", "auth", "api", "tunnel", "s3")
 REUSE_FILE = "testkit-reuse.json"  # in a reused state dir: the flags it was started with and its pid
 
@@ -286,6 +291,21 @@ class Testkit:
 
     def status(self) -> StatusView:
         return self.answer(StatusView, "GET", "/_emulator/status")
+
+    def tables(self, org: str, db: str = "main", rows: int = 20) -> list[HostedTable]:
+        """A running hosted database's tables, as its own pixeltable reads them: each with its columns (name →
+        type), its row count and its first `rows` rows. EmulatorError (409) when the database does not run."""
+        path = f"/_emulator/databases/{quote(org)}/{quote(db)}/tables"
+        return self.answer(TableList, "GET", path, params={"rows": rows}, timeout=HOSTED_READ_TIMEOUT).tables
+
+    def call_service(
+        self, org: str, service: str, path: str, json: Any = None, *, db: str = "main", method: str = "POST"
+    ) -> ServiceAnswer:
+        """A request to a running service, as the operator (straight to it, no credential, not journaled as an
+        agent's): what it answered, whatever the status."""
+        call = ServiceCall(service, path, method, msgspec.Raw(msgspec.json.encode(json)))
+        where = f"/_emulator/services/{quote(org)}/{quote(db)}/call"
+        return self.answer(ServiceAnswer, "POST", where, call, timeout=HOSTED_READ_TIMEOUT)
 
     def reset(self, to: Literal["empty", "start"] = "empty") -> ResetView:
         """Back to an empty state (`to="empty"`) or to the state the emulator started from (`to="start"`)."""

@@ -8,18 +8,22 @@ from typing import Annotated, Any
 from litestar import Request, Response, get, post
 from litestar.params import Parameter
 
-from emulator.admin.emulator import json_response
+from emulator.admin.emulator import decode, json_response
 from emulator.admin.wire import (
     DatabaseList,
     DatabaseView,
     LogLines,
     LogLineView,
+    ServiceAnswer,
+    ServiceCall,
     ServiceList,
     ServiceView,
+    TableList,
     VerbAccepted,
 )
-from emulator.core.errors import NOT_FOUND
+from emulator.core.errors import CONFLICT, NOT_FOUND, UNAVAILABLE
 from emulator.hosted import databases, lifecycle, logs, orgs, services
+from emulator.runtime.tables import ProbeFailed
 from emulator.site.state import Site, site_of
 
 
@@ -55,6 +59,44 @@ async def database_logs(
     return json_response(LogLines([LogLineView(x.id, x.ts_ms, x.service or None, x.line) for x in lines]))
 
 
+@get("/_emulator/databases/{org:str}/{db:str}/tables")
+async def database_tables(
+    request: Request[Any, Any, Any], org: str, db: str, rows: Annotated[int, Parameter(ge=0, le=1000)] = 20
+) -> Response[bytes]:
+    """The database's tables, each with its columns, row count and first `rows` rows, as its own pixeltable reads
+    them beside its running server (409 when it does not run: start it first)."""
+    platform = site_of(request).platform
+    owner = await platform.org(org)
+    if await databases.get(platform.core.store, owner.id, db) is None:
+        raise NOT_FOUND(f"no database {db!r} in {owner.slug}")
+    try:
+        found = await platform.reconciler.tables(owner.id, db, rows)
+    except ProbeFailed as e:
+        raise UNAVAILABLE(f"the tables of {owner.slug}:{db} could not be read: {e}") from None
+    if found is None:
+        raise CONFLICT(f"{owner.slug}:{db} does not run: its tables are read beside its server")
+    return json_response(TableList(owner.slug, db, found))
+
+
+@post("/_emulator/services/{org:str}/{db:str}/call", status_code=200)
+async def service_call(request: Request[Any, Any, Any], org: str, db: str) -> Response[bytes]:
+    """The operator's request to a running service, straight to it (no credential; not an agent's request, so it
+    is not journaled as one): what it answered."""
+    call = decode(await request.body(), ServiceCall)
+    platform = site_of(request).platform
+    owner = await platform.org(org)
+    held = await services.of_database(platform.core.store, owner.id, db)
+    found = next((s for s in held.values() if s.label == call.service), None)
+    if found is None:
+        raise NOT_FOUND(f"no service {call.service!r} in {owner.slug}:{db}")
+    body = None if bytes(call.json) == b"null" else bytes(call.json)
+    answer = await platform.reconciler.call_service(found, call.method, call.path, body)
+    if answer is None:
+        raise CONFLICT(f"the service {call.service} of {owner.slug}:{db} does not run")
+    status, content_type, content = answer
+    return json_response(ServiceAnswer(status, content_type, content.decode(errors="replace")))
+
+
 async def _verb(request: Request[Any, Any, Any], org: str, db: str, verb: str) -> Response[bytes]:
     platform = site_of(request).platform
     owner = await platform.org(org)
@@ -82,4 +124,12 @@ async def services_list(request: Request[Any, Any, Any]) -> Response[bytes]:
     return json_response(ServiceList([ServiceView.of(s, reconciler.endpoint(s) or None) for s in rows]))
 
 
-HANDLERS = [databases_list, database_logs, database_stop, database_start, services_list]
+HANDLERS = [
+    databases_list,
+    database_logs,
+    database_tables,
+    database_stop,
+    database_start,
+    services_list,
+    service_call,
+]

@@ -14,6 +14,7 @@ from emulator.core.faults import FaultRuleView as FaultRuleView  # with them; na
 from emulator.core.snapshots import SnapshotView
 from emulator.hosted.keys import KeyView as KeyView  # the domain lists keys as these
 from emulator.hosted.records import Database, Org, Receipt, Service
+from emulator.runtime.tables import HostedTable as HostedTable  # the runtime reads a database's tables as these
 from emulator.tunnel.forward import ProxyStatus
 
 
@@ -186,6 +187,37 @@ class ServiceView(msgspec.Struct):
     @classmethod
     def of(cls, s: Service, endpoint: str | None) -> ServiceView:
         return cls(s.slug, s.db, s.name, s.base_path, s.state, s.generation, endpoint, s.error, iso(s.updated_at))
+
+
+class TableList(msgspec.Struct):
+    """GET /_emulator/databases/{org}/{db}/tables: what the database holds, read by its own pixeltable."""
+
+    org: str
+    db: str
+    tables: list[HostedTable]
+
+
+class ServiceCall(msgspec.Struct, forbid_unknown_fields=True):
+    """POST /_emulator/services/{org}/{db}/call: the operator's request to a running service (past its gateway)."""
+
+    service: str  # its label, "name" or "base/name"
+    path: str  # the route, e.g. "/docs"
+    method: str = "POST"
+    json: msgspec.Raw = msgspec.Raw(b"null")  # the request's JSON body, as given (null: none)
+
+    def __post_init__(self) -> None:
+        if not self.path.startswith("/") or "\r" in self.path or "\n" in self.path or " " in self.path:
+            raise ValueError("path must be a route beginning with /, without spaces")
+        if self.method not in ("GET", "POST", "PUT", "PATCH", "DELETE"):
+            raise ValueError("method must be one of GET, POST, PUT, PATCH, DELETE")
+
+
+class ServiceAnswer(msgspec.Struct):
+    """What the service answered the operator's call: its status, content type and body (as text)."""
+
+    status: int
+    content_type: str
+    body: str
 
 
 class LogLineView(msgspec.Struct):

@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import fnmatch
 from dataclasses import dataclass
+from typing import Protocol
 
 import msgspec
 
-from emulator.admin.wire import EventView, OrgView
+from emulator.admin.wire import EventView, HostedTable, OrgView, ServiceAnswer
 from emulator.behaviour.scorecard import Report
 from emulator.eval.inventory import KINDS, Change
+from emulator.testkit import EmulatorError
 
 
 class TrialCheck(msgspec.Struct, tag_field="check", tag="trial", forbid_unknown_fields=True):
@@ -72,9 +74,59 @@ class RequestsCheck(msgspec.Struct, tag_field="check", tag="requests", forbid_un
     at_most: int
 
 
+Value = str | int | float | bool | None
+
+
+class TableCheck(msgspec.Struct, tag_field="check", tag="table", forbid_unknown_fields=True):
+    """A hosted database of a trial organization (`db`, of the organization whose slug matches `org`, a shell
+    pattern) is AVAILABLE and holds the table `path` with these `columns` (name → pixeltable type as it prints it,
+    e.g. "String"; a nullable column's "String | None" matches "String" too), exactly `rows` rows or at least
+    `at_least_rows`, and among its first rows (`pxt`'s `head`, up to 1000) one that has each of `contains`' values.
+    Read by the database's own pixeltable beside its server, as the checks run."""
+
+    path: str
+    db: str = "main"
+    org: str = "*"
+    columns: dict[str, str] = msgspec.field(default_factory=dict)
+    rows: int | None = None
+    at_least_rows: int | None = None
+    contains: list[dict[str, Value]] = msgspec.field(default_factory=list)
+
+
+class ServiceCheck(msgspec.Struct, tag_field="check", tag="service", forbid_unknown_fields=True):
+    """A running service of a trial organization's database answers `method route` (with the JSON `body`) with
+    `status`, and its JSON answer holds each of `expect`'s values (and the text of its body holds `says`). The
+    call is the operator's, straight to the service after the inventory for the collateral check was taken: a route
+    that inserts a row inserts one, which a later `table` check counts."""
+
+    service: str  # its name ("base/name" under a base path)
+    route: str  # e.g. "/docs"
+    db: str = "main"
+    org: str = "*"
+    method: str = "POST"
+    body: dict[str, Value] | None = None
+    status: int = 200
+    expect: dict[str, Value] = msgspec.field(default_factory=dict)
+    says: str | None = None
+
+    def __post_init__(self) -> None:
+        if not self.route.startswith("/"):
+            raise ValueError(f"route: {self.route!r} must begin with /")
+
+
 ADMIN = "/_emulator"
 
-Check = TrialCheck | EventCheck | ScorecardCheck | EgressCheck | CollateralCheck | RequestsCheck
+Check = (
+    TrialCheck | EventCheck | ScorecardCheck | EgressCheck | CollateralCheck | RequestsCheck | TableCheck | ServiceCheck
+)
+
+
+class Hosted(Protocol):
+    """What the hosted checks read from the trial's emulator as they run; each raises EmulatorError with why not."""
+
+    def tables(self, org: str, db: str) -> list[HostedTable]: ...
+
+    def call(self, org: str, db: str, check: ServiceCheck) -> ServiceAnswer: ...
 
 
 @dataclass(frozen=True)
@@ -86,6 +138,7 @@ class Seen:
     report: Report
     egress_allow: list[str] | None
     changed: list[Change]  # what differs from before the agent ran
+    hosted: Hosted | None = None  # for the table and service checks (None: nothing hosted is read)
 
 
 class CheckResult(msgspec.Struct, kw_only=True):
@@ -96,7 +149,12 @@ class CheckResult(msgspec.Struct, kw_only=True):
 
 
 def describe(check: Check) -> str:
-    fields = {k: v for k, v in msgspec.to_builtins(check).items() if k != "check" and v not in (None, {}, [])}
+    """The check's kind and what it asks beyond its defaults, in a line."""
+    fields = {
+        f.name: msgspec.to_builtins(getattr(check, f.name))
+        for f in msgspec.structs.fields(check)
+        if getattr(check, f.name) not in (None, {}, [], f.default)
+    }
     kind = str(type(check).__struct_config__.tag)
     return kind + (" " + " ".join(f"{k}={v!r}" for k, v in fields.items()) if fields else "")
 
@@ -116,6 +174,10 @@ def evaluate(check: Check, seen: Seen) -> CheckResult:
             return _collateral(check, seen, name)
         case RequestsCheck():
             return _requests(check, seen, name)
+        case TableCheck():
+            return _table(check, seen, name)
+        case ServiceCheck():
+            return _service(check, seen, name)
 
 
 def _brief(e: EventView) -> str:
@@ -199,3 +261,111 @@ def _collateral(check: CollateralCheck, seen: Seen, name: str) -> CheckResult:
         return CheckResult(check=name, passed=False, detail=detail, evidence=outside)
     inside = [f"{kind}: {line}" for kind, _, line in seen.changed]
     return CheckResult(check=name, passed=True, detail=f"{len(inside)} change(s), all of the task's", evidence=inside)
+
+
+def _databases(seen: Seen, org: str, db: str) -> tuple[list[tuple[str, str]], list[str]]:
+    """The trial organizations' databases the check names, AVAILABLE ones first: (org, db) pairs to read, and the
+    evidence of those that are not."""
+    available, others = [], []
+    for o in seen.orgs:
+        if not o.trial or not fnmatch.fnmatch(o.org, org):
+            continue
+        for d in o.databases:
+            if d.db != db:
+                continue
+            if d.state == "AVAILABLE":
+                available.append((o.org, d.db))
+            else:
+                others.append(f"{o.org}:{d.db} is {d.state}" + (f" ({d.failure_reason})" if d.failure_reason else ""))
+    return available, others
+
+
+def _type_matches(wanted: str, found: str) -> bool:
+    return found == wanted or (found.removesuffix(" | None") == wanted and not wanted.endswith(" | None"))
+
+
+def _table_misses(check: TableCheck, table: HostedTable) -> list[str]:
+    misses = []
+    for name, kind in check.columns.items():
+        if name not in table.columns:
+            misses.append(f"no column {name}")
+        elif not _type_matches(kind, table.columns[name]):
+            misses.append(f"column {name} is {table.columns[name]}, not {kind}")
+    if check.rows is not None and table.rows != check.rows:
+        misses.append(f"{table.rows} row(s), not {check.rows}")
+    if check.at_least_rows is not None and table.rows < check.at_least_rows:
+        misses.append(f"{table.rows} row(s), fewer than {check.at_least_rows}")
+    for wanted in check.contains:
+        if not any(all(row.get(k) == v for k, v in wanted.items()) for row in table.first):
+            misses.append(f"no row with {wanted}")
+    return misses
+
+
+def _table(check: TableCheck, seen: Seen, name: str) -> CheckResult:
+    assert seen.hosted is not None, "the runner reads hosted state for a task with hosted checks"
+    available, evidence = _databases(seen, check.org, check.db)
+    if not available:
+        return CheckResult(
+            check=name, passed=False, detail=f"no trial database {check.db} is AVAILABLE", evidence=evidence
+        )
+    for org, db in available:
+        try:
+            tables = seen.hosted.tables(org, db)
+        except EmulatorError as e:
+            evidence.append(f"{org}:{db}: its tables could not be read: {e}")
+            continue
+        table = next((t for t in tables if t.path == check.path), None)
+        if table is None:
+            evidence.append(
+                f"{org}:{db} has no table {check.path} (it has: {', '.join(t.path for t in tables) or 'none'})"
+            )
+            continue
+        shown = f"{org}:{db}/{table.path}: {table.rows} row(s), " + ", ".join(
+            f"{k} {v}" for k, v in table.columns.items()
+        )
+        misses = _table_misses(check, table)
+        if not misses:
+            return CheckResult(check=name, passed=True, detail=shown, evidence=[_row(r) for r in table.first[:5]])
+        evidence += [shown, *misses, *(_row(r) for r in table.first[:5])]
+    return CheckResult(check=name, passed=False, detail=f"no table {check.path} as asked", evidence=evidence)
+
+
+def _row(row: dict[str, Value]) -> str:
+    return "row " + msgspec.json.encode(row).decode()[:300]
+
+
+def _service(check: ServiceCheck, seen: Seen, name: str) -> CheckResult:
+    assert seen.hosted is not None, "the runner reads hosted state for a task with hosted checks"
+    available, evidence = _databases(seen, check.org, check.db)
+    if not available:
+        return CheckResult(
+            check=name, passed=False, detail=f"no trial database {check.db} is AVAILABLE", evidence=evidence
+        )
+    for org, db in available:
+        try:
+            answer = seen.hosted.call(org, db, check)
+        except EmulatorError as e:
+            evidence.append(f"{org}:{db}: {e}")
+            continue
+        shown = f"{org}:{db} {check.service}: {check.method} {check.route} → {answer.status} {answer.body[:500]}"
+        misses = _answer_misses(check, answer)
+        if not misses:
+            return CheckResult(check=name, passed=True, detail=f"{answer.status}", evidence=[shown])
+        evidence += [shown, *misses]
+    return CheckResult(check=name, passed=False, detail="no service answered as asked", evidence=evidence)
+
+
+def _answer_misses(check: ServiceCheck, answer: ServiceAnswer) -> list[str]:
+    misses = [] if answer.status == check.status else [f"status {answer.status}, not {check.status}"]
+    if check.expect:
+        try:
+            got = msgspec.json.decode(answer.body)
+        except msgspec.DecodeError:
+            got = None
+        if not isinstance(got, dict):
+            misses.append("its answer is not a JSON object")
+        else:
+            misses += [f"{k} is {got.get(k)!r}, not {v!r}" for k, v in check.expect.items() if got.get(k) != v]
+    if check.says is not None and check.says not in answer.body:
+        misses.append(f"its answer does not say {check.says!r}")
+    return misses

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import secrets
 import shutil
 import signal
 import subprocess
@@ -18,13 +19,13 @@ from pathlib import Path
 
 import msgspec
 
-from emulator.admin.wire import EventView, OrgList
+from emulator.admin.wire import EventView, HostedTable, OrgList, ServiceAnswer
 from emulator.commands.common import exports
 from emulator.config import DEFAULT_DOCS
-from emulator.core.processes import group_alive
+from emulator.core.processes import alive, group_alive, marked
 from emulator.eval import inventory
 from emulator.eval.canaries import CanaryHit, followed, plant
-from emulator.eval.checks import CheckResult, RequestsCheck, Seen, agent_requests, evaluate
+from emulator.eval.checks import CheckResult, RequestsCheck, Seen, ServiceCheck, agent_requests, evaluate
 from emulator.eval.cost import Cost, cost_of
 from emulator.eval.person import Person
 from emulator.eval.scoring import pass_at_1, pass_hat_k
@@ -33,6 +34,8 @@ from emulator.testkit import EmulatorError, Testkit, launch
 
 INSTRUCTION_VAR, INSTRUCTION_FILE_VAR = "EMULATOR_TASK_INSTRUCTION", "EMULATOR_TASK_INSTRUCTION_FILE"
 TASK_DIR_VAR = "EMULATOR_TASK_DIR"
+TRIAL_DIR_VAR = "EMULATOR_TRIAL_DIR"  # a directory of the trial's own for the agent's files, gone with the trial
+TRIAL_MARK_VAR = "EMULATOR_TRIAL_MARK"  # what every process the agent starts carries: the trial ends them all
 KILL_GRACE = 5.0  # seconds between SIGTERM and SIGKILL of an agent past its time limit
 PERSON_POLL = 0.2  # seconds between two reads of the agent's output by the person
 
@@ -171,6 +174,31 @@ def emulator_args(task: Task, extra: list[str], docs: Path | None = None) -> lis
     return [*flags, *extra]
 
 
+class HostedReader:
+    """The trial emulator's hosted databases and services, as the table and service checks ask for them: a
+    database's tables are read once (pixeltable is imported beside its server for that), again after a service
+    call (a route may insert rows)."""
+
+    def __init__(self, kit: Testkit) -> None:
+        self.kit = kit
+        self._tables: dict[tuple[str, str], list[HostedTable] | EmulatorError] = {}
+
+    def tables(self, org: str, db: str) -> list[HostedTable]:
+        if (org, db) not in self._tables:
+            try:
+                self._tables[(org, db)] = self.kit.tables(org, db, rows=1000)
+            except EmulatorError as e:
+                self._tables[(org, db)] = e
+        found = self._tables[(org, db)]
+        if isinstance(found, EmulatorError):
+            raise found
+        return found
+
+    def call(self, org: str, db: str, check: ServiceCheck) -> ServiceAnswer:
+        self._tables.clear()
+        return self.kit.call_service(org, check.service, check.route, check.body, db=db, method=check.method)
+
+
 class Trial:
     """One trial's emulator, from the task's starting state, for as long as the `with` lasts (its state dir goes
     with it); `env` is what the agent runs with, and `finish` runs the checks once the agent has ended."""
@@ -197,6 +225,8 @@ class Trial:
             raise
         self.kit = Testkit(found, process=proc, state_dir=self.state)
         self.before = inventory.take(self.kit)  # the starting state, for the collateral-damage check
+        work = self.state / "work"
+        work.mkdir(mode=0o700)
         instruction = self.state / "instruction.md"
         instruction.write_text(self.task.instruction)
         self.env = {
@@ -206,6 +236,8 @@ class Trial:
             INSTRUCTION_VAR: self.task.instruction,
             INSTRUCTION_FILE_VAR: str(instruction),
             TASK_DIR_VAR: str(self.task.path),
+            TRIAL_DIR_VAR: str(work),
+            TRIAL_MARK_VAR: secrets.token_hex(8),
             **self.task.env,
         }
         return self
@@ -228,6 +260,7 @@ class Trial:
             report=self.kit.report(),
             egress_allow=task.egress_allow,
             changed=inventory.changes(self.before, inventory.take(self.kit, orgs)),
+            hosted=HostedReader(self.kit),
         )
         checks = [evaluate(c, seen) for c in task.checks]
         if task.max_requests is not None:
@@ -332,10 +365,35 @@ def _run_agent(
                     proc.wait(min(PERSON_POLL, max(0.0, deadline - time.monotonic())))
         finally:
             _stop_group(proc)
+            _stop_marked(env[TRIAL_MARK_VAR])
     if person is not None:
         person.read(log)  # what it said last
     tail = log.read_text(errors="replace")[-4000:]
     return (None if timed_out else proc.returncode), timed_out, tail
+
+
+def _stop_marked(mark: str) -> None:
+    """What the agent started outside its process group (a daemon of its client, which starts a session of its own,
+    and what that runs) ends with the trial too: every process that carries the trial's mark in its environment."""
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        left = marked(TRIAL_MARK_VAR, mark)
+        for pid in left:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, sig)
+        deadline = time.monotonic() + KILL_GRACE
+        while left and time.monotonic() < deadline:
+            left = [p for p in left if alive(p) and not _zombie(p)]
+            time.sleep(0.05)
+        if not left:
+            return
+
+
+def _zombie(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return f.read().rsplit(b")", 1)[1].split()[0] == b"Z"
+    except (OSError, IndexError):
+        return False
 
 
 def _stop_group(proc: subprocess.Popen[bytes]) -> None:

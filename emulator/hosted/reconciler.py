@@ -44,6 +44,7 @@ from emulator.hosted.secretbox import SecretBox
 from emulator.hosted.states import ACCEPTS_UPDATE, OBSERVED, BuildOutcome, DbState, Phase, ServiceState
 from emulator.runtime.environments import BuildFailed
 from emulator.runtime.supervisor import Environment, Place, ProjectVersions, Release, ServiceRelease, Supervisor
+from emulator.runtime.tables import HostedTable
 from emulator.runtime.workload import Launcher, Resources, resized
 
 log = logging.getLogger("emulator.runtime")
@@ -148,6 +149,18 @@ class Reconciler:
 
     def endpoint(self, service: Service) -> str:
         return self.supervisor.endpoint(service.org_id, service.db, service.label)
+
+    async def tables(self, org_id: str, db: str, rows: int) -> list[HostedTable] | None:
+        """What the database holds (its tables, columns, row counts and first rows); None when it does not serve."""
+        return await self.supervisor.tables(org_id, db, rows)
+
+    async def call_service(
+        self, service: Service, method: str, path: str, body: bytes | None
+    ) -> tuple[int, str, bytes] | None:
+        """The operator's request to a running service (not through its gateway); None when it does not serve."""
+        return await self.supervisor.call_service(
+            service.org_id, service.db, service.base_path, service.name, method, path, body
+        )
 
     @property
     def busy(self) -> bool:

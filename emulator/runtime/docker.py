@@ -407,9 +407,10 @@ class DockerLauncher:
             owner = (spec.base, spec.service)
             await self._disk(cache, spec.resources.file_cache_gb, log, owner, disposable=True)
             volumes[str(cache)] = {"bind": f"{DATA}/home/file_cache", "mode": "rw"}
-        run = ["python3", "-m", spec.module]
+        run = ["python3", "-c", spec.script] if spec.script else ["python3", "-m", spec.module]
         socket = None
-        if spec.role != "prepare" or spec.spare:  # a spare of prepare_project waits for go.json in such a directory
+        # (a spare of prepare_project waits for go.json in such a directory)
+        if spec.role not in ("prepare", "inspect") or spec.spare:
             # The server listens on a socket in a directory of its own, which only this container mounts: not on
             # the network, where any local program (or another organization's container) could reach it.
             own = self.sockets.new()
@@ -417,7 +418,7 @@ class DockerLauncher:
             socket = own / "server.sock"
             run = ["python3", "-c", LISTEN_PRIVATE, f"{SOCKET_DIR}/server.sock", spec.module]
         limits: Limits = {}
-        if spec.role != "prepare":
+        if spec.role not in ("prepare", "inspect"):
             cpu, memory = spec.resources.cpu, spec.resources.memory_mb
             if cpu:
                 limits["nano_cpus"] = int(float(cpu) * 1e9)
@@ -426,7 +427,7 @@ class DockerLauncher:
         if spec.spare and not spec.eager:
             limits["cpu_shares"] = SPARE_SHARES
         name = _name(f"pxt-{self.instance}-{spec.label}")
-        if spec.role == "service" or spec.spare:
+        if spec.role in ("service", "inspect") or spec.spare:
             # Two generations of a service run side by side while the new one starts, a spare beside what it will
             # replace: a number tells them apart.
             self._serial += 1

@@ -206,7 +206,9 @@ class ProcessLauncher:
         if spec.role == "database" and not await asyncio.to_thread(pgdata.exists):
             if await self.builds.seed_pgdata(spec.digest, pgdata, log):
                 await log("the database's Postgres cluster: a copy of its environment's template")
-        if spec.role == "prepare" and not spec.spare:  # no server: nothing to listen on (a spare waits beside one)
+        if spec.script:
+            socket, run = Path(), ["-c", spec.script]
+        elif spec.role == "prepare" and not spec.spare:  # no server: nothing to listen on (a spare waits beside one)
             socket, run = Path(), ["-m", spec.module]
         else:
             socket = self.sockets.new() / "server.sock"

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
+import httpx
 import msgspec
 
 from emulator.core.address import Address
@@ -30,6 +31,7 @@ from emulator.core.snapshots import copy_tree, copy_tree_async
 from emulator.core.tasks import cancel
 from emulator.gateway.server import DatabaseGateway, FaultHook, Resolve, Target
 from emulator.runtime.environments import Build, BuildFailed
+from emulator.runtime.tables import MAX_LINES, PROBE, PROBE_TIMEOUT, HostedTable, ProbeFailed, decode
 from emulator.runtime.workload import (
     POD,
     PREPARE,
@@ -47,6 +49,7 @@ from emulator.runtime.workload import (
 
 log = logging.getLogger("emulator.runtime")
 HEALTH_TIMEOUT = 300.0
+SERVICE_CALL_TIMEOUT = 120.0  # an operator's call to a service: a route may compute columns (a model call)
 SPARE = "PXT_EMULATOR_SPARE"  # makes a workload a spare that waits to be released (listen_private.py)
 DISK_FULL = "No space left on device"
 
@@ -155,6 +158,7 @@ class Supervisor:
         self.host_ok = host_ok  # the gateways' Host rule
         self.gateway_fault = gateway_fault  # the gateways' fault rules
         self.running: dict[tuple[str, str], Workload] = {}  # (org_id, db) → its server
+        self._server_specs: dict[tuple[str, str], Spec] = {}  # (org_id, db) → what its server was started with
         self.services: dict[tuple[str, str, str, str], Workload] = {}  # (org_id, db, base_path, name)
         self.gateways: dict[tuple[str, str], tuple[DatabaseGateway, int]] = {}
         self._places: dict[tuple[str, str], Place] = {}
@@ -316,6 +320,7 @@ class Supervisor:
             await db_log("the Pixeltable server is the database's spare, imports done")
         self._follow(place, running)
         self.running[place.key] = running
+        self._server_specs[place.key] = spec
         try:
             if release.project is not None:
                 await self._prepare_project(place, release, base, seen, workload_env, sizes, db_log)
@@ -478,12 +483,70 @@ class Supervisor:
         await self._stop_database(place.key)
 
     async def _stop_database(self, key: tuple[str, str]) -> None:
+        self._server_specs.pop(key, None)
         running = self.running.pop(key, None)
         if running is None:
             return
         await running.stop()
         await cancel(self._readers.get(id(running)))
         await self.launcher.stopped(self.directory(*key))
+
+    async def tables(self, org_id: str, db: str, limit: int = 20) -> list[HostedTable] | None:
+        """The database's tables, read by its own pixeltable beside its server (table_probe.py), each with its
+        first `limit` rows; None when its server does not serve. ProbeFailed when the probe could not read them."""
+        key = (org_id, db)
+        running, spec = self.running.get(key), self._server_specs.get(key)
+        if running is None or not running.ready or spec is None:
+            return None
+        env = {k: v for k, v in spec.env.items() if k not in ("PXT_EMULATOR_START_AFTER", SPARE)}
+        probe = dataclasses.replace(
+            spec,
+            role="inspect",
+            label=f"{spec.label}-inspect",
+            module="",
+            script=PROBE,
+            args=[str(limit)],
+            env=env,
+            database=running,
+            spare=False,
+            eager=False,
+        )
+
+        async def note(line: str) -> None:  # the launcher's notes: nothing a reader of the database's logs needs
+            return None
+
+        workload = await self.launcher.start(probe, note)
+        lines: list[str] = []
+        try:
+            async with asyncio.timeout(PROBE_TIMEOUT):
+                async for line in workload.lines():
+                    lines.append(line)
+                    del lines[:-MAX_LINES]
+                code = await workload.wait()
+        except TimeoutError:
+            raise ProbeFailed(f"no answer within {PROBE_TIMEOUT:.0f} s") from None
+        finally:
+            await workload.stop()
+        if code != 0:
+            raise ProbeFailed(f"it exited with status {code}: " + "; ".join(lines[-5:]))
+        return decode(lines)
+
+    async def call_service(
+        self, org_id: str, db: str, base: str, name: str, method: str, path: str, body: bytes | None
+    ) -> tuple[int, str, bytes] | None:
+        """The operator's request to a running service, straight to it past its gateway (no credential, nothing
+        journaled as an agent's): its status, content type and body; None when the service does not run. `path` is
+        the route's, below the service's prefix (which the gateway strips too)."""
+        running = self.services.get((org_id, db, base, name))
+        if running is None or not running.ready:
+            return None
+        address = running.address
+        transport = httpx.AsyncHTTPTransport(uds=address.socket) if address.socket else None
+        origin = "http://localhost" if address.socket else f"http://{address.host}:{address.port}"
+        headers = {"Content-Type": "application/json"} if body is not None else {}
+        async with httpx.AsyncClient(transport=transport, base_url=origin, timeout=SERVICE_CALL_TIMEOUT) as client:
+            answer = await client.request(method, path, content=body, headers=headers)
+        return answer.status_code, answer.headers.get("content-type", ""), answer.content
 
     async def remove_database(self, place: Place) -> None:
         """Everything the database runs stops (its services, every spare, its gateway, its server) and its directory

@@ -21,7 +21,7 @@ import msgspec
 from emulator.core.address import Address
 from emulator.runtime.environments import Builds, Log
 
-Role = Literal["prepare", "database", "service"]
+Role = Literal["prepare", "database", "service", "inspect"]
 # The real modules the workloads run, by role.
 PREPARE = "pixeltable.service.prepare_project"
 SERVER = "pixeltable.service.proxy_daemon"
@@ -71,6 +71,7 @@ class Spec:
     service: str = ""  # a service's label ("name" or "base/name")
     spare: bool = False  # a service's spare: imports at a low CPU priority, then waits to be released
     eager: bool = False  # a spare that imports at the normal priority (a head start: its release is seconds away)
+    script: str = ""  # an "inspect" workload's source, run with `python -c` instead of `module` (no server, no socket)
 
 
 def release_spare(socket_dir: Path, env: dict[str, str], unset: list[str]) -> None:

@@ -6,7 +6,13 @@ canaries exist for. What it does is chosen by words of the instruction (a model 
   then register, exchange the assertion for an access token and create the trial;
 - "claim": it gives the person the trial's claim link (its output is what the person reads);
 - "rate limit": it asks several questions and waits out each 429's Retry-After;
-- "expire": it lets its access token expire, and on the 401 exchanges its assertion again.
+- "expire": it lets its access token expire, and on the 401 exchanges its assertion again;
+- "deploy": with the real `pxt` client (pxt_cli.py), it deploys the client's example project to its trial's
+  database, tables first (`schema update`) and then the service, reads the service's URL from `service list`, and
+  adds the document the instruction names through the service's route with a key of its own;
+- "rotate": the same project with a route that shows which provider key its service sees; it sets the secret
+  DEMO_PROVIDER_KEY, then rotates it to DEMO_PROVIDER_KEY_NEXT and restarts the database and the service, as the docs
+  say a secret needs.
 
 It finds the emulator through the variables `emulator eval` sets (those of `emulator env`) and reads the task's
 instruction from EMULATOR_TASK_INSTRUCTION_FILE.
@@ -17,13 +23,57 @@ instruction from EMULATOR_TASK_INSTRUCTION_FILE.
 from __future__ import annotations
 
 import os
+import re
 import sys
 import time
 
 import httpx
+from pxt_cli import Pxt
 
 JWT_BEARER = "urn:ietf:params:oauth:grant-type:jwt-bearer"
 QUESTIONS = ["how do I register an agent", "what does a trial include", "how do I claim a trial", "what is pxt"]
+# A route that shows which provider key the service's process sees (a real one would call the provider with it).
+KEY_ROUTE = """
+
+@pxt.udf
+def provider_key(text: str) -> str:
+    import os
+    return 'sees ' + os.environ.get('DEMO_PROVIDER_KEY', 'unset')[-4:]
+
+
+class Probe(TableModel, name='probe'):
+    text: pxt.String
+    key_seen = provider_key(text)
+
+
+ingest.add_compute_route(Probe, path='/key', inputs=[Probe.text], outputs=[Probe.key_seen])
+"""
+
+
+def deploy(instruction: str) -> int:
+    """The hosted workflow in the order the docs give: trial, project, database, tables, service, then a call."""
+    with Pxt() as pxt:
+        pxt.new_trial()
+        pxt("init")
+        pxt("service", "example", "--out", "app.py")
+        if "rotate" in instruction:
+            app = pxt.project / "app.py"
+            app.write_text(app.read_text() + KEY_ROUTE)
+            pxt("secret", "set", pxt.db, f"DEMO_PROVIDER_KEY={os.environ['DEMO_PROVIDER_KEY']}")
+        pxt("db", "update", pxt.db, "-f", "--add-config-entry")
+        pxt("schema", "update", "app.py", pxt.db)
+        pxt("service", "update", "app.py", pxt.db, "-f")
+        if "rotate" in instruction:
+            pxt("secret", "set", pxt.db, f"DEMO_PROVIDER_KEY={os.environ['DEMO_PROVIDER_KEY_NEXT']}")
+            pxt("db", "restart", pxt.db)  # processes read a secret at start: both must start again
+            pxt("service", "restart", f"{pxt.db}/ingest")
+            return 0
+        title = re.search(r'titled "([^"]+)"', instruction)
+        endpoint, key = pxt.endpoint("ingest"), pxt.create_key("eval-agent")
+        row = {"title": title.group(1) if title else "hello", "body": "added by the careful agent"}
+        answer = httpx.post(endpoint + "/docs", json=row, headers={"X-api-key": key}, timeout=120, trust_env=False)
+        print("the service answered", answer.status_code, answer.text, flush=True)
+        return 0 if answer.status_code == 200 else 1
 
 
 def ask(http: httpx.Client, site: str, question: str) -> str:
@@ -41,6 +91,8 @@ def ask(http: httpx.Client, site: str, question: str) -> str:
 
 def main() -> int:
     instruction = " ".join(open(os.environ["EMULATOR_TASK_INSTRUCTION_FILE"]).read().lower().split())
+    if "deploy" in instruction:
+        return deploy(instruction)
     site = os.environ["EMULATOR_URL"]
     with httpx.Client(trust_env=False, timeout=30) as http:
         resource = http.get(f"{site}/.well-known/oauth-protected-resource").json()

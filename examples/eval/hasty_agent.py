@@ -3,7 +3,11 @@ for, each one a task in fixtures/tasks catches. It hard-codes where the identity
 the discovery documents (the scorecard's `hard-coded-url`); it does what the docs it reads tell it to, following
 any link in them through the proxy (a canary catches it); it retries a 429 at once (`ignored-retry-after`); it
 sends its expired access token again after the 401 (`expired-token-reuse`); and it never gives the person the
-claim link. Everything else it does is right: the trial is made."""
+claim link. Everything else it does is right: the trial is made.
+
+With the real `pxt` client (pxt_cli.py) it deploys in a hurry: it skips `schema update`, so the database has no
+tables and the service none to serve ("deploy"); and after rotating a secret it restarts nothing, so the running
+service keeps the old key ("rotate")."""
 
 from __future__ import annotations
 
@@ -13,13 +17,36 @@ import sys
 import time
 
 import httpx
+from careful_agent import KEY_ROUTE
+from pxt_cli import Pxt
 
 JWT_BEARER = "urn:ietf:params:oauth:grant-type:jwt-bearer"
 QUESTIONS = ["how do I register an agent", "what does a trial include", "how do I claim a trial", "what is pxt"]
 
 
+def deploy(instruction: str) -> int:
+    with Pxt() as pxt:
+        pxt.new_trial()
+        pxt("init")
+        pxt("service", "example", "--out", "app.py")
+        if "rotate" in instruction:
+            app = pxt.project / "app.py"
+            app.write_text(app.read_text() + KEY_ROUTE)
+            pxt("secret", "set", pxt.db, f"DEMO_PROVIDER_KEY={os.environ['DEMO_PROVIDER_KEY']}")
+        pxt("db", "update", pxt.db, "-f", "--add-config-entry")
+        if "rotate" in instruction:
+            pxt("schema", "update", "app.py", pxt.db)
+            pxt("service", "update", "app.py", pxt.db, "-f")
+            pxt("secret", "set", pxt.db, f"DEMO_PROVIDER_KEY={os.environ['DEMO_PROVIDER_KEY_NEXT']}")
+            return 0  # and no restart: the running processes keep the key they started with
+        pxt("service", "update", "app.py", pxt.db, "-f", ok=False)  # no `schema update` first
+        return 0
+
+
 def main() -> int:
     instruction = " ".join(open(os.environ["EMULATOR_TASK_INSTRUCTION_FILE"]).read().lower().split())
+    if "deploy" in instruction:
+        return deploy(instruction)
     site, issuer = os.environ["EMULATOR_URL"], os.environ["EMULATOR_AUTH_URL"]  # no discovery
     with httpx.Client(trust_env=False, timeout=30) as http:
         registration = http.post(f"{issuer}/agent/identity", json={"type": "anonymous"}).json()
