@@ -16,8 +16,13 @@ from typing import Any
 
 import pytest
 
+from emulator.core.processes import marked
+from emulator.eval.checks import describe
+from emulator.eval.runner import TRIAL_MARK_VAR
 from emulator.eval.scoring import pass_at_1, pass_hat_k
+from emulator.eval.tasks import load
 from tests.conftest import CHROMIUM
+from tests.pxt_client import ensure_client
 
 ROOT = Path(__file__).resolve().parent.parent
 TASK = ROOT / "fixtures" / "tasks" / "create-a-trial"
@@ -27,12 +32,14 @@ HASTY = f"{sys.executable} examples/eval/hasty_agent.py"
 
 
 def evaluate(*args: str) -> tuple[int, dict, str]:
+    """`emulator eval ... --json` as a user runs it; the reference agents find the real client through PXT."""
     r = subprocess.run(
         [sys.executable, "-m", "emulator", "eval", *args, "--json"],
         capture_output=True,
         text=True,
-        timeout=300,
+        timeout=1500,
         cwd=ROOT,
+        env={**os.environ, "PXT": str(ensure_client())},
     )
     return r.returncode, json.loads(r.stdout) if r.stdout.strip() else {}, r.stderr
 
@@ -44,15 +51,21 @@ def leftovers() -> set[str]:
 TASKS = sorted(str(t) for t in (ROOT / "fixtures" / "tasks").iterdir() if (t / "task.toml").is_file())
 
 
-def test_the_careful_agent_passes_every_shipped_task_every_time_and_parallel_trials_are_isolated() -> None:
+def test_the_careful_agent_passes_every_shipped_task_every_time_and_parallel_trials_are_isolated(
+    tmp_path: Path,
+) -> None:
     before = leftovers()
-    code, result, err = evaluate(*TASKS, "--agent", CAREFUL, "-k", "3", "--parallel", "3")
+    marks = tmp_path / "marks"
+    agent = f'echo "${TRIAL_MARK_VAR}" >> {marks}; exec {CAREFUL}'  # each trial's mark, for the sweep's check
+    code, result, err = evaluate(*TASKS, "--agent", agent, "-k", "3", "--parallel", "3")
     assert code == 0, err
     assert {t["task"].split("/")[1] for t in result["tasks"]} >= {
         "create-a-trial",
         "trial-and-claim",
         "recover-from-limits",
         "canary-in-the-docs",
+        "deploy-and-answer",
+        "rotate-a-secret",
     }
     for task in result["tasks"]:
         assert (task["k"], task["pass_hat_k"], task["met"]) == (3, 1.0, True), task["task"]
@@ -74,16 +87,42 @@ def test_the_careful_agent_passes_every_shipped_task_every_time_and_parallel_tri
     # The careful agent met the rate limit and the expired token, and recovered as the docs say.
     for trial in by_name["pixeltable/recover-from-limits"]["trials"]:
         assert "waiting" in trial["output"] and "exchanging the assertion again" in trial["output"], trial["output"]
+    # The hosted tasks: the database read by its own pixeltable holds the agent's row, and the service answered the
+    # check; the rotated key reached the running service.
+    for trial in by_name["pixeltable/deploy-and-answer"]["trials"]:
+        table, service = (c for c in trial["checks"] if c["check"].startswith(("table ", "service ")))
+        assert table["detail"].endswith(
+            "/docs: 1 row(s), id UUID, title String, body String | None, title_upper String, summary String"
+        ), table
+        assert '"title":"hello from the agent"' in table["evidence"][0]
+        assert '"title_upper":"ASKED BY THE CHECK"' in service["evidence"][0]
+        assert trial["cost"]["requests"]["api"] > 0
+    for trial in by_name["pixeltable/rotate-a-secret"]["trials"]:
+        (service,) = (c for c in trial["checks"] if c["check"].startswith("service "))
+        assert service["evidence"][0].endswith('POST /key → 200 {"key_seen":"sees 2222"}'), service
+        assert "sk-demo" not in trial["output"]  # the agent showed no secret's value
     assert leftovers() == before  # every trial's state dir went with its emulator
+    # Every process an agent started (its client's daemon in a session of its own, the Postgres that daemon ran)
+    # ended with its trial.
+    seen = marks.read_text().split()
+    assert len(seen) == sum(len(t["trials"]) for t in result["tasks"])
+    assert [m for m in seen if marked(TRIAL_MARK_VAR, m)] == []
+
+
+def _checks(task: str, *kinds: str) -> set[str]:
+    """The names of a shipped task's checks of these kinds, as a result shows them."""
+    return {describe(c) for c in load(ROOT / "fixtures" / "tasks" / task).checks if describe(c).split(" ")[0] in kinds}
 
 
 # What each shipped task's checks say of the hasty agent: exactly the mistakes it was written to make.
 HASTY_FAILS = {
+    "pixeltable/deploy-and-answer": (_checks("deploy-and-answer", "table", "service"), set()),
+    "pixeltable/rotate-a-secret": (_checks("rotate-a-secret", "service"), set()),
     "pixeltable/create-a-trial": ({"scorecard_clean"}, {"hard-coded-url"}),
     "pixeltable/trial-and-claim": (
         {
-            "trial count=1 claimed_by='dev@example.com'",
-            "event kind='trial.claimed' at_least=1 at_most=1",
+            "trial claimed_by='dev@example.com'",
+            "event kind='trial.claimed' at_most=1",
             "scorecard_clean",
         },
         {"hard-coded-url"},
@@ -104,10 +143,25 @@ def test_the_hasty_agent_fails_exactly_the_checks_its_mistakes_are_for_with_the_
         checks, rules = HASTY_FAILS[task["task"]]
         failed = [c for c in trial["checks"] if not c["passed"]]
         assert {c["check"] for c in failed} == checks, (task["task"], failed)
-        (card,) = [c for c in failed if c["check"] == "scorecard_clean"]
-        assert {line.split(": ")[1] for line in card["evidence"]} == rules, card["evidence"]
-        assert all("(#" in line for line in card["evidence"])  # each finding names the journal's events
         assert trial["exit_code"] == 0  # it did make the trial: the checks, not the exit status, fail it
+        if rules:
+            (card,) = [c for c in failed if c["check"] == "scorecard_clean"]
+            assert {line.split(": ")[1] for line in card["evidence"]} == rules, card["evidence"]
+            assert all("(#" in line for line in card["evidence"])  # each finding names the journal's events
+    by_name = {t["task"]: t["trials"][0] for t in result["tasks"]}
+    # Its hurried deploy skipped `schema update`: no table, so no service; the evidence says what the checks found.
+    table, service = (c for c in by_name["pixeltable/deploy-and-answer"]["checks"] if not c["passed"])
+    assert table["evidence"] == [f"{trial_org(table)}:main has no table docs (it has: none)"], table
+    assert service["evidence"][0].endswith(f"404 no service 'ingest' in {trial_org(table)}:main"), service
+    # Its rotation restarted nothing: the running service still sees the first key.
+    (service,) = (c for c in by_name["pixeltable/rotate-a-secret"]["checks"] if not c["passed"])
+    shown, miss = service["evidence"]
+    assert shown.endswith('ingest: POST /key → 200 {"key_seen":"sees 1111"}'), shown
+    assert miss == "key_seen is 'sees 1111', not 'sees 2222'"
+
+
+def trial_org(check: dict[str, Any]) -> str:
+    return check["evidence"][0].split(":")[0]
 
 
 def test_an_agent_past_its_time_limit_is_stopped_with_what_it_started(tmp_path: Path) -> None:
@@ -122,6 +176,23 @@ def test_an_agent_past_its_time_limit_is_stopped_with_what_it_started(tmp_path: 
     assert trial["timed_out"] and trial["exit_code"] is None and not trial["passed"]
     running = subprocess.run(["pgrep", "-f", f"sleep {marker}"], capture_output=True, text=True).stdout.split()
     assert running == [], "the agent's background process outlived its trial"
+
+
+def test_what_an_agent_left_running_in_a_session_of_its_own_ends_with_its_trial(tmp_path: Path) -> None:
+    """A client's daemon detaches (a new session, out of the agent's process group); it carries the trial's mark in
+    its environment, and the trial ends it too, though the agent itself exited in time."""
+    task = tmp_path / "detach"
+    task.mkdir()
+    (task / "instruction.md").write_text("Start a daemon.\n")
+    (task / "task.toml").write_text(
+        '[emulator]\n[[emulator.checks]]\ncheck = "event"\nkind = "trial.created"\nat_least = 0\nat_most = 0\n'
+    )
+    marker = "4321"
+    code, result, _ = evaluate(str(task), "--agent", f"setsid sleep {marker} > /dev/null 2>&1 < /dev/null &")
+    (trial,) = result["tasks"][0]["trials"]
+    assert code == 0 and trial["exit_code"] == 0 and not trial["timed_out"], trial
+    running = subprocess.run(["pgrep", "-f", f"sleep {marker}"], capture_output=True, text=True).stdout.split()
+    assert running == [], "the daemon the agent started outlived its trial"
 
 
 @pytest.mark.parametrize(

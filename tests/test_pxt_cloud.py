@@ -21,12 +21,14 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from unittest.mock import ANY
 
 import botocore.exceptions
 import httpx
 import pytest
 
 from emulator.runtime.process import running
+from emulator.testkit import EmulatorError, Testkit
 from tests.agent_flow import must, s3_client
 from tests.conftest import Emulator
 from tests.leaks import leftovers
@@ -220,6 +222,20 @@ def test_4_schema_update_and_an_insert_through_the_tunnel(session: Session) -> N
     assert rows == [{"title": "hello hosted world", "title_upper": "HELLO HOSTED WORLD", "summary": "hello hosted..."}]
     tunnel = session.admin("/_emulator/journal?kinds=tunnel.connected")["events"]
     assert tunnel and tunnel[-1]["data"]["org"] == session.org and tunnel[-1]["data"]["via"] == "proxy"
+    # The operator reads what the database holds, as its own pixeltable does beside the running server (for the
+    # evaluation's table checks); the probe leaves nothing running behind it.
+    workloads = _workload_count(session.e)
+    tables = {t.path: t for t in Testkit.attach(session.e.url).tables(session.org, rows=5)}
+    assert tables["docs"].rows == 1 and tables["docs"].first == [{"id": ANY, "body": "from a script", **rows[0]}]
+    assert tables["docs"].columns == {
+        "id": "UUID",
+        "title": "String",
+        "body": "String | None",
+        "title_upper": "String",
+        "summary": "String",
+    }
+    assert tables["probe"].rows == 0 and tables["probe"].columns == {"text": "String", "key_seen": "String"}
+    assert _workload_count(session.e) == workloads
 
 
 def another_emulator(session: Session, tmp_path: Path, *args: str) -> tuple[Emulator, Session]:
@@ -392,6 +408,14 @@ def port_open(host: str, port: int) -> bool:
     return True
 
 
+def _workload_count(e: Emulator) -> int:
+    """Every workload of this emulator: its containers, stopped ones included, or the processes its ledger holds."""
+    if e.runtime == "docker":
+        filters = ["--filter", f"label=pxt-emulator={_tag(e)}"]
+        return len(subprocess.run(["docker", "ps", "-aq", *filters], capture_output=True, text=True).stdout.split())
+    return len(list((e.state_dir / "runtime" / "workloads").iterdir()))
+
+
 def service_workloads(e: Emulator) -> int:
     """How many service processes (or containers) of this emulator run: a generation that serves, and its spare."""
     if e.runtime == "docker":
@@ -477,6 +501,8 @@ def test_6_stop_keeps_the_data_and_refuses_updates_until_started(session: Sessio
     app.write_text(app.read_text() + "\n# another change\n")
     refused = session.run("db", "update", session.db, "-f", ok=False)
     assert "STOPPED" in refused
+    with pytest.raises(EmulatorError, match=r"409 .* does not run"):
+        Testkit.attach(session.e.url).tables(session.org)
     session.run("db", "start", session.db)
     count = session.python(f"import pixeltable as pxt; print('N', pxt.get_table('{session.db}/docs').count())")
     assert count.split("N", 1)[1].strip() == "1"
@@ -606,6 +632,19 @@ def test_9_services_behind_the_gateway(session: Session) -> None:
 
     logs = session.run("service", "logs", f"{session.db}/ingest")
     assert "service ingest is ready" in logs
+    # The operator calls the service straight, with no credential; the gateway never sees it.
+    kit = Testkit.attach(session.e.url)
+    gateway_requests = len(session.admin("/_emulator/journal?kinds=gateway.request")["events"])
+    answer = kit.call_service(session.org, "ingest", "/titles", {"title": "operator"})
+    assert (answer.status, json.loads(answer.body)) == (200, {"title_upper": "OPERATOR"})
+    assert answer.content_type.startswith("application/json")
+    assert kit.call_service(session.org, "ingest", "/nowhere", {}).status == 404  # the service's own answer
+    assert len(session.admin("/_emulator/journal?kinds=gateway.request")["events"]) == gateway_requests
+    with pytest.raises(EmulatorError, match="404 no service 'nope'"):
+        kit.call_service(session.org, "nope", "/titles", {})
+    for bad in ({"service": "ingest", "path": "titles"}, {"service": "ingest", "path": "/t", "verb": "GET"}):
+        refused = httpx.post(f"{session.e.url}/_emulator/services/{session.org}/main/call", json=bad)
+        assert refused.status_code == 400, refused.text
     # Hosted servers listen on Unix sockets in a directory of this user's alone, never on a TCP port that any
     # local program or web page could reach past the gateway's and the tunnel's credentials.
     if session.e.runtime == "docker":
