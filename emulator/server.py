@@ -365,6 +365,7 @@ async def _serve(
 
         media = MediaStore(core, s3_sock, url_of(s3_sock), settings.media_quota_bytes, live_databases)
         platform = Platform(core, auth, box, blobs, reconciler, media, api_url=urls.api, auth_url=urls.auth)
+        reconciler.supervisor.watch = core.bus.watch  # before any gateway is made
         opening = asyncio.create_task(reconciler.open())
         await media.start()  # before the origins serve: the first get_bucket_credentials may come as soon as they do
         reconciler.on_database_ended(media.drop)  # a database's bucket goes with it
@@ -453,6 +454,7 @@ async def _serve(
             on_event=lambda event: core.bus.publish(kinds.database(str(event.org), str(event.db)), event),
             forward=forward,
             fault=lambda method, path: core.faults.request("tunnel", method, path),
+            watch=core.bus.watch,
         )
         await tunnel.start(tunnel_sock)
 

@@ -57,7 +57,7 @@ class Watch:
     """The watched values (named, in memory) and the canary hosts of one emulator; empty by default."""
 
     def __init__(self, publish: Publish) -> None:
-        self._publish = publish
+        self.publish = publish
         self.values: tuple[_Watched, ...] = ()
         self.canary_hosts: tuple[str, ...] = ()
         self.longest = 0  # the longest form's length: the overlap a chunked scan keeps
@@ -110,7 +110,7 @@ class Watch:
         """Journal a sighting of each of `names` (subject: the value's name)."""
         for name in names:
             seen = SecretSighted(origin=origin, method=method[:16], path=path[:512], where=where, name=name, host=host)
-            self._publish(name, seen)
+            self.publish(name, seen)
 
     def scan(
         self, origin: str, method: str, path: str, parts: Iterable[tuple[str, bytes]], host: str | None = None
