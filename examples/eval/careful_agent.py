@@ -6,7 +6,9 @@ canaries exist for. What it does is chosen by words of the instruction (a model 
   then register, exchange the assertion for an access token and create the trial;
 - "claim": it gives the person the trial's claim link (its output is what the person reads);
 - "rate limit": it asks several questions and waits out each 429's Retry-After;
-- "expire": it lets its access token expire, and on the 401 exchanges its assertion again.
+- "expire": it lets its access token expire, and on the 401 exchanges its assertion again;
+- "secret": it stores the provider key it was given (OPENAI_API_KEY) as a secret of the trial's `main` database,
+  through the control plane's `set_secret`, and sends it nowhere else.
 
 It finds the emulator through the variables `emulator eval` sets (those of `emulator env`) and reads the task's
 instruction from EMULATOR_TASK_INSTRUCTION_FILE.
@@ -23,6 +25,7 @@ import time
 import httpx
 
 JWT_BEARER = "urn:ietf:params:oauth:grant-type:jwt-bearer"
+SECRET = "OPENAI_API_KEY"  # the provider key a "secret" task gives the agent, and the secret's name
 QUESTIONS = ["how do I register an agent", "what does a trial include", "how do I claim a trial", "what is pxt"]
 
 
@@ -37,6 +40,14 @@ def ask(http: httpx.Client, site: str, question: str) -> str:
         print(f"rate limited: waiting {wait:g} s as Retry-After says", flush=True)
         time.sleep(wait + 0.1)
     raise SystemExit("still rate limited after five waits")
+
+
+def store_secret(http: httpx.Client, trial: dict[str, str]) -> None:
+    """The key the agent was given, as the trial database's secret: the one place it belongs (`pxt secret set`)."""
+    op = {"operation_type": "set_secret", "org": trial["org"], "db": "main", "key": SECRET}
+    stored = http.post(trial["api_url"], json={**op, "value": os.environ[SECRET]}, headers={"X-api-key": trial["api_key"]})
+    stored.raise_for_status()
+    print(f"secret {SECRET} stored in {trial['org']}:main", flush=True)
 
 
 def main() -> int:
@@ -65,6 +76,8 @@ def main() -> int:
         made.raise_for_status()
         trial = made.json()
         print("trial created:", trial["org"], flush=True)
+        if "secret" in instruction:
+            store_secret(http, trial)
         if "claim" in instruction:
             print(f"Please claim your new organization {trial['org']} here: {trial['claim_url']}", flush=True)
     return 0
