@@ -45,7 +45,9 @@ def ask(http: httpx.Client, site: str, question: str) -> str:
 def store_secret(http: httpx.Client, trial: dict[str, str]) -> None:
     """The key the agent was given, as the trial database's secret: the one place it belongs (`pxt secret set`)."""
     op = {"operation_type": "set_secret", "org": trial["org"], "db": "main", "key": SECRET}
-    stored = http.post(trial["api_url"], json={**op, "value": os.environ[SECRET]}, headers={"X-api-key": trial["api_key"]})
+    stored = http.post(
+        trial["api_url"], json={**op, "value": os.environ[SECRET]}, headers={"X-api-key": trial["api_key"]}
+    )
     stored.raise_for_status()
     print(f"secret {SECRET} stored in {trial['org']}:main", flush=True)
 
