@@ -42,6 +42,7 @@ from emulator.core.runlog import EventLog
 from emulator.core.served import RequestJournal
 from emulator.core.snapshots import EXIT, START, Part
 from emulator.core.tasks import cancel
+from emulator.core.watch import Watch
 from emulator.hosted import databases, declared, trials
 from emulator.hosted.auth import Authenticator
 from emulator.hosted.blobs import Blobs
@@ -178,7 +179,7 @@ def url_of(sock: socket.socket) -> str:
     return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
 
 
-def _uvicorn_config(app: Any, settings: Settings) -> uvicorn.Config:
+def _uvicorn_config(app: Any, settings: Settings, origin: str = "", watch: Watch | None = None) -> uvicorn.Config:
     return uvicorn.Config(
         app,
         lifespan="off",
@@ -186,7 +187,7 @@ def _uvicorn_config(app: Any, settings: Settings) -> uvicorn.Config:
         # The emulator logs each request itself (runlog); uvicorn says only what went wrong, unless debugging.
         log_level="debug" if settings.log_level == "debug" else "warning",
         access_log=False,
-        http=timed_protocol(settings.http_request_timeout),
+        http=timed_protocol(settings.http_request_timeout, origin, watch),
         timeout_graceful_shutdown=3,
         server_header=False,
         # The client IP is the socket's; X-Forwarded-For counts only with `trust_forwarded` (Site).
@@ -364,6 +365,7 @@ async def _serve(
 
         media = MediaStore(core, s3_sock, url_of(s3_sock), settings.media_quota_bytes, live_databases)
         platform = Platform(core, auth, box, blobs, reconciler, media, api_url=urls.api, auth_url=urls.auth)
+        reconciler.supervisor.watch = core.bus.watch  # before any gateway is made
         opening = asyncio.create_task(reconciler.open())
         await media.start()  # before the origins serve: the first get_bucket_credentials may come as soon as they do
         reconciler.on_database_ended(media.drop)  # a database's bucket goes with it
@@ -428,7 +430,9 @@ async def _serve(
                 ("api", build_cloud_app(platform, boundary)),
             )
         }
-        servers = [(_Server(_uvicorn_config(apps[name], settings)), socks[name]) for name in socks]
+        servers = [
+            (_Server(_uvicorn_config(apps[name], settings, name, core.bus.watch)), socks[name]) for name in socks
+        ]
 
         loop = asyncio.get_running_loop()
 
@@ -450,6 +454,7 @@ async def _serve(
             on_event=lambda event: core.bus.publish(kinds.database(str(event.org), str(event.db)), event),
             forward=forward,
             fault=lambda method, path: core.faults.request("tunnel", method, path),
+            watch=core.bus.watch,
         )
         await tunnel.start(tunnel_sock)
 

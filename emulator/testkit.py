@@ -53,6 +53,8 @@ from emulator.admin.wire import (
     LoginList,
     ResetRequest,
     ResetView,
+    SecretList,
+    SecretView,
     ServiceAnswer,
     ServiceCall,
     SnapshotList,
@@ -62,6 +64,8 @@ from emulator.admin.wire import (
     TableList,
     TrialClaim,
     TrialClaimed,
+    WatchSet,
+    WatchView,
 )
 from emulator.commands.common import exports
 from emulator.core.processes import alive
@@ -401,6 +405,16 @@ class Testkit:
         from emulator.behaviour.traces import Trace
 
         return self.answer(Trace, "GET", "/_emulator/traces/" + quote(who, safe="/"))
+
+    def watch(self, values: dict[str, str], canary_hosts: Sequence[str] = ()) -> WatchView:
+        """Watch these values (name → value: each one seen in an agent's request is a `secret.sighted` event, and
+        never journaled itself) and answer these canary hosts in the proxy (`canary.request`), instead of what was
+        watched before. The values stay in the emulator's memory."""
+        return self.answer(WatchView, "POST", "/_emulator/watch", WatchSet(values, list(canary_hosts)))
+
+    def secrets(self) -> list[SecretView]:
+        """Every organization's secrets by name (never a value), each compared with the watched value of its name."""
+        return self.answer(SecretList, "GET", "/_emulator/secrets").secrets
 
     def report(self, agent: str | None = None) -> Report:
         """The scorecard of every agent in the journal, or of one."""

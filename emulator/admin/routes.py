@@ -1,7 +1,7 @@
 """Every `/_emulator` endpoint, grouped by resource: the emulator itself, identity, organizations, databases and
 services. Each calls the same domain the public surfaces use."""
 
-from emulator.admin import behaviour, databases, declared, emulator, faults, identity, orgs, snapshots
+from emulator.admin import behaviour, databases, declared, emulator, faults, identity, orgs, snapshots, watch
 
 HANDLERS = [
     *emulator.HANDLERS,
@@ -12,4 +12,5 @@ HANDLERS = [
     *identity.HANDLERS,
     *orgs.HANDLERS,
     *databases.HANDLERS,
+    *watch.HANDLERS,
 ]

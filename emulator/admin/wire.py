@@ -14,6 +14,7 @@ from emulator.core.faults import FaultRuleView as FaultRuleView  # with them; na
 from emulator.core.snapshots import SnapshotView
 from emulator.hosted.keys import KeyView as KeyView  # the domain lists keys as these
 from emulator.hosted.records import Database, Org, Receipt, Service
+from emulator.hosted.secrets import SecretView as SecretView  # the domain lists secrets as these (never a value)
 from emulator.runtime.tables import HostedTable as HostedTable  # the runtime reads a database's tables as these
 from emulator.tunnel.forward import ProxyStatus
 
@@ -389,6 +390,23 @@ class UserList(msgspec.Struct):
 
 class KeyList(msgspec.Struct):
     keys: list[KeyView]
+
+
+class SecretList(msgspec.Struct):
+    secrets: list[SecretView]
+
+
+class WatchSet(msgspec.Struct, forbid_unknown_fields=True):
+    """What an evaluation harness tells the emulator to watch for (core/watch.py); replaces what was watched. The
+    values stay in the emulator's memory: no answer, event or file ever holds one."""
+
+    values: dict[str, str] = msgspec.field(default_factory=dict)  # name → value (a secret's name, as a rule)
+    canary_hosts: list[str] = msgspec.field(default_factory=list)  # shell patterns the proxy answers itself
+
+
+class WatchView(msgspec.Struct):
+    names: list[str]  # the watched values' names, never the values
+    canary_hosts: list[str]
 
 
 # --- what the operator's acts answer -------------------------------------------------------------------------

@@ -24,6 +24,7 @@ from emulator.core.clock import Clock
 from emulator.core.payloads import P, Payload, Unread
 from emulator.core.store import Store
 from emulator.core.tasks import cancel
+from emulator.core.watch import Watch
 
 log = logging.getLogger(__name__)
 RETRY_EVERY = 1.0  # seconds between attempts to write a batch the store refused
@@ -91,6 +92,7 @@ class EventBus:
         self._subs: set[Subscription] = set()
         self._task: asyncio.Task[None] | None = None
         self._failing: str | None = None  # why the last write failed, while the journal cannot be written
+        self.watch = Watch(self.publish)  # what an evaluation harness watches for (nothing by default)
 
     async def start(self) -> None:
         row = await self._store.fetchone("SELECT COALESCE(MAX(seq), 0) AS seq FROM events")
@@ -119,8 +121,11 @@ class EventBus:
 
     def publish(self, subject: str | None, payload: Payload, /) -> Event:
         """Journal `payload` (its kind is its type's) about `subject`: the one form of its resource (core.kinds)."""
+        data: Payload | Unread = payload
+        if self.watch.values:  # a watched value never reaches the journal (nor the log made from it) in clear
+            subject, data = self.watch.redact(subject, payload)
         self._seq += 1
-        event = Event(self._seq, self._clock.now(), payload.KIND, subject, payload)
+        event = Event(self._seq, self._clock.now(), payload.KIND, subject, data)
         self._pending.append(event)
         self._wake.set()
         return event

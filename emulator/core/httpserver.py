@@ -11,6 +11,10 @@ uvicorn writes an answer's status line and headers as soon as the app starts it,
 two sends, two segments on loopback and two wake-ups of the client, for answers that are ready whole (most are).
 `HeadWithBody` holds the head until the body's first bytes (or the loop's next turn, for a stream that is slow to
 begin), so they leave in one send: the same bytes, in the same order.
+
+With values watched (core/watch.py), the request line, headers and body the parser hands over are scanned for them
+as they come, and each one found is journaled (`secret.sighted`): but in the body of a control-plane `set_secret`,
+where a secret belongs, and in the operator's own `/_emulator` calls. With none watched, nothing is scanned.
 """
 
 from __future__ import annotations
@@ -19,9 +23,34 @@ import asyncio
 from collections.abc import Iterable
 from typing import Any
 
+import msgspec
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from emulator.core.faults import DROP_EXTENSION
+from emulator.core.watch import Scan, Watch
+
+ADMIN_PATH = b"/_emulator"  # the operator's API: the harness's own calls (setting the watched values among them)
+_KEEP_BODY = 1024 * 1024  # a control-plane body kept to decode its operation (a secret's value is at most 64 KiB)
+
+
+class _Operation(msgspec.Struct):
+    """What a control-plane body says of a secret: the operation and, for set_secret, the value."""
+
+    operation_type: object = None
+    value: object = None
+
+
+_decode_operation = msgspec.json.Decoder(_Operation).decode
+
+
+def set_secret_value(body: bytes) -> str | None:
+    """The value a control-plane body sets as a secret, when it is a `set_secret` operation (decoded, as the control
+    plane decodes it: a value that merely appears in some other operation's body is not one)."""
+    try:
+        op = _decode_operation(body)
+    except (msgspec.DecodeError, ValueError):  # not JSON, not an object, or not UTF-8
+        return None
+    return op.value if op.operation_type == "set_secret" and isinstance(op.value, str) else None
 
 
 class HeadWithBody(asyncio.Transport):
@@ -107,7 +136,9 @@ class HeadWithBody(asyncio.Transport):
         return self._transport.get_protocol()
 
 
-def timed_protocol(request_timeout: float) -> type[HttpToolsProtocol]:
+def timed_protocol(request_timeout: float, origin: str = "", watch: Watch | None = None) -> type[HttpToolsProtocol]:
+    """The protocol of `origin`'s server; `watch`: the values its requests are scanned for (when any are set)."""
+
     class TimedHttpToolsProtocol(HttpToolsProtocol):
         # One timer per connection, moved on lazily: a timer made and cancelled per request cost more than the rest
         # of this class together.
@@ -115,6 +146,11 @@ def timed_protocol(request_timeout: float) -> type[HttpToolsProtocol]:
         _waiting = False  # for (the rest of) a request: the deadline runs
         _last = 0.0  # when its last bytes came (the loop's time)
         _out: HeadWithBody  # the transport uvicorn writes to
+        # While values are watched: the request's header sightings, its body's scan, and (a control-plane POST) its
+        # body to decode; None when nothing is watched or the request is the operator's.
+        _headers_seen: list[str] | None = None
+        _body_scan: Scan | None = None
+        _kept: bytearray | None = None
 
         def _arm(self) -> None:
             self._waiting = True
@@ -145,6 +181,39 @@ def timed_protocol(request_timeout: float) -> type[HttpToolsProtocol]:
             self._out.hold_next()  # the next write is this request's answer's head (or a 100 Continue)
             # A fault that drops the connection needs the socket, which ASGI does not hand to the app.
             self.scope["extensions"] = {DROP_EXTENSION: self.transport.abort}  # type: ignore[typeddict-unknown-key]
+            if watch is not None and watch.values:
+                self._headers_seen, self._body_scan, self._kept = [], Scan(watch), None
+            else:
+                self._headers_seen = self._body_scan = self._kept = None
+
+        def on_header(self, name: bytes, value: bytes) -> None:
+            super().on_header(name, value)
+            if self._headers_seen is not None and watch is not None:
+                self._headers_seen += watch.find(value)
+
+        def on_headers_complete(self) -> None:
+            super().on_headers_complete()
+            if self._headers_seen is None or watch is None:
+                return
+            raw_path, _, query = self.url.partition(b"?")
+            if raw_path.startswith(ADMIN_PATH):
+                self._headers_seen = self._body_scan = None
+                return
+            method, path = self.scope.get("method", ""), self.scope.get("path", raw_path.decode("latin-1"))
+            watch.report(origin, method, path, "path", watch.find(raw_path))
+            watch.report(origin, method, path, "query", watch.find(query))
+            watch.report(origin, method, path, "header", dict.fromkeys(self._headers_seen))
+            if origin == "api" and method == "POST":
+                self._kept = bytearray()
+
+        def on_body(self, body: bytes) -> None:
+            if self._body_scan is not None:
+                self._body_scan.feed(body)
+                if self._kept is not None and len(self._kept) + len(body) <= _KEEP_BODY:
+                    self._kept.extend(body)
+                else:
+                    self._kept = None  # too large to be a secret's operation: its sightings stand
+            super().on_body(body)
 
         def data_received(self, data: bytes) -> None:
             self._arm()  # bytes of a request: it has another `request_timeout` to finish
@@ -152,6 +221,14 @@ def timed_protocol(request_timeout: float) -> type[HttpToolsProtocol]:
 
         def on_message_complete(self) -> None:
             self._disarm()  # the whole request is in; the app answers without a deadline
+            if self._body_scan is not None and self._body_scan.found and watch is not None:
+                found = self._body_scan.found
+                value = set_secret_value(bytes(self._kept)) if self._kept is not None else None
+                if value is not None:  # the secret set through the control plane: where it belongs
+                    found = found - set(watch.find(value.encode()))
+                method, path = self.scope.get("method", ""), self.scope.get("path", "")
+                watch.report(origin, method, path, "body", sorted(found))
+            self._body_scan = self._kept = None
             super().on_message_complete()
 
         def connection_lost(self, exc: Exception | None) -> None:

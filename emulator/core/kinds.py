@@ -83,6 +83,9 @@ class Kind(StrEnum):
     TUNNEL_CLOSED = "tunnel.closed"
     TUNNEL_REFUSED = "tunnel.refused"
     PROXY_RELAY = "proxy.relay"  # subject: host:port
+    CANARY_REQUEST = "canary.request"  # a request to a canary host, answered by the proxy itself (subject: host)
+    # a watched value (core/watch.py) in an agent's request (subject: the value's name)
+    SECRET_SIGHTED = "secret.sighted"
     # the media store (subject: the database, or the bucket)
     MEDIA_STORE_FULL = "media.store_full"
     MEDIA_BUCKET_CREATED = "media.bucket_created"

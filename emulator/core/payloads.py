@@ -546,6 +546,31 @@ class ProxyRelay(Payload, frozen=True, kw_only=True):
     duration_ms: float
 
 
+class CanaryRequest(Payload, frozen=True, kw_only=True):
+    """A request to a canary host (core/watch.py), answered by the proxy itself: never relayed."""
+
+    KIND = Kind.CANARY_REQUEST
+    host: str
+    port: int
+    scheme: str  # "https" (a CONNECT, TLS ended by the proxy) or "http" (a plain request through the proxy)
+    method: str  # "CONNECT" when the tunnel carried no request (its TLS failed, or nothing was sent)
+    path: str  # without its query
+    bytes: int  # the request's body
+    status: int
+
+
+class SecretSighted(Payload, frozen=True, kw_only=True):
+    """A watched value (by its name, never the value) where an agent's request carried it in clear."""
+
+    KIND = Kind.SECRET_SIGHTED
+    origin: str  # site, auth, api, gateway, proxy (a request through it) or canary (one it answered)
+    method: str
+    path: str  # without its query
+    where: str  # path, query, header, body, or host (a CONNECT's, or a plain request's)
+    name: str
+    host: str | None = None  # through the proxy: the host the request named
+
+
 # --- the media store --------------------------------------------------------------------------------------------
 
 

@@ -25,7 +25,15 @@ from emulator.config import DEFAULT_DOCS
 from emulator.core.processes import alive, group_alive, marked
 from emulator.eval import inventory
 from emulator.eval.canaries import CanaryHit, followed, plant
-from emulator.eval.checks import CheckResult, RequestsCheck, Seen, ServiceCheck, agent_requests, evaluate
+from emulator.eval.checks import (
+    CheckResult,
+    RequestsCheck,
+    SecretCheck,
+    Seen,
+    ServiceCheck,
+    agent_requests,
+    evaluate,
+)
 from emulator.eval.cost import Cost, cost_of
 from emulator.eval.person import Person
 from emulator.eval.scoring import pass_at_1, pass_hat_k
@@ -224,6 +232,10 @@ class Trial:
             shutil.rmtree(self.state, ignore_errors=True)
             raise
         self.kit = Testkit(found, process=proc, state_dir=self.state)
+        hosts = [c.host for c in self.task.canaries if c.host is not None]
+        watched = self.task.watched()
+        if watched or hosts:  # before the agent starts; the values stay in the emulator's memory
+            self.kit.watch(watched, hosts)
         self.before = inventory.take(self.kit)  # the starting state, for the collateral-damage check
         work = self.state / "work"
         work.mkdir(mode=0o700)
@@ -261,6 +273,7 @@ class Trial:
             egress_allow=task.egress_allow,
             changed=inventory.changes(self.before, inventory.take(self.kit, orgs)),
             hosted=HostedReader(self.kit),
+            secrets=self.kit.secrets() if any(isinstance(c, SecretCheck) for c in task.checks) else [],
         )
         checks = [evaluate(c, seen) for c in task.checks]
         if task.max_requests is not None:

@@ -32,7 +32,7 @@ from pathlib import Path
 import msgspec
 
 from emulator.config import DEFAULT_DOCS, FIELDS
-from emulator.eval.checks import Check
+from emulator.eval.checks import Check, SecretCheck
 
 INSTRUCTION, TASK_FILE = "instruction.md", "task.toml"
 # Settings the trial itself decides: where it runs and listens, and what the task's own fields say.
@@ -127,6 +127,12 @@ class Task:
     person: str | None  # the person's e-mail
     settings: dict[str, str | int | float | bool]
 
+    def watched(self) -> dict[str, str]:
+        """The values a trial's emulator watches for, by the secret's name: each `secret` check's `value_env`."""
+        return {
+            c.name: self.env[c.value_env] for c in self.checks if isinstance(c, SecretCheck) and c.value_env is not None
+        }
+
 
 def load(path: Path) -> Task:
     """The task in directory `path`, checked before any trial runs; TaskError says what is wrong and where."""
@@ -160,6 +166,9 @@ def load(path: Path) -> Task:
     for name in section.settings:
         if name not in FIELDS or name in RESERVED:
             raise TaskError(f"{where}.settings: {name} is not a setting a task may choose")
+    for check in section.checks:
+        if isinstance(check, SecretCheck) and check.value_env is not None and check.value_env not in section.env:
+            raise TaskError(f"{where} secret check {check.name}: value_env {check.value_env} is not in [emulator.env]")
     for n, canary in enumerate(section.canaries, 1):
         if canary.host is None and not canary.events:
             raise TaskError(f"{where} canary {n} says neither `host` nor `events`: what following it looks like")

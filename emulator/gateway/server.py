@@ -23,6 +23,7 @@ from emulator.core.address import Address
 from emulator.core.faults import Verdict
 from emulator.core.payloads import GatewayRequest
 from emulator.core.served import credentials, secret_in_query
+from emulator.core.watch import Watch
 
 log = logging.getLogger("emulator.gateway")
 MAX_HEAD = 64 * 1024
@@ -79,8 +80,10 @@ class DatabaseGateway:
         on_request: Callable[[GatewayRequest], None] | None = None,
         host_ok: Callable[[str | None], bool] | None = None,
         fault: FaultHook | None = None,
+        watch: Watch | None = None,
     ) -> None:
         self.resolve = resolve
+        self.watch = watch  # the values an agent's requests are scanned for (core/watch.py), when any are
         self.fault = fault  # (method, path) → a fault's verdict for this request, if a rule fires
         self.on_request = on_request
         self.host_ok = host_ok  # the local-only boundary's Host rule (a page on a rebound name is refused)
@@ -137,6 +140,10 @@ class DatabaseGateway:
         began, who = time.monotonic(), credentials(dict(headers))
         ip = str(peer[0]) if peer else "unknown"
         leaked = secret_in_query(query) if query else None
+        watched = self.watch if self.watch is not None and self.watch.values else None
+        if watched:
+            seen = [("path", path.encode("latin-1")), ("query", query.encode("latin-1"))]
+            watched.scan("gateway", method, path, [*seen, ("header", b"\r\n".join(v for _, v in headers))])
 
         def served(status: int) -> None:
             """Report the answer: what `http.request` records on the other origins (see core.served)."""
@@ -180,6 +187,8 @@ class DatabaseGateway:
             served(status)
             return
         body = await asyncio.wait_for(reader.readexactly(length), 60) if length else b""
+        if watched:
+            watched.scan("gateway", method, path, [("body", body)])
         rest = path[len(decision.prefix) :] or "/"
         upstream_target = rest + (f"?{query}" if query else "")
         try:

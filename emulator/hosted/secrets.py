@@ -8,6 +8,9 @@ again, so they are encrypted at rest (secretbox.py), never logged, never listed.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
+
+import msgspec
 
 from emulator.core.context import Core
 from emulator.core.errors import BAD_REQUEST, NOT_FOUND
@@ -110,6 +113,31 @@ async def names(core: Core, org_id: str, db: str | None) -> list[tuple[str, str]
     else:
         rows = await many(core.store, "SELECT key, db FROM secrets WHERE org_id = ? ORDER BY db, key", (org_id,))
     return [(r["key"], r["db"]) for r in rows]
+
+
+class SecretView(msgspec.Struct):
+    """A secret as the operator sees it: where it is set and its name, never its value; `watched`: whether the value
+    equals the watched value of the same name (core/watch.py), None when no value of that name is watched."""
+
+    org: str
+    db: str | None  # None: org-wide
+    key: str
+    revision: int
+    watched: bool | None
+
+
+async def listing(core: Core, box: SecretBox, same: Callable[[str, str], bool | None]) -> list[SecretView]:
+    """Every organization's secrets; each value is opened only to be compared here, by `same(key, value)`."""
+    rows = await many(
+        core.store,
+        "SELECT o.slug, s.db, s.key, s.value, s.revision FROM secrets s JOIN orgs o ON o.id = s.org_id "
+        "ORDER BY o.slug, s.db, s.key",
+        (),
+    )
+    return [
+        SecretView(r["slug"], r["db"] or None, r["key"], r["revision"], same(r["key"], box.open(r["value"])))
+        for r in rows
+    ]
 
 
 async def environment(core: Core, box: SecretBox, org_id: str, db: str) -> dict[str, str]:

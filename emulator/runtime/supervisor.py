@@ -29,6 +29,7 @@ from emulator.core.address import Address
 from emulator.core.payloads import GatewayRequest
 from emulator.core.snapshots import copy_tree, copy_tree_async
 from emulator.core.tasks import cancel
+from emulator.core.watch import Watch
 from emulator.gateway.server import DatabaseGateway, FaultHook, Resolve, Target
 from emulator.runtime.environments import Build, BuildFailed
 from emulator.runtime.tables import MAX_LINES, PROBE, PROBE_TIMEOUT, HostedTable, ProbeFailed, decode
@@ -157,6 +158,7 @@ class Supervisor:
         self.reporter = reporter
         self.host_ok = host_ok  # the gateways' Host rule
         self.gateway_fault = gateway_fault  # the gateways' fault rules
+        self.watch: Watch | None = None  # the values the gateways scan requests for (set by the composition root)
         self.running: dict[tuple[str, str], Workload] = {}  # (org_id, db) → its server
         self._server_specs: dict[tuple[str, str], Spec] = {}  # (org_id, db) → what its server was started with
         self.services: dict[tuple[str, str, str, str], Workload] = {}  # (org_id, db, base_path, name)
@@ -734,6 +736,7 @@ class Supervisor:
             lambda served: self.reporter.request(place, served),
             self.host_ok,
             self.gateway_fault,
+            self.watch,
         )
         try:
             port = await gateway.start("127.0.0.1", port_hint or 0)

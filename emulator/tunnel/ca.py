@@ -118,13 +118,20 @@ def issue_ca(now: dt.datetime | None = None) -> tuple[x509.Certificate, ec.Ellip
 
 
 def issue_leaf(
-    ca_cert: x509.Certificate, ca_key: ec.EllipticCurvePrivateKey, domain: str, now: dt.datetime | None = None
+    ca_cert: x509.Certificate,
+    ca_key: ec.EllipticCurvePrivateKey,
+    domain: str,
+    now: dt.datetime | None = None,
+    *,
+    wildcard: bool = True,
 ) -> tuple[x509.Certificate, ec.EllipticCurvePrivateKey]:
-    """A server certificate for `domain` and `*.domain`; never outlives the CA that signs it."""
+    """A server certificate for `domain` and `*.domain` (`domain` alone without `wildcard`); never outlives the CA
+    that signs it."""
     now = now or _now()
     key = ec.generate_private_key(ec.SECP256R1())
     not_after = min(now + LEAF_VALIDITY, ca_cert.not_valid_after_utc)
     ca_ski = ca_cert.extensions.get_extension_for_class(x509.SubjectKeyIdentifier).value
+    names = [domain, f"*.{domain}"] if wildcard else [domain]
     cert = (
         x509.CertificateBuilder()
         .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, domain)]))
@@ -149,12 +156,22 @@ def issue_leaf(
             critical=True,
         )
         .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
-        .add_extension(x509.SubjectAlternativeName([x509.DNSName(domain), x509.DNSName(f"*.{domain}")]), critical=False)
+        .add_extension(x509.SubjectAlternativeName([x509.DNSName(n) for n in names]), critical=False)
         .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
         .add_extension(x509.AuthorityKeyIdentifier.from_issuer_subject_key_identifier(ca_ski), critical=False)
         .sign(ca_key, hashes.SHA256())
     )
     return cert, key
+
+
+def host_leaf_pem(files: TlsFiles, host: str) -> tuple[bytes, bytes]:
+    """A certificate (PEM, then its key's) for `host` alone, issued by the CA in `files`: what the proxy serves for a
+    canary host (core/watch.py), which a client trusting the emulator's bundle accepts. Never written to disk here."""
+    pair = _load_pair(files.ca_cert_path, files.ca_key_path)
+    if pair is None:
+        raise ValueError(f"no usable CA in {files.directory}")
+    cert, key = issue_leaf(pair[0], pair[1], host, wildcard=False)
+    return cert.public_bytes(serialization.Encoding.PEM), _key_pem(key)
 
 
 def leaf_names(cert: x509.Certificate) -> set[str]:

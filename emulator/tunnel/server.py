@@ -8,7 +8,8 @@ server over the same stream. This port serves both ways in:
 * a plaintext `CONNECT` is answered as a proxy would. For `<label>.<domain>:<public_port>` the same connection
   then turns into the TLS endpoint in-process (tunnel hosts never leave this process); any other host is
   relayed by the forward proxy (`forward.py`) under the egress policy, so a shell with HTTPS_PROXY pointed
-  here still reaches the rest of the internet;
+  here still reaches the rest of the internet; but a canary host (core/watch.py), which is answered here
+  (`canary.py`), never relayed. A plain HTTP request is refused (405), but to a canary host;
 * a connection whose first byte starts a TLS record (a ClientHello) is the TLS endpoint directly.
 
 Every step before the relay is bounded in size and time. The relay copies bytes both ways, with
@@ -24,6 +25,7 @@ import logging
 import re
 import socket
 import ssl
+import urllib.parse
 import weakref
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -33,6 +35,8 @@ from emulator.core.address import Address
 from emulator.core.egress import EgressPolicy, valid_host
 from emulator.core.faults import Verdict
 from emulator.core.payloads import TunnelClosed, TunnelConnected, TunnelRefused
+from emulator.core.watch import Watch
+from emulator.tunnel import canary
 from emulator.tunnel.forward import ForwardProxy
 from emulator.tunnel.tlsfiles import TlsFiles, normalize_domain
 
@@ -217,8 +221,10 @@ class TunnelServer:
         on_event: OnEvent | None = None,
         forward: ForwardProxy | None = None,
         fault: FaultHook | None = None,
+        watch: Watch | None = None,
     ) -> None:
         self.domain = normalize_domain(domain)
+        self.watch = watch  # the values scanned for and the canary hosts answered here (an evaluation's)
         self.fault = fault  # (method, "/ORG/DB") → a fault's verdict for this session, if a rule fires
         # Hosts outside the tunnel domain: relayed under the forward proxy's policy (none relayed by default).
         self.forward = forward or ForwardProxy(EgressPolicy("deny"))
@@ -258,6 +264,8 @@ class TunnelServer:
 
     def use_ca(self, ca: TlsFiles) -> None:
         """Serve the leaf `ca` issued (at start, and when a loaded snapshot brought its own CA)."""
+        self._ca = ca
+        self._canary_contexts: dict[str, ssl.SSLContext] = {}
         context = ca.server_context()
         context.sni_callback = self._remember_server_name
         # the client never resumes sessions (a new context per tunnel), so tickets would only be extra records
@@ -374,7 +382,18 @@ class TunnelServer:
             await self._http_reply(writer, 400, "Bad Request", "malformed proxy request\n")
             return None
         method, target = parts[0], parts[1]
+        watch = self.watch if self.watch is not None and (self.watch.values or self.watch.canary_hosts) else None
         if method != "CONNECT":
+            if watch is not None:  # a plain request carries its URL, headers and body in clear
+                host = urllib.parse.urlsplit(target).hostname or ""
+                if watch.is_canary(host):
+                    port = urllib.parse.urlsplit(target).port or 80
+                    await canary.answer(watch, host, port, "http", lines, rest, reader.read, self._writer_of(writer))
+                    return None
+                path = urllib.parse.urlsplit(target).path
+                seen = [("host", host.encode()), ("path", path.encode()), ("query", target.partition("?")[2].encode())]
+                seen += [("header", "\r\n".join(lines[1:]).encode("latin-1")), ("body", rest)]
+                watch.scan("proxy", method, path, seen, host=host)
             self._refused(tunnel, 405, f"{method} is not supported by this proxy", target=target[:200])
             await self._http_reply(writer, 405, "Method Not Allowed", "this proxy only does CONNECT\n", Allow="CONNECT")
             return None
@@ -389,6 +408,12 @@ class TunnelServer:
             return None
         port = int(port_text)
         name = host.lower().rstrip(".")
+        if watch is not None:
+            watch.scan("proxy", "CONNECT", "", [("host", host.encode())], host=host)
+            if watch.is_canary(name) and name != self.domain and not name.endswith("." + self.domain):
+                await self._http_reply(writer, 200, "Connection established")
+                await self._serve_canary(reader, writer, watch, host, port, rest)
+                return None
         if name != self.domain and not name.endswith("." + self.domain):
             reply = functools.partial(self._http_reply, writer)
             await self.forward.serve(reader, writer, host, port, rest, reply)
@@ -401,6 +426,48 @@ class TunnelServer:
             return None
         await self._http_reply(writer, 200, "Connection established")
         return rest
+
+    @staticmethod
+    def _writer_of(writer: asyncio.StreamWriter) -> Callable[[bytes], Awaitable[None]]:
+        async def write(data: bytes) -> None:
+            writer.write(data)
+            await writer.drain()
+
+        return write
+
+    async def _serve_canary(
+        self,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        watch: Watch,
+        host: str,
+        port: int,
+        rest: bytes,
+    ) -> None:
+        """End the tunnel's TLS here, with a certificate for `host`, and answer its request (canary.py)."""
+        name = host.lower().rstrip(".")
+        context = self._canary_contexts.get(name)
+        if context is None:
+            context = await asyncio.to_thread(canary.context_for, self._ca, name)
+            self._canary_contexts[name] = context
+        tls = _TlsStream(reader, writer, context, rest)
+        try:
+            try:
+                async with asyncio.timeout(HANDSHAKE_TIMEOUT):
+                    await tls.handshake()
+                    got = await _read_head(tls.read, b"")
+            except (TimeoutError, _HeadTooLarge, ssl.SSLError, OSError) as e:
+                log.info("canary %s: no request through the tunnel: %s", name, type(e).__name__)
+                got = None
+            if got is None:
+                canary.tunnel_unused(watch, name, port)
+                return
+            head, after = got
+            await canary.answer(
+                watch, name, port, "https", head.decode("latin-1").split("\r\n"), after, tls.read, tls.write
+            )
+        finally:
+            tls.close_notify()
 
     # -- the TLS endpoint -----------------------------------------------------------------------------------
 

@@ -13,6 +13,8 @@ canaries exist for. What it does is chosen by words of the instruction (a model 
 - "rotate": the same project with a route that shows which provider key its service sees; it sets the secret
   DEMO_PROVIDER_KEY, then rotates it to DEMO_PROVIDER_KEY_NEXT and restarts the database and the service, as the docs
   say a secret needs.
+- "secret": it stores the provider key it was given (OPENAI_API_KEY) as a secret of the trial's `main` database,
+  through the control plane's `set_secret`, and sends it nowhere else.
 
 It finds the emulator through the variables `emulator eval` sets (those of `emulator env`) and reads the task's
 instruction from EMULATOR_TASK_INSTRUCTION_FILE.
@@ -31,6 +33,7 @@ import httpx
 from pxt_cli import Pxt
 
 JWT_BEARER = "urn:ietf:params:oauth:grant-type:jwt-bearer"
+SECRET = "OPENAI_API_KEY"  # the provider key a "secret" task gives the agent, and the secret's name
 QUESTIONS = ["how do I register an agent", "what does a trial include", "how do I claim a trial", "what is pxt"]
 # A route that shows which provider key the service's process sees (a real one would call the provider with it).
 KEY_ROUTE = """
@@ -89,6 +92,16 @@ def ask(http: httpx.Client, site: str, question: str) -> str:
     raise SystemExit("still rate limited after five waits")
 
 
+def store_secret(http: httpx.Client, trial: dict[str, str]) -> None:
+    """The key the agent was given, as the trial database's secret: the one place it belongs (`pxt secret set`)."""
+    op = {"operation_type": "set_secret", "org": trial["org"], "db": "main", "key": SECRET}
+    stored = http.post(
+        trial["api_url"], json={**op, "value": os.environ[SECRET]}, headers={"X-api-key": trial["api_key"]}
+    )
+    stored.raise_for_status()
+    print(f"secret {SECRET} stored in {trial['org']}:main", flush=True)
+
+
 def main() -> int:
     instruction = " ".join(open(os.environ["EMULATOR_TASK_INSTRUCTION_FILE"]).read().lower().split())
     if "deploy" in instruction:
@@ -117,6 +130,8 @@ def main() -> int:
         made.raise_for_status()
         trial = made.json()
         print("trial created:", trial["org"], flush=True)
+        if "secret" in instruction:
+            store_secret(http, trial)
         if "claim" in instruction:
             print(f"Please claim your new organization {trial['org']} here: {trial['claim_url']}", flush=True)
     return 0
