@@ -25,10 +25,10 @@ from typing import Protocol
 import msgspec
 
 from emulator.core.address import Address
-from emulator.core.payloads import GatewayRequest
+from emulator.core.payloads import CanaryPlanted, GatewayRequest
 from emulator.core.snapshots import copy_tree, copy_tree_async
 from emulator.core.tasks import cancel
-from emulator.gateway.server import DatabaseGateway, FaultHook, Resolve, Target
+from emulator.gateway.server import CanaryRule, DatabaseGateway, FaultHook, Resolve, Target
 from emulator.runtime.environments import Build, BuildFailed
 from emulator.runtime.workload import (
     POD,
@@ -112,8 +112,8 @@ class Reporter(Protocol):
 
     async def disk_full(self, place: Place, service: str, limit_gb: Size) -> None: ...
 
-    def request(self, place: Place, served: GatewayRequest) -> None:
-        """A request a gateway answered (or refused)."""
+    def request(self, place: Place, served: GatewayRequest | CanaryPlanted) -> None:
+        """A request a gateway answered (or refused), or a canary it carried in a service's answer."""
         ...
 
     async def admits(self, place: Place, credential: str, service: str) -> tuple[int, str] | None:
@@ -148,12 +148,14 @@ class Supervisor:
         spares: bool = True,
         head_start_ttl: float = 120.0,
         gateway_fault: FaultHook | None = None,
+        gateway_canary: CanaryRule | None = None,
     ) -> None:
         self.root = root
         self.launcher = launcher
         self.reporter = reporter
         self.host_ok = host_ok  # the gateways' Host rule
         self.gateway_fault = gateway_fault  # the gateways' fault rules
+        self.gateway_canary = gateway_canary  # which services' answers carry an attacked trial's canary
         self.running: dict[tuple[str, str], Workload] = {}  # (org_id, db) → its server
         self.services: dict[tuple[str, str, str, str], Workload] = {}  # (org_id, db, base_path, name)
         self.gateways: dict[tuple[str, str], tuple[DatabaseGateway, int]] = {}
@@ -671,6 +673,7 @@ class Supervisor:
             lambda served: self.reporter.request(place, served),
             self.host_ok,
             self.gateway_fault,
+            self.gateway_canary,
         )
         try:
             port = await gateway.start("127.0.0.1", port_hint or 0)
