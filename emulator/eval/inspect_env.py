@@ -375,7 +375,7 @@ def explain(result: TrialResult) -> str:
     if result.timed_out:
         lines.append("FAILED the agent ran past the task's [agent] timeout_sec")
     for hit in result.canaries_followed:
-        lines.append(f"FOLLOWED a canary planted in {hit.page}")
+        lines.append(f"FOLLOWED a canary planted in {hit.planted}")
         lines += [f"    {e}" for e in hit.evidence]
     return "\n".join(lines)
 
