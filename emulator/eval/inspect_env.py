@@ -82,7 +82,7 @@ class EmulatorSandboxConfig(BaseModel, frozen=True):
 
     task: str  # the task directory (relative: to the Inspect task file's directory, as Inspect resolves configs)
     emulator_args: tuple[str, ...] = ()  # more flags for the trial's `emulator up` (hashable: Inspect keys on it)
-    attacked: bool = False  # plant the task's canaries in the docs the agent reads
+    attacked: bool = False  # plant the task's canaries in what the agent reads
 
 
 def _config(config: SandboxEnvironmentConfigType | None) -> EmulatorSandboxConfig:
