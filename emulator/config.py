@@ -16,6 +16,7 @@ from typing import Any
 
 import msgspec
 
+from emulator.core import canaries
 from emulator.core.egress import EgressError, EgressPolicy, resolve_upstream
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
@@ -58,6 +59,8 @@ class Settings(msgspec.Struct, kw_only=True):
     state_dir: Path = msgspec.field(default_factory=default_state_dir)
     docs: Path = DEFAULT_DOCS
     integrations: Path = DEFAULT_INTEGRATIONS
+    # An evaluation's attacked trial: a JSON file of canaries carried in MCP tool results and services' answers.
+    canaries: Path | None = None
     # The public name of the site the docs describe (`_meta.site` of /ask answers).
     site_name: str = "pixeltable.com"
     ask_rate_limit: int = 10
@@ -185,7 +188,7 @@ _FLOAT = {
     "receipt_hold",
     "submit_hold",
 }
-_PATH = {"state_dir", "docs", "integrations"}
+_PATH = {"state_dir", "docs", "integrations", "canaries"}
 _BOOL = {
     "trust_forwarded",
     "watch_docs",
@@ -210,6 +213,8 @@ HELP: dict[str, str] = {
     "state_dir": "where state is kept (default ~/.local/state/pxt-emulator)",
     "docs": "folder of markdown or HTML docs that /ask and search_docs answer from (default: the shipped corpus)",
     "integrations": "JSON file of the integrations /ask and MCP list (default: the shipped one)",
+    "canaries": "JSON file of injection canaries that MCP tool results and hosted services' JSON answers carry "
+    "(written by `emulator eval` for an attacked trial; default none)",
     "site_name": "the public name of the site the docs describe (default pixeltable.com)",
     "ask_rate_limit": "requests per window per client IP on /ask (default 10)",
     "ask_rate_window": "the /ask rate-limit window in seconds (default 60)",
@@ -444,3 +449,7 @@ def _validate(s: Settings) -> None:
     except EgressError as e:
         raise ConfigError(str(e), "upstream_proxy") from None
     check(s.docs.exists(), "docs", f"{s.docs} does not exist")
+    try:
+        canaries.load(s.canaries)
+    except canaries.CanaryFileError as e:
+        raise ConfigError(str(e), "canaries") from None

@@ -87,7 +87,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
                 )
             for trial in task.trials:
                 for hit in trial.canaries_followed:
-                    print(f"  trial {trial.trial} (attacked): FOLLOWED canary {hit.canary} planted in {hit.page}")
+                    print(f"  trial {trial.trial} (attacked): FOLLOWED canary {hit.canary} planted in {hit.planted}")
                     for line in hit.evidence:
                         print(f"      {line}")
                 for check in trial.checks:

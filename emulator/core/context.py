@@ -11,6 +11,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 import msgspec
 
 from emulator.config import Settings
+from emulator.core import canaries
 from emulator.core.clock import Clock, ClockState
 from emulator.core.events import EventBus
 from emulator.core.faults import Faults
@@ -49,6 +50,7 @@ class Core:
         self.ids = Ids(settings.seed)
         self.faults = Faults(bus, fault_operations)  # the control plane's operation types a rule may name
         self.switches = Switches(settings, bus)
+        self.planted = canaries.load(settings.canaries)  # an attacked trial's canaries (none: answers as always)
         self._ticker: asyncio.Task[None] | None = None
         self.stopping = asyncio.Event()  # set when the emulator is told to stop: long work (a snapshot) gives way
         self._due_lock = asyncio.Lock()

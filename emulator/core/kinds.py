@@ -78,6 +78,7 @@ class Kind(StrEnum):
     SERVICE_STATE = "service.state"
     SERVICE_RESIZED = "service.resized"
     GATEWAY_REQUEST = "gateway.request"  # subject: the database
+    CANARY_PLANTED = "canary.planted"  # an attacked trial's canary in a service's answer (subject: the service)
     # the database tunnel (subject: database(org, db) as the client named them) and the exported proxy
     TUNNEL_CONNECTED = "tunnel.connected"
     TUNNEL_CLOSED = "tunnel.closed"

@@ -202,6 +202,14 @@ class GatewayRequest(Payload, frozen=True, kw_only=True):
     rt: float
 
 
+class CanaryPlanted(Payload, frozen=True, kw_only=True):
+    """A gateway carried an evaluation's canary in a service's answer: where, and nothing of the answer."""
+
+    KIND = Kind.CANARY_PLANTED
+    service: str  # its label: name, or base/name
+    path: str  # the route inside the service
+
+
 # --- the site's agent API ---------------------------------------------------------------------------------------
 
 

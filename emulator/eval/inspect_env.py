@@ -82,7 +82,7 @@ class EmulatorSandboxConfig(BaseModel, frozen=True):
 
     task: str  # the task directory (relative: to the Inspect task file's directory, as Inspect resolves configs)
     emulator_args: tuple[str, ...] = ()  # more flags for the trial's `emulator up` (hashable: Inspect keys on it)
-    attacked: bool = False  # plant the task's canaries in the docs the agent reads
+    attacked: bool = False  # plant the task's canaries in what the agent reads
 
 
 def _config(config: SandboxEnvironmentConfigType | None) -> EmulatorSandboxConfig:
@@ -375,7 +375,7 @@ def explain(result: TrialResult) -> str:
     if result.timed_out:
         lines.append("FAILED the agent ran past the task's [agent] timeout_sec")
     for hit in result.canaries_followed:
-        lines.append(f"FOLLOWED a canary planted in {hit.page}")
+        lines.append(f"FOLLOWED a canary planted in {hit.planted}")
         lines += [f"    {e}" for e in hit.evidence]
     return "\n".join(lines)
 

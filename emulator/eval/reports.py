@@ -53,7 +53,7 @@ def junit(result: SuiteResult) -> bytes:
                 node = ET.SubElement(case, "failure", message=message, type=kind)
                 node.text = "\n".join(check.evidence)
             for hit in trial.canaries_followed:
-                message = f"followed canary {hit.canary} ({hit.page})"
+                message = f"followed canary {hit.canary} ({hit.planted})"
                 node = ET.SubElement(case, "failure", message=message, type="canary")
                 node.text = "\n".join(hit.evidence)
             if trial.output:
@@ -127,7 +127,7 @@ def _trial(trial: TrialResult) -> str:
         notes.append("<li class=fail>the agent was stopped at its time limit</li>")
     for hit in trial.canaries_followed:
         evidence = f"<div class=ev>{_e(chr(10).join(hit.evidence))}</div>"
-        said = f"followed canary {hit.canary} planted in {_e(hit.page)}"
+        said = f"followed canary {hit.canary} planted in {_e(hit.planted)}"
         notes.append(f"<li><span class=fail>✗</span> {said}{evidence}</li>")
     for check in trial.checks:
         mark = "pass" if check.passed else "fail"

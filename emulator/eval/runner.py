@@ -24,7 +24,7 @@ from emulator.commands.common import exports
 from emulator.config import DEFAULT_DOCS
 from emulator.core.processes import alive, group_alive, marked
 from emulator.eval import inventory
-from emulator.eval.canaries import CanaryHit, followed, plant
+from emulator.eval.canaries import CanaryHit, followed, plant, written
 from emulator.eval.checks import (
     CheckResult,
     RequestsCheck,
@@ -168,10 +168,11 @@ def _checks_pass(r: TrialResult) -> bool:
     return bool(r.checks) and all(c.passed for c in r.checks) and not r.timed_out
 
 
-def emulator_args(task: Task, extra: list[str], docs: Path | None = None) -> list[str]:
-    """The trial emulator's flags: the task's seed, starting state and egress allow-list (and the docs with the
-    canaries planted, for an attacked trial), then the caller's."""
+def emulator_args(task: Task, extra: list[str], docs: Path | None = None, planted: Path | None = None) -> list[str]:
+    """The trial emulator's flags: the task's seed, starting state and egress allow-list (and, for an attacked
+    trial, the docs with the canaries planted and the canaries file of the others), then the caller's."""
     flags = ["--seed", str(task.seed), "--no-watch", *(["--docs", str(docs)] if docs else [])]
+    flags += ["--canaries", str(planted)] if planted else []
     for name, value in task.settings.items():
         flag = "--" + name.replace("_", "-")
         flags += ([flag] if value else ["--no-" + flag[2:]]) if isinstance(value, bool) else [flag, str(value)]
@@ -226,7 +227,8 @@ class Trial:
     def __enter__(self) -> Trial:
         try:
             docs = plant(DEFAULT_DOCS, self.state / "docs", self.task.canaries) if self.attacked else None
-            flags = emulator_args(self.task, self.extra, docs)
+            planted = written(self.task.canaries, self.state / "canaries.json") if self.attacked else None
+            flags = emulator_args(self.task, self.extra, docs, planted)
             proc, found = launch(self.state, flags, log_path=self.state / "emulator.log")
         except BaseException:
             shutil.rmtree(self.state, ignore_errors=True)

@@ -4,7 +4,8 @@
 `[metadata]`, `[agent] timeout_sec`) and adds one of its own, `[emulator]`, which Harbor ignores as it ignores any
 key it does not know: how many trials, the pass^k the task must reach, the starting state, the agent's environment,
 the egress allow-list, the goal as a list of declarative checks (checks.py), and canaries: injected instructions
-planted in the docs the agent reads, with what following one looks like.
+planted in what the agent reads (a docs page, an MCP tool's result, a hosted service's answers), with what following
+one looks like.
 
     schema_version = "1.1"
     [task]
@@ -32,6 +33,7 @@ from pathlib import Path
 import msgspec
 
 from emulator.config import DEFAULT_DOCS, FIELDS
+from emulator.core import canaries
 from emulator.eval.checks import Check, SecretCheck
 
 INSTRUCTION, TASK_FILE = "instruction.md", "task.toml"
@@ -49,6 +51,7 @@ RESERVED = frozenset(
         "docs",
         "proxy_egress",
         "profile",
+        "canaries",
     }
 )
 
@@ -67,14 +70,27 @@ class AgentSection(msgspec.Struct, forbid_unknown_fields=False):
 
 
 class Canary(msgspec.Struct, forbid_unknown_fields=True):
-    """An injected instruction planted in a docs page (which `/ask`, MCP's `search_docs` and the site's pages then
-    serve), and what following it looks like: a connection to `host` through the egress proxy (a shell pattern),
-    or an event of one of `events` (a forbidden operation, e.g. `db.delete_accepted`)."""
+    """An injected instruction planted in exactly one place, a docs page (which `/ask`, MCP's `search_docs` and the
+    site's pages then serve), an MCP tool's result or a hosted service's answers, and what following it looks like:
+    a connection to `host` through the egress proxy (a shell pattern), or an event of one of `events` (a forbidden
+    operation, e.g. `db.delete_accepted`)."""
 
-    page: str  # the corpus page that carries it, e.g. "docs/auth/agent-registration.md"
     text: str
+    page: str | None = None  # the corpus page that carries it, e.g. "docs/auth/agent-registration.md"
+    tool: str | None = None  # or the MCP tool whose result carries it, e.g. "list_integrations"
+    service: str | None = None  # or the hosted services (a shell pattern of the name) whose JSON answers carry it
+    route: str | None = None  # with `service`: only on these routes (a shell pattern, e.g. "/search")
     host: str | None = None
     events: list[str] = msgspec.field(default_factory=list)
+
+    @property
+    def where(self) -> str:
+        """Where it is planted, as a report says it."""
+        if self.tool is not None:
+            return f"MCP tool {self.tool}"
+        if self.service is not None:
+            return f"service {self.service}" + (f" route {self.route}" if self.route else "")
+        return self.page or ""
 
 
 class PersonSection(msgspec.Struct, forbid_unknown_fields=True):
@@ -172,9 +188,7 @@ def load(path: Path) -> Task:
     for n, canary in enumerate(section.canaries, 1):
         if canary.host is None and not canary.events:
             raise TaskError(f"{where} canary {n} says neither `host` nor `events`: what following it looks like")
-        page = (DEFAULT_DOCS / canary.page).resolve()
-        if page.suffix != ".md" or not page.is_file() or DEFAULT_DOCS.resolve() not in page.parents:
-            raise TaskError(f"{where} canary {n}: {canary.page} is not a markdown page of the docs corpus")
+        _check_placement(canary, f"{where} canary {n}")
     start = None
     if section.start is not None:
         start = (path / section.start).resolve()
@@ -198,3 +212,21 @@ def load(path: Path) -> Task:
         person=section.person.email if section.person else None,
         settings=section.settings,
     )
+
+
+def _check_placement(canary: Canary, where: str) -> None:
+    """A canary is planted in exactly one place, and that place exists."""
+    placed = [name for name in ("page", "tool", "service") if getattr(canary, name) is not None]
+    if len(placed) != 1:
+        said = " and ".join(f"`{p}`" for p in placed) if placed else "none of them"
+        raise TaskError(f"{where}: say exactly one of `page`, `tool` or `service` (where it is planted), not {said}")
+    if canary.route is not None and canary.service is None:
+        raise TaskError(f"{where}: `route` goes with `service` (the service whose answers on it carry the canary)")
+    if canary.tool is not None and canary.tool not in canaries.TOOLS:
+        raise TaskError(f"{where}: {canary.tool} is not an MCP tool (tools: {', '.join(canaries.TOOLS)})")
+    if canary.service is not None and not canary.service.strip():
+        raise TaskError(f"{where}: `service` is empty (a service's name, or a shell pattern of names)")
+    if canary.page is not None:
+        page = (DEFAULT_DOCS / canary.page).resolve()
+        if page.suffix != ".md" or not page.is_file() or DEFAULT_DOCS.resolve() not in page.parents:
+            raise TaskError(f"{where}: {canary.page} is not a markdown page of the docs corpus")

@@ -5,7 +5,9 @@ A service's endpoint is `http://127.0.0.1:<database's port>/<base_path>/<name>`.
 credential, 403 for another organization's), strips the credential headers and the service prefix, and
 forwards the request to the service's process or container, whose uvicorn `root_path` is that prefix. `/health` of a
 service is forwarded without a credential, as the client probes it. Each request gets its own upstream
-connection, and the gateway answers it with `Connection: close`.
+connection, and the gateway answers it with `Connection: close`. In an evaluation's attacked trial a service's
+successful JSON answers may carry a canary (core/canaries.py says which and how; the gateway only re-frames the
+answer and reports it).
 """
 
 from __future__ import annotations
@@ -19,9 +21,10 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from http import HTTPStatus
 
+from emulator.core import canaries
 from emulator.core.address import Address
 from emulator.core.faults import Verdict
-from emulator.core.payloads import GatewayRequest
+from emulator.core.payloads import CanaryPlanted, GatewayRequest
 from emulator.core.served import credentials, secret_in_query
 from emulator.core.watch import Watch
 
@@ -40,6 +43,8 @@ class Target:
 FaultHook = Callable[[str, str], Awaitable[Verdict | None]]
 # (credential or None, path) → Target, or (status, reason) to refuse
 Resolve = Callable[[str | None, str], Awaitable["Target | tuple[int, str]"]]
+# (service label, route inside the service) → the canary text its answer carries, or None
+CanaryRule = Callable[[str, str], str | None]
 
 
 def _credential(headers: list[tuple[bytes, bytes]]) -> str | None:
@@ -77,13 +82,15 @@ class DatabaseGateway:
     def __init__(
         self,
         resolve: Resolve,
-        on_request: Callable[[GatewayRequest], None] | None = None,
+        on_request: Callable[[GatewayRequest | CanaryPlanted], None] | None = None,
         host_ok: Callable[[str | None], bool] | None = None,
         fault: FaultHook | None = None,
         watch: Watch | None = None,
+        canary: CanaryRule | None = None,
     ) -> None:
         self.resolve = resolve
         self.watch = watch  # the values an agent's requests are scanned for (core/watch.py), when any are
+        self.canary = canary  # an attacked trial's: which answers carry a canary
         self.fault = fault  # (method, path) → a fault's verdict for this request, if a rule fires
         self.on_request = on_request
         self.host_ok = host_ok  # the local-only boundary's Host rule (a page on a rebound name is refused)
@@ -202,6 +209,14 @@ class DatabaseGateway:
         request += b"".join(n + b": " + v + b"\r\n" for n, v in kept) + b"Connection: close\r\n\r\n"
         up_writer.write(request + body)
         await up_writer.drain()
+        label = decision.prefix.lstrip("/")
+        text = self.canary(label, rest) if self.canary is not None else None
+        if text is not None:
+            status, planted = await self._relay_with_canary(up_reader, up_writer, writer, text)
+            if planted and self.on_request is not None:
+                self.on_request(CanaryPlanted(service=label, path=rest))
+            served(status)
+            return
         status = 0
         try:
             first = True
@@ -215,3 +230,43 @@ class DatabaseGateway:
         finally:
             up_writer.close()
         served(status)
+
+    async def _relay_with_canary(
+        self, up_reader: asyncio.StreamReader, up_writer: asyncio.StreamWriter, writer: asyncio.StreamWriter, text: str
+    ) -> tuple[int, bool]:
+        """The service's whole answer (it closes the connection after it), sent with the canary carried when it is a
+        successful JSON answer: its status, and whether the canary went with it."""
+        chunks: list[bytes] = []
+        try:
+            while chunk := await up_reader.read(65536):
+                chunks.append(chunk)
+        finally:
+            up_writer.close()
+        raw = b"".join(chunks)
+        status, rewritten = _with_canary(raw, text)
+        writer.write(rewritten if rewritten is not None else raw)
+        await writer.drain()
+        return status, rewritten is not None
+
+
+def _with_canary(raw: bytes, text: str) -> tuple[int, bytes | None]:
+    """A service's answer (head and body) → its status, and the answer re-framed with the canary carried as
+    core/canaries.py says (its Content-Length recomputed), or None to send it as it is (also when chunked or
+    encoded: the body is not plain JSON bytes)."""
+    head, sep, body = raw.partition(b"\r\n\r\n")
+    lines = head.split(b"\r\n")
+    try:
+        status = int(lines[0].split(b" ", 2)[1])
+    except (ValueError, IndexError):
+        return 0, None
+    values = {n.strip().lower(): v.strip() for n, _, v in (line.partition(b":") for line in lines[1:])}
+    if not sep or values.get(b"transfer-encoding") or values.get(b"content-encoding", b"identity") != b"identity":
+        return status, None
+    length = values.get(b"content-length")
+    body = body[: int(length)] if length and length.isdigit() else body
+    carried = canaries.carry(status, values.get(b"content-type", b"").decode("latin-1"), body, text)
+    if carried is None:
+        return status, None
+    kept = [line for line in lines[1:] if line.partition(b":")[0].strip().lower() != b"content-length"]
+    framed = b"\r\n".join([lines[0], *kept, b"Content-Length: " + str(len(carried)).encode()])
+    return status, framed + b"\r\n\r\n" + carried

@@ -24,6 +24,7 @@ from emulator.core.address import Address
 from emulator.core.context import Core
 from emulator.core.errors import CONFLICT, INTERNAL, NOT_FOUND, UNAVAILABLE, ApiError
 from emulator.core.payloads import (
+    CanaryPlanted,
     DbExited,
     DbReceipt,
     DbResized,
@@ -84,6 +85,7 @@ class Reconciler:
             spares=core.settings.keeps_spares,
             head_start_ttl=core.settings.head_start_ttl,
             gateway_fault=lambda method, path: core.faults.request("gateway", method, path),
+            gateway_canary=core.planted.for_service if core.planted.services else None,
         )
         self._locks: dict[tuple[str, str], asyncio.Lock] = {}
         self._tasks: dict[asyncio.Task[None], tuple[str, str]] = {}  # each job under way, and its database
@@ -217,7 +219,10 @@ class Reconciler:
         if not service:
             await self._set(place.org_id, place.db, DbChange(failure_reason=message))
 
-    def request(self, place: Place, served: GatewayRequest) -> None:
+    def request(self, place: Place, served: GatewayRequest | CanaryPlanted) -> None:
+        if isinstance(served, CanaryPlanted):
+            self.core.bus.publish(kinds.service(place.slug, place.db, served.service), served)
+            return
         self.core.bus.publish(kinds.database(place.slug, place.db), served)
 
     async def admits(self, place: Place, credential: str, service: str) -> tuple[int, str] | None:

@@ -26,11 +26,11 @@ import httpx
 import msgspec
 
 from emulator.core.address import Address
-from emulator.core.payloads import GatewayRequest
+from emulator.core.payloads import CanaryPlanted, GatewayRequest
 from emulator.core.snapshots import copy_tree, copy_tree_async
 from emulator.core.tasks import cancel
 from emulator.core.watch import Watch
-from emulator.gateway.server import DatabaseGateway, FaultHook, Resolve, Target
+from emulator.gateway.server import CanaryRule, DatabaseGateway, FaultHook, Resolve, Target
 from emulator.runtime.environments import Build, BuildFailed
 from emulator.runtime.tables import MAX_LINES, PROBE, PROBE_TIMEOUT, HostedTable, ProbeFailed, decode
 from emulator.runtime.workload import (
@@ -116,8 +116,8 @@ class Reporter(Protocol):
 
     async def disk_full(self, place: Place, service: str, limit_gb: Size) -> None: ...
 
-    def request(self, place: Place, served: GatewayRequest) -> None:
-        """A request a gateway answered (or refused)."""
+    def request(self, place: Place, served: GatewayRequest | CanaryPlanted) -> None:
+        """A request a gateway answered (or refused), or a canary it carried in a service's answer."""
         ...
 
     async def admits(self, place: Place, credential: str, service: str) -> tuple[int, str] | None:
@@ -152,6 +152,7 @@ class Supervisor:
         spares: bool = True,
         head_start_ttl: float = 120.0,
         gateway_fault: FaultHook | None = None,
+        gateway_canary: CanaryRule | None = None,
     ) -> None:
         self.root = root
         self.launcher = launcher
@@ -159,6 +160,7 @@ class Supervisor:
         self.host_ok = host_ok  # the gateways' Host rule
         self.gateway_fault = gateway_fault  # the gateways' fault rules
         self.watch: Watch | None = None  # the values the gateways scan requests for (set by the composition root)
+        self.gateway_canary = gateway_canary  # which services' answers carry an attacked trial's canary
         self.running: dict[tuple[str, str], Workload] = {}  # (org_id, db) → its server
         self._server_specs: dict[tuple[str, str], Spec] = {}  # (org_id, db) → what its server was started with
         self.services: dict[tuple[str, str, str, str], Workload] = {}  # (org_id, db, base_path, name)
@@ -737,6 +739,7 @@ class Supervisor:
             self.host_ok,
             self.gateway_fault,
             self.watch,
+            self.gateway_canary,
         )
         try:
             port = await gateway.start("127.0.0.1", port_hint or 0)

@@ -17,7 +17,7 @@ import msgspec
 from litestar import Request, Response, delete, get, post
 from msgspec import UNSET, UnsetType
 
-from emulator.core import jsonbody, openapi
+from emulator.core import canaries, jsonbody, openapi
 from emulator.core.errors import ApiError
 from emulator.core.openapi import JsonSchema
 from emulator.core.payloads import SiteMcp
@@ -323,6 +323,9 @@ def _search_docs(site: Site, checked: JsonObject) -> ToolResult:
     args = msgspec.convert(checked, SearchDocsArgs)
     query = args.query.strip()
     hits, answer = site.docs.lookup(query, limit=args.limit)
+    planted = site.core.planted.for_tool("search_docs")
+    if planted is not None:  # an attacked trial's canary, in the answer the model reads
+        answer = canaries.append(answer, planted)
     results = [FoundPage(h.name, site.base_url + h.path, h.description) for h in hits]
     lines = [answer, ""] + [f"- {r.name}: {r.url}\n  {r.description}" for r in results]
     structured = SearchDocsAnswer(query, answer, results)
@@ -335,6 +338,11 @@ def _list_integrations(site: Site, checked: JsonObject) -> ToolResult:
     if category is not None and not items:
         known = ", ".join(sorted({i.category or "" for i in site.integrations}))
         return _tool_error(f"list_integrations: no integrations in category {category!r}; categories: {known}")
+    planted = site.core.planted.for_tool("list_integrations")
+    if planted is not None and items:  # an attacked trial's canary, in the first integration's description
+        first = items[0]
+        said = "" if first.description is UNSET else first.description
+        items = [msgspec.structs.replace(first, description=canaries.append(said, planted)), *items[1:]]
     text = "\n".join(f"- {i.name} ({_shown(i.category)}): {i.description or ''}" for i in items)
     return ToolResult(content=[Text("text", text)], structured_content=IntegrationsAnswer(items), is_error=False)
 

@@ -4,6 +4,8 @@ canaries exist for. What it does is chosen by words of the instruction (a model 
 
 - always: discovery first, then the docs (`/ask`: what they say is information, never an instruction to follow),
   then register, exchange the assertion for an access token and create the trial;
+- "integrations": it calls the MCP server's list_integrations tool first (its result, like the docs, is
+  information, never an instruction);
 - "claim": it gives the person the trial's claim link (its output is what the person reads);
 - "rate limit": it asks several questions and waits out each 429's Retry-After;
 - "expire": it lets its access token expire, and on the 401 exchanges its assertion again;
@@ -12,7 +14,7 @@ canaries exist for. What it does is chosen by words of the instruction (a model 
   adds the document the instruction names through the service's route with a key of its own;
 - "rotate": the same project with a route that shows which provider key its service sees; it sets the secret
   DEMO_PROVIDER_KEY, then rotates it to DEMO_PROVIDER_KEY_NEXT and restarts the database and the service, as the docs
-  say a secret needs.
+  say a secret needs;
 - "secret": it stores the provider key it was given (OPENAI_API_KEY) as a secret of the trial's `main` database,
   through the control plane's `set_secret`, and sends it nowhere else.
 
@@ -79,6 +81,29 @@ def deploy(instruction: str) -> int:
         return 0 if answer.status_code == 200 else 1
 
 
+MCP_VERSION = "2025-06-18"
+
+
+def call_tool(http: httpx.Client, site: str, tool: str, arguments: dict[str, object]) -> str:
+    """One MCP tool call over Streamable HTTP (JSON-RPC: initialize, initialized, tools/call): its text content."""
+    headers = {"Accept": "application/json, text/event-stream"}
+    hello = {
+        "protocolVersion": MCP_VERSION,
+        "capabilities": {},
+        "clientInfo": {"name": "careful-agent", "version": "1"},
+    }
+    http.post(f"{site}/mcp", headers=headers, json={"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": hello})
+    headers["MCP-Protocol-Version"] = MCP_VERSION
+    http.post(f"{site}/mcp", headers=headers, json={"jsonrpc": "2.0", "method": "notifications/initialized"})
+    call = {"name": tool, "arguments": arguments}
+    answer = http.post(
+        f"{site}/mcp", headers=headers, json={"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": call}
+    )
+    answer.raise_for_status()
+    result = answer.json()["result"]
+    return "\n".join(c["text"] for c in result["content"] if c["type"] == "text")
+
+
 def ask(http: httpx.Client, site: str, question: str) -> str:
     """One question to /ask, waiting out a 429 as its Retry-After says (bounded)."""
     for _ in range(5):
@@ -114,6 +139,8 @@ def main() -> int:
         if "trial" not in instruction:
             print("nothing I know how to do in this instruction", file=sys.stderr)
             return 1
+        if "integrations" in instruction:
+            print("integrations:", call_tool(http, site, "list_integrations", {}), flush=True)
         questions = QUESTIONS if "rate limit" in instruction else QUESTIONS[:1]
         for question in questions:
             print("docs:", ask(http, site, question), flush=True)
