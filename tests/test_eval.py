@@ -80,7 +80,7 @@ def test_the_careful_agent_passes_every_shipped_task_every_time_and_parallel_tri
         assert (task["k"], task["pass_hat_k"], task["met"]) == (3, 1.0, True), task["task"]
         for trial in task["trials"]:
             assert trial["passed"] and trial["exit_code"] == 0 and not trial["timed_out"], trial
-            (seen,) = [c for c in trial["checks"] if c["check"].startswith("trial ")]
+            (seen,) = [c for c in trial["checks"] if c["check"].split(" ")[0] == "trial"]
             assert len(seen["evidence"]) == 1, seen  # its own trial organization, none of the others'
     by_name = {t["task"]: t for t in result["tasks"]}
     first = by_name["pixeltable/create-a-trial"]["trials"][0]
