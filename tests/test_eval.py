@@ -16,6 +16,8 @@ from typing import Any
 
 import pytest
 
+from emulator.admin.wire import DatabaseUsageView, UsageList, UsageView
+from emulator.eval.cost import cost_of
 from emulator.eval.scoring import pass_at_1, pass_hat_k
 from tests.conftest import CHROMIUM
 
@@ -67,6 +69,7 @@ def test_the_careful_agent_passes_every_shipped_task_every_time_and_parallel_tri
     assert cost["requests"] == {"site": 3, "auth": 3}, cost
     assert (cost["trials_created"], cost["keys_created"], cost["egress"]) == (1, 0, [])
     assert 0 < cost["agent_seconds"] < cost["seconds"]
+    assert (cost["hosted_cpu_seconds"], cost["hosted_peak_memory_mb"]) == (0.0, 0.0)  # no hosted database
     # The person read the claim link in the agent's output and claimed the trial through the claim page.
     for trial in by_name["pixeltable/trial-and-claim"]["trials"]:
         (act,) = trial["person_acts"]
@@ -75,6 +78,18 @@ def test_the_careful_agent_passes_every_shipped_task_every_time_and_parallel_tri
     for trial in by_name["pixeltable/recover-from-limits"]["trials"]:
         assert "waiting" in trial["output"] and "exchanging the assertion again" in trial["output"], trial["output"]
     assert leftovers() == before  # every trial's state dir went with its emulator
+
+
+def test_a_trials_cost_counts_every_hosted_databases_usage_deleted_ones_included() -> None:
+    hosted = UsageList(
+        [
+            DatabaseUsageView(org="agent-1", db="main", usage=UsageView(3.5, 300.0), running=2),
+            DatabaseUsageView(org="agent-1", db="gone", usage=UsageView(1.25, 120.5), running=0),
+        ]
+    )
+    cost = cost_of([], [], 10.0, 5.0, hosted)
+    assert (cost.hosted_cpu_seconds, cost.hosted_peak_memory_mb) == (4.75, 420.5)  # the peaks summed
+    assert (cost_of([], [], 1.0, 0.5).hosted_cpu_seconds, cost_of([], [], 1.0, 0.5).hosted_peak_memory_mb) == (0, 0)
 
 
 # What each shipped task's checks say of the hasty agent: exactly the mistakes it was written to make.

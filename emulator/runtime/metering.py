@@ -63,6 +63,11 @@ class Meter:
         if self._task is None or self._task.done():
             self._task = asyncio.create_task(self._run(), name="meter")
 
+    @property
+    def reading(self) -> bool:
+        """Whether the readings run (only while something metered runs)."""
+        return self._task is not None and not self._task.done()
+
     async def _run(self) -> None:
         while any(db.live for db in self._dbs.values()):
             try:

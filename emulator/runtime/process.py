@@ -101,6 +101,10 @@ class ProcessTree:
         self.starttime = starttime
         self.skip = skip  # descendants of this name are not counted (they are metered on their own)
 
+    @classmethod
+    def of(cls, pid: int, *, skip: str = "") -> ProcessTree:
+        return cls(pid, _starttime(pid), skip=skip)
+
     def usage(self) -> Usage | None:
         """Every process of the tree: user and system CPU, with its children that have ended and been reaped (each
         parent's cutime/cstime), and resident memory summed. A zombie root still reads (its final times); a
@@ -178,7 +182,7 @@ class ProcessWorkload:
         self.ready = False
         self._record = record
         # It runs in a session of its own; the database's Postgres, started by the server, is metered apart.
-        self._tree = ProcessTree(proc.pid, _starttime(proc.pid), skip=POSTGRES)
+        self._tree = ProcessTree.of(proc.pid, skip=POSTGRES)
 
     @property
     def address(self) -> Address:
