@@ -133,12 +133,12 @@ class UsageList(msgspec.Struct):
 
     @property
     def cpu_seconds(self) -> float:
-        return round(sum(d.usage.cpu_seconds for d in self.databases), 3)
+        return round(sum((d.usage.cpu_seconds for d in self.databases), 0.0), 3)
 
     @property
     def peak_memory_mb(self) -> float:
         """The databases' peaks summed (each its own, not necessarily at the same moment)."""
-        return round(sum(d.usage.peak_memory_mb for d in self.databases), 1)
+        return round(sum((d.usage.peak_memory_mb for d in self.databases), 0.0), 1)
 
 
 class DatabaseView(msgspec.Struct):
