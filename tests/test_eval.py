@@ -17,12 +17,13 @@ from typing import Any
 import msgspec
 import pytest
 
-from emulator.admin.wire import EventView
+from emulator.admin.wire import DatabaseUsageView, EventView, UsageList, UsageView
 from emulator.config import DEFAULT_DOCS
 from emulator.core.canaries import Planted, ServiceCanary, ToolCanary
 from emulator.core.processes import marked
 from emulator.eval import canaries, runner, tasks
 from emulator.eval.checks import describe
+from emulator.eval.cost import cost_of
 from emulator.eval.runner import TRIAL_MARK_VAR, Trial, TrialResult
 from emulator.eval.scoring import pass_at_1, pass_hat_k
 from emulator.eval.tasks import Task, TaskError, load
@@ -89,6 +90,7 @@ def test_the_careful_agent_passes_every_shipped_task_every_time_and_parallel_tri
     assert cost["requests"] == {"site": 3, "auth": 3}, cost
     assert (cost["trials_created"], cost["keys_created"], cost["egress"]) == (1, 0, [])
     assert 0 < cost["agent_seconds"] < cost["seconds"]
+    assert (cost["hosted_cpu_seconds"], cost["hosted_peak_memory_mb"]) == (0.0, 0.0)  # no hosted database
     # The person read the claim link in the agent's output and claimed the trial through the claim page.
     for trial in by_name["pixeltable/trial-and-claim"]["trials"]:
         (act,) = trial["person_acts"]
@@ -121,6 +123,18 @@ def test_the_careful_agent_passes_every_shipped_task_every_time_and_parallel_tri
 def _checks(task: str, *kinds: str) -> set[str]:
     """The names of a shipped task's checks of these kinds, as a result shows them."""
     return {describe(c) for c in load(ROOT / "fixtures" / "tasks" / task).checks if describe(c).split(" ")[0] in kinds}
+
+
+def test_a_trials_cost_counts_every_hosted_databases_usage_deleted_ones_included() -> None:
+    hosted = UsageList(
+        [
+            DatabaseUsageView(org="agent-1", db="main", usage=UsageView(3.5, 300.0), running=2),
+            DatabaseUsageView(org="agent-1", db="gone", usage=UsageView(1.25, 120.5), running=0),
+        ]
+    )
+    cost = cost_of([], [], 10.0, 5.0, hosted)
+    assert (cost.hosted_cpu_seconds, cost.hosted_peak_memory_mb) == (4.75, 420.5)  # the peaks summed
+    assert (cost_of([], [], 1.0, 0.5).hosted_cpu_seconds, cost_of([], [], 1.0, 0.5).hosted_peak_memory_mb) == (0, 0)
 
 
 # What each shipped task's checks say of the hasty agent: exactly the mistakes it was written to make.

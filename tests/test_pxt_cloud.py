@@ -244,6 +244,14 @@ def test_4_schema_update_and_an_insert_through_the_tunnel(session: Session) -> N
     }
     assert tables["probe"].rows == 0 and tables["probe"].columns == {"text": "String", "key_seen": "String"}
     assert _workload_count(session.e) == workloads
+    # What the database's workloads used (its servers, prepare_project runs, spares and, on local processes, its
+    # Postgres), metered by the runtime: real CPU, and a peak a server with Postgres plausibly holds, under the
+    # trial's 2048 MB (which Docker enforces).
+    (view,) = [d for d in session.admin("/_emulator/databases")["databases"] if d["org"] == session.org]
+    assert view["usage"]["cpu_seconds"] > 1 and 20 < view["usage"]["peak_memory_mb"] < 2048, view["usage"]
+    (now,) = [d for d in session.admin("/_emulator/usage")["databases"] if d["org"] == session.org]
+    assert now["db"] == "main" and now["running"] >= 1, now
+    assert now["usage"]["cpu_seconds"] >= view["usage"]["cpu_seconds"], (now, view)
 
 
 def another_emulator(session: Session, tmp_path: Path, *args: str) -> tuple[Emulator, Session]:

@@ -11,6 +11,7 @@ from litestar.params import Parameter
 from emulator.admin.emulator import decode, json_response
 from emulator.admin.wire import (
     DatabaseList,
+    DatabaseUsageView,
     DatabaseView,
     LogLines,
     LogLineView,
@@ -19,6 +20,8 @@ from emulator.admin.wire import (
     ServiceList,
     ServiceView,
     TableList,
+    UsageList,
+    UsageView,
     VerbAccepted,
 )
 from emulator.core.errors import CONFLICT, NOT_FOUND, UNAVAILABLE
@@ -32,17 +35,20 @@ async def database_views(site: Site) -> dict[str, list[DatabaseView]]:
     reconciler = site.platform.reconciler
     by_org: dict[str, list[DatabaseView]] = {}
     for d in sorted(await databases.every(site.core.store), key=lambda d: (d.created_at, d.name)):
-        by_org.setdefault(d.org_id, []).append(DatabaseView.of(d, reconciler.server_ready(d.org_id, d.name)))
+        view = DatabaseView.of(d, reconciler.server_ready(d.org_id, d.name), reconciler.usage(d.org_id, d.name))
+        by_org.setdefault(d.org_id, []).append(view)
     return by_org
 
 
 @get("/_emulator/databases")
 async def databases_list(request: Request[Any, Any, Any]) -> Response[bytes]:
-    """Every hosted database: its state, generation, environment and whether its server runs."""
+    """Every hosted database: its state, generation, environment, whether its server runs, and its usage."""
     site = site_of(request)
     reconciler = site.platform.reconciler
     rows = await databases.every(site.core.store)
-    views = [DatabaseView.of(d, reconciler.server_ready(d.org_id, d.name)) for d in rows]
+    views = [
+        DatabaseView.of(d, reconciler.server_ready(d.org_id, d.name), reconciler.usage(d.org_id, d.name)) for d in rows
+    ]
     return json_response(DatabaseList(reconciler.kind, list(reconciler.unenforced), views))
 
 
@@ -124,6 +130,15 @@ async def services_list(request: Request[Any, Any, Any]) -> Response[bytes]:
     return json_response(ServiceList([ServiceView.of(s, reconciler.endpoint(s) or None) for s in rows]))
 
 
+@get("/_emulator/usage")
+async def usage_list(request: Request[Any, Any, Any]) -> Response[bytes]:
+    """What every hosted database's workloads used (CPU seconds, peak memory), read now; deleted ones included."""
+    usage = await site_of(request).platform.reconciler.usage_now()
+    return json_response(
+        UsageList([DatabaseUsageView(org=u.slug, db=u.db, usage=UsageView.of(u), running=u.running) for u in usage])
+    )
+
+
 HANDLERS = [
     databases_list,
     database_logs,
@@ -132,4 +147,5 @@ HANDLERS = [
     database_start,
     services_list,
     service_call,
+    usage_list,
 ]

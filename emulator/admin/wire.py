@@ -15,6 +15,7 @@ from emulator.core.snapshots import SnapshotView
 from emulator.hosted.keys import KeyView as KeyView  # the domain lists keys as these
 from emulator.hosted.records import Database, Org, Receipt, Service
 from emulator.hosted.secrets import SecretView as SecretView  # the domain lists secrets as these (never a value)
+from emulator.runtime.metering import DatabaseUsage
 from emulator.runtime.tables import HostedTable as HostedTable  # the runtime reads a database's tables as these
 from emulator.tunnel.forward import ProxyStatus
 
@@ -107,6 +108,41 @@ class ServerView(msgspec.Struct):
     ready: bool  # it answers on its private socket
 
 
+class UsageView(msgspec.Struct):
+    """What a hosted database's workloads used since the emulator started (a reset clears it): its servers,
+    prepare_project runs, services and spares, and the process runtime's Postgres. CPU seconds; the most resident
+    memory they held together at one reading (read once a second while they run)."""
+
+    cpu_seconds: float
+    peak_memory_mb: float
+
+    @classmethod
+    def of(cls, u: DatabaseUsage) -> UsageView:
+        return cls(u.cpu_seconds, round(u.peak_memory_bytes / 2**20, 1))
+
+
+class DatabaseUsageView(msgspec.Struct, kw_only=True):
+    org: str  # the organization's slug
+    db: str
+    usage: UsageView
+    running: int  # its workloads (and Postgres) running now
+
+
+class UsageList(msgspec.Struct):
+    """GET /_emulator/usage: every database's usage, after a reading taken for the answer; deleted ones included."""
+
+    databases: list[DatabaseUsageView]
+
+    @property
+    def cpu_seconds(self) -> float:
+        return round(sum((d.usage.cpu_seconds for d in self.databases), 0.0), 3)
+
+    @property
+    def peak_memory_mb(self) -> float:
+        """The databases' peaks summed (each its own, not necessarily at the same moment)."""
+        return round(sum((d.usage.peak_memory_mb for d in self.databases), 0.0), 1)
+
+
 class DatabaseView(msgspec.Struct):
     """A hosted database as the operator sees it: its state, generation, environment and whether its server runs."""
 
@@ -121,9 +157,10 @@ class DatabaseView(msgspec.Struct):
     gateway_port: int | None
     receipt: Receipt | None
     updated_at: str
+    usage: UsageView | None = None  # None: none of its workloads ran since the emulator started
 
     @classmethod
-    def of(cls, d: Database, ready: bool | None) -> DatabaseView:
+    def of(cls, d: Database, ready: bool | None, usage: DatabaseUsage | None = None) -> DatabaseView:
         """`ready`: whether its server answers yet, None when it does not run."""
         return cls(
             org=d.slug,
@@ -137,6 +174,7 @@ class DatabaseView(msgspec.Struct):
             gateway_port=d.gateway_port,
             receipt=d.receipt,
             updated_at=iso(d.updated_at),
+            usage=None if usage is None else UsageView.of(usage),
         )
 
 

@@ -1,6 +1,6 @@
 """What a trial cost, from its emulator's journal: requests per origin, what the agent made (trials, API keys,
 database updates), the connections and bytes it sent through the egress proxy per host (an agent's model provider
-shows up there), and the wall time."""
+shows up there), what its hosted databases' workloads used (CPU seconds, peak memory), and the wall time."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from collections import Counter
 
 import msgspec
 
-from emulator.admin.wire import EventView
+from emulator.admin.wire import EventView, UsageList
 
 
 class HostTraffic(msgspec.Struct, kw_only=True):
@@ -26,10 +26,22 @@ class Cost(msgspec.Struct, kw_only=True):
     keys_created: int
     db_updates: int
     egress: list[HostTraffic]  # per host, the most bytes first
+    # The hosted workloads the agent's actions started (servers, prepare_project, services, and the process runtime's
+    # Postgres), over every database of the trial's emulator, deleted ones included: CPU seconds, and the databases'
+    # peak resident memory summed (each database's own peak, not necessarily at the same moment).
+    hosted_cpu_seconds: float = 0.0
+    hosted_peak_memory_mb: float = 0.0
 
 
-def cost_of(requests: list[EventView], events: list[EventView], seconds: float, agent_seconds: float) -> Cost:
-    """`requests`: the agent's own (checks.agent_requests); `events`: the whole journal of the trial."""
+def cost_of(
+    requests: list[EventView],
+    events: list[EventView],
+    seconds: float,
+    agent_seconds: float,
+    hosted: UsageList | None = None,
+) -> Cost:
+    """`requests`: the agent's own (checks.agent_requests); `events`: the whole journal of the trial; `hosted`: what
+    its emulator's hosted databases used (GET /_emulator/usage), None for none."""
     kinds = Counter(e.kind for e in events)
     traffic: dict[str, HostTraffic] = {}
     for e in events:
@@ -48,4 +60,6 @@ def cost_of(requests: list[EventView], events: list[EventView], seconds: float, 
         keys_created=kinds["cloud.key_created"],
         db_updates=kinds["db.update_accepted"],
         egress=sorted(traffic.values(), key=lambda t: -(t.bytes_up + t.bytes_down)),
+        hosted_cpu_seconds=hosted.cpu_seconds if hosted else 0.0,
+        hosted_peak_memory_mb=hosted.peak_memory_mb if hosted else 0.0,
     )

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import msgspec
 
-from emulator.admin.wire import EventView, HostedTable, OrgList, ServiceAnswer
+from emulator.admin.wire import EventView, HostedTable, OrgList, ServiceAnswer, UsageList
 from emulator.commands.common import exports
 from emulator.config import DEFAULT_DOCS
 from emulator.core.processes import alive, group_alive, marked
@@ -267,6 +267,8 @@ class Trial:
         """The checks on what the trial's emulator holds and recorded, now that the agent has ended."""
         assert self.kit is not None, "finish() inside the trial's `with`"
         task = self.task
+        # What the hosted workloads used, read first: a check's calls add nothing to it, and the emulator still runs.
+        hosted = self.kit.answer(UsageList, "GET", "/_emulator/usage")
         orgs = self.kit.answer(OrgList, "GET", "/_emulator/orgs").orgs
         seen = Seen(
             orgs=orgs,
@@ -293,7 +295,7 @@ class Trial:
             seconds=round(seconds, 3),
             requests=len(mine),
             checks=checks,
-            cost=cost_of(mine, seen.events, seconds, agent_seconds),
+            cost=cost_of(mine, seen.events, seconds, agent_seconds, hosted),
             steps=steps_of(mine),
             kept=kept,
             attacked=self.attacked,

@@ -44,6 +44,7 @@ from emulator.hosted.records import AsSent, Database, DatabaseResources, Receipt
 from emulator.hosted.secretbox import SecretBox
 from emulator.hosted.states import ACCEPTS_UPDATE, OBSERVED, BuildOutcome, DbState, Phase, ServiceState
 from emulator.runtime.environments import BuildFailed
+from emulator.runtime.metering import DatabaseUsage
 from emulator.runtime.supervisor import Environment, Place, ProjectVersions, Release, ServiceRelease, Supervisor
 from emulator.runtime.tables import HostedTable
 from emulator.runtime.workload import Launcher, Resources, resized
@@ -163,6 +164,12 @@ class Reconciler:
         return await self.supervisor.call_service(
             service.org_id, service.db, service.base_path, service.name, method, path, body
         )
+
+    def usage(self, org_id: str, db: str) -> DatabaseUsage | None:
+        return self.supervisor.usage(org_id, db)
+
+    async def usage_now(self) -> list[DatabaseUsage]:
+        return await self.supervisor.usage_now()
 
     @property
     def busy(self) -> bool:

@@ -36,7 +36,7 @@ from emulator.runtime.engine import Engine
 from emulator.runtime.environments import BuildFailed
 from emulator.runtime.images import BUILDER_LABEL, Images, tag_of
 from emulator.runtime.sockets import LISTEN_PRIVATE, SocketDir
-from emulator.runtime.workload import Log, Resources, Size, Spec, release_spare
+from emulator.runtime.workload import Log, Metered, Resources, Size, Spec, Usage, release_spare
 
 log = logging.getLogger("emulator.runtime.docker")
 PORT = 8000
@@ -163,6 +163,22 @@ class ContainerWorkload:
 
     def returncode(self) -> int | None:
         return self._code
+
+    def usage(self) -> Usage | None:
+        """The container's cgroup: its CPU time (every process it ran, ended ones included) and memory in use, as
+        `docker stats` counts it (without the inactive page cache). None once it has stopped: its cgroup is gone."""
+        import docker.errors
+
+        if self._code is not None:
+            return None
+        try:
+            try:
+                stats = self.container.stats(stream=False, one_shot=True)  # one reading, no wait for a second one
+            except docker.errors.InvalidVersion:  # an engine before API 1.41: a reading takes a second
+                stats = self.container.stats(stream=False)
+        except docker.errors.NotFound:
+            return None  # removed; another error (the engine busy) raises: the meter keeps the last reading
+        return container_usage(stats)
 
     async def lines(self) -> AsyncIterator[str]:
         loop = asyncio.get_running_loop()
@@ -491,6 +507,9 @@ class DockerLauncher:
             self.mounts.add(base)
             self.disk_owner[base] = (base, "")
 
+    def outside(self, base: Path) -> dict[str, Metered]:
+        return {}  # Postgres runs in the database's container, and is metered with it
+
     def watch_disks(self, full: Callable[[Path, str], Awaitable[None]]) -> None:
         """Call `full(database dir, service label or "")` once when one of the disks fills up."""
         self._on_full = full
@@ -522,6 +541,18 @@ class DockerLauncher:
             await asyncio.to_thread(disks.release, mountpoint)
         self.mounts.clear()
         self.sockets.close()
+
+
+def container_usage(stats: dict[str, Any]) -> Usage | None:
+    """A reading of the engine's stats (cgroup v1 or v2); None for a container that no longer runs (no memory
+    figures)."""
+    memory = stats.get("memory_stats") or {}
+    if "usage" not in memory:
+        return None
+    detail = memory.get("stats") or {}
+    inactive = detail.get("total_inactive_file", detail.get("inactive_file", 0))
+    cpu_ns = ((stats.get("cpu_stats") or {}).get("cpu_usage") or {}).get("total_usage", 0)
+    return Usage(int(cpu_ns) / 1e9, max(0, int(memory["usage"]) - int(inactive)))
 
 
 def _larger(image: Path, size_gb: float) -> bool:

@@ -22,10 +22,13 @@ from emulator.core.address import Address
 from emulator.runtime.buildcache import BuildCache
 from emulator.runtime.environments import Environments
 from emulator.runtime.sockets import LISTEN_PRIVATE, SocketDir
-from emulator.runtime.workload import Log, Resources, Spec, release_spare
+from emulator.runtime.workload import Log, Metered, Resources, Spec, Usage, release_spare
 
 log = logging.getLogger("emulator.runtime")
 STOP_TIMEOUT = 20.0
+TICK = os.sysconf("SC_CLK_TCK")
+PAGE = os.sysconf("SC_PAGE_SIZE")
+POSTGRES = "postgres"  # the embedded Postgres's processes, metered on their own (ProcessTree of the postmaster)
 UNENFORCED = ("cpu", "memory_mb", "disk_gb", "workers", "egress")
 
 
@@ -63,6 +66,64 @@ def _starttime(pid: int) -> str | None:
     except OSError:
         return None
     return stat.rsplit(")", 1)[1].split()[19]  # field 22 of proc(5), counted after the command's name
+
+
+def _stat(pid: int) -> list[str] | None:
+    """The fields of /proc/<pid>/stat after the command's name (the first is the state, field 3 of proc(5)), and
+    the name; None if there is no such process."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    head, tail = stat.rsplit(")", 1)
+    return [head.split("(", 1)[-1], *tail.split()]
+
+
+def _children(pid: int) -> list[int]:
+    """The process's children, from each of its threads (a child is listed under the thread that forked it)."""
+    found: list[int] = []
+    try:
+        threads = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return found
+    for tid in threads:
+        with contextlib.suppress(OSError, ValueError):
+            found += [int(c) for c in Path(f"/proc/{pid}/task/{tid}/children").read_text().split()]
+    return found
+
+
+class ProcessTree:
+    """A process and its descendants, metered: the pid with its start time, so that a later process given the same
+    pid is not read as this one."""
+
+    def __init__(self, pid: int, starttime: str | None, *, skip: str = "") -> None:
+        self.pid = pid
+        self.starttime = starttime
+        self.skip = skip  # descendants of this name are not counted (they are metered on their own)
+
+    @classmethod
+    def of(cls, pid: int, *, skip: str = "") -> ProcessTree:
+        return cls(pid, _starttime(pid), skip=skip)
+
+    def usage(self) -> Usage | None:
+        """Every process of the tree: user and system CPU, with its children that have ended and been reaped (each
+        parent's cutime/cstime), and resident memory summed. A zombie root still reads (its final times); a
+        descendant that left the tree (re-parented to init) is no longer counted."""
+        root = _stat(self.pid)
+        if root is None or self.starttime is None or root[20] != self.starttime:
+            return None
+        ticks, pages, todo, seen = 0, 0, [self.pid], set[int]()
+        while todo:
+            pid = todo.pop()
+            fields = root if pid == self.pid else _stat(pid)
+            if pid in seen or fields is None or (pid != self.pid and fields[0] == self.skip):
+                continue
+            seen.add(pid)
+            # proc(5) fields 14-17 (utime, stime, cutime, cstime) and 24 (rss, in pages), counted from the state.
+            ticks += sum(int(f) for f in fields[12:16])
+            pages += int(fields[22])
+            todo += _children(pid)
+        return Usage(ticks / TICK, pages * PAGE)
 
 
 class Ledger:
@@ -120,10 +181,15 @@ class ProcessWorkload:
         self.resources = resources
         self.ready = False
         self._record = record
+        # It runs in a session of its own; the database's Postgres, started by the server, is metered apart.
+        self._tree = ProcessTree.of(proc.pid, skip=POSTGRES)
 
     @property
     def address(self) -> Address:
         return Address(socket=str(self.socket))
+
+    def usage(self) -> Usage | None:
+        return self._tree.usage()
 
     def _gone(self) -> None:
         self._record.unlink(missing_ok=True)
@@ -233,6 +299,11 @@ class ProcessLauncher:
 
     async def readable(self, base: Path) -> None:
         return None  # its files are plain files in `base`
+
+    def outside(self, base: Path) -> dict[str, Metered]:
+        pid = postmaster_of(base / "home" / "pgdata")
+        start = None if pid is None else _starttime(pid)
+        return {} if pid is None or start is None else {f"postgres {pid} {start}": ProcessTree(pid, start)}
 
     def watch_disks(self, full: Callable[[Path, str], Awaitable[None]]) -> None:
         return None  # no disk of its own: a process writes to this machine's

@@ -9,6 +9,7 @@ business (local processes or Docker containers, which enforce the resources hand
 The supervisor knows no table and no rule of the platform: the reconciler (emulator.hosted.reconciler) tells it
 what to run with which environment, and it reports through a `Reporter`: each output line, a server that exited
 on its own, a full disk, each request its gateways forward. Who may call a service is the reporter's to say.
+Every workload it starts is metered with its database (metering.py): CPU seconds and peak memory.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from emulator.core.tasks import cancel
 from emulator.core.watch import Watch
 from emulator.gateway.server import CanaryRule, DatabaseGateway, FaultHook, Resolve, Target
 from emulator.runtime.environments import Build, BuildFailed
+from emulator.runtime.metering import DatabaseUsage, Meter
 from emulator.runtime.tables import MAX_LINES, PROBE, PROBE_TIMEOUT, HostedTable, ProbeFailed, decode
 from emulator.runtime.workload import (
     POD,
@@ -177,6 +179,7 @@ class Supervisor:
         self.spares: dict[tuple[str, ...], tuple[Spec, Workload]] = {}
         self._sparing: dict[tuple[str, ...], asyncio.Task[None]] = {}
         self._expiring: dict[tuple[str, ...], asyncio.Task[None]] = {}  # a head start's spares, stopped if not taken
+        self.meter = Meter(lambda key: launcher.outside(self.directory(*key)))
 
     @property
     def kind(self) -> str:
@@ -198,6 +201,7 @@ class Supervisor:
 
     async def close(self) -> None:
         await self._stop_all()
+        await self.meter.close()
         await self.launcher.close()
 
     async def _stop_all(self) -> None:
@@ -222,6 +226,7 @@ class Supervisor:
         await asyncio.to_thread(shutil.rmtree, root, True)
         self._places.clear()
         self._sizes.clear()
+        self.meter.clear()
 
     def _database_dirs(self) -> list[Path]:
         root = self.root / "databases"
@@ -268,6 +273,21 @@ class Supervisor:
 
     def service_places(self, org_id: str, db: str) -> list[tuple[str, str]]:
         return [(b, n) for (o, d, b, n) in self.services if (o, d) == (org_id, db)]
+
+    def usage(self, org_id: str, db: str) -> DatabaseUsage | None:
+        """What the database's workloads used, as of the last reading (None: none of them ever ran)."""
+        return self.meter.usage((org_id, db))
+
+    async def usage_now(self) -> list[DatabaseUsage]:
+        """Every database's usage after a reading now, deleted databases' included."""
+        await self.meter.read()
+        return self.meter.every()
+
+    async def _start(self, place: Place, spec: Spec, log: Log) -> Workload:
+        """The launcher's start of a workload, metered with its database from here on."""
+        running = await self.launcher.start(spec, log)
+        self.meter.add(place.key, place.slug, running)
+        return running
 
     # --- databases --------------------------------------------------------------------------------------------
 
@@ -319,7 +339,7 @@ class Supervisor:
         spec = self._server_spec(place, release, seen, workload_env)
         running = await self._take_spare((*place.key, "server"), spec)
         if running is None:
-            running = await self.launcher.start(spec, db_log)
+            running = await self._start(place, spec, db_log)
         else:
             await db_log("the Pixeltable server is the database's spare, imports done")
         self._follow(place, running)
@@ -332,8 +352,7 @@ class Supervisor:
         except BaseException:
             if self.running.get(place.key) is running:
                 del self.running[place.key]
-            await running.stop()
-            await cancel(self._readers.get(id(running)))
+            await self._retire(running)
             raise
         await db_log(f"the Pixeltable server started, listening on {running.address}")
         await self._await_ready(running, healthy, "the Pixeltable server", db_log)
@@ -455,7 +474,7 @@ class Supervisor:
         spec = self._prepare_spec(place, release, seen, env, sizes)
         prep = await self._take_spare((*place.key, "prepare"), spec)
         if prep is None:
-            prep = await self.launcher.start(spec, db_log)
+            prep = await self._start(place, spec, db_log)
         else:
             await db_log("prepare_project is the database's spare, imports done")
         try:
@@ -491,8 +510,7 @@ class Supervisor:
         running = self.running.pop(key, None)
         if running is None:
             return
-        await running.stop()
-        await cancel(self._readers.get(id(running)))
+        await self._retire(running)  # its last reading taken, and its Postgres's, before both stop
         await self.launcher.stopped(self.directory(*key))
 
     async def tables(self, org_id: str, db: str, limit: int = 20) -> list[HostedTable] | None:
@@ -631,7 +649,7 @@ class Supervisor:
 
         running = await self._take_spare(key, spec)
         if running is None:
-            running = await self.launcher.start(spec, service_log)
+            running = await self._start(place, spec, service_log)
         else:
             await service_log(f"service {label}: the new generation is its spare, imports done")
         self._follow(place, running, label)
@@ -676,8 +694,9 @@ class Supervisor:
             log.debug("spare %s: %s", spec.label, line)
 
         made = dataclasses.replace(spec, env={**spec.env, SPARE: "eager" if ahead else "1"}, spare=True, eager=ahead)
+        place = self._places.get((key[0], key[1])) or Place(key[0], "", key[1])
         try:
-            spare = await self.launcher.start(made, note)
+            spare = await self._start(place, made, note)
         except Exception as e:  # a spare is an optimisation: without one, the next generation starts cold
             log.warning("no spare for %s: %s", spec.label, e)
             return
@@ -819,6 +838,7 @@ class Supervisor:
         await self.reporter.disk_full(place, service, limit)
 
     async def _retire(self, running: Workload) -> None:
+        await self.meter.final(running)
         await running.stop()
         await cancel(self._readers.get(id(running)))
 

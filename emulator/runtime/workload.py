@@ -84,7 +84,21 @@ def release_spare(socket_dir: Path, env: dict[str, str], unset: list[str]) -> No
     os.replace(tmp, socket_dir / "go.json")
 
 
-class Workload(Protocol):
+class Usage(msgspec.Struct, frozen=True):
+    """A reading of what a workload uses: CPU seconds since it started (its processes', with their children that
+    have ended), and resident memory now."""
+
+    cpu_seconds: float
+    memory_bytes: int
+
+
+class Metered(Protocol):
+    def usage(self) -> Usage | None:
+        """A reading now (blocking: call it in a thread); None once it has ended and nothing of it is left to read."""
+        ...
+
+
+class Workload(Metered, Protocol):
     digest: str
     ready: bool
     resources: Resources
@@ -156,6 +170,11 @@ class Launcher(Protocol):
 
     async def stopped(self, base: Path) -> None:
         """Called once a database's workloads are all gone (the process launcher stops its Postgres)."""
+        ...
+
+    def outside(self, base: Path) -> dict[str, Metered]:
+        """What runs for the database at `base` outside its workloads and is metered as the database's, by a name
+        of that instance (the process launcher's Postgres, which outlives the server that started it). Blocking."""
         ...
 
     async def readable(self, base: Path) -> None:
