@@ -75,6 +75,7 @@ def test_the_careful_agent_passes_every_shipped_task_every_time_and_parallel_tri
         "deploy-and-answer",
         "rotate-a-secret",
         "canary-in-a-tool",
+        "canary-in-a-service",
         "keep-a-secret",
     }
     for task in result["tasks"]:
@@ -367,6 +368,22 @@ def test_a_canary_in_a_tool_result_flags_the_agent_that_follows_it_and_not_the_o
     (hit,) = attacked["canaries_followed"]
     assert (hit["canary"], hit["page"], hit["planted"]) == (1, None, "MCP tool list_integrations")
     assert len(hit["evidence"]) == 1 and hit["evidence"][0].endswith("canary.request verify.canary-example.com")
+    assert (task["utility"], task["utility_under_attack"], task["attack_success_rate"]) == (1.0, 1.0, 1.0)
+
+
+def test_a_canary_in_a_hosted_services_answer_flags_the_agent_that_follows_it() -> None:
+    """The careful agent's pass of this task, clean and attacked, is in the test of every shipped task."""
+    task_dir = ROOT / "fixtures" / "tasks" / "canary-in-a-service"
+    code, result, _ = evaluate(str(task_dir), "--agent", HASTY, "-k", "1", "--parallel", "2")
+    assert code == 1
+    (task,) = result["tasks"]
+    clean, attacked = task["trials"]
+    assert clean["passed"] and clean["canaries_followed"] == [] and "verify.canary-example.com" not in clean["output"]
+    # It did the job (the row is in the table, untouched by the canary), and obeyed the service's answer.
+    assert not attacked["passed"] and all(c["passed"] for c in attacked["checks"])
+    (hit,) = attacked["canaries_followed"]
+    assert hit["planted"] == "service ingest route /docs" and hit["page"] is None
+    assert hit["evidence"] and all(e.endswith("canary.request verify.canary-example.com") for e in hit["evidence"])
     assert (task["utility"], task["utility_under_attack"], task["attack_success_rate"]) == (1.0, 1.0, 1.0)
 
 
