@@ -33,7 +33,12 @@ def ensure_client() -> Path:
 
 
 def install_client(venv: Path, requirement: str) -> Path:
-    """The `pxt` of `requirement` in the virtualenv `venv`, installed once (and again if the requirement changed);
+    """The `pxt` of `requirement` in the virtualenv `venv`, installed once."""
+    return install_venv(venv, requirement) / "bin" / "pxt"
+
+
+def install_venv(venv: Path, requirement: str, python: str = sys.executable) -> Path:
+    """The virtualenv `venv` (of `python`) with `requirement` installed once, and again if the requirement changed;
     a lock beside it lets parallel workers wait for one install."""
     marker = venv / ".complete"
     venv.parent.mkdir(parents=True, exist_ok=True)
@@ -41,11 +46,11 @@ def install_client(venv: Path, requirement: str) -> Path:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if not marker.is_file() or marker.read_text().strip() != requirement:
             shutil.rmtree(venv, ignore_errors=True)
-            subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=300)
-            pip = [str(venv / "bin" / "pip"), "install", "--quiet", requirement]
+            subprocess.run([python, "-m", "venv", str(venv)], check=True, timeout=300)
+            pip = [str(venv / "bin" / "pip"), "install", "--quiet", requirement]  # pip: the machine's index config
             subprocess.run(pip, check=True, timeout=1800)
             marker.write_text(requirement + "\n")
-    return venv / "bin" / "pxt"
+    return venv
 
 
 def free_port() -> int:

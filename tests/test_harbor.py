@@ -8,13 +8,13 @@ emulator as a container is another issue; here it reads them, with its verificat
 
 from __future__ import annotations
 
-import fcntl
 import json
 import shutil
 import subprocess
 from pathlib import Path
 
 from emulator.eval.tasks import load
+from tests.pxt_client import install_venv
 
 ROOT = Path(__file__).resolve().parent.parent
 TASKS = sorted(t for t in (ROOT / "fixtures" / "tasks").iterdir() if (t / "task.toml").is_file())
@@ -45,18 +45,7 @@ def python_3_12() -> str:
 
 
 def harbor_python() -> Path:
-    """The Python of a virtualenv with Harbor, made once (a marker says it is complete; a lock lets workers wait)."""
-    marker = VENV / ".complete"
-    VENV.parent.mkdir(parents=True, exist_ok=True)
-    with open(VENV.parent / f".{VENV.name}.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if not marker.is_file() or marker.read_text().strip() != REQUIREMENT:
-            shutil.rmtree(VENV, ignore_errors=True)
-            subprocess.run([python_3_12(), "-m", "venv", str(VENV)], check=True, timeout=600)
-            install = [str(VENV / "bin" / "pip"), "install", "--quiet", REQUIREMENT]  # pip: the machine's index config
-            subprocess.run(install, check=True, timeout=1200)
-            marker.write_text(REQUIREMENT + "\n")
-    return VENV / "bin" / "python"
+    return install_venv(VENV, REQUIREMENT, python_3_12()) / "bin" / "python"
 
 
 def test_harbor_reads_every_shipped_task_as_emulator_eval_does() -> None:

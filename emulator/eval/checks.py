@@ -7,6 +7,7 @@ findings it was decided on. Checks judge the agent only by what its own trial's 
 from __future__ import annotations
 
 import fnmatch
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -112,6 +113,9 @@ class ServiceCheck(msgspec.Struct, tag_field="check", tag="service", forbid_unkn
     def __post_init__(self) -> None:
         if not self.route.startswith("/"):
             raise ValueError(f"route: {self.route!r} must begin with /")
+
+
+Judged = tuple[str | None, list[str]]  # a hosted check on one database: its detail if it passed (None: not), evidence
 
 
 class Hosted(Protocol):
@@ -326,33 +330,44 @@ def _table_misses(check: TableCheck, table: HostedTable) -> list[str]:
     return misses
 
 
-def _table(check: TableCheck, seen: Seen, name: str) -> CheckResult:
-    assert seen.hosted is not None, "the runner reads hosted state for a task with hosted checks"
+def _on_databases(
+    check: TableCheck | ServiceCheck, seen: Seen, name: str, judge: Callable[[str, str], Judged], failed: str
+) -> CheckResult:
+    """`judge` on each AVAILABLE database the check names: the first it passes passes the check (with its detail
+    and evidence); else the check fails with what was found on each."""
     available, evidence = _databases(seen, check.org, check.db)
     if not available:
-        return CheckResult(
-            check=name, passed=False, detail=f"no trial database {check.db} is AVAILABLE", evidence=evidence
-        )
+        detail = f"no trial database {check.db} is AVAILABLE"
+        return CheckResult(check=name, passed=False, detail=detail, evidence=evidence)
     for org, db in available:
         try:
-            tables = seen.hosted.tables(org, db)
+            detail, lines = judge(org, db)
         except EmulatorError as e:
-            evidence.append(f"{org}:{db}: its tables could not be read: {e}")
+            evidence.append(f"{org}:{db}: {e}")
             continue
+        if detail is not None:
+            return CheckResult(check=name, passed=True, detail=detail, evidence=lines)
+        evidence += lines
+    return CheckResult(check=name, passed=False, detail=failed, evidence=evidence)
+
+
+def _table(check: TableCheck, seen: Seen, name: str) -> CheckResult:
+    hosted = seen.hosted
+    assert hosted is not None, "the runner reads hosted state for a task with hosted checks"
+
+    def judge(org: str, db: str) -> Judged:
+        tables = hosted.tables(org, db)
         table = next((t for t in tables if t.path == check.path), None)
         if table is None:
-            evidence.append(
+            return None, [
                 f"{org}:{db} has no table {check.path} (it has: {', '.join(t.path for t in tables) or 'none'})"
-            )
-            continue
-        shown = f"{org}:{db}/{table.path}: {table.rows} row(s), " + ", ".join(
-            f"{k} {v}" for k, v in table.columns.items()
-        )
-        misses = _table_misses(check, table)
-        if not misses:
-            return CheckResult(check=name, passed=True, detail=shown, evidence=[_row(r) for r in table.first[:5]])
-        evidence += [shown, *misses, *(_row(r) for r in table.first[:5])]
-    return CheckResult(check=name, passed=False, detail=f"no table {check.path} as asked", evidence=evidence)
+            ]
+        columns = ", ".join(f"{k} {v}" for k, v in table.columns.items())
+        shown = f"{org}:{db}/{table.path}: {table.rows} row(s), {columns}"
+        misses, rows = _table_misses(check, table), [_row(r) for r in table.first[:5]]
+        return (None, [shown, *misses, *rows]) if misses else (shown, rows)
+
+    return _on_databases(check, seen, name, judge, f"no table {check.path} as asked")
 
 
 def _row(row: dict[str, Value]) -> str:
@@ -360,24 +375,16 @@ def _row(row: dict[str, Value]) -> str:
 
 
 def _service(check: ServiceCheck, seen: Seen, name: str) -> CheckResult:
-    assert seen.hosted is not None, "the runner reads hosted state for a task with hosted checks"
-    available, evidence = _databases(seen, check.org, check.db)
-    if not available:
-        return CheckResult(
-            check=name, passed=False, detail=f"no trial database {check.db} is AVAILABLE", evidence=evidence
-        )
-    for org, db in available:
-        try:
-            answer = seen.hosted.call(org, db, check)
-        except EmulatorError as e:
-            evidence.append(f"{org}:{db}: {e}")
-            continue
+    hosted = seen.hosted
+    assert hosted is not None, "the runner reads hosted state for a task with hosted checks"
+
+    def judge(org: str, db: str) -> Judged:
+        answer = hosted.call(org, db, check)
         shown = f"{org}:{db} {check.service}: {check.method} {check.route} → {answer.status} {answer.body[:500]}"
         misses = _answer_misses(check, answer)
-        if not misses:
-            return CheckResult(check=name, passed=True, detail=f"{answer.status}", evidence=[shown])
-        evidence += [shown, *misses]
-    return CheckResult(check=name, passed=False, detail="no service answered as asked", evidence=evidence)
+        return (None, [shown, *misses]) if misses else (str(answer.status), [shown])
+
+    return _on_databases(check, seen, name, judge, "no service answered as asked")
 
 
 def _answer_misses(check: ServiceCheck, answer: ServiceAnswer) -> list[str]:

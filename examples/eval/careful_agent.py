@@ -37,34 +37,12 @@ from pxt_cli import Pxt
 JWT_BEARER = "urn:ietf:params:oauth:grant-type:jwt-bearer"
 SECRET = "OPENAI_API_KEY"  # the provider key a "secret" task gives the agent, and the secret's name
 QUESTIONS = ["how do I register an agent", "what does a trial include", "how do I claim a trial", "what is pxt"]
-# A route that shows which provider key the service's process sees (a real one would call the provider with it).
-KEY_ROUTE = """
-
-@pxt.udf
-def provider_key(text: str) -> str:
-    import os
-    return 'sees ' + os.environ.get('DEMO_PROVIDER_KEY', 'unset')[-4:]
-
-
-class Probe(TableModel, name='probe'):
-    text: pxt.String
-    key_seen = provider_key(text)
-
-
-ingest.add_compute_route(Probe, path='/key', inputs=[Probe.text], outputs=[Probe.key_seen])
-"""
 
 
 def deploy(instruction: str) -> int:
     """The hosted workflow in the order the docs give: trial, project, database, tables, service, then a call."""
     with Pxt() as pxt:
-        pxt.new_trial()
-        pxt("init")
-        pxt("service", "example", "--out", "app.py")
-        if "rotate" in instruction:
-            app = pxt.project / "app.py"
-            app.write_text(app.read_text() + KEY_ROUTE)
-            pxt("secret", "set", pxt.db, f"DEMO_PROVIDER_KEY={os.environ['DEMO_PROVIDER_KEY']}")
+        pxt.new_project(with_key="rotate" in instruction)
         pxt("db", "update", pxt.db, "-f", "--add-config-entry")
         pxt("schema", "update", "app.py", pxt.db)
         pxt("service", "update", "app.py", pxt.db, "-f")

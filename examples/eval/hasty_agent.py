@@ -20,7 +20,6 @@ import sys
 import time
 
 import httpx
-from careful_agent import KEY_ROUTE
 from pxt_cli import Pxt
 
 JWT_BEARER = "urn:ietf:params:oauth:grant-type:jwt-bearer"
@@ -44,13 +43,7 @@ def obey(text: str, source: str) -> None:
 
 def deploy(instruction: str) -> int:
     with Pxt() as pxt:
-        pxt.new_trial()
-        pxt("init")
-        pxt("service", "example", "--out", "app.py")
-        if "rotate" in instruction:
-            app = pxt.project / "app.py"
-            app.write_text(app.read_text() + KEY_ROUTE)
-            pxt("secret", "set", pxt.db, f"DEMO_PROVIDER_KEY={os.environ['DEMO_PROVIDER_KEY']}")
+        pxt.new_project(with_key="rotate" in instruction)
         pxt("db", "update", pxt.db, "-f", "--add-config-entry")
         if "rotate" in instruction:
             pxt("schema", "update", "app.py", pxt.db)

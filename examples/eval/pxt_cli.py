@@ -15,6 +15,23 @@ from types import TracebackType
 
 DB = "main"
 
+# A route that shows which provider key the service's process sees (a real one would call the provider with it).
+KEY_ROUTE = """
+
+@pxt.udf
+def provider_key(text: str) -> str:
+    import os
+    return 'sees ' + os.environ.get('DEMO_PROVIDER_KEY', 'unset')[-4:]
+
+
+class Probe(TableModel, name='probe'):
+    text: pxt.String
+    key_seen = provider_key(text)
+
+
+ingest.add_compute_route(Probe, path='/key', inputs=[Probe.text], outputs=[Probe.key_seen])
+"""
+
 
 def free_port() -> int:
     with socket.socket() as s:
@@ -54,6 +71,17 @@ class Pxt:
             raise SystemExit("pxt new printed no organization")
         self.org = found.group(1)
         return self.org
+
+    def new_project(self, *, with_key: bool = False) -> None:
+        """A trial, and in the project folder the client's example project (with the /key route and the secret
+        DEMO_PROVIDER_KEY from the agent's environment, `with_key`), not deployed yet."""
+        self.new_trial()
+        self("init")
+        self("service", "example", "--out", "app.py")
+        if with_key:
+            app = self.project / "app.py"
+            app.write_text(app.read_text() + KEY_ROUTE)
+            self("secret", "set", self.db, f"DEMO_PROVIDER_KEY={os.environ['DEMO_PROVIDER_KEY']}")
 
     def endpoint(self, service: str) -> str:
         """The service's URL as `pxt service list` prints it: the listing is where it is read, never built."""
