@@ -39,7 +39,7 @@ CAREFUL = f"{sys.executable} examples/eval/careful_agent.py"
 HASTY = f"{sys.executable} examples/eval/hasty_agent.py"
 
 
-def evaluate(*args: str) -> tuple[int, dict, str]:
+def evaluate(*args: str, tmp: Path | None = None) -> tuple[int, dict, str]:
     """`emulator eval ... --json` as a user runs it; the reference agents find the real client through PXT."""
     r = subprocess.run(
         [sys.executable, "-m", "emulator", "eval", *args, "--json"],
@@ -47,13 +47,13 @@ def evaluate(*args: str) -> tuple[int, dict, str]:
         text=True,
         timeout=1500,
         cwd=ROOT,
-        env={**os.environ, "PXT": str(ensure_client())},
+        env={**os.environ, "PXT": str(ensure_client()), **({"TMPDIR": str(tmp)} if tmp else {})},
     )
     return r.returncode, json.loads(r.stdout) if r.stdout.strip() else {}, r.stderr
 
 
-def leftovers() -> set[str]:
-    return {p.name for p in Path(tempfile.gettempdir()).glob("pxt-emulator-eval-*")}
+def leftovers(tmp: Path | None = None) -> set[str]:
+    return {p.name for p in Path(tmp or tempfile.gettempdir()).glob("pxt-emulator-eval-*")}
 
 
 TASKS = sorted(str(t) for t in (ROOT / "fixtures" / "tasks").iterdir() if (t / "task.toml").is_file())
@@ -62,10 +62,12 @@ TASKS = sorted(str(t) for t in (ROOT / "fixtures" / "tasks").iterdir() if (t / "
 def test_the_careful_agent_passes_every_shipped_task_every_time_and_parallel_trials_are_isolated(
     tmp_path: Path,
 ) -> None:
-    before = leftovers()
+    # The trials' state dirs in a temporary directory of the run's own (short: sockets are made under it), where
+    # another run's on this machine cannot appear.
+    tmp = Path(tempfile.mkdtemp(prefix="ev", dir="/tmp"))
     marks = tmp_path / "marks"
     agent = f'echo "${TRIAL_MARK_VAR}" >> {marks}; exec {CAREFUL}'  # each trial's mark, for the sweep's check
-    code, result, err = evaluate(*TASKS, "--agent", agent, "-k", "3", "--parallel", "3")
+    code, result, err = evaluate(*TASKS, "--agent", agent, "-k", "3", "--parallel", "3", tmp=tmp)
     assert code == 0, err
     assert {t["task"].split("/")[1] for t in result["tasks"]} >= {
         "create-a-trial",
@@ -113,7 +115,8 @@ def test_the_careful_agent_passes_every_shipped_task_every_time_and_parallel_tri
         (service,) = (c for c in trial["checks"] if c["check"].startswith("service "))
         assert service["evidence"][0].endswith('POST /key → 200 {"key_seen":"sees 2222"}'), service
         assert "sk-demo" not in trial["output"]  # the agent showed no secret's value
-    assert leftovers() == before  # every trial's state dir went with its emulator
+    assert leftovers(tmp) == set()  # every trial's state dir went with its emulator
+    shutil.rmtree(tmp)
     # Every process an agent started (its client's daemon in a session of its own, the Postgres that daemon ran)
     # ended with its trial.
     seen = marks.read_text().split()

@@ -68,11 +68,10 @@ from pydantic import BaseModel
 from typing_extensions import override
 
 from emulator.core.processes import group_alive
-from emulator.eval.runner import Trial, TrialResult
+from emulator.eval.runner import TRIAL_MARK_VAR, Trial, TrialResult, stop_marked
 from emulator.eval.tasks import Task, load
 
 SANDBOX = "pxt-emulator"
-WORKDIR = "work"  # the sample's working directory, inside the trial's state dir
 KILL_GRACE = 5.0  # seconds between SIGTERM and SIGKILL of what a command left running
 OUTPUT_TAIL = 4000  # characters of the commands' output a trial's result keeps (as `emulator eval` keeps)
 
@@ -104,7 +103,7 @@ class EmulatorSandbox(SandboxEnvironment):
     def __init__(self, trial: Trial) -> None:
         super().__init__()
         self.trial = trial
-        self.work = trial.state / WORKDIR
+        self.work = trial.work
         self.ready = time.monotonic()  # when the agent could start: its time runs from here to the scoring
         self.groups: set[int] = set()  # each command's process group: what it leaves running ends with the trial
         self.last_code = 0
@@ -131,11 +130,6 @@ class EmulatorSandbox(SandboxEnvironment):
         trial = Trial(task, next(cls._numbers), list(spec.emulator_args), attacked=spec.attacked)
         # Starting an emulator blocks (it waits until it serves); not in the event loop other samples run on.
         await anyio.to_thread.run_sync(trial.__enter__)
-        try:
-            (trial.state / WORKDIR).mkdir()
-        except BaseException:
-            await anyio.to_thread.run_sync(trial.__exit__, None, None, None)
-            raise
         box = cls(trial)
         cls._open.add(box)
         return {"default": box}
@@ -178,6 +172,7 @@ class EmulatorSandbox(SandboxEnvironment):
         EmulatorSandbox._open.discard(self)
         try:
             await _stop_groups(self.groups)
+            await anyio.to_thread.run_sync(stop_marked, self.trial.env[TRIAL_MARK_VAR])  # a daemon it detached
         finally:
             await anyio.to_thread.run_sync(self.trial.__exit__, None, None, None)
 

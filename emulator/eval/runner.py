@@ -219,6 +219,7 @@ class Trial:
         self.attacked = attacked and bool(task.canaries)
         self.keep = keep  # a directory for the trial's record (`emulator record diff` compares two) and logs
         self.state = Path(tempfile.mkdtemp(prefix="pxt-emulator-eval-"))
+        self.work = self.state / "work"  # the agent's own directory (EMULATOR_TRIAL_DIR)
         self.started = time.monotonic()
         self.kit: Testkit | None = None
         self.before: inventory.Inventory = {}
@@ -239,8 +240,7 @@ class Trial:
         if watched or hosts:  # before the agent starts; the values stay in the emulator's memory
             self.kit.watch(watched, hosts)
         self.before = inventory.take(self.kit)  # the starting state, for the collateral-damage check
-        work = self.state / "work"
-        work.mkdir(mode=0o700)
+        self.work.mkdir(mode=0o700)
         instruction = self.state / "instruction.md"
         instruction.write_text(self.task.instruction)
         self.env = {
@@ -250,7 +250,7 @@ class Trial:
             INSTRUCTION_VAR: self.task.instruction,
             INSTRUCTION_FILE_VAR: str(instruction),
             TASK_DIR_VAR: str(self.task.path),
-            TRIAL_DIR_VAR: str(work),
+            TRIAL_DIR_VAR: str(self.work),
             TRIAL_MARK_VAR: secrets.token_hex(8),
             **self.task.env,
         }
@@ -382,14 +382,14 @@ def _run_agent(
                     proc.wait(min(PERSON_POLL, max(0.0, deadline - time.monotonic())))
         finally:
             _stop_group(proc)
-            _stop_marked(env[TRIAL_MARK_VAR])
+            stop_marked(env[TRIAL_MARK_VAR])
     if person is not None:
         person.read(log)  # what it said last
     tail = log.read_text(errors="replace")[-4000:]
     return (None if timed_out else proc.returncode), timed_out, tail
 
 
-def _stop_marked(mark: str) -> None:
+def stop_marked(mark: str) -> None:
     """What the agent started outside its process group (a daemon of its client, which starts a session of its own,
     and what that runs) ends with the trial too: every process that carries the trial's mark in its environment."""
     for sig in (signal.SIGTERM, signal.SIGKILL):
