@@ -17,6 +17,7 @@ from emulator.commands import (
     declared,
     evaluate,
     faults,
+    image,
     journal,
     running,
     snapshots,
@@ -70,6 +71,7 @@ MODULES: tuple[Any, ...] = (
     declared,
     behaviour,
     buildcache,
+    image,
 )
 """The modules of `emulator.commands` whose subcommands `emulator` offers, in the order its help lists them."""
 

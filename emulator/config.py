@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import difflib
 import os
+import re
 import tomllib
 from datetime import UTC, date, datetime
 from pathlib import Path
@@ -134,6 +135,24 @@ class Settings(msgspec.Struct, kw_only=True):
     head_start_ttl: float = 120.0
     allowed_hosts: str = ""
     allowed_origins: str = ""
+    public_host: str = ""  # empty: `host`, or 127.0.0.1 when `host` is every address
+    gateway_ports: str = ""  # empty: any free port; "8710-8729": the service gateways' (a container publishes them)
+    admin_token: str = ""  # empty: /_emulator needs no token (the emulator is local by construction)
+
+    @property
+    def public(self) -> str:
+        """The host the URLs the emulator hands out name, where a client reaches it (outside its container): empty
+        for the address each origin is bound to."""
+        if self.public_host:
+            return self.public_host
+        return "127.0.0.1" if self.host in ("0.0.0.0", "::", "") else ""
+
+    @property
+    def gateway_range(self) -> range | None:
+        if not self.gateway_ports:
+            return None
+        first, _, last = self.gateway_ports.partition("-")
+        return range(int(first), int(last or first) + 1)
 
     @property
     def db_path(self) -> Path:
@@ -265,6 +284,12 @@ HELP: dict[str, str] = {
     "its submission (default 120; 0: no head starts)",
     "allowed_hosts": "comma-separated extra names the origins answer to (Host)",
     "allowed_origins": "comma-separated web origins allowed to send state-changing requests (Origin)",
+    "public_host": "the host the URLs the emulator hands out name, where its clients reach it (default: host, or "
+    "127.0.0.1 when host is 0.0.0.0): a container's published address, or its service name in a compose network",
+    "gateway_ports": "FIRST-LAST: the ports the service gateways listen on (default: any free port); a container "
+    "publishes them",
+    "admin_token": "a token every /_emulator call must carry (Authorization: Bearer, or X-Emulator-Token), for an "
+    "emulator others can reach; `emulator env` and the CLI pass it (EMULATOR_ADMIN_TOKEN)",
 }
 CHOICES: dict[str, tuple[str, ...]] = {"runtime": RUNTIMES, "log_level": LOG_LEVELS, "profile": PROFILES}
 BOOLS = frozenset(_BOOL)  # on/off settings: `--spares` and `--no-spares`
@@ -439,6 +464,22 @@ def _validate(s: Settings) -> None:
     check(0 <= s.head_start_ttl <= 3600, "head_start_ttl", "must be 0 to 3600 seconds")
     check(0 <= s.submit_hold <= 25, "submit_hold", "must be 0 to 25 seconds (the client gives a change's answer 30 s)")
     check(s.proxy_max_relays >= 1, "proxy_max_relays", "must be at least 1")
+    ports = re.fullmatch(r"(\d{1,5})(?:-(\d{1,5}))?", s.gateway_ports) if s.gateway_ports else None
+    check(
+        not s.gateway_ports or (ports is not None and 1 <= int(ports[1]) <= int(ports[2] or ports[1]) <= 65535),
+        "gateway_ports",
+        f"{s.gateway_ports!r} is not FIRST-LAST, two TCP ports (e.g. 8710-8729)",
+    )
+    check(
+        re.fullmatch(r"[A-Za-z0-9.:\[\]-]*", s.public_host) is not None,
+        "public_host",
+        f"{s.public_host!r} is not a host name or address",
+    )
+    check(
+        not s.admin_token or len(s.admin_token) >= 16,
+        "admin_token",
+        "must be at least 16 characters (one others cannot guess)",
+    )
     try:
         EgressPolicy.parse(s.proxy_egress)
     except EgressError as e:

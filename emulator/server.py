@@ -174,8 +174,10 @@ def keep_ports(state_dir: Path, socks: dict[str, socket.socket]) -> None:
     write_private(state_dir / PORTS_FILE, json.dumps({k: s.getsockname()[1] for k, s in socks.items()}).encode())
 
 
-def url_of(sock: socket.socket) -> str:
+def url_of(sock: socket.socket, public: str | None = None) -> str:
+    """The URL of a listening socket, as a client reaches it: at `public` (the host the emulator hands out)."""
     host, port = sock.getsockname()[:2]
+    host = public or host
     return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
 
 
@@ -317,7 +319,10 @@ async def _serve(
         for sock in (*socks.values(), tunnel_sock, s3_sock):
             sock.close()
         raise
-    urls = Urls(site=url_of(socks["site"]), auth=url_of(socks["auth"]), api=url_of(socks["api"]))
+    public = settings.public or None
+    urls = Urls(
+        site=url_of(socks["site"], public), auth=url_of(socks["auth"], public), api=url_of(socks["api"], public)
+    )
     # In a child process, while the rest starts: the keys and the tunnel's CA, made or checked (with cryptography,
     # which this process imports only at the first token or secret); the files are read at their first use.
     keys = asyncio.create_task(startkeys.finish(key_child, settings.state_dir, settings.cloud_domain))
@@ -355,15 +360,16 @@ async def _serve(
         boundary = Boundary.of(
             settings.host,
             [urls.site, urls.auth, urls.api],
-            settings.allowed_hosts.split(","),
+            [*settings.allowed_hosts.split(","), settings.public_host],
             settings.allowed_origins.split(","),
+            settings.admin_token,
         )
         reconciler = Reconciler(core, box, blobs, auth, urls.api, runtime_root, launcher, boundary.host_ok)
 
         async def live_databases() -> list[tuple[str, str]]:
             return [(d.org_id, d.name) for d in await databases.every(core.store)]
 
-        media = MediaStore(core, s3_sock, url_of(s3_sock), settings.media_quota_bytes, live_databases)
+        media = MediaStore(core, s3_sock, url_of(s3_sock, public), settings.media_quota_bytes, live_databases)
         platform = Platform(core, auth, box, blobs, reconciler, media, api_url=urls.api, auth_url=urls.auth)
         reconciler.supervisor.watch = core.bus.watch  # before any gateway is made
         opening = asyncio.create_task(reconciler.open())
@@ -383,7 +389,7 @@ async def _serve(
             "auth": urls.auth,
             "api": urls.api,
             "tunnel": f"{settings.cloud_domain}:{tunnel_port}",
-            "proxy": f"http://{settings.host}:{tunnel_port}",
+            "proxy": url_of(tunnel_sock, public),
             "ca_bundle": str(ca.bundle_path),
             "runtime": reconciler.kind,
             "s3": media.endpoint,

@@ -34,6 +34,7 @@ from urllib.parse import quote
 import httpx
 import msgspec
 
+from emulator.admin.client import admin_headers, local_bundle
 from emulator.admin.wire import (
     ClaimDecided,
     ClaimDecision,
@@ -183,7 +184,7 @@ class Testkit:
         self.reused = reused
         self.mark = 0  # the journal's last event before the current test
         # Never through a proxy: the emulator is on loopback, and a test shell may export the emulator's own proxy.
-        self._http = httpx.Client(base_url=self.url, timeout=120, trust_env=False)
+        self._http = httpx.Client(base_url=self.url, timeout=120, trust_env=False, headers=admin_headers())
         self.clock = Clock(self)
         self.acts = Acts(self)
         self.faults = Faults(self)
@@ -200,7 +201,7 @@ class Testkit:
     @classmethod
     def attach(cls, url: str) -> Testkit:
         """An emulator someone else started (`EMULATOR_URL`); `stop()` leaves it running."""
-        with httpx.Client(timeout=10, trust_env=False) as http:
+        with httpx.Client(timeout=10, trust_env=False, headers=admin_headers()) as http:
             try:
                 r = http.get(url.rstrip("/") + "/_emulator/status")
             except httpx.HTTPError as e:
@@ -208,7 +209,10 @@ class Testkit:
         if r.status_code != 200:
             raise EmulatorError(f"{url} is not an emulator's site (GET /_emulator/status: {r.status_code})")
         status = msgspec.json.decode(r.content, type=StatusView)
-        return cls(msgspec.convert(status.endpoints, Endpoints), state_dir=Path(status.state_dir))
+        found = msgspec.convert(status.endpoints, Endpoints)
+        if not Path(found.ca_bundle).is_file():  # its files are another machine's (a container's): a bundle of ours
+            found = msgspec.structs.replace(found, ca_bundle=str(local_bundle(url.rstrip("/"))))
+        return cls(found, state_dir=Path(status.state_dir))
 
     @classmethod
     def reuse(cls, state_dir: Path, args: Sequence[str] = ()) -> Testkit:

@@ -30,6 +30,7 @@ from emulator.core.payloads import Payload
 from emulator.tunnel import ca as ca_module
 from emulator.tunnel.ca import LocalCA
 from emulator.tunnel.server import Refusal, Route, TunnelServer
+from emulator.tunnel.tlsfiles import SYSTEM_BUNDLE
 from tests.pxt_client import ensure_client
 
 DOMAIN = "pxt.test"
@@ -492,7 +493,7 @@ def test_certificates(ca: LocalCA) -> None:
 
     bundle = ca.bundle_path.read_bytes()
     assert bundle.startswith(ca.ca_cert_path.read_bytes())
-    if ca_module.SYSTEM_BUNDLE.is_file():
+    if SYSTEM_BUNDLE.is_file():
         assert bundle.count(b"-----BEGIN CERTIFICATE-----") > 1  # the system's CAs follow ours
 
 

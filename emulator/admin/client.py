@@ -8,6 +8,7 @@ CLI calls synchronously (standard library only, so a command starts fast); the d
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -101,7 +102,9 @@ class Locator:
     def endpoints(self) -> Endpoints:
         """Where every origin is: endpoints.json's, or the status's of an emulator named by URL (a call)."""
         if self.url:
-            return msgspec.convert(fetch(StatusView, self.site() + "/_emulator/status").endpoints, Endpoints)
+            found = msgspec.convert(fetch(StatusView, self.site() + "/_emulator/status").endpoints, Endpoints)
+            # Its CA bundle is a file of its machine (or container): a bundle of this machine's, with its CA.
+            return msgspec.structs.replace(found, ca_bundle=str(local_bundle(self.site())))
         return self.running()
 
     def site(self) -> str:
@@ -110,6 +113,30 @@ class Locator:
 
     def describe(self) -> str:
         return self.url or str(self.state_dir)
+
+
+def local_bundle(site: str) -> Path:
+    """A CA bundle on this machine for the emulator at `site`: this machine's CAs and the emulator's (fetched), in the
+    per-user cache, named by its content (so a second emulator, or a new CA, gets a file of its own)."""
+    from emulator.tunnel.tlsfiles import client_bundle
+
+    req = urllib.request.Request(site + "/_emulator/ca.pem", headers=admin_headers())
+    try:
+        with urllib.request.urlopen(req, timeout=10) as resp:
+            ca = resp.read()
+    except urllib.error.HTTPError as e:
+        raise EmulatorError(error_message(e.code, e.read().decode(errors="replace"))) from None
+    except (urllib.error.URLError, OSError) as e:
+        raise Unreachable(f"cannot reach {site} ({e}); is it running?") from None
+    bundle = client_bundle(ca)
+    folder = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "pxt-emulator" / "ca"
+    folder.mkdir(parents=True, exist_ok=True)
+    target = folder / f"bundle-{hashlib.sha256(bundle).hexdigest()[:16]}.pem"
+    if not target.is_file():
+        tmp = target.with_name(f".{target.name}.{os.getpid()}")
+        tmp.write_bytes(bundle)
+        tmp.replace(target)
+    return target
 
 
 def error_message(status: int, body: str) -> str:
@@ -131,9 +158,19 @@ def fetch(view: type[T], url: str, body: Body = None, timeout: float = 10, metho
     return msgspec.json.decode(_send(url, body, timeout, method), type=view)
 
 
+ADMIN_TOKEN_VAR = "EMULATOR_ADMIN_TOKEN"
+
+
+def admin_headers() -> dict[str, str]:
+    """What every /_emulator call carries: the admin token, when the emulator was given one (admin_token)."""
+    token = os.environ.get(ADMIN_TOKEN_VAR, "")
+    return {"X-Emulator-Token": token} if token else {}
+
+
 def _send(url: str, body: Body, timeout: float, method: str | None) -> bytes:
     data = msgspec.json.encode(body) if body is not None else None
-    req = urllib.request.Request(url, data=data, headers={"Content-Type": "application/json"}, method=method)
+    headers = {"Content-Type": "application/json", **admin_headers()}
+    req = urllib.request.Request(url, data=data, headers=headers, method=method)
     try:
         with urllib.request.urlopen(req, timeout=timeout) as resp:
             return resp.read()
@@ -149,7 +186,8 @@ def download(url: str, target: Path, timeout: float = 600) -> int:
     try:
         # An export holds the emulator's keys: the file is the user's alone, as the state dir is.
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with urllib.request.urlopen(url, timeout=timeout) as resp, os.fdopen(fd, "wb") as f:
+        req = urllib.request.Request(url, headers=admin_headers())
+        with urllib.request.urlopen(req, timeout=timeout) as resp, os.fdopen(fd, "wb") as f:
             shutil.copyfileobj(resp, f, 1024 * 1024)
         tmp.replace(target)
     except urllib.error.HTTPError as e:
@@ -165,7 +203,7 @@ def upload(url: str, source: Path, media_type: str, timeout: float = 600) -> Any
     """POST the file `source` as the body (streamed); the decoded answer."""
     try:
         with open(source, "rb") as f:
-            headers = {"Content-Type": media_type, "Content-Length": str(source.stat().st_size)}
+            headers = {"Content-Type": media_type, "Content-Length": str(source.stat().st_size), **admin_headers()}
             req = urllib.request.Request(url, data=f, headers=headers, method="POST")
             with urllib.request.urlopen(req, timeout=timeout) as resp:
                 return json.loads(resp.read() or b"null")
@@ -179,7 +217,7 @@ def upload(url: str, source: Path, media_type: str, timeout: float = 600) -> Any
 
 def follow(url: str) -> Iterator[EventView]:
     """The events of an `/_emulator/events` stream, decoded, until it ends (Unreachable if it breaks)."""
-    req = urllib.request.Request(url, headers={"Accept": "text/event-stream"})
+    req = urllib.request.Request(url, headers={"Accept": "text/event-stream", **admin_headers()})
     try:
         with urllib.request.urlopen(req) as resp:
             for raw in resp:
@@ -198,7 +236,7 @@ class EmulatorClient:
 
         self._httpx = httpx
         self.locator = locator
-        self._http = httpx.AsyncClient(timeout=timeout)
+        self._http = httpx.AsyncClient(timeout=timeout, headers=admin_headers())
         self._site: str | None = None
 
     @property

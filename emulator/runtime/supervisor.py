@@ -60,6 +60,20 @@ Probe = Callable[[Address], Awaitable[bool]]
 
 
 @dataclass(frozen=True)
+class GatewayAddress:
+    """Where the service gateways listen (`bind`, on `ports` if given, else any free port) and the host their
+    endpoints name (`public`: where clients reach them, a container's published address)."""
+
+    bind: str = "127.0.0.1"
+    public: str = "127.0.0.1"
+    ports: range | None = None
+
+    def endpoint(self, port: int, label: str) -> str:
+        host = f"[{self.public}]" if ":" in self.public else self.public
+        return f"http://{host}:{port}/{label}"
+
+
+@dataclass(frozen=True)
 class Place:
     """A hosted database, as the supervisor names it: by id (directories) and by slug (labels)."""
 
@@ -155,11 +169,13 @@ class Supervisor:
         head_start_ttl: float = 120.0,
         gateway_fault: FaultHook | None = None,
         gateway_canary: CanaryRule | None = None,
+        gateway_address: GatewayAddress = GatewayAddress(),
     ) -> None:
         self.root = root
         self.launcher = launcher
         self.reporter = reporter
         self.host_ok = host_ok  # the gateways' Host rule
+        self.gateway_address = gateway_address
         self.gateway_fault = gateway_fault  # the gateways' fault rules
         self.watch: Watch | None = None  # the values the gateways scan requests for (set by the composition root)
         self.gateway_canary = gateway_canary  # which services' answers carry an attacked trial's canary
@@ -269,7 +285,7 @@ class Supervisor:
 
     def endpoint(self, org_id: str, db: str, label: str) -> str:
         gateway = self.gateways.get((org_id, db))
-        return "" if gateway is None else f"http://127.0.0.1:{gateway[1]}/{label}"
+        return "" if gateway is None else self.gateway_address.endpoint(gateway[1], label)
 
     def service_places(self, org_id: str, db: str) -> list[tuple[str, str]]:
         return [(b, n) for (o, d, b, n) in self.services if (o, d) == (org_id, db)]
@@ -760,12 +776,19 @@ class Supervisor:
             self.watch,
             self.gateway_canary,
         )
-        try:
-            port = await gateway.start("127.0.0.1", port_hint or 0)
-        except OSError:
-            port = await gateway.start("127.0.0.1", 0)  # the remembered port is taken: a new one
-        self.gateways[place.key] = (gateway, port)
-        return port
+        where = self.gateway_address
+        taken = {p for _, p in self.gateways.values()}
+        # The remembered port first; then, with a range, its free ports in order; else any free port.
+        tries = [port_hint] if port_hint and (where.ports is None or port_hint in where.ports) else []
+        tries += [p for p in where.ports if p not in taken] if where.ports is not None else [0]
+        for candidate in tries:
+            try:
+                port = await gateway.start(where.bind, candidate)
+            except OSError:
+                continue
+            self.gateways[place.key] = (gateway, port)
+            return port
+        raise BuildFailed(f"no free port for the service gateway in {where.ports} (the gateway_ports setting)")
 
     def _resolver(self, place: Place) -> Resolve:
         async def resolve(credential: str | None, path: str) -> Target | tuple[int, str]:

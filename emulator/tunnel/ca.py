@@ -15,12 +15,10 @@ them made or checked here in a child process (emulator/startkeys.py).
 
 from __future__ import annotations
 
-import contextlib
 import datetime as dt
 import fcntl
 import os
 import secrets
-import ssl
 from pathlib import Path
 
 from cryptography import x509
@@ -30,7 +28,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from emulator.core.private import private_dir, write_private
-from emulator.tunnel.tlsfiles import TlsFiles
+from emulator.tunnel.tlsfiles import TlsFiles, client_bundle
 
 CA_VALIDITY = dt.timedelta(days=3650)
 LEAF_VALIDITY = dt.timedelta(days=365)
@@ -40,8 +38,6 @@ LEAF_RENEW_BEFORE = dt.timedelta(days=30)
 CA_RENEW_BEFORE = dt.timedelta(days=60)
 # certificates are back-dated a little so a peer whose clock runs slightly behind still accepts them
 _BACKDATE = dt.timedelta(hours=1)
-
-SYSTEM_BUNDLE = Path("/etc/ssl/certs/ca-certificates.crt")
 
 
 def _now() -> dt.datetime:
@@ -201,26 +197,6 @@ def _leaf_usable(cert: x509.Certificate, ca_cert: x509.Certificate, domain: str,
     return {domain, f"*.{domain}"} <= leaf_names(cert)
 
 
-def _system_cas() -> bytes:
-    """The system's trusted CAs as PEM, so a client pointed at our bundle keeps reaching the rest of the internet."""
-    candidates = [SYSTEM_BUNDLE]
-    openssl_default = ssl.get_default_verify_paths().cafile
-    if openssl_default:
-        candidates.append(Path(openssl_default))
-    for path in candidates:
-        with contextlib.suppress(OSError):
-            data = path.read_bytes()
-            if b"-----BEGIN CERTIFICATE-----" in data:
-                return data
-    try:
-        import certifi
-    except ImportError:
-        return b""
-    with contextlib.suppress(OSError):
-        return Path(certifi.where()).read_bytes()
-    return b""
-
-
 class LocalCA(TlsFiles):
     """The CA and the current leaf for one domain, as files in `directory` (see the module docstring)."""
 
@@ -256,10 +232,7 @@ class LocalCA(TlsFiles):
         os.chmod(self.key_path, 0o600)
 
         # rewritten each start, as the system store may have changed; only when different, to keep mtimes stable
-        bundle = self.ca_cert_path.read_bytes()
-        system = _system_cas()
-        if system:
-            bundle += b"\n" + system
+        bundle = client_bundle(self.ca_cert_path.read_bytes())
         try:
             current = self.bundle_path.read_bytes()
         except OSError:

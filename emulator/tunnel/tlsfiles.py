@@ -7,10 +7,12 @@ Making and checking them is ca.py's (`LocalCA`), which needs cryptography: 10 Mi
 
 from __future__ import annotations
 
+import contextlib
 import re
 import ssl
 from pathlib import Path
 
+SYSTEM_BUNDLE = Path("/etc/ssl/certs/ca-certificates.crt")
 _LABEL = re.compile(r"[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?")
 
 
@@ -49,3 +51,29 @@ class TlsFiles:
         ctx.options |= ssl.OP_NO_RENEGOTIATION
         ctx.load_cert_chain(self.cert_path, self.key_path)
         return ctx
+
+
+def system_cas() -> bytes:
+    """The system's trusted CAs as PEM, so a client pointed at our bundle keeps reaching the rest of the internet."""
+    candidates = [SYSTEM_BUNDLE]
+    openssl_default = ssl.get_default_verify_paths().cafile
+    if openssl_default:
+        candidates.append(Path(openssl_default))
+    for path in candidates:
+        with contextlib.suppress(OSError):
+            data = path.read_bytes()
+            if b"-----BEGIN CERTIFICATE-----" in data:
+                return data
+    try:
+        import certifi
+    except ImportError:
+        return b""
+    with contextlib.suppress(OSError):
+        return Path(certifi.where()).read_bytes()
+    return b""
+
+
+def client_bundle(ca_pem: bytes) -> bytes:
+    """What a client trusts to reach the tunnel and still the rest of the internet: our CA, then the system's."""
+    system = system_cas()
+    return ca_pem + b"\n" + system if system else ca_pem
