@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # What the Docker runtime's tests need on a fresh Debian machine, each step only when missing:
-# a Docker engine (docker.io) with iptables, debootstrap, a running dockerd, and the base image for hosted
+# a Docker engine (docker.io) with iptables, debootstrap, docker-compose, a running dockerd, and the base image for hosted
 # containers built without any registry (`emulator base-image`: debootstrap + docker import); and Debian's
 # Chromium with a font for tests/test_pages_browser.py (Playwright drives the system browser, no download).
 set -euo pipefail
@@ -12,6 +12,7 @@ need=()
 command -v dockerd >/dev/null || need+=(docker.io)
 command -v iptables >/dev/null || need+=(iptables)
 command -v debootstrap >/dev/null || need+=(debootstrap)
+command -v docker-compose >/dev/null || need+=(docker-compose)  # the compose example's test (examples/compose/)
 command -v mkfs.ext4 >/dev/null || need+=(e2fsprogs)
 command -v chromium >/dev/null || need+=(chromium)
 [ -e /usr/share/fonts/truetype/dejavu/DejaVuSans.ttf ] || need+=(fonts-dejavu-core)

@@ -146,8 +146,22 @@ def normalized(svg: str) -> str:
     return re.sub(r"\bterminal-\d+-", "terminal-", svg)
 
 
-def assert_snapshot(app: Dashboard, name: str) -> None:
-    actual = normalized(app.export_screenshot(title="emulator tui"))
+async def steady_screenshot(app: Dashboard, pilot: Pilot[None], within: float = 10.0) -> str:
+    """The screen once it stops changing (two exports a moment apart agree): on a loaded machine an event or a
+    refresh may still be on its way when the view's content is already right, and move a scrollbar by a cell."""
+    shot = normalized(app.export_screenshot(title="emulator tui"))
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        await pilot.pause(0.2)
+        again = normalized(app.export_screenshot(title="emulator tui"))
+        if again == shot:
+            return shot
+        shot = again
+    return shot
+
+
+async def assert_snapshot(app: Dashboard, pilot: Pilot[None], name: str) -> None:
+    actual = await steady_screenshot(app, pilot)
     path = SNAPSHOTS / f"{name}.svg"
     if os.environ.get("TUI_SNAPSHOT_UPDATE"):
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -711,17 +725,17 @@ async def _settled(app: Dashboard, pilot: Pilot[None]) -> None:
 async def test_snapshot_of_the_main_views(snap_emu: Emulator, view: str) -> None:
     async with dashboard(snap_emu, initial=view) as (app, pilot):
         await _settled(app, pilot)
-        assert_snapshot(app, view)
+        await assert_snapshot(app, pilot, view)
 
 
 async def test_snapshot_of_the_log_filtered_and_of_the_keys(snap_emu: Emulator) -> None:
     async with dashboard(snap_emu, initial="log") as (app, pilot):
         await _settled(app, pilot)
         await pilot.press("slash", *"trial\\.|db\\.|clock\\.", "enter")
-        assert_snapshot(app, "log")
+        await assert_snapshot(app, pilot, "log")
         await pilot.press("question_mark")
         await pilot.pause()
-        assert_snapshot(app, "keys")
+        await assert_snapshot(app, pilot, "keys")
 
 
 async def test_at_80x24_tables_scroll_sideways_and_enter_shows_every_field(snap_emu: Emulator) -> None:
@@ -729,7 +743,7 @@ async def test_at_80x24_tables_scroll_sideways_and_enter_shows_every_field(snap_
         await _settled(app, pilot)
         table = app.table_view("registrations").table
         assert table.size.width < 80 and table.max_scroll_x > 0  # the columns are wider than the pane
-        assert_snapshot(app, "registrations-80x24")
+        await assert_snapshot(app, pilot, "registrations-80x24")
         for _ in range(40):
             await pilot.press("right")
         assert table.scroll_x > 0
@@ -741,7 +755,7 @@ async def test_at_80x24_tables_scroll_sideways_and_enter_shows_every_field(snap_
         for scope in reg.scopes:
             assert scope in text
         assert reg.id in text and (reg.trial or "—") in text
-        assert_snapshot(app, "registration-detail-80x24")
+        await assert_snapshot(app, pilot, "registration-detail-80x24")
         await pilot.press("escape")
         assert not isinstance(app.screen, DetailScreen)
 
@@ -793,7 +807,7 @@ async def test_at_80_columns_ids_are_short_so_the_columns_after_them_show(snap_e
         for card in app.model.agents:
             line = next(line for line in screen if short_id(card.agent) in line)
             assert ("clean" if card.clean else f"{len(card.findings)}: ") in line, line
-        assert_snapshot(app, "agents-80x24")
+        await assert_snapshot(app, pilot, "agents-80x24")
 
 
 async def test_log_lines_that_came_while_the_log_was_hidden_use_its_whole_width(tui_emu: Emulator) -> None:
@@ -854,7 +868,7 @@ async def test_snapshot_of_a_question_at_80x24(snap_emu: Emulator) -> None:
         await select(pilot, app, "databases", f"{app.model.orgs[0].org}:main")
         await pilot.press("s")
         await until(pilot, lambda: isinstance(app.screen, ConfirmScreen), "the question")
-        assert_snapshot(app, "stop-question-80x24")
+        await assert_snapshot(app, pilot, "stop-question-80x24")
         await pilot.press("n")
 
 

@@ -23,7 +23,7 @@ from emulator.config import PROJECT_ROOT
 
 DOCKERFILE = Path(__file__).parent / "Dockerfile"
 DEFAULT_TAG = "pxt-emulator:local"
-APP_PARTS = ("emulator", "tui", "fixtures", "pyproject.toml", "README.md")
+APP_PARTS = ("emulator", "tui", "fixtures", "examples", "pyproject.toml", "README.md")
 _SKIP = shutil.ignore_patterns("__pycache__", "*.pyc", ".pytest_cache", ".ruff_cache")
 PIP_TIMEOUT = 1800.0
 

@@ -1,0 +1,214 @@
+"""A Testcontainers module (testcontainers-python) for the emulator's image: `PxtEmulatorContainer`.
+
+    from emulator.container.testcontainer import PxtEmulatorContainer
+
+    with PxtEmulatorContainer() as emulator:          # started, and healthy
+        os.environ.update(emulator.client_env())       # what `emulator env` prints, for a client on this machine
+        kit = emulator.testkit()                       # the Testkit of the running container
+
+Every origin listens in the container on the same port it is published on (127.0.0.1 only), so the URLs it hands out
+(discovery documents, `api_url`, claim links, service URLs) are the ones a client here uses. `reuse=True` keeps the
+container running when the `with` ends and gives it to the next session started with the same configuration (a
+label holds the configuration's digest), as Testcontainers' reuse does; `docker_socket=True` mounts this machine's
+Docker socket (hosted workloads as sibling containers); `build_cache` mounts the per-user cache of built hosted
+environments, so a database's first update needs no build (and no network).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import socket
+import time
+from pathlib import Path
+from typing import Any, cast
+
+import httpx
+from testcontainers.core.container import DockerContainer
+
+from emulator.admin.client import Locator
+from emulator.commands.common import exports
+from emulator.testkit import Testkit
+
+DEFAULT_IMAGE = "pxt-emulator:local"
+ORIGINS = ("site", "auth", "api", "tunnel", "s3")
+GATEWAYS = 4  # service gateways: one per hosted database that runs services
+REUSE_LABEL = "pxt-emulator.reuse"
+STATE = "/var/lib/pxt-emulator"
+ENVS_IN_CONTAINER = "/root/.cache/pxt-emulator/envs"  # the image runs as root: its per-user cache is here
+HEALTHY_TIMEOUT = 120.0
+
+
+def free_ports(count: int, contiguous: bool = False) -> list[int]:
+    """Ports free on this machine's loopback now: `count` of them, or a run of `count` in a row."""
+    if not contiguous:
+        held = [socket.socket() for _ in range(count)]
+        try:
+            for s in held:
+                s.bind(("127.0.0.1", 0))
+            return [int(s.getsockname()[1]) for s in held]
+        finally:
+            for s in held:
+                s.close()
+    for _ in range(200):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            first = int(s.getsockname()[1])
+        if first + count > 65535:
+            continue
+        run = list(range(first, first + count))
+        if all(_free(p) for p in run):
+            return run
+    raise RuntimeError(f"no {count} free ports in a row on 127.0.0.1")
+
+
+def _free(port: int) -> bool:
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+        return True
+
+
+class PxtEmulatorContainer(DockerContainer):
+    def __init__(
+        self,
+        image: str = DEFAULT_IMAGE,
+        *,
+        runtime: str = "process",
+        docker_socket: bool = False,
+        build_cache: Path | None = None,
+        reuse: bool = False,
+        admin_token: str | None = None,
+        settings: dict[str, str] | None = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(image, **kwargs)
+        self.reuse = reuse
+        self.admin_token = admin_token
+        self._reused = False
+        # What the container is, for reuse (ports aside: a reused container keeps its own).
+        self._config: dict[str, Any] = {
+            "image": image,
+            "runtime": runtime,
+            "docker_socket": docker_socket,
+            "build_cache": str(build_cache) if build_cache else None,
+            "settings": dict(sorted((settings or {}).items())),
+            "admin_token": hashlib.sha256((admin_token or "").encode()).hexdigest(),
+        }
+        self.with_env("EMULATOR_RUNTIME", runtime)
+        for name, value in (settings or {}).items():
+            self.with_env(f"EMULATOR_{name.upper()}", value)
+        if admin_token:
+            self.with_env("EMULATOR_ADMIN_TOKEN", admin_token)
+        if docker_socket:
+            self.with_volume_mapping("/var/run/docker.sock", "/var/run/docker.sock", "rw")
+        if build_cache is not None:
+            self.with_volume_mapping(str(build_cache), ENVS_IN_CONTAINER, "rw")
+        self.ports_of: dict[str, int] = {}
+
+    @property
+    def digest(self) -> str:
+        return hashlib.sha256(json.dumps(self._config, sort_keys=True).encode()).hexdigest()[:24]
+
+    def _publish(self) -> None:
+        """Each origin, and the gateways' range, on the same port inside and out: the URLs are right everywhere."""
+        ports: dict[str, int] = dict(zip(ORIGINS, free_ports(len(ORIGINS)), strict=True))
+        gateways = free_ports(GATEWAYS, contiguous=True)
+        for origin, port in ports.items():
+            self.with_env(f"EMULATOR_{origin.upper()}_PORT", str(port))
+            self.with_bind_ports(port, cast(Any, ("127.0.0.1", port)))  # docker-py's (address, port): loopback only
+        for port in gateways:
+            self.with_bind_ports(port, cast(Any, ("127.0.0.1", port)))
+        self.with_env("EMULATOR_GATEWAY_PORTS", f"{gateways[0]}-{gateways[-1]}")
+        self.ports_of.update(ports)
+
+    def start(self) -> PxtEmulatorContainer:
+        client = self.get_docker_client().client
+        if self.reuse:
+            found = client.containers.list(filters={"label": f"{REUSE_LABEL}={self.digest}", "status": "running"})
+            if found:
+                self._container = found[0]
+                env = dict(e.split("=", 1) for e in found[0].attrs["Config"]["Env"])
+                self.ports_of.update({o: int(env[f"EMULATOR_{o.upper()}_PORT"]) for o in ORIGINS})
+                self._reused = True
+                self._wait_healthy()
+                return self
+        self._publish()
+        if self.reuse:
+            # Not through Testcontainers' start: its reaper would remove the container when this session ends.
+            self._configure()
+            run: Any = client.containers.run  # docker-py's overloads do not cover every keyword
+            self._container = run(
+                self.image,
+                environment=self.env,
+                ports=self.ports,
+                volumes={host: {"bind": m["bind"], "mode": m["mode"]} for host, m in self.volumes.items()},
+                labels={REUSE_LABEL: self.digest},
+                detach=True,
+                **self._kwargs,
+            )
+        else:
+            super().start()
+        self._wait_healthy()
+        return self
+
+    def stop(self, force: bool = True, delete_volume: bool = True) -> None:
+        """Removes the container (and its anonymous state volume), unless it is one to reuse."""
+        if self.reuse:
+            self.get_docker_client().client.close()
+            return
+        super().stop(force, delete_volume)
+
+    @property
+    def reused(self) -> bool:
+        """Whether `start` found a running container to reuse rather than starting one."""
+        return self._reused
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.ports_of['site']}"
+
+    def _wait_healthy(self) -> None:
+        deadline = time.monotonic() + HEALTHY_TIMEOUT
+        while time.monotonic() < deadline:
+            try:
+                if httpx.get(self.url + "/health", timeout=2, trust_env=False).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            if self._container is not None:
+                self._container.reload()
+                if self._container.status == "exited":
+                    raise RuntimeError("the emulator's container exited:\n" + self._container.logs().decode()[-3000:])
+            time.sleep(0.2)
+        raise TimeoutError(f"the emulator's container did not answer /health within {HEALTHY_TIMEOUT:.0f} s")
+
+    def client_env(self) -> dict[str, str]:
+        """What `emulator env --url` prints for it: the variables that point a client on this machine at it."""
+        with _token(self.admin_token):
+            return exports(Locator(url=self.url).endpoints())
+
+    def testkit(self) -> Testkit:
+        with _token(self.admin_token):
+            return Testkit.attach(self.url)
+
+
+class _token:
+    """EMULATOR_ADMIN_TOKEN for the calls made inside the `with` (the admin client reads it from there)."""
+
+    def __init__(self, token: str | None) -> None:
+        self.token, self.before = token, os.environ.get("EMULATOR_ADMIN_TOKEN")
+
+    def __enter__(self) -> None:
+        if self.token:
+            os.environ["EMULATOR_ADMIN_TOKEN"] = self.token
+
+    def __exit__(self, *_: object) -> None:
+        if self.token:
+            if self.before is None:
+                os.environ.pop("EMULATOR_ADMIN_TOKEN", None)
+            else:
+                os.environ["EMULATOR_ADMIN_TOKEN"] = self.before

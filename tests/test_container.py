@@ -1,0 +1,236 @@
+"""The emulator as a container, against this machine's Docker engine: the image built from the local base, a
+container reached from outside through its published ports and `emulator env`'s exports (a trial, /ask, the real
+`pxt` hosted workflow on the process runtime inside), a restart on the same volume, import on start and export on
+exit, the admin token, the compose example and the Testcontainers module's reuse.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import docker
+import httpx
+import pytest
+from docker.errors import NotFound
+
+from emulator.container.testcontainer import REUSE_LABEL, PxtEmulatorContainer, free_ports
+from tests.agent_flow import must
+from tests.pxt_client import Pxt, ensure_client
+
+ROOT = Path(__file__).resolve().parent.parent
+IMAGE = "pxt-emulator:test"
+ENVS = Path.home() / ".cache" / "pxt-emulator" / "envs"  # the per-user build cache: hosted environments built here
+CA = Path("/etc/ssl/certs/ca-certificates.crt")  # this machine's CAs: an environment built inside reaches its index
+
+
+@pytest.fixture(scope="module")
+def image() -> str:
+    built = subprocess.run(
+        [sys.executable, "-m", "emulator", "image", "build", "--tag", IMAGE],
+        capture_output=True,
+        text=True,
+        timeout=1800,
+        cwd=ROOT,
+    )
+    assert built.returncode == 0, built.stdout + built.stderr
+    assert f"built {IMAGE}" in built.stdout
+    return IMAGE
+
+
+def container(image: str, **kw: object) -> PxtEmulatorContainer:
+    c = PxtEmulatorContainer(image, build_cache=ENVS, **kw)  # type: ignore[arg-type]
+    if CA.is_file():
+        c.with_volume_mapping(str(CA), "/etc/ssl/certs/host-ca.crt", "ro").with_env(
+            "SSL_CERT_FILE", "/etc/ssl/certs/host-ca.crt"
+        )
+    return c
+
+
+def labelled(label: str) -> list[str]:
+    client = docker.from_env()
+    try:
+        return [str(c.id) for c in client.containers.list(all=True, filters={"label": label})]
+    finally:
+        client.close()
+
+
+def test_the_image_is_built_from_the_local_base_with_a_health_check(image: str) -> None:
+    client = docker.from_env()
+    try:
+        attrs = client.images.get(image).attrs
+    finally:
+        client.close()
+    config = attrs["Config"]
+    assert config["Healthcheck"]["Test"][0] == "CMD" and "/health" in config["Healthcheck"]["Test"][-1]
+    assert "/var/lib/pxt-emulator" in config["Volumes"]
+    assert config["Entrypoint"] == ["python3", "-m", "emulator.container.init"]
+    env = dict(e.split("=", 1) for e in config["Env"])
+    assert env["EMULATOR_HOST"] == "0.0.0.0" and env["EMULATOR_STATE_DIR"] == "/var/lib/pxt-emulator"
+
+
+def test_a_container_serves_a_trial_ask_and_the_real_hosted_workflow_from_outside(image: str, tmp_path: Path) -> None:
+    with container(image) as emulator:
+        exported = emulator.client_env()
+        site = exported["EMULATOR_URL"]
+        assert site == emulator.url and site.startswith("http://127.0.0.1:")
+        assert Path(exported["SSL_CERT_FILE"]).is_file()  # a bundle of this machine's, with the container's CA
+        assert httpx.get(site + "/health", trust_env=False).json()["status"] == "ok"
+        asked = httpx.get(site + "/ask", params={"query": "what is a trial"}, trust_env=False)
+        assert asked.status_code == 200 and asked.json()["answer"]
+        # The discovery documents name the addresses a client here uses: the published ones.
+        resource = httpx.get(site + "/.well-known/oauth-protected-resource", trust_env=False).json()
+        assert resource["authorization_servers"] == [exported["EMULATOR_AUTH_URL"]]
+        logs = emulator.get_wrapped_container().logs().decode()
+        assert f"site         {site}" in logs  # `emulator up` printed what a person outside uses
+
+        pxt = Pxt(ensure_client(), tmp_path / "home", exported)
+        project = tmp_path / "project"
+        project.mkdir()
+
+        def run(*args: str) -> str:
+            done = subprocess.run(
+                [str(pxt.exe), *args], capture_output=True, text=True, timeout=900, env=pxt.env, cwd=project
+            )
+            assert done.returncode == 0, f"pxt {' '.join(args)}:\n{done.stdout}{done.stderr}"
+            return done.stdout + done.stderr
+
+        try:
+            org = must(re.search(r"organization (agent-[0-9a-f]{6})", run("new"))).group(1)
+            db = f"pxt://{org}:main"
+            run("init")
+            run("service", "example", "--out", "app.py")
+            assert "main generation 1  done" in run("db", "update", db, "-f", "--add-config-entry")
+            assert f"created   {db}/docs" in run("schema", "update", "app.py", db)
+            run("service", "update", "app.py", db, "-f")
+            endpoint = must(re.search(rf"^{re.escape(db)}/ingest\s+(\S+)\s", run("service", "list", db), re.M)).group(1)
+            assert endpoint.startswith("http://127.0.0.1:")  # a published gateway port
+            key = must(re.search(r"^(pxtk_\w+)$", run("key", "create", "k"), re.M)).group(1)
+            answer = httpx.post(
+                endpoint + "/docs",
+                json={"title": "from outside", "body": "b"},
+                headers={"X-api-key": key},
+                timeout=120,
+                trust_env=False,
+            )
+            assert answer.status_code == 200 and answer.json()["title_upper"] == "FROM OUTSIDE", answer.text
+            # Through the tunnel, as the library reaches a hosted table: the row the service inserted.
+            count = subprocess.run(
+                [
+                    str(pxt.exe.parent / "python"),
+                    "-c",
+                    f"import pixeltable as pxt; print('N', pxt.get_table('{db}/docs').count())",
+                ],
+                capture_output=True,
+                text=True,
+                timeout=600,
+                env=pxt.env,
+                cwd=project,
+            )
+            assert count.stdout.split("N", 1)[-1].strip() == "1", count.stdout + count.stderr
+        finally:
+            pxt.stop_daemon()
+
+
+def test_a_container_started_again_on_its_volume_keeps_its_trials_and_exports_on_exit(
+    image: str, tmp_path: Path
+) -> None:
+    volume = f"pxt-emulator-test-{tmp_path.name[-12:]}-{int(time.time())}"
+    exports = tmp_path / "exports"
+    exports.mkdir()
+    try:
+        first = container(image).with_volume_mapping(volume, "/var/lib/pxt-emulator", "rw")
+        first.with_volume_mapping(str(exports), "/exports", "rw").with_env(
+            "EMULATOR_EXPORT_ON_EXIT", "/exports/run.tar.gz"
+        )
+        with first:
+            trial = _trial(first.url)
+        assert (exports / "run.tar.gz").is_file()  # `docker stop`: SIGTERM reached the emulator through init
+        second = container(image).with_volume_mapping(volume, "/var/lib/pxt-emulator", "rw")
+        with second:
+            assert trial in _trials(second.url)  # the same volume: the same world
+        third = container(image).with_volume_mapping(str(exports), "/exports", "ro")
+        with third.with_env("EMULATOR_IMPORT", "/exports/run.tar.gz"):
+            assert trial in _trials(third.url)  # a new volume, started from the export
+    finally:
+        client = docker.from_env()
+        with contextlib.suppress(NotFound):
+            client.volumes.get(volume).remove(force=True)
+        client.close()
+
+
+def _trial(site: str) -> str:
+    """A trial made as an agent makes one: discovery, registration, the token, the trial."""
+    with httpx.Client(trust_env=False, timeout=30) as http:
+        meta = http.get(site + "/.well-known/oauth-protected-resource").json()
+        issuer = meta["authorization_servers"][0]
+        token_url = http.get(issuer + "/.well-known/oauth-authorization-server").json()["token_endpoint"]
+        reg = http.post(issuer + "/agent/identity", json={"type": "anonymous"}).json()
+        form = {"grant_type": "urn:ietf:params:oauth:grant-type:jwt-bearer", "assertion": reg["identity"]["assertion"]}
+        token = http.post(token_url, data=form).json()["access_token"]
+        made = http.post(site + "/api/v1/trial-orgs", headers={"Authorization": f"Bearer {token}"})
+        assert made.status_code in (200, 201), made.text
+        return str(made.json()["org"])
+
+
+def _trials(site: str) -> set[str]:
+    return {t["org"] for t in httpx.get(site + "/_emulator/trials", trust_env=False).json()["trials"]}
+
+
+def test_an_admin_token_guards_the_operator_api(image: str) -> None:
+    token = "t0ken-for-this-test-only-0123456789"
+    with container(image, admin_token=token) as emulator:
+        bare = httpx.get(emulator.url + "/_emulator/status", trust_env=False)
+        assert bare.status_code == 401 and "admin token" in bare.json()["error"]["message"]
+        wrong = httpx.get(emulator.url + "/_emulator/status", headers={"X-Emulator-Token": "nope"}, trust_env=False)
+        assert wrong.status_code == 401
+        assert emulator.testkit().status().version  # the testkit carries it
+        assert emulator.client_env()["EMULATOR_URL"] == emulator.url
+        assert httpx.get(emulator.url + "/health", trust_env=False).status_code == 200  # the product is not guarded
+
+
+def test_the_testcontainers_modules_reuse_gives_a_second_session_the_same_container(image: str) -> None:
+    before = set(labelled(REUSE_LABEL))
+    first = container(image, reuse=True, settings={"seed": "7"})
+    try:
+        first.start()
+        assert not first.reused
+        trial = _trial(first.url)
+        first.stop()  # kept running: it is one to reuse
+        second = container(image, reuse=True, settings={"seed": "7"}).start()
+        assert second.reused and second.get_container_id() == first.get_container_id()
+        assert trial in _trials(second.url)
+        other = container(image, reuse=True, settings={"seed": "8"})  # another configuration: not that one
+        other.start()
+        assert not other.reused and other.get_container_id() != first.get_container_id()
+    finally:
+        client = docker.from_env()
+        for found in set(labelled(REUSE_LABEL)) - before:
+            with contextlib.suppress(NotFound):
+                client.containers.get(found).remove(force=True, v=True)
+        client.close()
+
+
+def test_the_compose_example_comes_up_and_its_client_succeeds(image: str) -> None:
+    assert shutil.which("docker-compose"), "docker-compose is missing: scripts/setup-docker.sh installs it"
+    project = f"pxtcompose{int(time.time())}"
+    compose = ["docker-compose", "-p", project, "-f", str(ROOT / "examples" / "compose" / "docker-compose.yml")]
+    site_port = str(free_ports(1)[0])
+    env = {"EMULATOR_IMAGE": image, "EMULATOR_SITE_PORT": site_port, "PATH": "/usr/bin:/bin:/usr/local/bin"}
+    try:
+        up = subprocess.run(
+            [*compose, "up", "--exit-code-from", "agent"], capture_output=True, text=True, timeout=600, env=env
+        )
+        out = up.stdout + up.stderr
+        assert up.returncode == 0, out[-4000:]
+        assert "the trial's API key works" in out and "is now claimed" in out
+        assert re.search(
+            r"claim link \(for the person\): http://emulator:8700/claim/", out
+        )  # the name it is reached by
+    finally:
+        subprocess.run([*compose, "down", "-v"], capture_output=True, timeout=300, env=env)
