@@ -18,11 +18,15 @@ import docker
 import httpx
 import pytest
 from docker.errors import NotFound
+from testcontainers.core.config import testcontainers_config
 
 from emulator.container.testcontainer import REUSE_LABEL, PxtEmulatorContainer, free_ports
 from tests.agent_flow import must
 from tests.pxt_client import Pxt, ensure_client
 
+# No registry answers here, so Ryuk (Testcontainers' reaper, an image from Docker Hub) cannot be pulled: each test
+# removes its containers itself (the `with`), and the last test checks that none is left.
+testcontainers_config.ryuk_disabled = True
 ROOT = Path(__file__).resolve().parent.parent
 IMAGE = "pxt-emulator:test"
 ENVS = Path.home() / ".cache" / "pxt-emulator" / "envs"  # the per-user build cache: hosted environments built here
@@ -234,3 +238,13 @@ def test_the_compose_example_comes_up_and_its_client_succeeds(image: str) -> Non
         )  # the name it is reached by
     finally:
         subprocess.run([*compose, "down", "-v"], capture_output=True, timeout=300, env=env)
+
+
+def test_nothing_of_the_emulators_containers_is_left() -> None:
+    """Every container these tests started (the image's), and the compose project's, is gone."""
+    client = docker.from_env()
+    try:
+        left = [c.name for c in client.containers.list(all=True) if c.image.tags and IMAGE in c.image.tags]
+    finally:
+        client.close()
+    assert left == []

@@ -185,6 +185,10 @@ async def test_export_import_up_import_reset_to_start_and_export_on_exit(
     assert imported.returncode == 0, imported.stderr
     orgs = {o["org"] for o in first.admin().get("/_emulator/trials").json()["trials"]}
     assert orgs == {t["org"], t3["org"]}
+    # And a new emulator starts from it (`up --import` of what `--export-on-exit` left, under the name "exit").
+    third = start_emulator("--no-watch", "--import", str(last_run))
+    assert {o["org"] for o in third.admin().get("/_emulator/trials").json()["trials"]} == orgs
+    assert "exit" in {s["name"] for s in third.admin().get("/_emulator/snapshots").json()["snapshots"]}
 
     # A start from a file that is not an export fails with the reason.
     bad = tmp_path / "bad.tar.gz"

@@ -16,6 +16,7 @@ environments, so a database's first update needs no build (and no network).
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -24,6 +25,7 @@ import time
 from pathlib import Path
 from typing import Any, cast
 
+import docker.errors
 import httpx
 from testcontainers.core.container import DockerContainer
 
@@ -38,6 +40,7 @@ REUSE_LABEL = "pxt-emulator.reuse"
 STATE = "/var/lib/pxt-emulator"
 ENVS_IN_CONTAINER = "/root/.cache/pxt-emulator/envs"  # the image runs as root: its per-user cache is here
 HEALTHY_TIMEOUT = 120.0
+STOP_TIMEOUT = 60  # seconds the emulator has to stop before the engine kills it
 
 
 def free_ports(count: int, contiguous: bool = False) -> list[int]:
@@ -119,9 +122,9 @@ class PxtEmulatorContainer(DockerContainer):
         gateways = free_ports(GATEWAYS, contiguous=True)
         for origin, port in ports.items():
             self.with_env(f"EMULATOR_{origin.upper()}_PORT", str(port))
-            self.with_bind_ports(port, cast(Any, ("127.0.0.1", port)))  # docker-py's (address, port): loopback only
-        for port in gateways:
-            self.with_bind_ports(port, cast(Any, ("127.0.0.1", port)))
+        for port in [*ports.values(), *gateways]:
+            # docker-py's (address, port), which Testcontainers' with_bind_ports does not take: on loopback only.
+            self.ports[f"{port}/tcp"] = cast(Any, ("127.0.0.1", port))
         self.with_env("EMULATOR_GATEWAY_PORTS", f"{gateways[0]}-{gateways[-1]}")
         self.ports_of.update(ports)
 
@@ -156,10 +159,14 @@ class PxtEmulatorContainer(DockerContainer):
         return self
 
     def stop(self, force: bool = True, delete_volume: bool = True) -> None:
-        """Removes the container (and its anonymous state volume), unless it is one to reuse."""
+        """Stops the emulator as `docker stop` does (SIGTERM: it stops its workloads and exports on exit, when asked),
+        then removes the container and its anonymous state volume; a container to reuse is left running."""
         if self.reuse:
             self.get_docker_client().client.close()
             return
+        if self._container is not None:
+            with contextlib.suppress(docker.errors.DockerException):
+                self._container.stop(timeout=STOP_TIMEOUT)
         super().stop(force, delete_volume)
 
     @property

@@ -390,7 +390,9 @@ class Snapshots:
         work = Path(tempfile.mkdtemp(prefix=".unpacking-", dir=self.root))
         try:
             manifest = await asyncio.to_thread(_unpack, archive, work)
-            target = check_name(name or manifest.name)
+            # An export of an internal snapshot (`up --export-on-exit`'s `.exit`) imports under its name without the
+            # dot, which a user may give: `up --import last-run.tar.gz` works on what the last run left.
+            target = check_name(name or manifest.name.lstrip("."))
             current = await self.core.store.schema_version()
             if manifest.schema > current:
                 raise CONFLICT(
