@@ -2,7 +2,8 @@
 
 - `emulator` (session): one emulator for the whole run, started on free ports in a temporary state directory and
   stopped at the end; or the one at `--emulator-url` / `EMULATOR_URL` (left running); or, with `--emulator-reuse`,
-  one kept running between runs in `.pytest_cache` (Testcontainers' reuse; `emulator down --state-dir …` stops it).
+  one kept running between runs in `.pytest_cache` (Testcontainers' reuse; `emulator down --state-dir …` stops it);
+  or, with `--emulator-container IMAGE`, a container of the emulator's image (kept between runs with the reuse flag).
 - Each test that uses it starts from the same state: the state the emulator started from (`--emulator-isolation
   start`, the default: empty, or `--emulator-apply` / `--emulator-import`), an empty one (`empty`), a snapshot
   (`@pytest.mark.emulator(snapshot="seeded")`), or whatever the last test left (`none`).
@@ -42,12 +43,19 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--emulator-apply", metavar="FILE", help="start from this declared state (TOML)")
     group.addoption("--emulator-import", metavar="FILE", help="start from this export (.tar.gz)")
     group.addoption("--emulator-runtime", choices=["auto", "docker", "process"], help="where hosted databases run")
+    group.addoption(
+        "--emulator-container",
+        metavar="IMAGE",
+        help="run the emulator as a container of this image (`emulator image build` makes pxt-emulator:local), "
+        "through the Testcontainers module; with --emulator-reuse the container is kept for the next run",
+    )
     parser.addini("emulator_isolation", "what each test starts from: start, empty or none", default="start")
     parser.addini("emulator_reuse", "keep the emulator between runs", type="bool", default=False)
     parser.addini("emulator_apply", "a declared state (TOML) to start from, relative to the rootdir", default="")
     parser.addini("emulator_import", "an export (.tar.gz) to start from, relative to the rootdir", default="")
     parser.addini("emulator_runtime", "where hosted databases run: auto, docker or process", default="process")
     parser.addini("emulator_args", "more flags for `emulator up`", type="args", default=[])
+    parser.addini("emulator_container", "run the emulator as a container of this image", default="")
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -84,6 +92,8 @@ def _up_args(config: pytest.Config) -> list[str]:
 def pytest_report_header(config: pytest.Config) -> str:
     url = config.getoption("emulator_url") or os.environ.get("EMULATOR_URL")
     where = f"at {url}" if url else ("reused between runs" if _option(config, "reuse") else "started for this run")
+    if not url and _option(config, "container"):
+        where += f" in a container of {_option(config, 'container')}"
     return f"emulator: {where}, each test from its {_option(config, 'isolation')} state"
 
 
@@ -92,6 +102,9 @@ def emulator(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFa
     """One emulator for the session (see the module's docstring for where it comes from)."""
     config = request.config
     url = config.getoption("emulator_url") or os.environ.get("EMULATOR_URL")
+    if not url and _option(config, "container"):
+        yield from _in_container(config)
+        return
     try:
         if url:
             kit = Testkit.attach(url)
@@ -109,6 +122,31 @@ def emulator(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFa
     finally:
         del config.stash[_KIT]
         kit.stop()
+
+
+def _in_container(config: pytest.Config) -> Iterator[Testkit]:
+    """The session's emulator as a container (the Testcontainers module), its start files mounted read-only."""
+    from emulator.container.testcontainer import PxtEmulatorContainer
+
+    container = PxtEmulatorContainer(
+        str(_option(config, "container")), runtime=str(_option(config, "runtime")), reuse=bool(_option(config, "reuse"))
+    )
+    for name, variable in (("apply", "EMULATOR_APPLY"), ("import", "EMULATOR_IMPORT")):
+        path = _file(config, name)
+        if path:
+            inside = f"/start/{name}-{Path(path).name}"
+            container.with_volume_mapping(path, inside, "ro").with_env(variable, inside)
+    try:
+        container.start()
+    except Exception as e:  # Docker's and Testcontainers' errors alike: the session cannot have its emulator
+        pytest.fail(f"emulator: the container of {_option(config, 'container')} did not start: {e}", pytrace=False)
+    kit = container.testkit()
+    config.stash[_KIT] = kit
+    try:
+        yield kit
+    finally:
+        del config.stash[_KIT]
+        container.stop()
 
 
 @pytest.fixture(autouse=True)

@@ -7,6 +7,7 @@ exit, the admin token, the compose example and the Testcontainers module's reuse
 from __future__ import annotations
 
 import contextlib
+import os
 import re
 import shutil
 import subprocess
@@ -248,3 +249,27 @@ def test_nothing_of_the_emulators_containers_is_left() -> None:
     finally:
         client.close()
     assert left == []
+
+
+def test_the_pytest_plugin_runs_a_suite_against_a_container(image: str, tmp_path: Path) -> None:
+    suite = tmp_path / "suite"
+    suite.mkdir()
+    (suite / "pytest.ini").write_text("[pytest]\n")
+    (suite / "test_it.py").write_text(
+        "def test_a_trial_in_the_container(emulator, emulator_env):\n"
+        "    import httpx\n"
+        "    assert emulator.url == emulator_env['EMULATOR_URL']\n"
+        "    assert httpx.get(emulator.url + '/health', trust_env=False).json()['status'] == 'ok'\n"
+        "    assert emulator.status().state_dir == '/var/lib/pxt-emulator'  # the container's\n"
+    )
+    base = {k: v for k, v in os.environ.items() if k not in ("PYTEST_ADDOPTS", "EMULATOR_URL")}
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "no:randomly", "-p", "no:cacheprovider", "--emulator-container", image],
+        cwd=suite,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**base, "TESTCONTAINERS_RYUK_DISABLED": "true"},
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert f"emulator: started for this run in a container of {image}" in done.stdout
