@@ -195,6 +195,10 @@ def test_settings_precedence_is_flags_env_file_defaults(tmp_path: Path) -> None:
     assert (s.site_port, s.ask_rate_limit, s.ask_rate_window, s.site_name) == (9300, 3, 30, "file")
     s = load_settings({}, env)
     assert s.site_port == 9200 and s.host == "127.0.0.1" and s.idempotency_ttl == 600
+    # What the URLs name: the bound address, 127.0.0.1 for a wildcard, or public_host; and the gateways' range.
+    assert s.public == "" and load_settings({"host": "0.0.0.0"}, env).public == "127.0.0.1"
+    container = load_settings({"host": "0.0.0.0", "public_host": "emulator", "gateway_ports": "8710-8713"}, env)
+    assert (container.public, container.gateway_range) == ("emulator", range(8710, 8714))
 
 
 @pytest.mark.parametrize(
@@ -207,6 +211,10 @@ def test_settings_precedence_is_flags_env_file_defaults(tmp_path: Path) -> None:
         ({"deprecations": "1=2027-01-01,2026-01-01"}, "must not be earlier"),
         ({"freeze_clock": "noon"}, "not an ISO 8601"),
         ({"receipt_hold": 30}, "the client gives get_receipts 30 s"),
+        ({"gateway_ports": "8720-8710"}, "is not FIRST-LAST"),
+        ({"gateway_ports": "lots"}, "is not FIRST-LAST"),
+        ({"public_host": "a b"}, "not a host name"),
+        ({"admin_token": "short"}, "at least 16 characters"),
     ],
 )
 def test_bad_settings_are_named(tmp_path: Path, flags: dict, fragment: str) -> None:
