@@ -245,7 +245,7 @@ def test_nothing_of_the_emulators_containers_is_left() -> None:
     """Every container these tests started (the image's), and the compose project's, is gone."""
     client = docker.from_env()
     try:
-        left = [c.name for c in client.containers.list(all=True) if c.image.tags and IMAGE in c.image.tags]
+        left = [c.name for c in client.containers.list(all=True) if c.image is not None and IMAGE in c.image.tags]
     finally:
         client.close()
     assert left == []
