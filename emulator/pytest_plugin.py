@@ -17,7 +17,7 @@ The helpers are those of `emulator.testkit.Testkit`: `emulator.clock`, `.acts`, 
 from __future__ import annotations
 
 import os
-from collections.abc import Generator, Iterator
+from collections.abc import Callable, Generator, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -116,12 +116,17 @@ def emulator(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFa
             kit = Testkit.start(tmp_path_factory.mktemp("pxt-emulator"), _up_args(config))
     except EmulatorError as e:
         pytest.fail(f"emulator: {e.message}", pytrace=False)
+    yield from _held(config, kit, kit.stop)
+
+
+def _held(config: pytest.Config, kit: Testkit, stop: Callable[[], object]) -> Iterator[Testkit]:
+    """The session's emulator, where the hooks find it, until `stop` ends it with the session."""
     config.stash[_KIT] = kit
     try:
         yield kit
     finally:
         del config.stash[_KIT]
-        kit.stop()
+        stop()
 
 
 def _in_container(config: pytest.Config) -> Iterator[Testkit]:
@@ -140,13 +145,7 @@ def _in_container(config: pytest.Config) -> Iterator[Testkit]:
         container.start()
     except Exception as e:  # Docker's and Testcontainers' errors alike: the session cannot have its emulator
         pytest.fail(f"emulator: the container of {_option(config, 'container')} did not start: {e}", pytrace=False)
-    kit = container.testkit()
-    config.stash[_KIT] = kit
-    try:
-        yield kit
-    finally:
-        del config.stash[_KIT]
-        container.stop()
+    yield from _held(config, container.testkit(), container.stop)
 
 
 @pytest.fixture(autouse=True)
