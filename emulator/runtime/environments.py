@@ -147,7 +147,9 @@ class Environments(Builds):
     async def _build(self, build: Build) -> bool:
         home = self.root / build.digest
         home.mkdir(parents=True, exist_ok=True)
-        interpreter = python_for(build.python_version)
+        # Its real path, as the cache key takes it: a link's own directory need not hold the standard library (the
+        # emulator's image links /usr/local/bin/python3 to a CPython whose prefix is elsewhere).
+        interpreter = await asyncio.to_thread(os.path.realpath, python_for(build.python_version))
         if self.cache is None or build.force:
             builds = [int(p.name[1:]) for p in home.glob("b*") if p.name[1:].isdigit()]
             target = home / f"b{max(builds, default=0) + 1}"
