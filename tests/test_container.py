@@ -7,6 +7,8 @@ exit, the admin token, the compose example and the Testcontainers module's reuse
 from __future__ import annotations
 
 import contextlib
+import hashlib
+import json
 import os
 import re
 import shutil
@@ -22,6 +24,9 @@ from docker.errors import NotFound
 from testcontainers.core.config import testcontainers_config
 
 from emulator.container.testcontainer import REUSE_LABEL, PxtEmulatorContainer, free_ports
+from emulator.hosted.plans import TRIAL_DATABASE
+from emulator.runtime.engine import Engine
+from emulator.runtime.sibling import SiblingError, detect, own_container_id
 from tests.agent_flow import must
 from tests.pxt_client import Pxt, ensure_client
 
@@ -29,7 +34,7 @@ from tests.pxt_client import Pxt, ensure_client
 # removes its containers itself (the `with`), and the last test checks that none is left.
 testcontainers_config.ryuk_disabled = True
 ROOT = Path(__file__).resolve().parent.parent
-IMAGE = "pxt-emulator:test"
+IMAGE = os.environ.get("PXT_EMULATOR_TEST_IMAGE", "pxt-emulator:test")  # another tag: not a parallel run's image
 ENVS = Path.home() / ".cache" / "pxt-emulator" / "envs"  # the per-user build cache: hosted environments built here
 CA = Path("/etc/ssl/certs/ca-certificates.crt")  # this machine's CAs: an environment built inside reaches its index
 
@@ -94,52 +99,117 @@ def test_a_container_serves_a_trial_ask_and_the_real_hosted_workflow_from_outsid
         logs = emulator.get_wrapped_container().logs().decode()
         assert f"site         {site}" in logs  # `emulator up` printed what a person outside uses
 
-        pxt = Pxt(ensure_client(), tmp_path / "home", exported)
-        project = tmp_path / "project"
-        project.mkdir()
+        hosted_workflow(exported, tmp_path)
 
-        def run(*args: str) -> str:
-            done = subprocess.run(
-                [str(pxt.exe), *args], capture_output=True, text=True, timeout=900, env=pxt.env, cwd=project
-            )
-            assert done.returncode == 0, f"pxt {' '.join(args)}:\n{done.stdout}{done.stderr}"
-            return done.stdout + done.stderr
 
-        try:
-            org = must(re.search(r"organization (agent-[0-9a-f]{6})", run("new"))).group(1)
-            db = f"pxt://{org}:main"
-            run("init")
-            run("service", "example", "--out", "app.py")
-            assert "main generation 1  done" in run("db", "update", db, "-f", "--add-config-entry")
-            assert f"created   {db}/docs" in run("schema", "update", "app.py", db)
-            run("service", "update", "app.py", db, "-f")
-            endpoint = must(re.search(rf"^{re.escape(db)}/ingest\s+(\S+)\s", run("service", "list", db), re.M)).group(1)
-            assert endpoint.startswith("http://127.0.0.1:")  # a published gateway port
-            key = must(re.search(r"^(pxtk_\w+)$", run("key", "create", "k"), re.M)).group(1)
-            answer = httpx.post(
-                endpoint + "/docs",
-                json={"title": "from outside", "body": "b"},
-                headers={"X-api-key": key},
-                timeout=120,
-                trust_env=False,
-            )
-            assert answer.status_code == 200 and answer.json()["title_upper"] == "FROM OUTSIDE", answer.text
-            # Through the tunnel, as the library reaches a hosted table: the row the service inserted.
-            count = subprocess.run(
-                [
-                    str(pxt.exe.parent / "python"),
-                    "-c",
-                    f"import pixeltable as pxt; print('N', pxt.get_table('{db}/docs').count())",
-                ],
-                capture_output=True,
-                text=True,
-                timeout=600,
-                env=pxt.env,
-                cwd=project,
-            )
-            assert count.stdout.split("N", 1)[-1].strip() == "1", count.stdout + count.stderr
-        finally:
-            pxt.stop_daemon()
+def hosted_workflow(exported: dict[str, str], tmp_path: Path) -> None:
+    """The real `pxt` hosted workflow from this machine against a container's emulator: new, init, the service
+    example, db update, schema update, service update, a call through the gateway's published port, and the row the
+    service inserted read through the tunnel."""
+    pxt = Pxt(ensure_client(), tmp_path / "home", exported)
+    project = tmp_path / "project"
+    project.mkdir()
+
+    def run(*args: str) -> str:
+        done = subprocess.run(
+            [str(pxt.exe), *args], capture_output=True, text=True, timeout=900, env=pxt.env, cwd=project
+        )
+        assert done.returncode == 0, f"pxt {' '.join(args)}:\n{done.stdout}{done.stderr}"
+        return done.stdout + done.stderr
+
+    try:
+        org = must(re.search(r"organization (agent-[0-9a-f]{6})", run("new"))).group(1)
+        db = f"pxt://{org}:main"
+        run("init")
+        run("service", "example", "--out", "app.py")
+        assert "main generation 1  done" in run("db", "update", db, "-f", "--add-config-entry")
+        assert f"created   {db}/docs" in run("schema", "update", "app.py", db)
+        run("service", "update", "app.py", db, "-f")
+        endpoint = must(re.search(rf"^{re.escape(db)}/ingest\s+(\S+)\s", run("service", "list", db), re.M)).group(1)
+        assert endpoint.startswith("http://127.0.0.1:")  # a published gateway port
+        key = must(re.search(r"^(pxtk_\w+)$", run("key", "create", "k"), re.M)).group(1)
+        answer = httpx.post(
+            endpoint + "/docs",
+            json={"title": "from outside", "body": "b"},
+            headers={"X-api-key": key},
+            timeout=120,
+            trust_env=False,
+        )
+        assert answer.status_code == 200 and answer.json()["title_upper"] == "FROM OUTSIDE", answer.text
+        # Through the tunnel, as the library reaches a hosted table: the row the service inserted.
+        count = subprocess.run(
+            [
+                str(pxt.exe.parent / "python"),
+                "-c",
+                f"import pixeltable as pxt; print('N', pxt.get_table('{db}/docs').count())",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=600,
+            env=pxt.env,
+            cwd=project,
+        )
+        assert count.stdout.split("N", 1)[-1].strip() == "1", count.stdout + count.stderr
+    finally:
+        pxt.stop_daemon()
+
+
+def test_with_the_docker_socket_hosted_workloads_are_its_sibling_containers_under_the_trials_limits(
+    image: str, tmp_path: Path
+) -> None:
+    client = docker.from_env()
+    emulator = container(image, runtime="docker", docker_socket=True)
+    try:
+        with emulator:
+            state = emulator.state_dir
+            assert state is not None
+            instance = hashlib.sha256(str(state.resolve()).encode()).hexdigest()[:10]  # the launcher's label
+            runtime = emulator.testkit().status().runtime
+            # The egress rule is installed on the host (its helper); a loop disk is not made from a container.
+            assert runtime.kind == "docker" and runtime.unenforced_limits == ["disk_gb"]
+            own = emulator.get_wrapped_container()
+            volumes = [m["Name"] for m in own.attrs["Mounts"] if m["Type"] == "volume"]  # its anonymous state volume
+            hosted_workflow(emulator.client_env(), tmp_path)
+            siblings = client.containers.list(filters={"label": f"pxt-emulator={instance}"})
+            assert {"pod", "database", "service"} <= {c.labels["role"] for c in siblings}
+            database = next(c for c in siblings if c.labels["role"] == "database")
+            limits = database.attrs["HostConfig"]
+            assert limits["NanoCpus"] == int(TRIAL_DATABASE["cpu"] * 1e9)
+            assert limits["Memory"] == limits["MemorySwap"] == TRIAL_DATABASE["memory_mb"] * 2**20
+            assert set(database.attrs["NetworkSettings"]["Networks"]) == {"pxt-emulator"}
+            assert database.attrs["Mounts"] and all(str(state) in m["Source"] for m in database.attrs["Mounts"])
+        assert labelled(f"pxt-emulator={instance}") == []  # its siblings, its pods and its host helper
+        assert not state.exists()
+        for name in volumes:
+            with pytest.raises(NotFound):
+                client.volumes.get(name)
+        # The only network it makes is the one every emulator on this machine shares, as on the host.
+        assert {n.name for n in client.networks.list(filters={"label": "pxt-emulator"})} <= {"pxt-emulator"}
+    finally:
+        client.close()
+
+
+def test_an_emulator_in_a_container_of_its_engine_is_told_so_and_needs_its_state_dir_at_the_same_path(
+    tmp_path: Path,
+) -> None:
+    ident = "ab" * 32
+    mountinfo = tmp_path / "mountinfo"
+    mountinfo.write_text(f"173 155 254:0 /var/lib/docker/containers/{ident}/hostname /etc/hostname rw - ext4 vda\n")
+    assert own_container_id(mountinfo) == ident
+    assert own_container_id(tmp_path / "none") is None
+    info: dict[str, object] = {"Id": ident, "Image": "sha256:0"}
+
+    def engine(status: int = 200) -> Engine:
+        answer = info if status == 200 else {"message": "no such container"}
+        return Engine(lambda *_: (status, json.dumps(answer).encode()))
+
+    assert detect(engine(404), tmp_path, ident) is None  # a container, but not this engine's
+    info["Mounts"] = [{"Type": "volume", "Source": "/var/lib/docker/volumes/v/_data", "Destination": "/state"}]
+    with pytest.raises(SiblingError, match="same path on the host"):
+        detect(engine(), Path("/state"), ident)
+    info["Mounts"] = [{"Type": "bind", "Source": str(tmp_path), "Destination": str(tmp_path), "RW": True}]
+    found = detect(engine(), tmp_path / "state", ident)
+    assert found is not None and found.container == ident and found.state_dir == (tmp_path / "state").resolve()
 
 
 def test_a_container_started_again_on_its_volume_keeps_its_trials_and_exports_on_exit(

@@ -10,8 +10,10 @@ Every origin listens in the container on the same port it is published on (127.0
 (discovery documents, `api_url`, claim links, service URLs) are the ones a client here uses. `reuse=True` keeps the
 container running when the `with` ends and gives it to the next session started with the same configuration (a
 label holds the configuration's digest), as Testcontainers' reuse does; `docker_socket=True` mounts this machine's
-Docker socket (hosted workloads as sibling containers); `build_cache` mounts the per-user cache of built hosted
-environments, so a database's first update needs no build (and no network).
+Docker socket (with `runtime="docker"`, hosted workloads as sibling containers) and a state dir at the same path on
+this machine as in the container (`state_dir`, or a temporary one removed at the stop), since the engine resolves the
+hosted containers' mounts here; `build_cache` mounts the per-user cache of built hosted environments, so a database's
+first update needs no build (and no network).
 """
 
 from __future__ import annotations
@@ -20,7 +22,9 @@ import contextlib
 import hashlib
 import json
 import os
+import shutil
 import socket
+import tempfile
 import time
 from pathlib import Path
 from typing import Any, cast
@@ -83,6 +87,7 @@ class PxtEmulatorContainer(DockerContainer):
         runtime: str = "process",
         docker_socket: bool = False,
         build_cache: Path | None = None,
+        state_dir: Path | None = None,
         reuse: bool = False,
         admin_token: str | None = None,
         settings: dict[str, str] | None = None,
@@ -98,6 +103,7 @@ class PxtEmulatorContainer(DockerContainer):
             "runtime": runtime,
             "docker_socket": docker_socket,
             "build_cache": str(build_cache) if build_cache else None,
+            "state_dir": str(state_dir) if state_dir else None,
             "settings": dict(sorted((settings or {}).items())),
             "admin_token": hashlib.sha256((admin_token or "").encode()).hexdigest(),
         }
@@ -106,6 +112,8 @@ class PxtEmulatorContainer(DockerContainer):
             self.with_env(f"EMULATOR_{name.upper()}", value)
         if admin_token:
             self.with_env("EMULATOR_ADMIN_TOKEN", admin_token)
+        self.state_dir = state_dir  # on this machine, at the same path in the container (with the Docker socket)
+        self._made_state_dir = False
         if docker_socket:
             self.with_volume_mapping("/var/run/docker.sock", "/var/run/docker.sock", "rw")
         if build_cache is not None:
@@ -140,6 +148,7 @@ class PxtEmulatorContainer(DockerContainer):
                 self._wait_healthy()
                 return self
         self._publish()
+        self._share_state_dir()
         if self.reuse:
             # Not through Testcontainers' start: its reaper would remove the container when this session ends.
             self._configure()
@@ -158,9 +167,22 @@ class PxtEmulatorContainer(DockerContainer):
         self._wait_healthy()
         return self
 
+    def _share_state_dir(self) -> None:
+        """With the Docker socket: the state dir at the same path here and in the container, where the hosted
+        containers' mounts (which this machine's engine resolves) are (emulator/runtime/sibling.py)."""
+        if not self._config["docker_socket"]:
+            return
+        if self.state_dir is None:
+            self.state_dir = Path(tempfile.mkdtemp(prefix="pxt-emu-"))  # short: Unix sockets are made under it
+            self._made_state_dir = True
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+        path = str(self.state_dir.resolve())
+        self.with_volume_mapping(path, path, "rw").with_env("EMULATOR_STATE_DIR", path)
+
     def stop(self, force: bool = True, delete_volume: bool = True) -> None:
         """Stops the emulator as `docker stop` does (SIGTERM: it stops its workloads and exports on exit, when asked),
-        then removes the container and its anonymous state volume; a container to reuse is left running."""
+        then removes the container, its anonymous state volume and the state dir it made; a container to reuse is
+        left running (with its state dir)."""
         if self.reuse:
             self.get_docker_client().client.close()
             return
@@ -168,6 +190,9 @@ class PxtEmulatorContainer(DockerContainer):
             with contextlib.suppress(docker.errors.DockerException):
                 self._container.stop(timeout=STOP_TIMEOUT)
         super().stop(force, delete_volume)
+        if self._made_state_dir and self.state_dir is not None:
+            shutil.rmtree(self.state_dir, ignore_errors=True)
+            self._made_state_dir = False
 
     @property
     def reused(self) -> bool:

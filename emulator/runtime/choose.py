@@ -10,6 +10,7 @@ from emulator.runtime.base_image import DEFAULT_TAG
 from emulator.runtime.buildcache import BuildCache, default_root
 from emulator.runtime.engine import Engine, EngineError
 from emulator.runtime.process import ProcessLauncher
+from emulator.runtime.sibling import SiblingError, detect
 from emulator.runtime.workload import Launcher
 
 log = logging.getLogger("emulator.runtime")
@@ -31,6 +32,20 @@ def make_launcher(settings: Settings, root: Path, forward: list[int]) -> Launche
             )
         log.info("no Docker engine answers: hosted databases run as local processes")
         return ProcessLauncher(root, cache)
+    try:
+        sibling = detect(engine, settings.state_dir)
+    except SiblingError as e:
+        if settings.runtime == "docker":
+            raise ConfigError(f"runtime docker: {e}") from None
+        log.warning("hosted databases run as local processes: %s", e)
+        return ProcessLauncher(root, cache)
+    if sibling is not None:
+        log.info(
+            "the emulator runs in container %s of the Docker engine: hosted containers are its siblings, their mounts "
+            "under the state dir %s (the same path on the host)",
+            sibling.container[:12],
+            sibling.state_dir,
+        )
     return DockerLauncher(
         engine,
         root,
@@ -39,6 +54,7 @@ def make_launcher(settings: Settings, root: Path, forward: list[int]) -> Launche
         instance=settings.state_dir,
         forward=forward,
         cache=cache,
+        sibling=sibling,
     )
 
 

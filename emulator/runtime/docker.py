@@ -10,6 +10,10 @@ them, because the service's Pixeltable finds the database's Postgres by pid. Eve
 - the emulator's network, whose egress is TCP 80/443/5432 only (egress.py), and a relay of the control
   plane and media ports to 127.0.0.1 inside, so the URLs the emulator hands out work unchanged (bridge.py).
 Each service is one container with one worker process, the trial's size of a service.
+
+An emulator that is itself a container of the engine (sibling.py) mounts only what is under its state dir (which is
+at the same path on the host), reaches its containers' way home through Unix sockets there, and installs the egress
+rule through its host helper.
 """
 
 from __future__ import annotations
@@ -35,15 +39,18 @@ from emulator.runtime.buildcache import BuildCache
 from emulator.runtime.engine import Engine
 from emulator.runtime.environments import BuildFailed
 from emulator.runtime.images import BUILDER_LABEL, Images, tag_of
+from emulator.runtime.sibling import HostHelper, Sibling
 from emulator.runtime.sockets import LISTEN_PRIVATE, SocketDir
 from emulator.runtime.workload import Log, Metered, Resources, Size, Spec, Usage, release_spare
 
 log = logging.getLogger("emulator.runtime.docker")
 PORT = 8000
 DATA = "/data"
-HELPER_DIR = Path(__file__).resolve().parent  # pod_helper.py is mounted from here, read-only
+HELPER_SOURCE = Path(__file__).resolve().parent / "pod_helper.py"  # copied into the state dir, mounted from there
 HELPER = "/opt/emulator/pod_helper.py"
 SOCKET_DIR = "/run/pxt-emulator"  # a server's private socket dir, as its container sees it
+WAY_HOME = "/run/pxt-emulator-home"  # the way home's Unix sockets in a container (an emulator in a container)
+SOCKET_PATH_MAX = 107  # bytes of a Unix socket's path
 STOP_TIMEOUT = 15
 DISK_POLL = 2.0
 DISK_FULL_BELOW = 1_000_000  # bytes free
@@ -268,8 +275,10 @@ class DockerLauncher:
         instance: Path,
         forward: list[int],
         cache: BuildCache | None = None,
+        sibling: Sibling | None = None,
     ) -> None:
         self.engine = engine  # what the start and the stop ask (engine.py)
+        self.sibling = sibling  # the emulator's own container, when it is one of the engine's (sibling.py)
         self.client: Any = LazyClient()  # the workloads' calls (docker-py)
         self.root = root
         self.builds = Images(self.client, root / "images", base_image, cache)
@@ -288,7 +297,11 @@ class DockerLauncher:
         self._watcher: asyncio.Task[None] | None = None
         self._lock = asyncio.Lock()
         self._serial = 0
-        self.sockets = SocketDir(root / "sockets")
+        # Every directory a container mounts is under the state dir, which an emulator in a container shares with
+        # the host at the same path; on the host the private sockets stay in the short temp dir.
+        self.helper_dir = root / "helper"
+        self.way_home = root / "way-home"
+        self.sockets = SocketDir(root / "sockets", parent=root / "s" if sibling is not None else None)
 
     @property
     def unenforced(self) -> tuple[str, ...]:
@@ -300,16 +313,62 @@ class DockerLauncher:
     async def open(self) -> None:
         await asyncio.to_thread(self._remove_leftovers)
         self.sockets.open()
+        await asyncio.to_thread(self._copy_helper)
         network, self.gateway = await asyncio.to_thread(egress.ensure_network, self.engine, self.network_name)
+        if self.sibling is not None:
+            self._check_socket_paths()
         try:
-            await egress.install(egress.bridge_of(network))
+            async with self._on_host() as run:
+                await egress.install(egress.bridge_of(network), run)
         except egress.EgressError as e:
             self.missing["egress"] = str(e)
             log.warning("egress is not limited: %s", e)
-        why = disks.supported()
+        # In a container, a loop disk mounted on the host would not be seen here (the state dir's mount does not
+        # propagate the host's new mounts), nor one mounted here by the engine.
+        why = disks.supported() if self.sibling is None else "loop-mounted disks are not made from inside a container"
         if why:
             self.missing["disk_gb"] = why
-        await self.relays.open(self.gateway, self.forward)
+        if self.sibling is None:
+            await self.relays.open(self.gateway, self.forward)
+        else:
+            self.way_home.mkdir(mode=0o700, exist_ok=True)
+            await self.relays.open_unix(self.way_home, self.forward)
+            self.gateway = WAY_HOME
+
+    @contextlib.asynccontextmanager
+    async def _on_host(self) -> AsyncIterator[egress.Run | None]:
+        """Where the egress rule's iptables run: here (None), or, from a container, in a host helper that lives only
+        as long as the install (and, should the emulator die meanwhile, goes with its leftovers)."""
+        import docker.errors
+
+        if self.sibling is None:
+            yield None
+            return
+        host = HostHelper(self.client, self.sibling, _name(f"pxt-{self.instance}-host"), self._labels(role="host"))
+        try:
+            try:
+                await asyncio.to_thread(host.open)
+            except docker.errors.DockerException as e:
+                raise egress.EgressError(f"the helper on the host could not start: {e}") from None
+
+            async def run(argv: list[str]) -> tuple[int, str]:
+                return await asyncio.to_thread(host.run, argv)
+
+            yield run
+        finally:
+            await asyncio.to_thread(host.close)
+
+    def _copy_helper(self) -> None:
+        self.helper_dir.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(HELPER_SOURCE, self.helper_dir / HELPER_SOURCE.name)
+
+    def _check_socket_paths(self) -> None:
+        longest = max(len(str(self.way_home / "65535.sock")), len(str(self.sockets.root / ("0" * 12) / "server.sock")))
+        if longest > SOCKET_PATH_MAX:
+            raise BuildFailed(
+                f"the state dir {self.root.parent} is too long a path for the Unix sockets under it "
+                f"({longest} bytes, at most {SOCKET_PATH_MAX}): choose a shorter one"
+            )
 
     def _remove_leftovers(self) -> None:
         """Containers of this state directory left by an emulator that did not stop cleanly."""
@@ -404,7 +463,7 @@ class DockerLauncher:
                 network_mode="none",
                 ipc_mode="shareable",
                 shm_size="256m",
-                volumes={str(HELPER_DIR): {"bind": str(Path(HELPER).parent), "mode": "ro"}},
+                volumes={str(self.helper_dir): {"bind": str(Path(HELPER).parent), "mode": "ro"}},
                 labels=self._labels(role="pod"),
             )
             self.pods[spec.base] = pod
@@ -416,8 +475,10 @@ class DockerLauncher:
         pod = await self._pod(spec)
         volumes = {
             str(spec.base): {"bind": DATA, "mode": "rw"},
-            str(HELPER_DIR): {"bind": str(Path(HELPER).parent), "mode": "ro"},
+            str(self.helper_dir): {"bind": str(Path(HELPER).parent), "mode": "ro"},
         }
+        if self.sibling is not None:
+            volumes[str(self.way_home)] = {"bind": WAY_HOME, "mode": "ro"}
         if spec.role == "service":
             cache = self._caches(spec.base) / spec.label
             owner = (spec.base, spec.service)

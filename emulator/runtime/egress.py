@@ -20,7 +20,7 @@ import os
 import shutil
 import stat
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from typing import Any
 
 from emulator.runtime.engine import Engine
@@ -30,6 +30,10 @@ log = logging.getLogger("emulator.runtime.egress")
 CHAIN = "PXT-EMULATOR-EGRESS"
 ALLOWED_PORTS = (80, 443, 5432)
 BRIDGE = "pxt-emu0"
+# How a command is run where the engine's iptables are (argv → exit status, output): here, or on the host when the
+# emulator is a container (sibling.py's host helper).
+Run = Callable[[list[str]], Awaitable[tuple[int, str]]]
+NOT_FOUND = 127  # a shell's (and nsenter's) status for a program that is not there
 
 
 class EgressError(RuntimeError):
@@ -67,22 +71,30 @@ def bridge_of(network: dict[str, Any]) -> str:
     return options.get("com.docker.network.bridge.name") or "br-" + network["Id"][:12]
 
 
-async def _iptables(*args: str, check: bool = True) -> int:
-    proc = await asyncio.create_subprocess_exec(
-        "iptables", "-w", *args, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT
-    )
+async def run_here(argv: list[str]) -> tuple[int, str]:
+    proc = await asyncio.create_subprocess_exec(*argv, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT)
     out, _ = await proc.communicate()
-    if check and proc.returncode != 0:
-        raise EgressError(f"iptables {' '.join(args)}: {out.decode(errors='replace').strip()}")
-    return proc.returncode or 0
+    return proc.returncode or 0, out.decode(errors="replace")
 
 
-async def install(bridge: str) -> None:
-    """Install (or refresh) the rule; safe to run again and from several emulators at once (a host-wide lock)."""
-    if shutil.which("iptables") is None:
-        raise EgressError("iptables is not installed")
+async def _iptables(run: Run, *args: str, check: bool = True) -> int:
+    code, out = await run(["iptables", "-w", *args])
+    if code == NOT_FOUND:
+        raise EgressError("iptables is not installed where the Docker engine runs")
+    if check and code != 0:
+        raise EgressError(f"iptables {' '.join(args)}: {out.strip()}")
+    return code
+
+
+async def install(bridge: str, run: Run | None = None) -> None:
+    """Install (or refresh) the rule; safe to run again and from several emulators at once (a host-wide lock).
+    `run`: where iptables runs (default: here)."""
+    if run is None:
+        if shutil.which("iptables") is None:
+            raise EgressError("iptables is not installed")
+        run = run_here
     async with _host_lock_async():
-        await _install(bridge)
+        await _install(bridge, run)
 
 
 _LOCK_WAIT = 60.0  # s: longer than any network creation or rule install takes
@@ -149,8 +161,8 @@ async def _host_lock_async() -> AsyncIterator[None]:
         yield
 
 
-async def _install(bridge: str) -> None:
-    if await _iptables("-n", "-L", "DOCKER-USER", check=False) != 0:
+async def _install(bridge: str, run: Run) -> None:
+    if await _iptables(run, "-n", "-L", "DOCKER-USER", check=False) != 0:
         raise EgressError("the DOCKER-USER chain is missing (is the Docker engine managing iptables?)")
     ports = ",".join(str(p) for p in ALLOWED_PORTS)
     rules = [
@@ -159,13 +171,13 @@ async def _install(bridge: str) -> None:
         ("-p", "tcp", "-j", "REJECT", "--reject-with", "tcp-reset"),
         ("-j", "REJECT", "--reject-with", "icmp-port-unreachable"),
     ]
-    if await _iptables("-n", "-L", CHAIN, check=False) != 0:
-        await _iptables("-N", CHAIN, check=False)  # another emulator may create it at the same moment
-    present = [await _iptables("-C", CHAIN, *rule, check=False) == 0 for rule in rules]
+    if await _iptables(run, "-n", "-L", CHAIN, check=False) != 0:
+        await _iptables(run, "-N", CHAIN, check=False)  # another emulator may create it at the same moment
+    present = [await _iptables(run, "-C", CHAIN, *rule, check=False) == 0 for rule in rules]
     if not all(present):  # refill only when it differs: a flush would open the gate for a moment
-        await _iptables("-F", CHAIN)
+        await _iptables(run, "-F", CHAIN)
         for rule in rules:
-            await _iptables("-A", CHAIN, *rule)
+            await _iptables(run, "-A", CHAIN, *rule)
     jump = ("DOCKER-USER", "-i", bridge, "-j", CHAIN)
-    if await _iptables("-C", *jump, check=False) != 0:
-        await _iptables("-I", *jump)
+    if await _iptables(run, "-C", *jump, check=False) != 0:
+        await _iptables(run, "-I", *jump)

@@ -6,7 +6,9 @@ reaps the orphans (Postgres is started detached) so a dead postmaster never ling
 
 `forward GATEWAY PORT...`: the emulator hands out URLs on 127.0.0.1 (control plane, media store); inside a
 container that is the container itself, so each port is forwarded to the same port on the Docker network's
-gateway, where the emulator listens for its containers. The URLs then work unchanged in both runtimes.
+gateway, where the emulator listens for its containers. The URLs then work unchanged in both runtimes. A GATEWAY
+that is a directory (the emulator is itself a container, not on the host behind the gateway) holds a Unix socket
+`PORT.sock` per port instead, where the emulator listens.
 """
 
 from __future__ import annotations
@@ -29,9 +31,13 @@ def init() -> None:
 
 
 async def relay(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, host: str, port: int) -> None:
-    """Join an accepted connection to a new one to (host, port), both ways, until either side ends."""
+    """Join an accepted connection to a new one to (host, port), both ways, until either side ends; a `host` that is
+    a directory: to its Unix socket `PORT.sock`."""
     try:
-        up_reader, up_writer = await asyncio.open_connection(host, port)
+        if host.startswith("/"):
+            up_reader, up_writer = await asyncio.open_unix_connection(f"{host}/{port}.sock")
+        else:
+            up_reader, up_writer = await asyncio.open_connection(host, port)
     except OSError:
         writer.close()
         return

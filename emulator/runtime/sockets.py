@@ -19,13 +19,18 @@ _PREFIX = "pxt-emulator-"  # a short path in the temp dir: a Unix socket's path 
 
 
 class SocketDir:
-    def __init__(self, record: Path) -> None:
+    def __init__(self, record: Path, parent: Path | None = None) -> None:
         self._record = record  # names the directory, so that the start after a killed emulator removes it
+        # Where it is made: the temp dir, or (an emulator in a container, whose hosted containers' mounts the host's
+        # engine resolves) a directory at the same path on the host.
+        self._parent = parent
         self.root = Path()
 
     def open(self) -> None:
         self.close()
-        self.root = Path(tempfile.mkdtemp(prefix=_PREFIX))  # 0700: this user's alone
+        if self._parent is not None:
+            self._parent.mkdir(parents=True, exist_ok=True)
+        self.root = Path(tempfile.mkdtemp(prefix=_PREFIX, dir=self._parent))  # 0700: this user's alone
         self._record.parent.mkdir(parents=True, exist_ok=True)
         self._record.write_text(str(self.root))
 
@@ -40,6 +45,6 @@ class SocketDir:
             old = Path(self._record.read_text().strip())
         except OSError:
             return
-        if old.parent == Path(tempfile.gettempdir()) and old.name.startswith(_PREFIX):
+        if old.parent == (self._parent or Path(tempfile.gettempdir())) and old.name.startswith(_PREFIX):
             shutil.rmtree(old, ignore_errors=True)
         self._record.unlink(missing_ok=True)
