@@ -39,8 +39,20 @@ ENVS = Path.home() / ".cache" / "pxt-emulator" / "envs"  # the per-user build ca
 CA = Path("/etc/ssl/certs/ca-certificates.crt")  # this machine's CAs: an environment built inside reaches its index
 
 
+VOLUMES_BEFORE: set[str] = set()  # the engine's volumes before this module's first container
+
+
+def volumes() -> set[str]:
+    client = docker.from_env()
+    try:
+        return {str(v.name) for v in client.volumes.list()}
+    finally:
+        client.close()
+
+
 @pytest.fixture(scope="module")
 def image() -> str:
+    VOLUMES_BEFORE.update(volumes())
     built = subprocess.run(
         [sys.executable, "-m", "emulator", "image", "build", "--tag", IMAGE],
         capture_output=True,
@@ -311,16 +323,6 @@ def test_the_compose_example_comes_up_and_its_client_succeeds(image: str) -> Non
         subprocess.run([*compose, "down", "-v"], capture_output=True, timeout=300, env=env)
 
 
-def test_nothing_of_the_emulators_containers_is_left() -> None:
-    """Every container these tests started (the image's), and the compose project's, is gone."""
-    client = docker.from_env()
-    try:
-        left = [c.name for c in client.containers.list(all=True) if c.image is not None and IMAGE in c.image.tags]
-    finally:
-        client.close()
-    assert left == []
-
-
 def test_the_pytest_plugin_runs_a_suite_against_a_container(image: str, tmp_path: Path) -> None:
     suite = tmp_path / "suite"
     suite.mkdir()
@@ -343,3 +345,17 @@ def test_the_pytest_plugin_runs_a_suite_against_a_container(image: str, tmp_path
     )
     assert done.returncode == 0, done.stdout + done.stderr
     assert f"emulator: started for this run in a container of {image}" in done.stdout
+
+
+def test_nothing_of_the_emulators_containers_is_left(image: str) -> None:
+    """Every container these tests started (the image's, the compose project's, a host helper's), and every volume
+    they made (the image declares its state dir a volume: each container without a named one gets its own), is gone.
+    Nothing else on this machine makes volumes: the hosted workloads' data is in bind mounts."""
+    client = docker.from_env()
+    try:
+        left = [c.name for c in client.containers.list(all=True) if c.image is not None and IMAGE in c.image.tags]
+        in_use = {m.get("Name") for c in client.containers.list(all=True) for m in c.attrs.get("Mounts", [])}
+    finally:
+        client.close()
+    assert left == []
+    assert volumes() - VOLUMES_BEFORE - in_use == set()

@@ -124,5 +124,5 @@ class HostHelper:
 
         if self.container is not None:
             with contextlib.suppress(docker.errors.DockerException):
-                self.container.remove(force=True)
+                self.container.remove(force=True, v=True)  # and the anonymous volume the image declares
             self.container = None
