@@ -27,7 +27,7 @@ import botocore.exceptions
 import httpx
 import pytest
 
-from emulator.runtime.process import running
+from emulator.core.processes import running
 from emulator.testkit import EmulatorError, Testkit
 from tests.agent_flow import must, s3_client
 from tests.conftest import Emulator

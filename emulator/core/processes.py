@@ -16,6 +16,16 @@ def alive(pid: int) -> bool:
     return True
 
 
+def running(pid: int) -> bool:
+    """Whether the process runs: a zombie (exited, its parent gone, not yet reaped by init) does not."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+    except OSError:
+        return False
+    return stat.rsplit(b")", 1)[1].split()[0] != b"Z"
+
+
 def group_alive(pgid: int) -> bool:
     """Whether any process of this process group still exists."""
     try:

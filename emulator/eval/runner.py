@@ -22,7 +22,7 @@ import msgspec
 from emulator.admin.wire import EventView, HostedTable, OrgList, ServiceAnswer, UsageList
 from emulator.commands.common import exports
 from emulator.config import DEFAULT_DOCS
-from emulator.core.processes import alive, group_alive, marked
+from emulator.core.processes import group_alive, marked, running
 from emulator.eval import inventory
 from emulator.eval.canaries import CanaryHit, followed, plant, written
 from emulator.eval.checks import (
@@ -399,18 +399,10 @@ def stop_marked(mark: str) -> None:
                 os.kill(pid, sig)
         deadline = time.monotonic() + KILL_GRACE
         while left and time.monotonic() < deadline:
-            left = [p for p in left if alive(p) and not _zombie(p)]
+            left = [p for p in left if running(p)]
             time.sleep(0.05)
         if not left:
             return
-
-
-def _zombie(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            return f.read().rsplit(b")", 1)[1].split()[0] == b"Z"
-    except (OSError, IndexError):
-        return False
 
 
 def _stop_group(proc: subprocess.Popen[bytes]) -> None:

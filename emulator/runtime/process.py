@@ -19,6 +19,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 
 from emulator.core.address import Address
+from emulator.core.processes import running
 from emulator.runtime.buildcache import BuildCache
 from emulator.runtime.environments import Environments
 from emulator.runtime.sockets import LISTEN_PRIVATE, SocketDir
@@ -48,15 +49,6 @@ def child_env(extra: dict[str, str]) -> dict[str, str]:
     ):
         env.pop(name, None)
     return {**env, **extra}
-
-
-def running(pid: int) -> bool:
-    """Whether the process runs: a zombie (exited, its parent gone, not yet reaped by init) does not."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat.rsplit(")", 1)[1].split()[0] != "Z"
 
 
 def _starttime(pid: int) -> str | None:

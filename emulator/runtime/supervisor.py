@@ -34,7 +34,7 @@ from emulator.core.watch import Watch
 from emulator.gateway.server import CanaryRule, DatabaseGateway, FaultHook, Resolve, Target
 from emulator.runtime.environments import Build, BuildFailed
 from emulator.runtime.metering import DatabaseUsage, Meter
-from emulator.runtime.tables import MAX_LINES, PROBE, PROBE_TIMEOUT, HostedTable, ProbeFailed, decode
+from emulator.runtime.tables import MAX_LINES, PROBE_FILE, PROBE_TIMEOUT, HostedTable, ProbeFailed, decode
 from emulator.runtime.workload import (
     POD,
     PREPARE,
@@ -542,7 +542,7 @@ class Supervisor:
             role="inspect",
             label=f"{spec.label}-inspect",
             module="",
-            script=PROBE,
+            script=await asyncio.to_thread(PROBE_FILE.read_text),
             args=[str(limit)],
             env=env,
             database=running,

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import msgspec
 
-PROBE = (Path(__file__).parent / "table_probe.py").read_text()
+PROBE_FILE = Path(__file__).parent / "table_probe.py"  # read when a probe runs: the wire types import this module
 MARK = "PXT-TABLES "
 PROBE_TIMEOUT = 120.0  # seconds: an import of pixeltable and a few catalog reads, on a loaded machine
 MAX_LINES = 2000  # what a probe may print before its answer (pixeltable's notes), kept for the error
