@@ -45,6 +45,20 @@ class Kind(StrEnum):
     IDP_LOGIN_APPROVED = "idp.login_approved"
     IDP_LOGIN_DENIED = "idp.login_denied"
     IDP_SESSION = "idp.session"
+    IDP_REVOKED = "idp.revoked"  # a registration revoked by the service side (subject: the registration)
+    IDP_IDJAG_REFUSED = "idp.idjag_refused"  # an ID-JAG refused, and why (subject: its upstream issuer)
+    # the registration events a service receives, WorkOS's names (subject: the registration)
+    AGENT_REGISTRATION_CREATED = "agent.registration.created"
+    AGENT_REGISTRATION_CLAIM_ATTEMPT_CREATED = "agent.registration.claim.attempt.created"
+    AGENT_REGISTRATION_CLAIM_COMPLETED = "agent.registration.claim.completed"
+    AGENT_REGISTRATION_CREDENTIAL_ISSUED = "agent.registration.credential.issued"
+    AGENT_REGISTRATION_REFRESHED = "agent.registration.refreshed"
+    AGENT_REGISTRATION_REVOKED = "agent.registration.revoked"
+    AGENT_REGISTRATION_EXPIRED = "agent.registration.expired"
+    AGENT_REGISTRATION_DELETED = "agent.registration.deleted"
+    # their delivery to the webhook endpoints (subject: the endpoint), one event per try
+    WEBHOOK_DELIVERED = "webhook.delivered"
+    WEBHOOK_FAILED = "webhook.failed"
     # trials (subject: the organization)
     TRIAL_CREATED = "trial.created"
     TRIAL_CLAIMED = "trial.claimed"

@@ -303,6 +303,76 @@ class IdpSession(Payload, frozen=True, kw_only=True):
     org_id: str | None
 
 
+class IdpRevoked(Payload, frozen=True, kw_only=True):
+    KIND = Kind.IDP_REVOKED
+    by: str  # the service key's id, or "operator"
+
+
+class IdpIdjagRefused(Payload, frozen=True, kw_only=True):
+    KIND = Kind.IDP_IDJAG_REFUSED
+    error: str  # the code the agent was answered
+    reason: str
+    ip: str
+
+
+# --- the registration events a service receives (WorkOS's): the event's id; its whole body is in agent_events ---
+
+
+class _AgentEvent(Payload, frozen=True, kw_only=True):
+    event_id: str
+
+
+class AgentRegistrationCreated(_AgentEvent, frozen=True, kw_only=True):
+    KIND = Kind.AGENT_REGISTRATION_CREATED
+
+
+class AgentRegistrationClaimAttemptCreated(_AgentEvent, frozen=True, kw_only=True):
+    KIND = Kind.AGENT_REGISTRATION_CLAIM_ATTEMPT_CREATED
+
+
+class AgentRegistrationClaimCompleted(_AgentEvent, frozen=True, kw_only=True):
+    KIND = Kind.AGENT_REGISTRATION_CLAIM_COMPLETED
+
+
+class AgentRegistrationCredentialIssued(_AgentEvent, frozen=True, kw_only=True):
+    KIND = Kind.AGENT_REGISTRATION_CREDENTIAL_ISSUED
+
+
+class AgentRegistrationRefreshed(_AgentEvent, frozen=True, kw_only=True):
+    KIND = Kind.AGENT_REGISTRATION_REFRESHED
+
+
+class AgentRegistrationRevoked(_AgentEvent, frozen=True, kw_only=True):
+    KIND = Kind.AGENT_REGISTRATION_REVOKED
+
+
+class AgentRegistrationExpired(_AgentEvent, frozen=True, kw_only=True):
+    KIND = Kind.AGENT_REGISTRATION_EXPIRED
+
+
+class AgentRegistrationDeleted(_AgentEvent, frozen=True, kw_only=True):
+    KIND = Kind.AGENT_REGISTRATION_DELETED
+
+
+class _WebhookTry(Payload, frozen=True, kw_only=True):
+    url: str
+    event_id: str
+    event: str
+    attempt: int
+    status: int | None = None  # the receiver's answer; none when it gave none
+    error: str | None = None
+    ms: float
+
+
+class WebhookDelivered(_WebhookTry, frozen=True, kw_only=True):
+    KIND = Kind.WEBHOOK_DELIVERED
+
+
+class WebhookFailed(_WebhookTry, frozen=True, kw_only=True):
+    KIND = Kind.WEBHOOK_FAILED
+    next_at: str | None = None  # when it is tried again (emulator time); none: given up
+
+
 # --- trials -----------------------------------------------------------------------------------------------------
 
 

@@ -58,15 +58,27 @@ class Store:
         async with self._conn.execute("PRAGMA user_version") as cur:
             row = await cur.fetchone()
         current = row[0] if row else 0
-        for number, name, sql in migrations():
-            if number <= current:
-                continue
-            try:
-                await self._conn.executescript(f"BEGIN IMMEDIATE;\n{sql}\nPRAGMA user_version = {number};\nCOMMIT;")
-            except sqlite3.Error as e:
-                if self._conn.in_transaction:
-                    await self._conn.execute("ROLLBACK")
-                raise RuntimeError(f"migration {name} failed: {e}") from e
+        pending = [m for m in migrations() if m[0] > current]
+        if not pending:
+            return
+        # Foreign keys off while migrations run (SQLite's way to rebuild a table others refer to: dropping it with
+        # them on would delete the rows that refer to it), checked before each one commits.
+        await self._conn.execute("PRAGMA foreign_keys = OFF")
+        try:
+            for number, name, sql in pending:
+                try:
+                    await self._conn.executescript(f"BEGIN IMMEDIATE;\n{sql}\nPRAGMA user_version = {number};\n")
+                    async with self._conn.execute("PRAGMA foreign_key_check") as cur:
+                        broken = await cur.fetchall()
+                    if broken:
+                        raise sqlite3.IntegrityError(f"{len(broken)} rows refer to rows that are gone")
+                    await self._conn.execute("COMMIT")
+                except sqlite3.Error as e:
+                    if self._conn.in_transaction:
+                        await self._conn.execute("ROLLBACK")
+                    raise RuntimeError(f"migration {name} failed: {e}") from e
+        finally:
+            await self._conn.execute("PRAGMA foreign_keys = ON")
 
     async def close(self) -> None:
         await self._read.close()
