@@ -31,7 +31,9 @@ class _SavedClock(msgspec.Struct):
 
 
 # What a reset keeps: the clock's state (rewritten), the docs index (derived from the docs, not from use).
-_KEPT_TABLES = ("meta", "docs_")
+# Kept by a reset: what configures the installation, not what a run made (the docs index, the service side's API
+# keys and its webhook endpoints: a suite that resets between tests keeps its receiver).
+_KEPT_TABLES = ("meta", "docs_", "service_keys", "webhook_endpoints")
 
 
 class Core:
@@ -150,8 +152,9 @@ class Core:
         """Back to an empty emulator without a restart: every registration, trial, organization, key, secret,
         session, database and service (their workloads gone), media, the journal, the rate-limit and idempotency
         windows, fault holds and switches, and the clock as it was at start. What makes this installation itself
-        stays: signing keys, the CA, the secrets' key, built environments, and the docs index. With `to="start"`,
-        back to the state the emulator was started from (the snapshot taken at start, when it was not empty).
+        stays: signing keys, the CA, the secrets' key, built environments, the docs index, service keys and webhook
+        endpoints. With `to="start"`, back to the state the emulator was started from (the snapshot taken at start,
+        when it was not empty).
         Returns how long it took, in seconds."""
         if to == "start" and self.start_snapshot is not None:
             return await self.snapshots.load(self.start_snapshot, internal=True, as_reset=True)
