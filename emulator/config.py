@@ -87,6 +87,10 @@ class Settings(msgspec.Struct, kw_only=True):
     registration_rate_limit: int = 60  # registrations per minute per client IP
     anonymous_registration: bool = True
     service_auth_registration: bool = True
+    # ID-JAG registration (`type: identity_assertion`): off by default, as WorkOS leaves it off until a service
+    # enables it; the switch also decides whether discovery advertises it.
+    identity_assertion_registration: bool = False
+    idjag_max_auth_age: int = 3600  # how old an ID-JAG's auth_time may be, in seconds
     # Trials.
     trials_enabled: bool = True
     cloud_reachable: bool = True
@@ -191,6 +195,7 @@ _INT = {
     "attempt_ttl",
     "refresh_token_ttl",
     "registration_rate_limit",
+    "idjag_max_auth_age",
     "trial_capacity",
     "trial_network_limit",
     "trial_network_bits",
@@ -213,6 +218,7 @@ _BOOL = {
     "watch_docs",
     "anonymous_registration",
     "service_auth_registration",
+    "identity_assertion_registration",
     "trials_enabled",
     "cloud_reachable",
     "spares",
@@ -253,6 +259,8 @@ HELP: dict[str, str] = {
     "registration_rate_limit": "registrations per minute per client IP (default 60)",
     "anonymous_registration": "the anonymous_registration switch at start (default on)",
     "service_auth_registration": "the service_auth_registration switch at start (default on)",
+    "identity_assertion_registration": "the identity_assertion_registration (ID-JAG) switch at start (default off)",
+    "idjag_max_auth_age": "seconds an ID-JAG's auth_time may be old before login_required (default 3600)",
     "trials_enabled": "the trials_enabled switch at start (default on)",
     "cloud_reachable": "the cloud_reachable switch at start (default on)",
     "trial_capacity": "unclaimed trials the platform holds at once (default 1000; 429 beyond)",
@@ -445,6 +453,7 @@ def _validate(s: Settings) -> None:
         "refresh_token_ttl",
         "trial_lifetime",
         "registration_rate_limit",
+        "idjag_max_auth_age",
         "trial_network_limit",
         "ask_rate_limit",
         "ask_rate_window",

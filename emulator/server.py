@@ -469,6 +469,7 @@ async def _serve(
             from emulator.tunnel.ca import LocalCA
 
             signer.reload(settings.state_dir)
+            identity.upstream.reload(settings.state_dir)
             box.reload(settings.state_dir)
             blobs.reload_key()
             assert tunnel is not None

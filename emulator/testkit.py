@@ -71,6 +71,7 @@ from emulator.admin.wire import (
 from emulator.commands.common import exports
 from emulator.core.processes import alive
 from emulator.core.snapshots import SnapshotView
+from emulator.hosted.idjag import Minted, MintRequest
 
 if TYPE_CHECKING:  # loaded when first used: a pytest run that never asks for them does not import the domain
     from emulator.behaviour.scorecard import Report
@@ -526,6 +527,12 @@ class Acts:
 
     def deny_claim(self, claim: str, email: str = "person@example.com") -> ClaimDecided:
         return self._kit.answer(ClaimDecided, "POST", "/_emulator/claims/deny", _claim(claim, email))
+
+    def id_jag(self, email: str, **claims: Any) -> Minted:
+        """An ID-JAG for the person `email` from the upstream issuer the emulator plays (what their own identity
+        provider gives the agent by token exchange); `claims` make a bad one on purpose (see `MintRequest`:
+        email_verified, auth_age, auth_time, expires_in, audience, jti, typ, sub, client_id, scope)."""
+        return self._kit.answer(Minted, "POST", "/_emulator/id-jag", MintRequest(email=email, **claims))
 
     def claim_trial(self, org: str, email: str) -> TrialClaimed:
         """The person opens the trial's `claim_url` and claims it: it no longer expires."""

@@ -28,6 +28,7 @@ from emulator.admin.wire import (
 )
 from emulator.core import openapi
 from emulator.core.clock import iso
+from emulator.core.errors import BAD_REQUEST
 from emulator.hosted.identity import (
     POST_CLAIM_SCOPES,
     PRE_CLAIM_SCOPES,
@@ -35,7 +36,9 @@ from emulator.hosted.identity import (
     UserOverview,
     latest_claims,
     users_overview,
+    valid_email,
 )
+from emulator.hosted.idjag import MintRequest
 from emulator.site.state import site_of
 
 
@@ -119,6 +122,17 @@ async def logins_pending(request: Request[Any, Any, Any]) -> Response[bytes]:
     return json_response(LoginList([PendingLoginView(r["user_code"], iso(r["expires_at"])) for r in rows]))
 
 
+@post("/_emulator/id-jag", status_code=201, opt=openapi.body(MintRequest))
+async def id_jag_mint(request: Request[Any, Any, Any]) -> Response[bytes]:
+    """An ID-JAG from the upstream issuer the emulator plays, for a test person: what the person's own identity
+    provider would give the agent by token exchange. Every field can make a bad one on purpose."""
+    site = site_of(request)
+    ask = decode(await request.body(), MintRequest)
+    if not valid_email(ask.email):
+        raise BAD_REQUEST("email must be an e-mail address")
+    return json_response(site.identity.upstream.mint(ask, site.core.clock.now()), status=201)
+
+
 @get("/_emulator/claims")
 async def claims_pending(request: Request[Any, Any, Any]) -> Response[bytes]:
     """Claim attempts a person can still act on: `pending` (not yet approved) or `confirmed` (code shown)."""
@@ -171,4 +185,13 @@ def _user_view(user: UserOverview) -> UserView:
     )
 
 
-HANDLERS = [users_list, claims_pending, claims_approve, claims_deny, registrations_list, logins_pending, logins_approve]
+HANDLERS = [
+    users_list,
+    claims_pending,
+    claims_approve,
+    claims_deny,
+    registrations_list,
+    logins_pending,
+    logins_approve,
+    id_jag_mint,
+]

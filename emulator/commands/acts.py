@@ -10,6 +10,8 @@ from typing import Any
 from emulator.admin.wire import ClaimDecision, LoginDecision, TrialClaim
 from emulator.commands import common
 from emulator.commands.common import add_json, add_locator, call_or_exit, print_json, shown_whole
+from emulator.core.clock import parse_duration
+from emulator.hosted.idjag import MintRequest
 
 
 def register(sub: Any) -> dict[str, Callable[[argparse.Namespace], int]]:
@@ -45,11 +47,30 @@ def register(sub: Any) -> dict[str, Callable[[argparse.Namespace], int]]:
     claim.add_argument("org", help="the trial's organization slug (agent-…)")
     claim.add_argument("--email", required=True, help="the person's e-mail")
 
+    jag = sub.add_parser(
+        "id-jag",
+        help="mint an ID-JAG for a test person, as their own identity provider would",
+        description="Mint an ID-JAG (an identity assertion of the upstream issuer the emulator plays, "
+        "{auth_url}/upstream) for the person EMAIL: what an agent gets from the person's identity provider by token "
+        "exchange and sends to POST /agent/identity as {type: identity_assertion, assertion_type, assertion}. The "
+        "options make a bad one on purpose.",
+    )
+    add_locator(jag)
+    jag.add_argument("email", help="the person's e-mail")
+    jag.add_argument("--sub", help="the person's id at the upstream (default: from the e-mail)")
+    jag.add_argument("--unverified", action="store_true", help="email_verified: false")
+    jag.add_argument("--auth-age", default="0", help="how long ago the person signed in upstream (90s, 2h; default 0)")
+    jag.add_argument("--no-auth-time", action="store_true", help="leave the auth_time claim out")
+    jag.add_argument("--expires-in", default="5m", help="its lifetime (default 5m; negative: already expired)")
+    jag.add_argument("--audience", help="its aud (default: the identity provider's issuer)")
+    jag.add_argument("--client-id", default="agent", help="the agent's client_id claim")
+    add_json(jag)
+
     switch = sub.add_parser(
         "switch",
         help="show or flip the platform switches",
         description="Show the switches, or set one: anonymous_registration, service_auth_registration, "
-        "trials_enabled, cloud_reachable.",
+        "identity_assertion_registration, trials_enabled, cloud_reachable.",
     )
     add_locator(switch)
     switch.add_argument("name", nargs="?")
@@ -80,6 +101,7 @@ def register(sub: Any) -> dict[str, Callable[[argparse.Namespace], int]]:
         "approve-claim": cmd_approve_claim,
         "approve-login": cmd_approve_login,
         "claim-trial": cmd_claim_trial,
+        "id-jag": cmd_id_jag,
         "switch": cmd_switch,
         "trials": cmd_trials,
         "registrations": cmd_registrations,
@@ -117,6 +139,28 @@ def cmd_approve_login(args: argparse.Namespace) -> int:
         code = pending[0]["user_code"]
     answer = call_or_exit(site + "/_emulator/logins/approve", LoginDecision(code, args.email, args.deny))
     print(f"{answer['user_code']}: {'approved' if answer['approved'] else 'denied'} as {answer['email']}")
+    return 0
+
+
+def cmd_id_jag(args: argparse.Namespace) -> int:
+    try:
+        ask = MintRequest(
+            email=args.email,
+            sub=args.sub,
+            email_verified=not args.unverified,
+            auth_age=parse_duration(args.auth_age),
+            auth_time=not args.no_auth_time,
+            expires_in=parse_duration(args.expires_in),
+            audience=args.audience,
+            client_id=args.client_id,
+        )
+    except ValueError as e:
+        raise SystemExit(f"emulator: {e}") from None
+    answer = call_or_exit(common.site(args) + "/_emulator/id-jag", ask)
+    if args.json:
+        print_json(answer)
+    else:
+        print(answer["id_jag"])
     return 0
 
 

@@ -85,6 +85,10 @@ INVALID_TOKEN = Failure(401, "invalid_token")
 SERVER_ERROR = Failure(500, "server_error")
 # ... and the agent registration protocol's.
 ISSUER_NOT_ENABLED = Failure(400, "issuer_not_enabled")
+# An ID-JAG that needs the person: their account exists but is not linked to the upstream identity, or they signed
+# in upstream too long ago (both with `WWW-Authenticate: AgentAuth error="…"`).
+INTERACTION_REQUIRED = Failure(401, "interaction_required")
+LOGIN_REQUIRED = Failure(401, "login_required")
 INVALID_LOGIN_HINT = Failure(400, "invalid_login_hint")
 INVALID_REFRESH_TOKEN = Failure(400, "invalid_refresh_token")
 INVALID_CLAIM_TOKEN = Failure(401, "invalid_claim_token")

@@ -11,7 +11,13 @@ from emulator.core.errors import BAD_REQUEST
 from emulator.core.events import EventBus
 from emulator.core.payloads import SwitchChanged
 
-SWITCHES = ("anonymous_registration", "service_auth_registration", "trials_enabled", "cloud_reachable")
+SWITCHES = (
+    "anonymous_registration",
+    "service_auth_registration",
+    "identity_assertion_registration",
+    "trials_enabled",
+    "cloud_reachable",
+)
 
 
 class Switches:

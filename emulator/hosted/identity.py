@@ -53,6 +53,7 @@ from emulator.core.payloads import (
     IdpClaimDenied,
     IdpClaimed,
     IdpClaimStarted,
+    IdpIdjagRefused,
     IdpRefreshed,
     IdpRegistered,
     IdpTokenIssued,
@@ -69,6 +70,7 @@ from emulator.hosted.agent_events import (
     CredentialIssuedData,
     RegistrationRef,
 )
+from emulator.hosted.idjag import SKEW, Upstream
 from emulator.hosted.signing import ACCESS_TOKEN_TYP, ASSERTION_TYP, AgentClaims, InvalidToken, Signer
 
 JWT_BEARER = "urn:ietf:params:oauth:grant-type:jwt-bearer"
@@ -111,7 +113,9 @@ Refusals = dict[str, Callable[[object], ApiError]]
 
 # Strings the document lists the values of: any string decodes, and the rules refuse the others by name (some with
 # errors of their own, such as identity_assertion's issuer_not_enabled).
-RegistrationType = Annotated[str, msgspec.Meta(extra_json_schema={"enum": ["anonymous", "service_auth", "refresh"]})]
+RegistrationType = Annotated[
+    str, msgspec.Meta(extra_json_schema={"enum": ["anonymous", "service_auth", "refresh", "identity_assertion"]})
+]
 ClaimMethod = Annotated[str, msgspec.Meta(extra_json_schema={"enum": ["service_auth"]})]
 
 
@@ -140,11 +144,14 @@ def _claim_token_refused(_: object) -> ApiError:
 
 
 class Registration(msgspec.Struct, kw_only=True):
-    """POST /agent/identity: `anonymous`, `service_auth` (with `login_hint`) or `refresh` (with `refresh_token`)."""
+    """POST /agent/identity: `anonymous`, `service_auth` (with `login_hint`), `refresh` (with `refresh_token`) or
+    `identity_assertion` (with `assertion_type` and `assertion`, an ID-JAG)."""
 
     type: RegistrationType
     login_hint: str | None = None
     refresh_token: str | None = None
+    assertion_type: str | None = None
+    assertion: str | None = None
 
     @classmethod
     def of(cls, raw: dict[str, object]) -> Registration:
@@ -154,7 +161,14 @@ class Registration(msgspec.Struct, kw_only=True):
                 "{type: service_auth, login_hint}, then exchange the assertion at /oauth2/token",
             )
         refresh = INVALID_REQUEST("type refresh needs refresh_token")
-        refusals: Refusals = {"type": _type_refused, "login_hint": _hint_refused, "refresh_token": lambda _: refresh}
+        assertion = INVALID_REQUEST("identity_assertion needs assertion_type and assertion (strings)")
+        refusals: Refusals = {
+            "type": _type_refused,
+            "login_hint": _hint_refused,
+            "refresh_token": lambda _: refresh,
+            "assertion_type": lambda _: assertion,
+            "assertion": lambda _: assertion,
+        }
         return decode(raw, cls, refusals)
 
 
@@ -228,9 +242,24 @@ class Grant(msgspec.Struct, kw_only=True):
 class Registered(msgspec.Struct, kw_only=True):
     id: str
     type: str
-    identity: Grant | UnsetType = UNSET  # anonymous: usable at once
+    identity: Grant | UnsetType = UNSET  # anonymous and an accepted ID-JAG: usable at once
     scopes: Scopes
-    claim: ClaimOffer
+    claim: ClaimOffer | UnsetType = UNSET  # none for an ID-JAG's: it is its person's already
+
+
+class NeedsInteraction(ApiError):
+    """An ID-JAG whose verified e-mail is an account not yet linked to its upstream identity: 401
+    `interaction_required`, with the claim (and its attempt) the person completes to link them."""
+
+    def __init__(self, offer: Registered) -> None:
+        super().__init__(
+            401,
+            "interaction_required",
+            "an account with this e-mail exists but is not linked to this identity: the person approves the claim at "
+            "claim.attempt.verification_uri, then the agent completes it at /agent/identity/claim/complete",
+            headers={"WWW-Authenticate": 'AgentAuth error="interaction_required"'},
+        )
+        self.offer = offer
 
 
 class Refreshed(msgspec.Struct):
@@ -265,10 +294,19 @@ def valid_email(value: Any) -> bool:
 
 
 class Identity:
-    def __init__(self, core: Core, signer: Signer, urls: Urls) -> None:
+    def __init__(self, core: Core, signer: Signer, urls: Urls, upstream: Upstream | None = None) -> None:
         self.core = core
         self.signer = signer
         self.urls = urls
+        self.upstream = upstream or Upstream(core.settings.state_dir, urls.auth, core.ids)
+
+    def identity_types(self) -> list[str]:
+        """The registration types discovery advertises: ID-JAG only while its switch is on."""
+        return (
+            [*IDENTITY_TYPES, "identity_assertion"]
+            if self.core.switches["identity_assertion_registration"]
+            else IDENTITY_TYPES
+        )
 
     @property
     def _s(self) -> Settings:
@@ -424,9 +462,11 @@ class Identity:
         if kind == "refresh":
             return await self._refresh(body)
         if kind == "identity_assertion":
-            raise ISSUER_NOT_ENABLED(
-                "identity_assertion (ID-JAG) registration is not enabled here; use anonymous or service_auth",
-            )
+            if not self.core.switches["identity_assertion_registration"]:
+                raise ISSUER_NOT_ENABLED(
+                    "identity_assertion (ID-JAG) registration is not enabled here; use anonymous or service_auth",
+                )
+            return await self._register_idjag(body, ip)
         if kind not in IDENTITY_TYPES:
             raise _type_refused(kind)
         if kind == "anonymous" and not self.core.switches["anonymous_registration"]:
@@ -467,6 +507,89 @@ class Identity:
             scopes = Scopes(pre_claim=PRE_CLAIM_SCOPES, post_claim=POST_CLAIM_SCOPES)
             return Registered(id=reg_id, type=kind, identity=grant, scopes=scopes, claim=claim)
         return Registered(id=reg_id, type=kind, scopes=Scopes(post_claim=POST_CLAIM_SCOPES), claim=claim)
+
+    async def _register_idjag(self, body: Registration, ip: str) -> Registered:
+        """An ID-JAG (idjag.py checks it): its person's agent, claimed at once when the upstream identity is linked to
+        an account or names a new one; `interaction_required` when its e-mail is an account not linked to it."""
+        if not body.assertion or body.assertion_type is None:
+            raise INVALID_REQUEST("identity_assertion needs assertion_type and assertion (the ID-JAG)")
+        now = self.core.clock.now()
+        try:
+            jag = self.upstream.check(body.assertion_type, body.assertion, now, self._s.idjag_max_auth_age)
+        except ApiError as e:
+            self.core.bus.publish(self.upstream.issuer, IdpIdjagRefused(error=e.code, reason=e.message, ip=ip))
+            raise
+        reg_id = self.core.ids.ident("agent_reg_")
+        claim_token = self.core.ids.token("clm_", 20)
+        claim_exp = now + self._s.claim_ttl
+        attempt: Attempt | UnsetType = UNSET
+        async with self.core.store.transaction() as conn:
+            await conn.execute("DELETE FROM idjag_jtis WHERE expires_at < ?", (now - SKEW,))
+            seen = await conn.execute(
+                "INSERT INTO idjag_jtis (iss, jti, expires_at) VALUES (?, ?, ?) ON CONFLICT DO NOTHING",
+                (jag.iss, jag.jti, jag.exp),
+            )
+            if not seen.rowcount:
+                refusal = INVALID_GRANT(f"the assertion's jti {jag.jti} was already used: an ID-JAG works once")
+                self.core.bus.publish(jag.iss, IdpIdjagRefused(error=refusal.code, reason=refusal.message, ip=ip))
+                raise refusal
+            async with conn.execute(
+                "SELECT u.id, u.email FROM identity_links l JOIN users u ON u.id = l.user_id "
+                "WHERE l.iss = ? AND l.sub = ?",
+                (jag.iss, jag.sub),
+            ) as cur:
+                linked = await cur.fetchone()
+            email: str | None = linked["email"] if linked else None
+            if linked is None and await self.user_id(conn, jag.email) is None:
+                user = await self.ensure_user(conn, jag.email, now)  # a new person: linked to the identity at once
+                await conn.execute(
+                    "INSERT INTO identity_links (iss, sub, user_id, created_at) VALUES (?, ?, ?, ?)",
+                    (jag.iss, jag.sub, user, now),
+                )
+                email = jag.email
+            await conn.execute(
+                "INSERT INTO registrations (id, type, login_hint, status, claim_token_hash, claim_expires_at, "
+                "claimed_email, claimed_at, client_ip, created_at, upstream_iss, upstream_sub) "
+                "VALUES (?, 'identity_assertion', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (
+                    reg_id,
+                    jag.email,
+                    "claimed" if email else "registered",
+                    secret_hash(claim_token),
+                    claim_exp,
+                    email,
+                    now if email else None,
+                    ip,
+                    now,
+                    jag.iss,
+                    jag.sub,
+                ),
+            )
+            events = [await self._created(conn, reg_id)]
+            if email is None:  # an account with this e-mail, not linked to the upstream identity: the person decides
+                attempt, started = await self._new_attempt(conn, reg_id, jag.email, now)
+                events.append(started)
+        self.core.bus.publish(reg_id, IdpRegistered(type="identity_assertion", login_hint=jag.email, ip=ip))
+        agent_events.publish(self.core.bus, *events)
+        if email is None:
+            claim = ClaimOffer(
+                token=claim_token,
+                expires_at=iso(claim_exp),
+                url=f"{self.urls.auth}/agent/identity/claim",
+                attempt=attempt,
+            )
+            raise NeedsInteraction(
+                Registered(
+                    id=reg_id, type="identity_assertion", scopes=Scopes(post_claim=POST_CLAIM_SCOPES), claim=claim
+                )
+            )
+        assertion, exp = self.assertion(reg_id, "identity_assertion", email)
+        return Registered(
+            id=reg_id,
+            type="identity_assertion",
+            identity=Grant(assertion=assertion, expires_at=iso(exp)),
+            scopes=Scopes(post_claim=POST_CLAIM_SCOPES),
+        )
 
     async def _created(self, conn: aiosqlite.Connection, reg_id: str) -> agent_events.Recorded:
         """`agent.registration.created` for a registration just written."""
@@ -622,6 +745,12 @@ class Identity:
             )
             refresh, refresh_exp = await self._new_refresh_token(conn, reg["id"], now)
             user_id = await self.ensure_user(conn, email, now)
+            if reg["upstream_iss"] is not None:  # the claim an ID-JAG's interaction_required started: linked now
+                await conn.execute(
+                    "INSERT INTO identity_links (iss, sub, user_id, created_at) VALUES (?, ?, ?, ?) "
+                    "ON CONFLICT DO NOTHING",
+                    (reg["upstream_iss"], reg["upstream_sub"], user_id, now),
+                )
             completed = await agent_events.record(
                 conn,
                 self.core,

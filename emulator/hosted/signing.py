@@ -100,11 +100,12 @@ class Signer:
         return cls(key_path(state_dir))
 
     @classmethod
-    def load_or_create(cls, state_dir: Path) -> Signer:
-        """The signer of the state dir's key, made the first time; the key is read (and so checked) now."""
+    def load_or_create(cls, state_dir: Path, path: Path | None = None) -> Signer:
+        """The signer of the state dir's key (or of the key at `path`), made the first time; the key is read (and so
+        checked) now."""
         from joserfc.jwk import ECKey
 
-        path = key_path(state_dir)
+        path = path or key_path(state_dir)
         if not path.is_file():
             key = ECKey.generate_key("P-256", parameters={"use": "sig", "alg": "ES256"}, private=True)
             key.ensure_kid()
@@ -117,13 +118,15 @@ class Signer:
         if self._key is None:
             from joserfc.jwk import ECKey
 
+            if not self._path.is_file():  # a key made at its first use (the upstream issuer's)
+                Signer.load_or_create(self._path.parent, self._path)
             key = ECKey.import_key(json.loads(self._path.read_text()))
             self._key, self.kid, self._es256 = key, key.kid or "", _es256(key)
         return self._key
 
     def reload(self, state_dir: Path) -> None:
         """Sign with the key now in the state dir (a loaded snapshot brought its own)."""
-        other = Signer.load_or_create(state_dir)
+        other = Signer.load_or_create(state_dir, state_dir / "keys" / self._path.name)
         self._path, self._key, self.kid, self._es256 = other._path, other._key, other.kid, other._es256
         self._verified.clear()
 
@@ -159,6 +162,18 @@ class Signer:
             if len(self._verified) > _VERIFIED_KEPT:
                 self._verified.popitem(last=False)
         return verified
+
+    def decode(self, token: str) -> tuple[dict[str, object], dict[str, object]]:
+        """(header, claims) of any token whose signature this key made, its claims unread: for tokens of a shape
+        this issuer does not itself verify (an upstream issuer's ID-JAGs)."""
+        from joserfc import jwt
+        from joserfc.errors import JoseError
+
+        try:
+            decoded = jwt.decode(token, self._loaded(), algorithms=["ES256"])
+        except (JoseError, ValueError, TypeError) as e:
+            raise InvalidToken(str(e) or type(e).__name__) from None
+        return dict(decoded.header), dict(decoded.claims)
 
     def jwks(self) -> Jwks:
         public = msgspec.convert(self._loaded().as_dict(private=False), Jwk)

@@ -6,8 +6,10 @@ spec says so; the issuer is always `{auth_url}`, byte for byte, with no trailing
 from __future__ import annotations
 
 import msgspec
+from msgspec import UNSET, UnsetType
 
-from emulator.hosted.identity import IDENTITY_TYPES, JWT_BEARER, POST_CLAIM_SCOPES, Urls
+from emulator.hosted.identity import JWT_BEARER, POST_CLAIM_SCOPES, Identity, Urls
+from emulator.hosted.idjag import ID_JAG_TYPE
 
 API_CATALOG_PROFILE = "https://www.rfc-editor.org/info/rfc9727"
 
@@ -25,8 +27,13 @@ class ProtectedResource(msgspec.Struct, kw_only=True):
     resource_documentation: str
 
 
-class AgentAuth(msgspec.Struct, kw_only=True):
-    """The agent-registration block of the server metadata (agent-protocols reference §6)."""
+class AssertionTypes(msgspec.Struct):
+    assertion_types_supported: list[str]
+
+
+class AgentAuth(msgspec.Struct, kw_only=True, omit_defaults=True):
+    """The agent-registration block of the server metadata (agent-protocols reference §6); `identity_assertion`
+    only while ID-JAG registration is on."""
 
     identity_endpoint: str
     register_uri: str
@@ -34,6 +41,7 @@ class AgentAuth(msgspec.Struct, kw_only=True):
     claim_uri: str
     claim_complete_endpoint: str
     identity_types_supported: list[str]
+    identity_assertion: AssertionTypes | UnsetType = UNSET
     events_supported: list[str]
 
 
@@ -79,8 +87,9 @@ def protected_resource(urls: Urls) -> ProtectedResource:
     )
 
 
-def authorization_server(urls: Urls) -> AuthorizationServer:
-    auth = urls.auth
+def authorization_server(identity: Identity) -> AuthorizationServer:
+    auth = identity.urls.auth
+    types = identity.identity_types()
     return AuthorizationServer(
         issuer=auth,
         token_endpoint=f"{auth}/oauth2/token",
@@ -97,19 +106,50 @@ def authorization_server(urls: Urls) -> AuthorizationServer:
             claim_endpoint=f"{auth}/agent/identity/claim",
             claim_uri=f"{auth}/agent/identity/claim",
             claim_complete_endpoint=f"{auth}/agent/identity/claim/complete",
-            identity_types_supported=IDENTITY_TYPES,
+            identity_types_supported=types,
+            identity_assertion=AssertionTypes([ID_JAG_TYPE]) if "identity_assertion" in types else UNSET,
             events_supported=[],
         ),
     )
 
 
-def openid_configuration(urls: Urls) -> OpenIdConfiguration:
+def openid_configuration(identity: Identity) -> OpenIdConfiguration:
     """The server metadata (its fields first, in their order) and OpenID Connect's own."""
     return OpenIdConfiguration(
-        **msgspec.structs.asdict(authorization_server(urls)),
+        **msgspec.structs.asdict(authorization_server(identity)),
         subject_types_supported=["public"],
         id_token_signing_alg_values_supported=["ES256", "RS256"],
         claims_supported=["iss", "sub", "aud", "exp", "iat", "email", "email_verified"],
+    )
+
+
+class UpstreamConfiguration(msgspec.Struct, kw_only=True):
+    """The upstream issuer's metadata: where its keys are (it has no endpoint an agent calls; tests mint its ID-JAGs
+    through `/_emulator/id-jag`)."""
+
+    issuer: str
+    jwks_uri: str
+    id_token_signing_alg_values_supported: list[str]
+    claims_supported: list[str]
+
+
+def upstream_configuration(issuer: str) -> UpstreamConfiguration:
+    return UpstreamConfiguration(
+        issuer=issuer,
+        jwks_uri=f"{issuer}/.well-known/jwks.json",
+        id_token_signing_alg_values_supported=["ES256"],
+        claims_supported=[
+            "iss",
+            "sub",
+            "aud",
+            "client_id",
+            "jti",
+            "iat",
+            "exp",
+            "auth_time",
+            "email",
+            "email_verified",
+        ],
     )
 
 

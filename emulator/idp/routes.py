@@ -43,12 +43,16 @@ from emulator.hosted.identity import (
     POST_CLAIM_SCOPES,
     PRE_CLAIM_SCOPES,
     ClaimCompletion,
+    ClaimOffer,
     ClaimStart,
     Closed,
     Identity,
+    NeedsInteraction,
     Registration,
+    Scopes,
     why_closed,
 )
+from emulator.hosted.idjag import UPSTREAM_PATH
 from emulator.hosted.logins import Logins
 from emulator.idp import discovery, login
 from emulator.site.errors import http_detail, incomplete_body, last_resort
@@ -106,18 +110,33 @@ class ClaimPageForm(msgspec.Struct):
 # --- error renderers ------------------------------------------------------------------------------
 
 
-class RegistrationError(msgspec.Struct):
-    """A registration endpoint's error, as WorkOS and the pixeltable client read it (`error` repeats `code`)."""
+class RegistrationError(msgspec.Struct, kw_only=True):
+    """A registration endpoint's error, as WorkOS and the pixeltable client read it (`error` repeats `code`). An
+    ID-JAG's 401s also say it RFC 6749's way (`error_description`), and `interaction_required` carries the claim the
+    person completes (`id`, `type`, `scopes`, `claim`)."""
 
     code: str
     message: str
     error: str
     retry_after: int | UnsetType = UNSET  # a 429's
+    error_description: str | UnsetType = UNSET
+    id: str | UnsetType = UNSET
+    type: str | UnsetType = UNSET
+    scopes: Scopes | UnsetType = UNSET
+    claim: ClaimOffer | UnsetType = UNSET
 
     @classmethod
     def of(cls, exc: ApiError) -> RegistrationError:
         retry = exc.headers.get("Retry-After")
-        return cls(exc.code, exc.message, exc.code, UNSET if retry is None else int(retry))
+        error = cls(
+            code=exc.code, message=exc.message, error=exc.code, retry_after=UNSET if retry is None else int(retry)
+        )
+        if exc.status == 401 and exc.headers.get("WWW-Authenticate", "").startswith("AgentAuth"):
+            error.error_description = exc.message
+        if isinstance(exc, NeedsInteraction):
+            offer = exc.offer
+            error.id, error.type, error.scopes, error.claim = offer.id, offer.type, offer.scopes, offer.claim
+        return error
 
 
 def registration_error(_: Request[Any, Any, Any], exc: ApiError) -> Response[bytes]:
@@ -309,7 +328,7 @@ class TokenFastPath:
             state_dir = self.idp.core.settings.state_dir
             failed = last_resort("POST", "/oauth2/token", exc, state_dir, SERVER_ERROR(_FAILED))
             status, extra = failed.status, failed.headers
-            answer = _encode(RegistrationError(failed.code, failed.message, failed.code))
+            answer = _encode(RegistrationError(code=failed.code, message=failed.message, error=failed.code))
         await send_whole(send, status, raw_headers(extra), b"application/json", answer)
 
 
@@ -348,7 +367,7 @@ async def jwks(request: Request[Any, Any, Any]) -> Response[bytes]:
 @get(["/.well-known/oauth-authorization-server", "/.well-known/oauth-authorization-server/"])
 async def as_metadata(request: Request[Any, Any, Any]) -> Response[bytes]:
     return _json(
-        discovery.authorization_server(idp_of(request).identity.urls),
+        discovery.authorization_server(idp_of(request).identity),
         headers={"Cache-Control": "public, max-age=300"},
     )
 
@@ -356,9 +375,23 @@ async def as_metadata(request: Request[Any, Any, Any]) -> Response[bytes]:
 @get("/.well-known/openid-configuration")
 async def oidc(request: Request[Any, Any, Any]) -> Response[bytes]:
     return _json(
-        discovery.openid_configuration(idp_of(request).identity.urls),
+        discovery.openid_configuration(idp_of(request).identity),
         headers={"Cache-Control": "public, max-age=300"},
     )
+
+
+# --- the upstream identity provider the emulator also plays (hosted/idjag.py) ----------------------------------
+
+
+@get(f"{UPSTREAM_PATH}/.well-known/jwks.json")
+async def upstream_jwks(request: Request[Any, Any, Any]) -> Response[bytes]:
+    return _json(idp_of(request).identity.upstream.jwks(), headers={"Cache-Control": "public, max-age=300"})
+
+
+@get(f"{UPSTREAM_PATH}/.well-known/openid-configuration")
+async def upstream_metadata(request: Request[Any, Any, Any]) -> Response[bytes]:
+    upstream = idp_of(request).identity.upstream
+    return _json(discovery.upstream_configuration(upstream.issuer), headers={"Cache-Control": "public, max-age=300"})
 
 
 @get("/.well-known/oauth-protected-resource", exception_handlers={ApiError: registration_error})
@@ -494,6 +527,8 @@ HANDLERS = [
     jwks,
     as_metadata,
     oidc,
+    upstream_jwks,
+    upstream_metadata,
     wrong_host_prm,
     claim_page,
     claim_decide,

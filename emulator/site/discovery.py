@@ -26,12 +26,12 @@ async def protected_resource(request: Request[Any, Any, Any]) -> Response[bytes]
 @get("/.well-known/oauth-authorization-server")
 async def authorization_server(request: Request[Any, Any, Any]) -> Response[bytes]:
     # The same document as the issuer's: its issuer stays {auth_url}.
-    return _json(discovery.authorization_server(site_of(request).identity.urls))
+    return _json(discovery.authorization_server(site_of(request).identity))
 
 
 @get("/.well-known/openid-configuration")
 async def openid_configuration(request: Request[Any, Any, Any]) -> Response[bytes]:
-    return _json(discovery.openid_configuration(site_of(request).identity.urls))
+    return _json(discovery.openid_configuration(site_of(request).identity))
 
 
 @route("/.well-known/api-catalog", http_method=["GET", "HEAD"], status_code=200)

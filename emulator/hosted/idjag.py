@@ -1,0 +1,197 @@
+"""ID-JAG registration (draft-ietf-oauth-identity-assertion-authz-grant, in WorkOS's agent-registration profile):
+the upstream identity provider the emulator also plays, and the checks an identity assertion passes before the
+identity provider registers an agent with it.
+
+The upstream issuer is `{auth_url}/upstream`, with a key of its own (`<state-dir>/keys/upstream-es256.jwk.json`,
+made at its first use) published at `{auth_url}/upstream/.well-known/jwks.json`. It mints an ID-JAG for a test
+person (`emulator id-jag`, `POST /_emulator/id-jag`) as the person's own provider would by token exchange. It is
+the one issuer this provider trusts: an ID-JAG of any other is `issuer_not_enabled`.
+
+Checks, in order (an ID-JAG whose checks fail is never recorded, so a corrected retry is not a replay):
+`typ` `oauth-id-jag+jwt`; a trusted `iss`; the signature against the issuer's key; `aud` this provider's issuer;
+`exp` not passed, `iat` not in the future (60 s of skew, the emulator's clock); `sub`, `jti`, and a verified
+`email`; `auth_time` present and at most `idjag_max_auth_age` old (else `login_required`). The `jti` replay check
+is the registration's, in its transaction.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import msgspec
+from msgspec import UNSET, UnsetType
+
+from emulator.core.errors import (
+    INVALID_GRANT,
+    INVALID_REQUEST,
+    ISSUER_NOT_ENABLED,
+    LOGIN_REQUIRED,
+    ApiError,
+)
+from emulator.core.ids import Ids
+from emulator.hosted.signing import ASSERTION_TYP, Claims, InvalidToken, Jwks, Signer
+
+ID_JAG_TYPE = "urn:ietf:params:oauth:token-type:id-jag"
+UPSTREAM_PATH = "/upstream"
+SKEW = 60  # seconds of clock difference allowed on exp, iat and auth_time
+DEFAULT_LIFETIME = 300  # an ID-JAG is short-lived: minutes, not hours
+
+
+class IdJagClaims(Claims, kw_only=True, frozen=True, omit_defaults=True):
+    """What an ID-JAG says: which person (`sub`, `email`), signed in when (`auth_time`), for which agent
+    (`client_id`) and which authorization server (`aud`)."""
+
+    client_id: str
+    jti: str
+    iat: int
+    exp: int
+    auth_time: int | UnsetType = UNSET
+    email: str | UnsetType = UNSET
+    email_verified: bool | UnsetType = UNSET
+    scope: str | UnsetType = UNSET
+
+
+class MintRequest(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """What a test asks the upstream issuer for (`POST /_emulator/id-jag`); every bad ID-JAG can be made on purpose."""
+
+    email: str
+    sub: str | None = None  # the person's id at the upstream; derived from the e-mail when not given
+    email_verified: bool = True
+    auth_age: float = 0  # seconds since the person signed in upstream
+    auth_time: bool = True  # False: no auth_time claim at all
+    expires_in: float = DEFAULT_LIFETIME  # negative: already expired
+    audience: str | None = None  # default: this provider's issuer
+    client_id: str = "agent"
+    scope: str | None = None
+    jti: str | None = None  # a fixed jti (to replay one)
+    typ: str = ASSERTION_TYP
+
+
+class Minted(msgspec.Struct, kw_only=True):
+    id_jag: str
+    assertion_type: str
+    issuer: str
+    sub: str
+    jti: str
+    expires_at: float
+
+
+@dataclass(frozen=True)
+class Verified:
+    """An ID-JAG that passed every check but the replay check."""
+
+    iss: str
+    sub: str
+    email: str
+    jti: str
+    exp: float
+    client_id: str
+
+
+class Upstream:
+    """The upstream identity provider the emulator plays: its key, its JWKS, the ID-JAGs it mints."""
+
+    def __init__(self, state_dir: Path, auth_url: str, ids: Ids) -> None:
+        self.issuer = auth_url + UPSTREAM_PATH
+        self.audience = auth_url  # the authorization server an ID-JAG is for: this provider
+        self.signer = Signer(upstream_key_path(state_dir))
+        self._ids = ids
+
+    def reload(self, state_dir: Path) -> None:
+        self.signer.reload(state_dir)
+
+    def jwks(self) -> Jwks:
+        return self.signer.jwks()
+
+    def mint(self, ask: MintRequest, now: float) -> Minted:
+        sub = ask.sub or "user-" + ask.email.strip().lower()
+        exp = int(now + ask.expires_in)
+        claims = IdJagClaims(
+            iss=self.issuer,
+            aud=ask.audience or self.audience,
+            sub=sub,
+            client_id=ask.client_id,
+            jti=ask.jti or self._ids.ident("jag_"),
+            iat=int(now),
+            exp=exp,
+            auth_time=int(now - ask.auth_age) if ask.auth_time else UNSET,
+            email=ask.email.strip(),
+            email_verified=ask.email_verified,
+            scope=ask.scope if ask.scope is not None else UNSET,
+        )
+        token = self.signer.sign(ask.typ, claims)
+        return Minted(
+            id_jag=token, assertion_type=ID_JAG_TYPE, issuer=self.issuer, sub=sub, jti=claims.jti, expires_at=exp
+        )
+
+    def check(self, assertion_type: str, token: str, now: float, max_auth_age: int) -> Verified:
+        """Every check but replay; each refusal is the error the agent-registration profile names."""
+        if assertion_type != ID_JAG_TYPE:
+            if assertion_type == "verified_email":  # the pre-0.6 protocol's shape
+                raise INVALID_REQUEST("assertion_type verified_email is gone: use {type: service_auth, login_hint}")
+            raise INVALID_REQUEST(f"assertion_type must be {ID_JAG_TYPE}")
+        header, unverified = _peek(token)
+        typ = header.get("typ")
+        if not isinstance(typ, str) or typ.lower() != ASSERTION_TYP:
+            raise INVALID_GRANT(f"the assertion's typ is {typ!r}, not {ASSERTION_TYP}")
+        iss = unverified.get("iss")
+        if iss != self.issuer:
+            raise ISSUER_NOT_ENABLED(f"the issuer {iss!r} is not trusted here; the trusted issuer is {self.issuer}")
+        try:
+            _, raw = self.signer.decode(token)
+        except InvalidToken as e:
+            raise INVALID_GRANT(
+                f"the assertion's signature does not verify against {self.issuer}'s keys: {e}"
+            ) from None
+        try:
+            claims = msgspec.convert(raw, IdJagClaims)
+        except msgspec.ValidationError as e:
+            raise INVALID_GRANT(f"the assertion's claims are not an ID-JAG's: {e}") from None
+        if claims.aud != self.audience:
+            raise INVALID_GRANT(f"the assertion is for {claims.aud!r}, not this provider ({self.audience})")
+        if claims.exp + SKEW <= now:
+            raise INVALID_GRANT("the assertion has expired; get a new one from the identity provider")
+        if claims.iat > now + SKEW:
+            raise INVALID_GRANT("the assertion's iat is in the future")
+        if not claims.sub or not claims.jti:
+            raise INVALID_GRANT("the assertion needs sub and jti")
+        if claims.email_verified is not True or not isinstance(claims.email, str) or "@" not in claims.email:
+            raise INVALID_GRANT("the assertion must carry a verified e-mail (email and email_verified: true)")
+        if claims.auth_time is UNSET:
+            raise login_required("the assertion has no auth_time", max_auth_age)
+        if claims.auth_time > now + SKEW:
+            raise INVALID_GRANT("the assertion's auth_time is in the future")
+        age = int(now - claims.auth_time)
+        if age > max_auth_age:
+            raise login_required(
+                f"the person signed in {age} s ago; at most {max_auth_age} s is accepted", max_auth_age
+            )
+        return Verified(claims.iss, claims.sub, claims.email.strip(), claims.jti, float(claims.exp), claims.client_id)
+
+
+def login_required(why: str, max_age: int) -> ApiError:
+    return LOGIN_REQUIRED(
+        f"{why}: the person signs in again at their identity provider, which then issues a fresh ID-JAG",
+        headers={"WWW-Authenticate": f'AgentAuth error="login_required", max_age="{max_age}"'},
+    )
+
+
+def _peek(token: str) -> tuple[dict[str, object], dict[str, object]]:
+    """A JWS's header and claims before its signature is checked: which issuer's key to check it with."""
+    parts = token.split(".")
+    if len(parts) != 3:
+        raise INVALID_GRANT("the assertion is not a JWT (three dot-separated parts)")
+    try:
+        header, claims = (json.loads(base64.urlsafe_b64decode(p + "=" * (-len(p) % 4))) for p in parts[:2])
+    except (ValueError, UnicodeDecodeError):
+        raise INVALID_GRANT("the assertion is not a JWT (its header or claims are not base64url JSON)") from None
+    if not isinstance(header, dict) or not isinstance(claims, dict):
+        raise INVALID_GRANT("the assertion is not a JWT (its header and claims must be JSON objects)")
+    return header, claims
+
+
+def upstream_key_path(state_dir: Path) -> Path:
+    return state_dir / "keys" / "upstream-es256.jwk.json"
