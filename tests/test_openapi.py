@@ -127,7 +127,12 @@ def test_the_documents_describe_the_bodies_handlers_decode(emu: Emulator) -> Non
 
     auth = httpx.get(emu.auth + DOCUMENT).json()
     registration = auth["components"]["schemas"]["Registration"]
-    assert sorted(registration["properties"]["type"]["enum"]) == ["anonymous", "refresh", "service_auth"]
+    assert sorted(registration["properties"]["type"]["enum"]) == [
+        "anonymous",
+        "identity_assertion",
+        "refresh",
+        "service_auth",
+    ]
 
 
 def test_the_document_is_behind_each_origins_boundary(emu: Emulator) -> None:

@@ -21,6 +21,7 @@ from emulator.config import BOOLS, CHOICES, FIELDS, HELP, ConfigError, Settings,
 from emulator.core import runlog
 from emulator.core.private import private_dir
 from emulator.core.statelock import holder
+from emulator.core.switches import OFF_AT_FIRST
 
 
 def register(sub: Any) -> dict[str, Callable[[argparse.Namespace], int]]:
@@ -331,8 +332,10 @@ def cmd_status(args: argparse.Namespace) -> int:
     if proxy:
         route = f"via {proxy['upstream']} (from {proxy['upstream_source']})" if proxy["upstream"] else "direct"
         print(f"  egress       {proxy['egress']} (other hosts through the proxy: {route})")
-    off = [name for name, on in status.get("switches", {}).items() if not on]
-    print(f"  switched off {', '.join(off) if off else 'nothing'}")
+    switches = status.get("switches", {})
+    off = [name for name, on in switches.items() if not on and name not in OFF_AT_FIRST]
+    on = [name for name, on in switches.items() if on and name in OFF_AT_FIRST]
+    print(f"  switched off {', '.join(off) if off else 'nothing'}" + (f"; on: {', '.join(on)}" if on else ""))
     return 0
 
 

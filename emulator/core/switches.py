@@ -18,6 +18,7 @@ SWITCHES = (
     "trials_enabled",
     "cloud_reachable",
 )
+OFF_AT_FIRST = frozenset({"identity_assertion_registration"})  # the switches whose default is off
 
 
 class Switches:
