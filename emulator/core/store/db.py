@@ -69,7 +69,7 @@ class Store:
                 try:
                     await self._conn.executescript(f"BEGIN IMMEDIATE;\n{sql}\nPRAGMA user_version = {number};\n")
                     async with self._conn.execute("PRAGMA foreign_key_check") as cur:
-                        broken = await cur.fetchall()
+                        broken = list(await cur.fetchall())
                     if broken:
                         raise sqlite3.IntegrityError(f"{len(broken)} rows refer to rows that are gone")
                     await self._conn.execute("COMMIT")
