@@ -68,7 +68,7 @@ async def test_apply_makes_the_declared_world(start_emulator: Callable[..., Emul
     done = r.json()
     assert done["unchanged"] is False and done["file"] == "world.toml" and done["clock"] == "2026-01-01T00:00:00Z"
     created = {part: done["applied"][part]["created"] for part in PARTS}
-    assert created == {"clock": 0, "orgs": 3, "users": 1, "registrations": 2, "api_keys": 2, "secrets": 2}
+    assert created == {"clock": 0, "orgs": 3, "users": 1, "registrations": 3, "api_keys": 2, "secrets": 2}
     assert done["applied"]["clock"] == {"created": 0, "updated": 1, "unchanged": 0}
 
     # The clock stands at the declared instant.
@@ -108,6 +108,13 @@ async def test_apply_makes_the_declared_world(start_emulator: Callable[..., Emul
         assert refreshed.status_code == 200, refreshed.text
         token = await flow.exchange(c, e, refreshed.json()["identity"]["assertion"])
         assert token.status_code == 200 and "account:write" in token.json()["scope"]
+        # The declared ID-JAG registration linked Ann's upstream identity: her next ID-JAG registers at once.
+        assert regs["agent_reg_jag"]["type"] == "identity_assertion" and regs["agent_reg_jag"]["status"] == "claimed"
+        await c.post(e.url + "/_emulator/switches", json={"identity_assertion_registration": True})
+        jag = await c.post(e.url + "/_emulator/id-jag", json={"email": "ann@example.com", "sub": "ann-at-upstream"})
+        body = {"type": "identity_assertion", "assertion_type": jag.json()["assertion_type"]}
+        linked = await c.post(e.auth + "/agent/identity", json={**body, "assertion": jag.json()["id_jag"]})
+        assert linked.status_code == 200 and "claim" not in linked.json(), linked.text
         # The anonymous registration can start its claim ceremony with the declared claim token.
         started = await c.post(
             e.auth + "/agent/identity/claim",

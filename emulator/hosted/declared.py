@@ -74,8 +74,9 @@ class UserDecl(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
 
 class RegistrationDecl(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     id: str  # agent_reg_…
-    type: Literal["anonymous", "service_auth"] = "anonymous"
+    type: Literal["anonymous", "service_auth", "identity_assertion"] = "anonymous"
     login_hint: str | None = None  # service_auth's person
+    upstream_sub: str | None = None  # identity_assertion's: the person's id at the upstream issuer, linked to them
     claimed_by: str | None = None  # claimed by this person (a user)
     trial: str | None = None  # the trial organization it made (declared in the same file)
     claim_token: str | None = None  # clm_…: the agent can start the claim ceremony with it
@@ -321,6 +322,13 @@ def check(world: World, trial_lifetime: float) -> _Plan:
             raise Refused(("registrations", i, "type"), "service_auth needs login_hint: the person's e-mail")
         if r.type == "anonymous" and r.login_hint is not None:
             raise Refused(("registrations", i, "login_hint"), "only a service_auth registration has a login_hint")
+        if r.type == "identity_assertion" and (r.claimed_by is None or not r.upstream_sub):
+            raise Refused(
+                ("registrations", i, "type"),
+                "identity_assertion needs claimed_by (its person) and upstream_sub (their id at the upstream issuer)",
+            )
+        if r.type != "identity_assertion" and r.upstream_sub is not None:
+            raise Refused(("registrations", i, "upstream_sub"), "only an identity_assertion registration has one")
         if r.claim_token is not None:
             if not _CLAIM_TOKEN.match(r.claim_token):
                 raise Refused(
@@ -483,6 +491,7 @@ async def _write(
                 claim_token=r.claim_token,
                 refresh_token=r.refresh_token,
                 trial_org_id=org_ids[r.trial] if r.trial else None,
+                upstream_sub=r.upstream_sub,
                 now=now,
                 exact=exact,
             )

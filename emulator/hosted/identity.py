@@ -831,11 +831,15 @@ class Identity:
         trial_org_id: str | None,
         now: float,
         exact: bool,
+        upstream_sub: str | None = None,
     ) -> Literal["created", "updated", "unchanged"]:
         """Make the registration be as a declared state says, inside the caller's transaction. Its claim window
         (`claim_ttl`) and a declared refresh token's life start at `now` when made; an existing one keeps them unless
-        `exact` (the state declares the clock) or they lapsed. Without a declared claim token it keeps its own."""
+        `exact` (the state declares the clock) or they lapsed. Without a declared claim token it keeps its own. An
+        identity_assertion registration's upstream identity (`upstream_sub` at the upstream issuer) is linked to its
+        person, as an accepted ID-JAG links it."""
         status = "claimed" if claimed_email else "registered"
+        upstream_iss = self.upstream.issuer if upstream_sub else None
         token_hash = secret_hash(claim_token) if claim_token else None
         if token_hash is not None:
             async with conn.execute(
@@ -844,13 +848,20 @@ class Identity:
                 if await cur.fetchone() is not None:
                     raise BAD_REQUEST("this claim token is already another registration's")
         if claimed_email:
-            await self.ensure_user(conn, claimed_email, now)  # as a completed claim does
+            user = await self.ensure_user(conn, claimed_email, now)  # as a completed claim does
+            if upstream_sub:
+                await conn.execute(
+                    "INSERT INTO identity_links (iss, sub, user_id, created_at) VALUES (?, ?, ?, ?) "
+                    "ON CONFLICT (iss, sub) DO UPDATE SET user_id = excluded.user_id",
+                    (upstream_iss, upstream_sub, user, now),
+                )
         reg = await self.registration(conn, reg_id)
         outcome: Literal["created", "updated", "unchanged"] = "unchanged"
         if reg is None:
             await conn.execute(
                 "INSERT INTO registrations (id, type, login_hint, status, claim_token_hash, claim_expires_at, "
-                "claimed_email, claimed_at, trial_org_id, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                "claimed_email, claimed_at, trial_org_id, created_at, upstream_iss, upstream_sub) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (
                     reg_id,
                     kind,
@@ -862,6 +873,8 @@ class Identity:
                     now if claimed_email else None,
                     trial_org_id,
                     now,
+                    upstream_iss,
+                    upstream_sub,
                 ),
             )
             outcome = "created"
@@ -879,6 +892,8 @@ class Identity:
                 trial_org_id,
                 token_hash or reg["claim_token_hash"],
                 window,
+                upstream_iss,
+                upstream_sub,
             )
             have = tuple(
                 reg[c]
@@ -891,12 +906,15 @@ class Identity:
                     "trial_org_id",
                     "claim_token_hash",
                     "claim_expires_at",
+                    "upstream_iss",
+                    "upstream_sub",
                 )
             )
             if want != have:
                 await conn.execute(
                     "UPDATE registrations SET type = ?, login_hint = ?, status = ?, claimed_email = ?, claimed_at = ?, "
-                    "trial_org_id = ?, claim_token_hash = ?, claim_expires_at = ? WHERE id = ?",
+                    "trial_org_id = ?, claim_token_hash = ?, claim_expires_at = ?, upstream_iss = ?, upstream_sub = ? "
+                    "WHERE id = ?",
                     (*want, reg_id),
                 )
                 outcome = "updated"
