@@ -420,6 +420,7 @@ async def _serve(
         )
         register_limiter = RateLimiter(core.clock, settings.registration_rate_limit, 60, "register")
         core.clock.on_due(register_limiter.sweep)
+        core.clock.on_due(identity.expire_unclaimed)
         core.on_reset(register_limiter.reset)
         apps = {
             name: RequestJournal(

@@ -201,15 +201,15 @@ _DELIVERY = (
 
 def _rows(
     core: Core, kind: Kind, registration_id: str, data: EventData, endpoints: list[sqlite3.Row]
-) -> tuple[Recorded, tuple[object, ...], list[tuple[object, ...]]]:
+) -> tuple[Recorded, tuple[str, str, str, str, float], list[tuple[str, str, str, float, float]]]:
     """The event's row and its deliveries' (one per endpoint that takes its kind)."""
     if kind not in _JOURNALED:
         raise ValueError(f"{kind} is not a registration event")
     now = core.clock.now()
     event_id = core.ids.ident("event_")
     event = (event_id, kind.value, registration_id, _encode(data).decode(), now)
-    deliveries = [
-        (core.ids.ident("whd_"), e["id"], event_id, now, now)
+    deliveries: list[tuple[str, str, str, float, float]] = [
+        (core.ids.ident("whd_"), str(e["id"]), event_id, now, now)
         for e in endpoints
         if not json.loads(e["events"]) or kind.value in json.loads(e["events"])
     ]

@@ -47,6 +47,7 @@ from emulator.core.errors import (
     ApiError,
 )
 from emulator.core.ids import secret_hash
+from emulator.core.kinds import Kind
 from emulator.core.payloads import (
     IdpClaimConfirmed,
     IdpClaimDenied,
@@ -59,6 +60,15 @@ from emulator.core.payloads import (
     IdpUserCreated,
 )
 from emulator.core.store import Store
+from emulator.hosted import agent_events
+from emulator.hosted.agent_events import (
+    AccessTokenIssued,
+    ClaimAttemptData,
+    ClaimCompletedData,
+    ClaimedBy,
+    CredentialIssuedData,
+    RegistrationRef,
+)
 from emulator.hosted.signing import ACCESS_TOKEN_TYP, ASSERTION_TYP, AgentClaims, InvalidToken, Signer
 
 JWT_BEARER = "urn:ietf:params:oauth:grant-type:jwt-bearer"
@@ -305,7 +315,7 @@ class Identity:
         jti = self.core.ids.ident("at_")
         exp = now + self._s.access_token_ttl
 
-        def record(db: sqlite3.Connection) -> tuple[sqlite3.Row, list[str]]:
+        def record(db: sqlite3.Connection) -> tuple[sqlite3.Row, list[str], agent_events.Recorded]:
             # The registration's state and the token's record in one transaction: a claim or a deletion
             # committed in between cannot leave a token of the state before it.
             reg = db.execute("SELECT * FROM registrations WHERE id = ?", (claims.sub,)).fetchone()
@@ -326,9 +336,19 @@ class Identity:
                 "INSERT INTO access_tokens (jti, registration_id, scope, issued_at, expires_at) VALUES (?, ?, ?, ?, ?)",
                 (jti, reg["id"], " ".join(scopes), now, exp),
             )
-            return reg, scopes
+            issued = CredentialIssuedData(
+                id=jti,
+                agent_registration_id=reg["id"],
+                detail=AccessTokenIssued(jti, iso(exp)),
+                created_at=iso(now),
+                updated_at=iso(now),
+            )
+            event = agent_events.record_sync(
+                db, self.core, Kind.AGENT_REGISTRATION_CREDENTIAL_ISSUED, reg["id"], issued
+            )
+            return reg, scopes, event
 
-        reg, scopes = await self.core.store.write(record)
+        reg, scopes, event = await self.core.store.write(record)
         token = self.signer.sign(
             ACCESS_TOKEN_TYP,
             AgentClaims(
@@ -344,6 +364,7 @@ class Identity:
             ),
         )
         self.core.bus.publish(reg["id"], IdpTokenIssued(scope=" ".join(scopes), expires_at=iso(exp)))
+        agent_events.publish(self.core.bus, event)
         return AccessToken(token, "Bearer", self._s.access_token_ttl, " ".join(scopes))
 
     async def verify_access(self, token: str) -> AccessGrant:
@@ -431,9 +452,12 @@ class Identity:
                 "client_ip, created_at) VALUES (?, ?, ?, 'registered', ?, ?, ?, ?)",
                 (reg_id, kind, login_hint, secret_hash(claim_token), claim_exp, ip, now),
             )
+            events = [await self._created(conn, reg_id)]
             if kind == "service_auth":
-                attempt = await self._new_attempt(conn, reg_id, login_hint, now)
+                attempt, started = await self._new_attempt(conn, reg_id, login_hint, now)
+                events.append(started)
         self.core.bus.publish(reg_id, IdpRegistered(type=kind, login_hint=login_hint, ip=ip))
+        agent_events.publish(self.core.bus, *events)
         claim = ClaimOffer(
             token=claim_token, expires_at=iso(claim_exp), url=f"{self.urls.auth}/agent/identity/claim", attempt=attempt
         )
@@ -444,9 +468,17 @@ class Identity:
             return Registered(id=reg_id, type=kind, identity=grant, scopes=scopes, claim=claim)
         return Registered(id=reg_id, type=kind, scopes=Scopes(post_claim=POST_CLAIM_SCOPES), claim=claim)
 
+    async def _created(self, conn: aiosqlite.Connection, reg_id: str) -> agent_events.Recorded:
+        """`agent.registration.created` for a registration just written."""
+        reg = await self.registration(conn, reg_id)
+        assert reg is not None
+        user = await self.user_id(conn, reg["claimed_email"]) if reg["claimed_email"] else None
+        data = agent_events.registration_data(reg, user, self.core.clock.now())
+        return await agent_events.record(conn, self.core, Kind.AGENT_REGISTRATION_CREATED, reg_id, data)
+
     async def _new_attempt(
         self, conn: aiosqlite.Connection, reg_id: str, login_hint: str | None, now: float
-    ) -> Attempt:
+    ) -> tuple[Attempt, agent_events.Recorded]:
         """Mint a claim attempt; it supersedes the previous one (its link and code stop working)."""
         await conn.execute(
             "UPDATE claim_attempts SET state = 'superseded' WHERE registration_id = ? "
@@ -455,12 +487,25 @@ class Identity:
         )
         token = self.core.ids.token("att_", 20)
         exp = now + self._s.attempt_ttl
+        attempt_id = self.core.ids.ident("cla_")
         await conn.execute(
             "INSERT INTO claim_attempts (id, registration_id, token_hash, login_hint, state, expires_at, created_at) "
             "VALUES (?, ?, ?, ?, 'pending', ?, ?)",
-            (self.core.ids.ident("cla_"), reg_id, secret_hash(token), login_hint, exp, now),
+            (attempt_id, reg_id, secret_hash(token), login_hint, exp, now),
         )
-        return Attempt(f"{self.urls.auth}{CLAIM_PAGE}?token={token}", iso(exp))
+        data = ClaimAttemptData(
+            id=attempt_id,
+            agent_registration_id=reg_id,
+            agent_registration_claim_id=agent_events.claim_id(reg_id),
+            login_hint=login_hint,
+            expires_at=iso(exp),
+            created_at=iso(now),
+            updated_at=iso(now),
+        )
+        started = await agent_events.record(
+            conn, self.core, Kind.AGENT_REGISTRATION_CLAIM_ATTEMPT_CREATED, reg_id, data
+        )
+        return Attempt(f"{self.urls.auth}{CLAIM_PAGE}?token={token}", iso(exp)), started
 
     async def _refresh(self, body: Registration) -> Refreshed:
         value = body.refresh_token
@@ -485,9 +530,13 @@ class Identity:
                 reg = await c.fetchone()
             if reg is None:  # deleted with its tokens (ON DELETE CASCADE): not reachable with a live token
                 raise INVALID_REFRESH_TOKEN("the registration no longer exists")
+            refreshed = await agent_events.record(
+                conn, self.core, Kind.AGENT_REGISTRATION_REFRESHED, reg["id"], RegistrationRef(reg["id"])
+            )
         claimed_email = reg["claimed_email"] if reg["status"] == "claimed" else None
         assertion, exp = self.assertion(reg["id"], reg["type"], claimed_email)
         self.core.bus.publish(reg["id"], IdpRefreshed())
+        agent_events.publish(self.core.bus, refreshed)
         renewal = RefreshToken(new_value, iso(new_exp))
         return Refreshed(reg["id"], "refresh", Grant(assertion=assertion, expires_at=iso(exp), refresh_token=renewal))
 
@@ -527,8 +576,9 @@ class Identity:
         async with self.core.store.transaction() as conn:
             reg = await self._registration_by_claim_token(conn, body.claim_token)
             hint = (login_hint or reg["login_hint"] or "").strip() or None
-            attempt = await self._new_attempt(conn, reg["id"], hint, now)
+            attempt, started = await self._new_attempt(conn, reg["id"], hint, now)
         self.core.bus.publish(reg["id"], IdpClaimStarted(login_hint=hint))
+        agent_events.publish(self.core.bus, started)
         return ClaimStarted(reg["id"], "service_auth", attempt)
 
     async def complete_claim(self, body: ClaimCompletion) -> Claimed:
@@ -561,8 +611,9 @@ class Identity:
             email = attempt["email"]
             await conn.execute("UPDATE claim_attempts SET state = 'completed' WHERE id = ?", (attempt["id"],))
             await conn.execute(
-                "UPDATE registrations SET status = 'claimed', claimed_email = ?, claimed_at = ? WHERE id = ?",
-                (email, now, reg["id"]),
+                "UPDATE registrations SET status = 'claimed', claimed_email = ?, claimed_at = ?, updated_at = ? "
+                "WHERE id = ?",
+                (email, now, now, reg["id"]),
             )
             # The pre-claim tokens of an anonymous registration stop working; the new assertion replaces them.
             await conn.execute(
@@ -570,11 +621,52 @@ class Identity:
                 (now, reg["id"]),
             )
             refresh, refresh_exp = await self._new_refresh_token(conn, reg["id"], now)
-            await self.ensure_user(conn, email, now)
+            user_id = await self.ensure_user(conn, email, now)
+            completed = await agent_events.record(
+                conn,
+                self.core,
+                Kind.AGENT_REGISTRATION_CLAIM_COMPLETED,
+                reg["id"],
+                ClaimCompletedData(
+                    id=agent_events.claim_id(reg["id"]),
+                    agent_registration_id=reg["id"],
+                    completed_by_attempt_id=attempt["id"],
+                    claimed_by=ClaimedBy(user_id, reg["trial_org_id"]),
+                    completed_at=iso(now),
+                    created_at=iso(reg["created_at"]),
+                    updated_at=iso(now),
+                ),
+            )
         assertion, exp = self.assertion(reg["id"], reg["type"], email)
         self.core.bus.publish(reg["id"], IdpClaimed(email=email))
+        agent_events.publish(self.core.bus, completed)
         renewal = RefreshToken(refresh, iso(refresh_exp))
         return Claimed(reg["id"], "claimed", Grant(assertion=assertion, expires_at=iso(exp), refresh_token=renewal))
+
+    async def expire_unclaimed(self, now: float) -> None:
+        """A due job: `agent.registration.expired`, once, for each registration whose claim window closed unclaimed
+        (it still works as it did: expiry ends the window to claim it, as the registration's status says)."""
+        due = await self.core.store.fetchall(
+            "SELECT id FROM registrations WHERE status = 'registered' AND claim_expires_at <= ? "
+            "AND expired_at IS NULL AND revoked_at IS NULL",
+            (now,),
+        )
+        if not due:
+            return
+        async with self.core.store.transaction() as conn:
+            events = []
+            for row in due:
+                changed = await conn.execute(
+                    "UPDATE registrations SET expired_at = ?, updated_at = ? WHERE id = ? AND expired_at IS NULL "
+                    "AND status = 'registered'",
+                    (now, now, row["id"]),
+                )
+                if changed.rowcount:
+                    ref = RegistrationRef(row["id"])
+                    events.append(
+                        await agent_events.record(conn, self.core, Kind.AGENT_REGISTRATION_EXPIRED, row["id"], ref)
+                    )
+        agent_events.publish(self.core.bus, *events)
 
     # --- what trials do to a registration (this module is the one writer of registrations) ------
 
@@ -592,9 +684,9 @@ class Identity:
     async def claim_with_trial(conn: aiosqlite.Connection, registration_id: str, email: str, now: float) -> None:
         """A person claimed the trial the registration made: the registration is the person's too."""
         await conn.execute(
-            "UPDATE registrations SET status = 'claimed', claimed_email = ?, claimed_at = ? "
+            "UPDATE registrations SET status = 'claimed', claimed_email = ?, claimed_at = ?, updated_at = ? "
             "WHERE id = ? AND status = 'registered'",
-            (email, now, registration_id),
+            (email, now, now, registration_id),
         )
 
     async def declare_registration(

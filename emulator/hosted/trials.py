@@ -26,8 +26,10 @@ from emulator.core.errors import (
     UNAVAILABLE,
 )
 from emulator.core.ids import key_fingerprint
+from emulator.core.kinds import Kind
 from emulator.core.payloads import TrialClaimed, TrialCreated, TrialExpired
-from emulator.hosted import keys, orgs
+from emulator.hosted import agent_events, keys, orgs
+from emulator.hosted.agent_events import ApiKeyIssued, CredentialIssuedData
 from emulator.hosted.identity import Identity, valid_email
 from emulator.hosted.records import Org
 
@@ -93,8 +95,21 @@ async def create(core: Core, registration_id: str, ip: str) -> NewTrial:
             network=network,
             claim_token=claim_token,
         )
-        _, api_key = await keys.insert(core, conn, org_id, "trial", created_by=registration_id, now=now)
+        key_id, api_key = await keys.insert(core, conn, org_id, "trial", created_by=registration_id, now=now)
         await Identity.attach_trial(conn, registration_id, org_id)
+        issued = await agent_events.record(
+            conn,
+            core,
+            Kind.AGENT_REGISTRATION_CREDENTIAL_ISSUED,
+            registration_id,
+            CredentialIssuedData(
+                id=key_id,
+                agent_registration_id=registration_id,
+                detail=ApiKeyIssued(key_id),
+                created_at=iso(now),
+                updated_at=iso(now),
+            ),
+        )
     core.bus.publish(
         slug,
         TrialCreated(
@@ -105,6 +120,7 @@ async def create(core: Core, registration_id: str, ip: str) -> NewTrial:
             key=key_fingerprint(api_key),  # its trial key, as `http.request` events name it
         ),
     )
+    agent_events.publish(core.bus, issued)
     return NewTrial(slug, org_id, api_key, claim_token, expires)
 
 
