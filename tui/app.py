@@ -352,7 +352,7 @@ class Dashboard(App[None]):
             data = f"to {clock.iso} ({sign}{fmt_span(abs(moved))})"
             data += " frozen" if clock.frozen else ""
         elif event.kind in runlog.WEBHOOK_TRIES:  # a delivery's try, with its outcome and next try
-            data = runlog.webhook_try(event.data)
+            data = runlog.webhook_try(event.kind, event.data)
         else:
             data = " ".join(f"{k}={short(v, k)}" for k, v in event.data.items() if v is not None)
         subject = f" [{event.subject}]" if event.subject else ""

@@ -32,7 +32,8 @@ def register(sub: Any) -> dict[str, Callable[[argparse.Namespace], int]]:
     verbs = hook.add_subparsers(dest="verb", metavar="VERB", required=True)
     add = verbs.add_parser("add", help="add an endpoint (its secret is printed once)", description="Add an endpoint.")
     add_locator(add)
-    add.add_argument("url", help="an absolute http:// or https:// URL")
+    # not `url`: that is the locator's --url (the emulator's site)
+    add.add_argument("target", metavar="URL", help="the endpoint: an absolute http:// or https:// URL")
     add.add_argument(
         "--event", action="append", choices=EVENTS, metavar="NAME", help="an event it takes (repeat; default: all)"
     )
@@ -67,7 +68,7 @@ def describe(d: DeliveryView) -> list[str]:
 def cmd_webhook(args: argparse.Namespace) -> int:
     base = common.site(args) + "/_emulator/webhooks"
     if args.verb == "add":
-        answer = call_or_exit(base, WebhookAdd(url=args.url, events=args.event, secret=args.secret))
+        answer = call_or_exit(base, WebhookAdd(url=args.target, events=args.event, secret=args.secret))
         if args.json:
             print_json(answer)
             return 0

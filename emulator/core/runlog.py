@@ -139,7 +139,7 @@ INSTANTS = frozenset({"before", "now"})
 WEBHOOK_TRIES = frozenset({"webhook.delivered", "webhook.failed"})
 
 
-def webhook_try(data: Mapping[str, object]) -> str:
+def webhook_try(kind: str, data: Mapping[str, object]) -> str:
     """A webhook delivery's try as a person reads it: which event went where, the try's number and outcome, and
     when the next try is (`… try 1: 500 HTTP 500 (3.1 ms); next try at …` / `… try 3: 200 (2.0 ms)`)."""
     status, error, next_at = data.get("status"), data.get("error"), data.get("next_at")
@@ -148,7 +148,7 @@ def webhook_try(data: Mapping[str, object]) -> str:
     outcome = " ".join(said)
     text = f"{data.get('event')} {data.get('event_id')} -> {data.get('url')} try {data.get('attempt')}: "
     text += f"{outcome or 'no answer'} ({data.get('ms')} ms)"
-    if "next_at" in data:  # a failed try: retried, or given up
+    if kind == "webhook.failed":  # retried, or given up (its JSON leaves out a next_at of none)
         text += f"; next try at {next_at}" if next_at else "; given up"
     return text
 
@@ -157,7 +157,7 @@ def describe(kind: str, subject: str | None, data: Mapping[str, object]) -> str:
     """An event on one line, as the log and `emulator events` print it: kind, subject, fields, instants in ISO 8601
     (as the dashboard shows them)."""
     if kind in WEBHOOK_TRIES:
-        return f"{kind} [{subject}] {webhook_try(data)}"
+        return f"{kind} [{subject}] {webhook_try(kind, data)}"
     fields = []
     for key, value in data.items():
         if value is None or key in HIDDEN:

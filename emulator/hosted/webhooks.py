@@ -464,6 +464,14 @@ class Sender:
 
 
 def _reason(e: BaseException) -> str:
-    """A transport error's own words, on one line (httpx wraps the OS's: `[Errno 111] Connection refused`)."""
+    """A transport error's own words, on one line: the OS's when it wrapped one (`Connection refused`; httpx says
+    only `All connection attempts failed`)."""
+    cause: BaseException | None = e
+    seen: set[int] = set()
+    while cause is not None and id(cause) not in seen:
+        seen.add(id(cause))
+        if isinstance(cause, OSError) and cause.strerror:
+            return cause.strerror
+        cause = cause.__cause__ or cause.__context__
     text = str(e) or type(e).__name__
     return " ".join(text.split())[:300]
