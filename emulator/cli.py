@@ -22,6 +22,7 @@ from emulator.commands import (
     running,
     snapshots,
     throwaway,
+    webhooks,
 )
 
 DESCRIPTION = """\
@@ -68,6 +69,7 @@ MODULES: tuple[Any, ...] = (
     throwaway,
     evaluate,
     faults,
+    webhooks,
     declared,
     behaviour,
     buildcache,

@@ -43,7 +43,7 @@ from emulator.core.served import RequestJournal
 from emulator.core.snapshots import EXIT, START, Part
 from emulator.core.tasks import cancel
 from emulator.core.watch import Watch
-from emulator.hosted import databases, declared, trials
+from emulator.hosted import databases, declared, trials, webhooks
 from emulator.hosted.auth import Authenticator
 from emulator.hosted.blobs import Blobs
 from emulator.hosted.identity import CLAIM_PAGE, Identity, Urls
@@ -336,6 +336,7 @@ async def _serve(
     docs = DocsIndex(core, settings.docs)
     platform: Platform | None = None
     tunnel: TunnelServer | None = None
+    sender: webhooks.Sender | None = None
     event_log = EventLog(core.bus)
     runtime_root = settings.state_dir / "runtime"
     way_home = [s.getsockname()[1] for s in (socks["api"], s3_sock)]
@@ -495,6 +496,8 @@ async def _serve(
         await reconciler.resume()  # services that were running come back (they start in the background)
         core.start_ticker()
         event_log.start()
+        sender = webhooks.Sender(core, box)  # registration events to the webhook endpoints, from now on
+        sender.start()
         core.bus.publish(
             None,
             EmulatorStarted(
@@ -512,6 +515,8 @@ async def _serve(
             await export_on_exit(core, start.export_on_exit)
     finally:
         await event_log.stop()
+        if sender is not None:
+            await sender.stop()
         for step in (keys, choosing, opening):  # a start that failed before they were awaited
             if step is not None and not step.done():
                 step.cancel()

@@ -40,6 +40,8 @@ from emulator.admin.wire import (
     ClaimDecision,
     ClockMove,
     ClockView,
+    DeliveryList,
+    DeliveryView,
     Endpoints,
     EndpointsFile,
     EventView,
@@ -67,6 +69,10 @@ from emulator.admin.wire import (
     TrialClaimed,
     WatchSet,
     WatchView,
+    WebhookAdd,
+    WebhookCreated,
+    WebhookList,
+    WebhookView,
 )
 from emulator.commands.common import exports
 from emulator.core.processes import alive
@@ -420,6 +426,26 @@ class Testkit:
     def secrets(self) -> list[SecretView]:
         """Every organization's secrets by name (never a value), each compared with the watched value of its name."""
         return self.answer(SecretList, "GET", "/_emulator/secrets").secrets
+
+    # -- registration events' webhooks
+
+    def add_webhook(self, url: str, events: Sequence[str] | None = None, secret: str | None = None) -> WebhookCreated:
+        """An endpoint the registration events are delivered to (every event, or those named), signed with `secret`
+        (or one the emulator makes): the answer shows the secret, the only time it is shown."""
+        body = WebhookAdd(url=url, events=list(events) if events is not None else None, secret=secret)
+        return self.answer(WebhookCreated, "POST", "/_emulator/webhooks", body)
+
+    def webhooks(self) -> list[WebhookView]:
+        return self.answer(WebhookList, "GET", "/_emulator/webhooks").webhooks
+
+    def remove_webhook(self, endpoint_id: str) -> None:
+        """The endpoint goes, and its pending deliveries with it."""
+        self.call("DELETE", f"/_emulator/webhooks/{quote(endpoint_id, safe='')}")
+
+    def webhook_deliveries(self, endpoint: str | None = None, event: str | None = None) -> list[DeliveryView]:
+        """Each delivery (of one endpoint, of one event) with its state and every try."""
+        params = {k: v for k, v in (("endpoint", endpoint), ("event", event)) if v is not None}
+        return self.answer(DeliveryList, "GET", "/_emulator/webhooks/deliveries", params=params).deliveries
 
     def report(self, agent: str | None = None) -> Report:
         """The scorecard of every agent in the journal, or of one."""

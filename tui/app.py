@@ -32,6 +32,7 @@ from textual.widgets import DataTable, Footer, Input, Static, TabbedContent, Tab
 
 from emulator.admin.client import EmulatorClient, EmulatorError, Locator, Unreachable
 from emulator.admin.wire import ClaimDecided, EventView, OrgList
+from emulator.core import runlog
 from emulator.core.kinds import Kind
 from emulator.core.payloads import ClockMoved, DbLog
 from tui.filter import RowFilter
@@ -350,6 +351,8 @@ class Dashboard(App[None]):
             sign = "+" if moved >= 0 else "-"
             data = f"to {clock.iso} ({sign}{fmt_span(abs(moved))})"
             data += " frozen" if clock.frozen else ""
+        elif event.kind in runlog.WEBHOOK_TRIES:  # a delivery's try, with its outcome and next try
+            data = runlog.webhook_try(event.kind, event.data)
         else:
             data = " ".join(f"{k}={short(v, k)}" for k, v in event.data.items() if v is not None)
         subject = f" [{event.subject}]" if event.subject else ""

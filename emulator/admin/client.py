@@ -28,6 +28,7 @@ from emulator.admin.wire import (
     ClaimList,
     ClockMove,
     ClockView,
+    DeliveryList,
     Endpoints,
     EndpointsFile,
     EventView,
@@ -54,6 +55,7 @@ from emulator.admin.wire import (
     TrialClaimed,
     UserList,
     VerbAccepted,
+    WebhookList,
 )
 from emulator.behaviour.scorecard import Report
 from emulator.behaviour.traces import Trace
@@ -318,6 +320,14 @@ class EmulatorClient:
     async def keys(self) -> KeyList:
         """Every API key by organization and name (never its secret), revoked ones included."""
         return await self._get(KeyList, "/_emulator/keys")
+
+    async def webhooks(self) -> WebhookList:
+        """The endpoints the registration events go to (never a secret)."""
+        return await self._get(WebhookList, "/_emulator/webhooks")
+
+    async def webhook_deliveries(self) -> DeliveryList:
+        """Every delivery with its state and each try."""
+        return await self._get(DeliveryList, "/_emulator/webhooks/deliveries")
 
     async def switches(self) -> dict[str, bool]:
         return await self._get(dict[str, bool], "/_emulator/switches")

@@ -1,7 +1,18 @@
 """Every `/_emulator` endpoint, grouped by resource: the emulator itself, identity, organizations, databases and
 services. Each calls the same domain the public surfaces use."""
 
-from emulator.admin import behaviour, databases, declared, emulator, faults, identity, orgs, snapshots, watch
+from emulator.admin import (
+    behaviour,
+    databases,
+    declared,
+    emulator,
+    faults,
+    identity,
+    orgs,
+    snapshots,
+    watch,
+    webhooks,
+)
 
 HANDLERS = [
     *emulator.HANDLERS,
@@ -13,4 +24,5 @@ HANDLERS = [
     *orgs.HANDLERS,
     *databases.HANDLERS,
     *watch.HANDLERS,
+    *webhooks.HANDLERS,
 ]

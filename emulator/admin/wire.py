@@ -15,6 +15,14 @@ from emulator.core.snapshots import SnapshotView
 from emulator.hosted.keys import KeyView as KeyView  # the domain lists keys as these
 from emulator.hosted.records import Database, Org, Receipt, Service
 from emulator.hosted.secrets import SecretView as SecretView  # the domain lists secrets as these (never a value)
+from emulator.hosted.webhooks import AttemptView as AttemptView  # the webhooks' views are the domain's
+from emulator.hosted.webhooks import DeliveryList as DeliveryList
+from emulator.hosted.webhooks import DeliveryView as DeliveryView
+from emulator.hosted.webhooks import WebhookAdd as WebhookAdd
+from emulator.hosted.webhooks import WebhookCreated as WebhookCreated
+from emulator.hosted.webhooks import WebhookList as WebhookList
+from emulator.hosted.webhooks import WebhookRemoved as WebhookRemoved
+from emulator.hosted.webhooks import WebhookView as WebhookView
 from emulator.runtime.metering import DatabaseUsage
 from emulator.runtime.tables import HostedTable as HostedTable  # the runtime reads a database's tables as these
 from emulator.tunnel.forward import ProxyStatus

@@ -40,6 +40,10 @@ secret = "pxtk_0123456789abcdef0123456789abcdef"
 org = "acme"
 key = "OPENAI_API_KEY"
 value = "sk-test"
+
+[[webhooks]]
+url = "http://127.0.0.1:9000/workos"     # receives the agent registration events
+secret = "whsec_ci_0123456789abcdef"     # signs them: the receiver knows it beforehand
 """
 
 
@@ -48,7 +52,8 @@ def register(sub: Any) -> dict[str, Callable[[argparse.Namespace], int]]:
         "apply",
         help="make a running emulator hold a declared state (TOML): orgs, users, registrations, keys, secrets, clock",
         description="Make a running emulator hold the declared state in FILE: organizations (trial or not, claimed "
-        "or not, time left), users, agent registrations, API keys with fixed secrets, secrets and the clock. The file "
+        "or not, time left), users, agent registrations, API keys with fixed secrets, secrets, webhook endpoints and "
+        "the clock. The file "
         "is checked whole first and refused with FILE:LINE and nothing changed; applying it twice changes nothing. "
         "Nothing the file does not name is removed: `emulator reset` first for exactly its world, or start with "
         "`emulator up --apply FILE` (then `emulator reset --to start` returns to it).",

@@ -33,6 +33,7 @@ from emulator.core.payloads import (
     MediaStoreFull,
     ServiceStateChanged,
     TunnelRefused,
+    WebhookFailed,
 )
 from emulator.core.tasks import cancel
 
@@ -123,7 +124,7 @@ def line(event: Event) -> tuple[int, str] | None:
     failed = isinstance(d, DbStateChanged | ServiceStateChanged) and d.state in FAILED_STATES
     if failed or isinstance(d, DiskFull | MediaStoreFull):
         level = logging.ERROR
-    elif isinstance(d, FaultFired | TunnelRefused | DbExited):
+    elif isinstance(d, FaultFired | TunnelRefused | DbExited | WebhookFailed):  # a receiver's failure: one line
         level = logging.WARNING
     fields: Mapping[str, object] = msgspec.to_builtins(d)  # the payload as its JSON says it
     return level, describe(event.kind, event.subject, {k: v for k, v in fields.items() if not isinstance(v, dict)})
@@ -135,9 +136,28 @@ INSTANTS = frozenset({"before", "now"})
 """Event fields that hold an instant of the emulator's clock (besides every `…_at`)."""
 
 
+WEBHOOK_TRIES = frozenset({"webhook.delivered", "webhook.failed"})
+
+
+def webhook_try(kind: str, data: Mapping[str, object]) -> str:
+    """A webhook delivery's try as a person reads it: which event went where, the try's number and outcome, and
+    when the next try is (`… try 1: 500 HTTP 500 (3.1 ms); next try at …` / `… try 3: 200 (2.0 ms)`)."""
+    status, error, next_at = data.get("status"), data.get("error"), data.get("next_at")
+    said = [str(status)] if status is not None else []
+    said += [str(error)] if error and error != f"HTTP {status}" else []  # a status alone says "HTTP 500"
+    outcome = " ".join(said)
+    text = f"{data.get('event')} {data.get('event_id')} -> {data.get('url')} try {data.get('attempt')}: "
+    text += f"{outcome or 'no answer'} ({data.get('ms')} ms)"
+    if kind == "webhook.failed":  # retried, or given up (its JSON leaves out a next_at of none)
+        text += f"; next try at {next_at}" if next_at else "; given up"
+    return text
+
+
 def describe(kind: str, subject: str | None, data: Mapping[str, object]) -> str:
     """An event on one line, as the log and `emulator events` print it: kind, subject, fields, instants in ISO 8601
     (as the dashboard shows them)."""
+    if kind in WEBHOOK_TRIES:
+        return f"{kind} [{subject}] {webhook_try(kind, data)}"
     fields = []
     for key, value in data.items():
         if value is None or key in HIDDEN:

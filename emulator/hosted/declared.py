@@ -1,6 +1,6 @@
 """A declared starting state: a TOML file of organizations, users, registrations, API keys with fixed secrets,
-provider secrets and the clock, which `emulator apply` (`POST /_emulator/apply`, `up --apply`, `exec --apply`)
-makes the emulator hold, so a test starts from the same world every time.
+provider secrets, webhook endpoints and the clock, which `emulator apply` (`POST /_emulator/apply`, `up --apply`,
+`exec --apply`) makes the emulator hold, so a test starts from the same world every time.
 
 The file is checked whole before anything is written: its TOML syntax, then every table and key (an unknown one
 is refused), then each value by the rules the control plane and the identity provider apply (the same functions),
@@ -32,7 +32,7 @@ from emulator.core.context import Core
 from emulator.core.errors import BAD_REQUEST, ApiError
 from emulator.core.payloads import StateApplied
 from emulator.core.store import Db
-from emulator.hosted import databases, keys, orgs, plans, secrets
+from emulator.hosted import databases, keys, orgs, plans, secrets, webhooks
 from emulator.hosted.identity import Identity, valid_email
 from emulator.hosted.records import Outcome
 from emulator.hosted.secretbox import SecretBox
@@ -97,6 +97,12 @@ class SecretDecl(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     db: str | None = None  # a database's own secret; org-wide when absent
 
 
+class WebhookDecl(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    url: str  # matched by it: an endpoint of this URL is the declared one
+    secret: str  # required here: the receiver is configured with it beforehand
+    events: list[str] = []  # the registration events it takes; none named: every one
+
+
 class World(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     clock: datetime | ClockDecl | None = None  # a bare instant freezes the clock there
     orgs: list[OrgDecl] = []
@@ -104,6 +110,7 @@ class World(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     registrations: list[RegistrationDecl] = []
     api_keys: list[ApiKeyDecl] = []
     secrets: list[SecretDecl] = []
+    webhooks: list[WebhookDecl] = []
 
 
 # --- the answer ------------------------------------------------------------------------------------------------
@@ -120,7 +127,7 @@ class Counts(msgspec.Struct):
 
 class Applied(msgspec.Struct):
     file: str
-    applied: dict[str, Counts]  # per part: clock, orgs, users, registrations, api_keys, secrets
+    applied: dict[str, Counts]  # per part: clock, orgs, users, registrations, api_keys, secrets, webhooks
     unchanged: bool  # nothing was created or updated
     clock: str  # the clock after the apply, ISO 8601
 
@@ -246,6 +253,7 @@ _TABLES: dict[str, type[msgspec.Struct]] = {
     "registrations": RegistrationDecl,
     "api_keys": ApiKeyDecl,
     "secrets": SecretDecl,
+    "webhooks": WebhookDecl,
 }
 
 
@@ -388,6 +396,18 @@ def check(world: World, trial_lifetime: float) -> _Plan:
         if (s.org, s.db or "", s.key) in values:
             raise Refused(("secrets", i, "key"), f"the secret {s.key} is declared twice")
         values.add((s.org, s.db or "", s.key))
+
+    urls: set[str] = set()
+    for i, w in enumerate(world.webhooks):
+        with _at("webhooks", i, "url"):
+            webhooks.check_url(w.url)
+        with _at("webhooks", i, "events"):
+            w.events = webhooks.check_events(w.events)
+        with _at("webhooks", i, "secret"):
+            webhooks.check_secret(w.secret)
+        if w.url in urls:
+            raise Refused(("webhooks", i, "url"), "this webhook endpoint is declared twice")
+        urls.add(w.url)
     return _Plan(world=world, now=now, frozen=frozen, lifetimes=lifetimes, declared=declared, trial_of=trial_of)
 
 
@@ -420,7 +440,9 @@ async def apply(core: Core, box: SecretBox, identity: Identity, text: str, name:
     world = parse(text, name)
     try:
         plan = check(world, core.settings.trial_lifetime)
-        counts = {part: Counts() for part in ("clock", "orgs", "users", "registrations", "api_keys", "secrets")}
+        counts = {
+            part: Counts() for part in ("clock", "orgs", "users", "registrations", "api_keys", "secrets", "webhooks")
+        }
         # No due job (a trial's expiry) and no reset or load runs between the rows and the clock they are declared
         # for: the clock below is set before the first await after the lock goes.
         async with core.exclusive():
@@ -504,6 +526,8 @@ async def _write(
         with _at("secrets", i, "value"):
             outcome = await secrets.declare(conn, box, org_ids[s.org], s.org, s.db or "", s.key, s.value, now)
         counts["secrets"].add(outcome)
+    for w in world.webhooks:
+        counts["webhooks"].add(await webhooks.declare(core, box, conn, w.url, w.events, w.secret, now))
 
 
 async def _references(conn: Db, plan: _Plan) -> dict[str, str]:
