@@ -250,3 +250,41 @@ async def test_a_bad_mint_request_is_a_400(jag_emu: Emulator) -> None:
         assert r.status_code == 400
         r = await c.post(jag_emu.url + "/_emulator/id-jag", json={"email": "a@b.co", "auth_age": "long"})
         assert r.status_code == 400
+
+
+def test_a_snapshot_keeps_id_jag_registrations_links_and_spent_jtis(start_emulator: Any) -> None:
+    e: Emulator = start_emulator("--no-watch", "--identity-assertion-registration")
+    kit = Testkit.attach(e.url)
+
+    def present_sync(token: str) -> httpx.Response:
+        body = {"type": "identity_assertion", "assertion_type": ID_JAG, "assertion": token}
+        return httpx.post(e.auth + "/agent/identity", json=body)
+
+    spent = kit.acts.id_jag("kept@example.org", sub="kept-upstream")
+    reg = present_sync(spent.id_jag).json()
+    kit.snapshots.save("jag")
+    kit.reset()
+    assert all(r["id"] != reg["id"] for r in httpx.get(e.url + "/_emulator/registrations").json()["registrations"])
+    kit.snapshots.load("jag")
+    regs = {r["id"]: r for r in httpx.get(e.url + "/_emulator/registrations").json()["registrations"]}
+    assert regs[reg["id"]]["type"] == "identity_assertion" and regs[reg["id"]]["status"] == "claimed"
+    # Its assertion still exchanges; its jti is still spent; its upstream identity is still linked.
+    form = {"grant_type": flow.JWT_BEARER, "assertion": reg["identity"]["assertion"]}
+    assert httpx.post(e.auth + "/oauth2/token", data=form).status_code == 200
+    assert present_sync(spent.id_jag).json()["code"] == "invalid_grant"
+    again = present_sync(kit.acts.id_jag("kept@example.org", sub="kept-upstream").id_jag)
+    assert again.status_code == 200 and "claim" not in again.json()
+    kit.stop()
+
+
+async def test_a_trace_shows_an_id_jag_agent_and_its_registration_events(
+    jag_emu: Emulator, kit: Testkit, jc: httpx.AsyncClient
+) -> None:
+    reg = (await present(jc, jag_emu, kit.acts.id_jag(person()).id_jag)).json()
+    assert (await flow.exchange(jc, jag_emu, reg["identity"]["assertion"])).status_code == 200
+    trace = kit.trace(reg["id"])
+    assert trace.agent.type == "identity_assertion"
+    kinds = [s.kind for s in trace.steps]
+    assert "agent.registration.created" in kinds and "agent.registration.credential.issued" in kinds
+    created = next(s for s in trace.steps if s.kind == "agent.registration.created")
+    assert created.origin == "auth"

@@ -28,6 +28,10 @@ from emulator.core.payloads import (
     TrialCreated,
 )
 
+# A registration's end at the service side's hand (revoked, or deleted): from then on its credentials are refused,
+# and registering again is what the agent must do.
+ENDED = frozenset({Kind.IDP_REVOKED.value, Kind.AGENT_REGISTRATION_DELETED.value})
+
 # Discovery documents: read before registering, so attributed forward.
 DISCOVERY = ("/.well-known/", "/llms.txt", "/mcp")
 # Hosted resources' subjects are `<org>:<db>…`; these kinds name one.
@@ -52,6 +56,7 @@ class Journal:
     def __init__(self, events: Sequence[Event]) -> None:
         self.events = list(events)
         self.registered: dict[str, Event] = {}
+        self.ended: dict[str, Event] = {}  # registration → its first revocation or deletion
         self.trials: dict[str, list[Event]] = defaultdict(list)  # registration → trial.created
         self.keys_of_org: dict[str, dict[str, str]] = defaultdict(dict)  # org → fingerprint → name
         self.orgs: list[str] = []
@@ -59,6 +64,8 @@ class Journal:
             d = e.data
             if isinstance(d, IdpRegistered) and e.subject:
                 self.registered[e.subject] = e
+            elif e.kind in ENDED and e.subject:
+                self.ended.setdefault(e.subject, e)
             elif isinstance(d, TrialCreated) and e.subject:
                 self.trials[d.registration].append(e)
                 if d.key:

@@ -229,6 +229,9 @@ def re_registered_instead_of_exchange(j: Journal, agent: Agent, mine: list[Event
         )
         if refusal is None:
             continue
+        ended = j.ended.get(str(previous.subject))
+        if ended is not None and ended.seq < now.seq:  # revoked or deleted: registering again is the way back
+            continue
         exchanged = any(refusal.seq < e.seq < now.seq and e.payload(HttpRequest).path == TOKEN_PATH for e in from_ip)
         if not exchanged:
             hits.append(

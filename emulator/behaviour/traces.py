@@ -34,7 +34,15 @@ class Trace(msgspec.Struct, kw_only=True):
     p95_ms: float | None
 
 
-_ORIGIN_OF = {"idp": "auth", "trial": "site", "cloud": "api", "db": "hosted", "service": "hosted", "disk": "hosted"}
+_ORIGIN_OF = {
+    "idp": "auth",
+    "agent": "auth",
+    "trial": "site",
+    "cloud": "api",
+    "db": "hosted",
+    "service": "hosted",
+    "disk": "hosted",
+}
 
 
 def step(e: Event) -> Step:
