@@ -342,3 +342,73 @@ async def test_apply_declares_an_endpoint_and_twice_changes_nothing(
     assert isinstance(event, AgentRegistrationCreated) and event.data.id == reg["id"]
     missing = apply(f'[[webhooks]]\nurl = "{r.url}"\n')
     assert missing.status_code == 400 and "secret is required" in missing.json()["error"]["message"]
+
+
+async def test_every_kind_the_provider_emits_arrives_and_the_sdk_reads_it_typed(
+    hooks: Emulator, receiver: Callable[..., Receiver]
+) -> None:
+    """created, claim.attempt.created, claim.completed, credential.issued (an access token, a trial's API key),
+    refreshed and expired, each caused by a real call, each parsed by the SDK into its own model."""
+    r = receiver()
+    add(hooks, r.url, secret=SECRET)
+    async with hooks.client() as c:
+        reg = await flow.register(c, hooks)
+        token = (await flow.exchange(c, hooks, reg["identity"]["assertion"])).json()["access_token"]
+        trial = await flow.create_trial(c, hooks, token)
+        assert trial.status_code == 201, trial.text
+        started = await c.post(
+            hooks.auth + "/agent/identity/claim",
+            json={"type": "service_auth", "claim_token": reg["claim"]["token"], "login_hint": "eve@example.org"},
+        )
+        uri = started.json()["attempt"]["verification_uri"]
+        with hooks.admin() as a:
+            code = a.post("/_emulator/claims/approve", json={"claim": uri, "email": "eve@example.org"}).json()
+        done = await c.post(
+            hooks.auth + "/agent/identity/claim/complete",
+            json={"claim_token": reg["claim"]["token"], "user_code": code["user_code"]},
+        )
+        refresh = done.json()["identity"]["refresh_token"]["value"]
+        assert (
+            await c.post(hooks.auth + "/agent/identity", json={"type": "refresh", "refresh_token": refresh})
+        ).is_success
+        waiting = await flow.register(c, hooks, type="service_auth", login_hint="late@example.org")
+    hooks.advance("25h")  # past the unclaimed registration's claim window
+    want = 9  # created ×2, credential ×2, attempts ×2, completed, refreshed, expired
+    until(lambda: len(r.got) >= want, f"{want} events")
+    events = [verify_event(event_body=b, event_signature=h["WorkOS-Signature"], secret=SECRET) for b, h in r.got]
+    by_kind: dict[str, list[Any]] = {}
+    for ev in events:
+        by_kind.setdefault(ev.event, []).append(ev)
+    assert {k: len(v) for k, v in by_kind.items()} == {
+        "agent.registration.created": 2,
+        "agent.registration.credential.issued": 2,
+        "agent.registration.claim.attempt.created": 2,
+        "agent.registration.claim.completed": 1,
+        "agent.registration.refreshed": 1,
+        "agent.registration.expired": 1,
+    }
+    created = by_kind["agent.registration.created"][0]
+    assert (created.data.id, created.data.kind.value, created.data.method.value) == (
+        reg["id"],
+        "anonymous",
+        "anonymous",
+    )
+    assert created.data.status.value == "unverified"
+    issued = {type(e.data.detail).__name__: e.data for e in by_kind["agent.registration.credential.issued"]}
+    assert issued["AccessTokenAgentRegistrationCredentialIssuedDataDetail"].agent_registration_id == reg["id"]
+    assert issued["AgentRegistrationCredentialIssuedDataDetail"].detail.api_key_id.startswith("key_")
+    completed = by_kind["agent.registration.claim.completed"][0].data
+    attempt = next(
+        e.data for e in by_kind["agent.registration.claim.attempt.created"] if e.data.agent_registration_id == reg["id"]
+    )
+    assert completed.agent_registration_id == reg["id"] and completed.completed_by_attempt_id == attempt.id
+    assert completed.claimed_by.user_id.startswith("user_") and attempt.login_hint == "eve@example.org"
+    assert by_kind["agent.registration.refreshed"][0].data.agent_registration_id == reg["id"]
+    assert by_kind["agent.registration.expired"][0].data.agent_registration_id == waiting["id"]
+    # In order: each registration's events arrive in the order they happened.
+    mine = [
+        e.event
+        for e in events
+        if reg["id"] in (getattr(e.data, "id", None), getattr(e.data, "agent_registration_id", None))
+    ]
+    assert mine[0] == "agent.registration.created" and mine[-1] == "agent.registration.refreshed"
