@@ -1,7 +1,7 @@
 """Every `/_emulator` endpoint, grouped by resource: the emulator itself, identity, organizations, databases and
 services. Each calls the same domain the public surfaces use."""
 
-from emulator.admin import behaviour, databases, declared, emulator, faults, identity, orgs, snapshots, watch
+from emulator.admin import agents, behaviour, databases, declared, emulator, faults, identity, orgs, snapshots, watch
 
 HANDLERS = [
     *emulator.HANDLERS,
@@ -10,6 +10,7 @@ HANDLERS = [
     *declared.HANDLERS,
     *behaviour.HANDLERS,
     *identity.HANDLERS,
+    *agents.HANDLERS,
     *orgs.HANDLERS,
     *databases.HANDLERS,
     *watch.HANDLERS,

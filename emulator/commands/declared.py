@@ -40,6 +40,10 @@ secret = "pxtk_0123456789abcdef0123456789abcdef"
 org = "acme"
 key = "OPENAI_API_KEY"
 value = "sk-test"
+
+[[service_keys]]
+name = "backend"                         # the service side's key for the agents API (/agents/*)
+key = "sk_test_backend0123456789abcdef"
 """
 
 
