@@ -12,6 +12,7 @@ from typing import Any
 from emulator import __version__
 from emulator.commands import (
     acts,
+    agents,
     behaviour,
     buildcache,
     declared,
@@ -65,6 +66,7 @@ MODULES: tuple[Any, ...] = (
     running,
     journal,
     acts,
+    agents,
     snapshots,
     throwaway,
     evaluate,

@@ -142,6 +142,9 @@ class Settings(msgspec.Struct, kw_only=True):
     public_host: str = ""  # empty: `host`, or 127.0.0.1 when `host` is every address
     gateway_ports: str = ""  # empty: any free port; "8710-8729": the service gateways' (a container publishes them)
     admin_token: str = ""  # empty: /_emulator needs no token (the emulator is local by construction)
+    # A service key (sk_test_…) the agents API accepts besides those made with `emulator service-key create`: for a
+    # CI whose service under test is configured before the emulator starts. Empty: none.
+    service_api_key: str = ""
 
     @property
     def public(self) -> str:
@@ -298,6 +301,8 @@ HELP: dict[str, str] = {
     "publishes them",
     "admin_token": "a token every /_emulator call must carry (Authorization: Bearer, or X-Emulator-Token), for an "
     "emulator others can reach; `emulator env` and the CLI pass it (EMULATOR_ADMIN_TOKEN)",
+    "service_api_key": "a service key (sk_test_…) the identity provider's agents API (/agents/*) also accepts, for a "
+    "service configured before the emulator starts (default none)",
 }
 CHOICES: dict[str, tuple[str, ...]] = {"runtime": RUNTIMES, "log_level": LOG_LEVELS, "profile": PROFILES}
 BOOLS = frozenset(_BOOL)  # on/off settings: `--spares` and `--no-spares`
@@ -483,6 +488,13 @@ def _validate(s: Settings) -> None:
         re.fullmatch(r"[A-Za-z0-9.:\[\]-]*", s.public_host) is not None,
         "public_host",
         f"{s.public_host!r} is not a host name or address",
+    )
+    from emulator.hosted.service_keys import KEY  # here: the domain imports these settings
+
+    check(
+        not s.service_api_key or KEY.match(s.service_api_key) is not None,
+        "service_api_key",
+        "must be sk_test_ followed by 16 to 128 letters, digits or underscores",
     )
     check(
         not s.admin_token or len(s.admin_token) >= 16,

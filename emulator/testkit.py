@@ -36,6 +36,7 @@ import msgspec
 
 from emulator.admin.client import admin_headers, local_bundle
 from emulator.admin.wire import (
+    AgentRegistrationView,
     ClaimDecided,
     ClaimDecision,
     ClockMove,
@@ -54,12 +55,17 @@ from emulator.admin.wire import (
     LoginDecided,
     LoginDecision,
     LoginList,
+    RegistrationDeleted,
     ResetRequest,
     ResetView,
     SecretList,
     SecretView,
     ServiceAnswer,
     ServiceCall,
+    ServiceKeyCreate,
+    ServiceKeyCreated,
+    ServiceKeyList,
+    ServiceKeyView,
     SnapshotList,
     SnapshotLoaded,
     SnapshotSave,
@@ -573,6 +579,27 @@ class Acts:
             user_code = pending[0].user_code
         body = LoginDecision(user_code, email, deny)
         return self._kit.answer(LoginDecided, "POST", "/_emulator/logins/approve", body)
+
+    # -- the service side: its keys, and the operator's revocation of an agent
+
+    def create_service_key(self, name: str) -> ServiceKeyCreated:
+        """A service key for the agents API (`WorkOSClient(api_key=made.key, …)`): its `key` is shown here once."""
+        return self._kit.answer(ServiceKeyCreated, "POST", "/_emulator/service-keys", ServiceKeyCreate(name))
+
+    def service_keys(self) -> list[ServiceKeyView]:
+        return self._kit.answer(ServiceKeyList, "GET", "/_emulator/service-keys").service_keys
+
+    def revoke_service_key(self, key_id: str) -> ServiceKeyView:
+        return self._kit.answer(ServiceKeyView, "DELETE", f"/_emulator/service-keys/{quote(key_id, safe='')}")
+
+    def revoke_registration(self, registration_id: str) -> AgentRegistrationView:
+        """Revoke an agent registration as the operator: nothing issued from it works any more."""
+        path = f"/_emulator/registrations/{quote(registration_id, safe='')}/revoke"
+        return self._kit.answer(AgentRegistrationView, "POST", path)
+
+    def delete_registration(self, registration_id: str) -> RegistrationDeleted:
+        path = f"/_emulator/registrations/{quote(registration_id, safe='')}"
+        return self._kit.answer(RegistrationDeleted, "DELETE", path)
 
 
 def _claim(claim: str, email: str) -> ClaimDecision:

@@ -29,6 +29,7 @@ from emulator.admin.wire import (
 from emulator.core import openapi
 from emulator.core.clock import iso
 from emulator.core.errors import BAD_REQUEST
+from emulator.hosted.agent_events import status_of
 from emulator.hosted.identity import (
     POST_CLAIM_SCOPES,
     PRE_CLAIM_SCOPES,
@@ -80,7 +81,8 @@ async def registrations_list(request: Request[Any, Any, Any]) -> Response[bytes]
         "(SELECT MAX(issued_at) FROM access_tokens t WHERE t.registration_id = r.id) AS last_token_at "
         "FROM registrations r ORDER BY r.created_at"
     )
-    claims = await latest_claims(core.store, core.clock.now())
+    now = core.clock.now()
+    claims = await latest_claims(core.store, now)
     return json_response(
         RegistrationList(
             [
@@ -97,6 +99,8 @@ async def registrations_list(request: Request[Any, Any, Any]) -> Response[bytes]
                     last_token_at=iso(r["last_token_at"]) if r["last_token_at"] else None,
                     created_at=iso(r["created_at"]),
                     claim=_claim_view(claims.get(r["id"])),
+                    revoked_at=iso(r["revoked_at"]) if r["revoked_at"] is not None else None,
+                    service_status=status_of(r, now),
                 )
                 for r in rows
             ]

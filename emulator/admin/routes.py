@@ -2,6 +2,7 @@
 services. Each calls the same domain the public surfaces use."""
 
 from emulator.admin import (
+    agents,
     behaviour,
     databases,
     declared,
@@ -21,6 +22,7 @@ HANDLERS = [
     *declared.HANDLERS,
     *behaviour.HANDLERS,
     *identity.HANDLERS,
+    *agents.HANDLERS,
     *orgs.HANDLERS,
     *databases.HANDLERS,
     *watch.HANDLERS,

@@ -12,9 +12,12 @@ from emulator.core.events import Event
 from emulator.core.faults import FaultList as FaultList  # the faults resource's types are core's, which answers
 from emulator.core.faults import FaultRuleView as FaultRuleView  # with them; named here with the other wire types
 from emulator.core.snapshots import SnapshotView
+from emulator.hosted.agents_api import AgentRegistrationView as AgentRegistrationView  # revoke's answer
 from emulator.hosted.keys import KeyView as KeyView  # the domain lists keys as these
 from emulator.hosted.records import Database, Org, Receipt, Service
 from emulator.hosted.secrets import SecretView as SecretView  # the domain lists secrets as these (never a value)
+from emulator.hosted.service_keys import ServiceKeyCreated as ServiceKeyCreated  # its key shown once
+from emulator.hosted.service_keys import ServiceKeyView as ServiceKeyView  # never a key or its hash
 from emulator.hosted.webhooks import AttemptView as AttemptView  # the webhooks' views are the domain's
 from emulator.hosted.webhooks import DeliveryList as DeliveryList
 from emulator.hosted.webhooks import DeliveryView as DeliveryView
@@ -334,6 +337,8 @@ class RegistrationView(msgspec.Struct):
     last_token_at: str | None
     created_at: str
     claim: LatestClaimView | None
+    revoked_at: str | None = None  # revoked by the service side or the operator
+    service_status: str = "unverified"  # as the service side reads it: unverified, verified, expired or revoked
 
 
 class RegistrationList(msgspec.Struct):
@@ -440,6 +445,19 @@ class KeyList(msgspec.Struct):
 
 class SecretList(msgspec.Struct):
     secrets: list[SecretView]
+
+
+class ServiceKeyList(msgspec.Struct):
+    service_keys: list[ServiceKeyView]
+
+
+class ServiceKeyCreate(msgspec.Struct, forbid_unknown_fields=True):
+    name: str
+
+
+class RegistrationDeleted(msgspec.Struct):
+    id: str
+    deleted: bool
 
 
 class WatchSet(msgspec.Struct, forbid_unknown_fields=True):

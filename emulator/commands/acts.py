@@ -227,8 +227,8 @@ def cmd_registrations(args: argparse.Namespace) -> int:
         return 0
     for r in found:
         who = r["claimed_email"] or r["login_hint"] or ""
+        state = "revoked" if r["revoked_at"] else r["status"]
         print(
-            f"{r['id']}  {r['type']:<12} {r['status']:<10} tokens {r['tokens_issued']:<3} "
-            f"trial {r['trial'] or '-':<14} {who}"
+            f"{r['id']}  {r['type']:<12} {state:<10} tokens {r['tokens_issued']:<3} trial {r['trial'] or '-':<14} {who}"
         )
     return 0

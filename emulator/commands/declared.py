@@ -44,6 +44,10 @@ value = "sk-test"
 [[webhooks]]
 url = "http://127.0.0.1:9000/workos"     # receives the agent registration events
 secret = "whsec_ci_0123456789abcdef"     # signs them: the receiver knows it beforehand
+
+[[service_keys]]
+name = "backend"                         # the service side's key for the agents API (/agents/*)
+key = "sk_test_backend0123456789abcdef"
 """
 
 

@@ -99,8 +99,11 @@ CLAIM_DENIED = Failure(403, "claim_denied")
 ALREADY_CLAIMED = Failure(409, "already_claimed")
 CLAIM_NOT_CONFIRMED = Failure(409, "claim_not_confirmed")
 CLAIM_EXPIRED = Failure(410, "claim_expired")
+CLAIM_REVOKED = Failure(410, "claim_revoked")
 USER_CODE_EXPIRED = Failure(410, "user_code_expired")
 RATE_LIMIT_EXCEEDED = Failure(429, "rate_limit_exceeded")
+# The service side's agents API (WorkOS's `{message, code}`): a thing it names that does not exist.
+ENTITY_NOT_FOUND = Failure(404, "entity_not_found")
 
 
 def disk_full(exc: BaseException) -> bool:

@@ -91,9 +91,12 @@ class Authenticator:
         return await self._session(credential)
 
     async def _key(self, secret: str) -> Caller:
-        found = await keys.owner(self.core.store, secret)
+        found = await keys.live_owner(self.core.store, secret)
         if found is None:
-            raise UNAUTHORIZED("the API key is not valid (a trial's key stops working when the trial expires)")
+            raise UNAUTHORIZED(
+                "the API key is not valid (a trial's key stops working when the trial expires, or when the agent "
+                "registration it was issued to is revoked)"
+            )
         org, key = found
         grants = tuple(key.grants) if key.grants else None
         return Caller("api_key", None, None, org.id, org.slug, key.name, org.trial, grants)

@@ -1,6 +1,7 @@
 """A declared starting state: a TOML file of organizations, users, registrations, API keys with fixed secrets,
-provider secrets, webhook endpoints and the clock, which `emulator apply` (`POST /_emulator/apply`, `up --apply`,
-`exec --apply`) makes the emulator hold, so a test starts from the same world every time.
+provider secrets, webhook endpoints, the service side's keys and the clock, which `emulator apply`
+(`POST /_emulator/apply`, `up --apply`, `exec --apply`) makes the emulator hold, so a test starts from the same world
+every time.
 
 The file is checked whole before anything is written: its TOML syntax, then every table and key (an unknown one
 is refused), then each value by the rules the control plane and the identity provider apply (the same functions),
@@ -32,7 +33,7 @@ from emulator.core.context import Core
 from emulator.core.errors import BAD_REQUEST, ApiError
 from emulator.core.payloads import StateApplied
 from emulator.core.store import Db
-from emulator.hosted import databases, keys, orgs, plans, secrets, webhooks
+from emulator.hosted import databases, keys, orgs, plans, secrets, service_keys, webhooks
 from emulator.hosted.identity import Identity, valid_email
 from emulator.hosted.records import Outcome
 from emulator.hosted.secretbox import SecretBox
@@ -90,6 +91,11 @@ class ApiKeyDecl(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     grants: list[str] = []
 
 
+class ServiceKeyDecl(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    name: str
+    key: str  # sk_test_…: what the service under test sends to the agents API; stored hashed
+
+
 class SecretDecl(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     org: str
     key: str
@@ -111,6 +117,7 @@ class World(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     api_keys: list[ApiKeyDecl] = []
     secrets: list[SecretDecl] = []
     webhooks: list[WebhookDecl] = []
+    service_keys: list[ServiceKeyDecl] = []
 
 
 # --- the answer ------------------------------------------------------------------------------------------------
@@ -127,7 +134,7 @@ class Counts(msgspec.Struct):
 
 class Applied(msgspec.Struct):
     file: str
-    applied: dict[str, Counts]  # per part: clock, orgs, users, registrations, api_keys, secrets, webhooks
+    applied: dict[str, Counts]  # per part: clock, orgs, users, registrations, api_keys, secrets, webhooks, service_keys
     unchanged: bool  # nothing was created or updated
     clock: str  # the clock after the apply, ISO 8601
 
@@ -254,6 +261,7 @@ _TABLES: dict[str, type[msgspec.Struct]] = {
     "api_keys": ApiKeyDecl,
     "secrets": SecretDecl,
     "webhooks": WebhookDecl,
+    "service_keys": ServiceKeyDecl,
 }
 
 
@@ -408,6 +416,19 @@ def check(world: World, trial_lifetime: float) -> _Plan:
         if w.url in urls:
             raise Refused(("webhooks", i, "url"), "this webhook endpoint is declared twice")
         urls.add(w.url)
+    key_names: set[str] = set()
+    service_keys_seen: set[str] = set()
+    for i, sk in enumerate(world.service_keys):
+        with _at("service_keys", i, "name"):
+            service_keys.check_name(sk.name)
+        with _at("service_keys", i, "key"):
+            service_keys.check_key(sk.key)
+        if sk.name in key_names:
+            raise Refused(("service_keys", i, "name"), f"two service keys are named {sk.name}")
+        key_names.add(sk.name)
+        if sk.key in service_keys_seen:
+            raise Refused(("service_keys", i, "key"), "two service keys have this key (each key's is its own)")
+        service_keys_seen.add(sk.key)
     return _Plan(world=world, now=now, frozen=frozen, lifetimes=lifetimes, declared=declared, trial_of=trial_of)
 
 
@@ -440,9 +461,8 @@ async def apply(core: Core, box: SecretBox, identity: Identity, text: str, name:
     world = parse(text, name)
     try:
         plan = check(world, core.settings.trial_lifetime)
-        counts = {
-            part: Counts() for part in ("clock", "orgs", "users", "registrations", "api_keys", "secrets", "webhooks")
-        }
+        parts = ("clock", "orgs", "users", "registrations", "api_keys", "secrets", "webhooks", "service_keys")
+        counts = {part: Counts() for part in parts}
         # No due job (a trial's expiry) and no reset or load runs between the rows and the clock they are declared
         # for: the clock below is set before the first await after the lock goes.
         async with core.exclusive():
@@ -528,6 +548,10 @@ async def _write(
         counts["secrets"].add(outcome)
     for w in world.webhooks:
         counts["webhooks"].add(await webhooks.declare(core, box, conn, w.url, w.events, w.secret, now))
+    for i, sk in enumerate(world.service_keys):
+        with _at("service_keys", i, "key"):
+            outcome = await service_keys.declare(core, conn, sk.name, sk.key, now)
+        counts["service_keys"].add(outcome)
 
 
 async def _references(conn: Db, plan: _Plan) -> dict[str, str]:

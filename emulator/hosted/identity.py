@@ -29,6 +29,7 @@ from emulator.core.errors import (
     CLAIM_DENIED,
     CLAIM_EXPIRED,
     CLAIM_NOT_CONFIRMED,
+    CLAIM_REVOKED,
     CONFLICT,
     FORBIDDEN,
     GONE,
@@ -359,6 +360,8 @@ class Identity:
             reg = db.execute("SELECT * FROM registrations WHERE id = ?", (claims.sub,)).fetchone()
             if reg is None:
                 raise INVALID_GRANT("the registration no longer exists; register again")
+            if reg["revoked_at"] is not None:
+                raise INVALID_GRANT("the registration was revoked; register again")
             if reg["status"] == "claimed" and claims.email is UNSET:
                 raise INVALID_GRANT("this registration was claimed; use the assertion the claim returned")
             granted = POST_CLAIM_SCOPES if reg["status"] == "claimed" else PRE_CLAIM_SCOPES
@@ -425,10 +428,12 @@ class Identity:
         if claims.exp <= self.core.clock.now():
             raise INVALID_TOKEN("the access token has expired; exchange the assertion again")
         row = await self.core.store.fetchone(
-            "SELECT t.revoked_at, r.type FROM access_tokens t JOIN registrations r ON r.id = t.registration_id "
-            "WHERE t.jti = ?",
+            "SELECT t.revoked_at, r.type, r.revoked_at AS registration_revoked_at FROM access_tokens t "
+            "JOIN registrations r ON r.id = t.registration_id WHERE t.jti = ?",
             (claims.jti,),
         )
+        if row is not None and row["registration_revoked_at"] is not None:
+            raise INVALID_TOKEN("the registration was revoked; register again")
         if row is None or row["revoked_at"] is not None:
             raise INVALID_TOKEN("the access token was revoked; exchange the assertion again")
         scope = claims.scope if isinstance(claims.scope, str) else ""
@@ -637,11 +642,13 @@ class Identity:
         now = self.core.clock.now()
         async with self.core.store.transaction() as conn:
             async with conn.execute(
-                "SELECT t.*, r.status FROM refresh_tokens t JOIN registrations r ON r.id = t.registration_id "
-                "WHERE t.hash = ?",
+                "SELECT t.*, r.status, r.revoked_at FROM refresh_tokens t JOIN registrations r "
+                "ON r.id = t.registration_id WHERE t.hash = ?",
                 (secret_hash(value),),
             ) as cur:
                 row = await cur.fetchone()
+            if row is not None and row["revoked_at"] is not None:
+                raise INVALID_REFRESH_TOKEN("the registration was revoked; register again")
             if row is None or row["spent_at"] is not None or row["expires_at"] <= now:
                 raise INVALID_REFRESH_TOKEN(
                     "the refresh token is unknown, expired or already used (refresh tokens rotate: "
@@ -681,6 +688,8 @@ class Identity:
             reg = await cur.fetchone()
         if reg is None:
             raise INVALID_CLAIM_TOKEN("the claim token is not one this provider issued")
+        if reg["revoked_at"] is not None:
+            raise CLAIM_REVOKED("this registration was revoked; register again")
         if reg["status"] == "claimed":
             raise ALREADY_CLAIMED("this registration is already claimed")
         if reg["claim_expires_at"] <= self.core.clock.now():
@@ -969,7 +978,7 @@ class Identity:
         else:
             raise BAD_REQUEST("name the claim: its verification_uri or its registration id")
         row = await self.core.store.fetchone(
-            "SELECT a.*, r.type AS registration_type, r.status AS registration_status FROM claim_attempts a "
+            f"SELECT {ATTEMPT_COLUMNS} FROM claim_attempts a "
             f"JOIN registrations r ON r.id = a.registration_id WHERE {where} ORDER BY a.created_at DESC LIMIT 1",
             (arg,),
         )
@@ -984,6 +993,17 @@ class Identity:
         if (approve or email) and not valid_email(email):
             raise BAD_REQUEST("sign in with an e-mail address")
         now = self.core.clock.now()
+        async with self.core.store.transaction() as conn:
+            code = await self.settle(conn, attempt, email, approve, now)
+        decided = IdpClaimConfirmed if approve else IdpClaimDenied
+        self.core.bus.publish(attempt["registration_id"], decided(email=email or None))
+        return code
+
+    async def settle(
+        self, conn: aiosqlite.Connection, attempt: sqlite3.Row, email: str, approve: bool, now: float
+    ) -> str | None:
+        """The decision on a claim attempt inside the caller's transaction: the claim page's, the operator's and the
+        service side's (`link_external_user`) alike. The caller journals it once committed."""
         closed = why_closed(attempt, now)
         if closed is not None:
             raise (GONE if closed.status == 410 else CONFLICT)(closed.text)
@@ -991,21 +1011,18 @@ class Identity:
         if hint and email and hint.lower() != email.lower():
             raise FORBIDDEN(f"this claim is for {hint}; sign in with that account")
         code = self.core.ids.digits(6) if approve else None
-        async with self.core.store.transaction() as conn:
-            if email:
-                await self.ensure_user(conn, email, now)
-            await conn.execute(
-                "UPDATE claim_attempts SET state = ?, email = ?, user_code_hash = ?, code_expires_at = ? WHERE id = ?",
-                (
-                    "confirmed" if approve else "denied",
-                    email or None,
-                    secret_hash(code) if code else None,
-                    now + self._s.attempt_ttl if code else None,
-                    attempt["id"],
-                ),
-            )
-        decided = IdpClaimConfirmed if approve else IdpClaimDenied
-        self.core.bus.publish(attempt["registration_id"], decided(email=email or None))
+        if email:
+            await self.ensure_user(conn, email, now)
+        await conn.execute(
+            "UPDATE claim_attempts SET state = ?, email = ?, user_code_hash = ?, code_expires_at = ? WHERE id = ?",
+            (
+                "confirmed" if approve else "denied",
+                email or None,
+                secret_hash(code) if code else None,
+                now + self._s.attempt_ttl if code else None,
+                attempt["id"],
+            ),
+        )
         return code
 
 
@@ -1018,8 +1035,16 @@ class Closed:
     text: str
 
 
+# An attempt's row as why_closed reads it (its registration's type, status and revocation with it).
+ATTEMPT_COLUMNS = (
+    "a.*, r.type AS registration_type, r.status AS registration_status, r.revoked_at AS registration_revoked_at"
+)
+
+
 def why_closed(attempt: sqlite3.Row, now: float, readable: Callable[[float], str] = iso) -> Closed | None:
     """Whether a claim link still takes a decision. It works once: approved or denied, it is used."""
+    if attempt["registration_revoked_at"] is not None:
+        return Closed(410, "This agent was revoked", "The service revoked this agent; it must register again.")
     if attempt["state"] == "superseded":
         return Closed(
             410, "This claim link was replaced", "The agent started a newer claim: use the newest link it gives you."

@@ -27,6 +27,7 @@ NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 # tunnel and the gateways recognise a key by that prefix; `pxtk_runtime_` is the hosted workloads' own.
 SECRET = re.compile(r"^pxtk_[A-Za-z0-9_]{16,128}$")
 RUNTIME_PREFIX = "pxtk_runtime_"
+AGENT_REGISTRATION = "agent_reg_"  # a key whose created_by starts so was issued to an agent (its trial's key)
 GRANT = re.compile(r"^(access|manage):pxt://([a-z0-9-]+):([a-z0-9_-]+)(/services(/[A-Za-z0-9_./-]+)?)?$")
 
 
@@ -114,6 +115,16 @@ async def owner(db: Db, secret: str) -> tuple[Org, ApiKey] | None:
         created_at=row["key_created_at"],
     )
     return record(row, Org), key
+
+
+async def live_owner(db: Db, secret: str) -> tuple[Org, ApiKey] | None:
+    """`owner`, for a key presented as a credential: a key issued to an agent registration (a trial's) stops working
+    when that registration is revoked or deleted, as everything issued from it does."""
+    found = await owner(db, secret)
+    if found is None or not (found[1].created_by or "").startswith(AGENT_REGISTRATION):
+        return found
+    reg = await one(db, "SELECT revoked_at FROM registrations WHERE id = ?", (found[1].created_by,))
+    return found if reg is not None and reg["revoked_at"] is None else None
 
 
 async def named(db: Db, org_id: str, name: str) -> ApiKey | None:

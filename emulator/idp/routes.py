@@ -54,7 +54,7 @@ from emulator.hosted.identity import (
 )
 from emulator.hosted.idjag import UPSTREAM_PATH
 from emulator.hosted.logins import Logins
-from emulator.idp import discovery, login
+from emulator.idp import agents, discovery, login
 from emulator.site.errors import http_detail, incomplete_body, last_resort
 from emulator.site.ratelimit import RateLimiter
 
@@ -544,7 +544,7 @@ def boundary_error(exc: ApiError) -> tuple[bytes, bytes]:
 
 def build_idp_app(idp: Idp, boundary: Boundary) -> BoundaryGate:
     app = App(
-        route_handlers=[*HANDLERS, *login.HANDLERS],
+        route_handlers=[*HANDLERS, *login.HANDLERS, *agents.HANDLERS],
         exception_handlers={HTTPException: http_error, ApiError: registration_error, Exception: internal_error},
         state=State({"idp": idp}),
         openapi_config=openapi.openapi_config(

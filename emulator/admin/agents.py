@@ -1,0 +1,51 @@
+"""`/_emulator` for the service side of agent registration: the service keys a service calls the agents API with,
+and the operator's revocation and deletion of a registration."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from litestar import Request, Response, delete, get, post
+
+from emulator.admin.emulator import decode, json_response
+from emulator.admin.wire import RegistrationDeleted, ServiceKeyCreate, ServiceKeyList
+from emulator.core import openapi
+from emulator.hosted import service_keys
+from emulator.hosted.agents_api import OPERATOR, AgentsApi
+from emulator.site.state import site_of
+
+
+def _api(request: Request[Any, Any, Any]) -> AgentsApi:
+    site = site_of(request)
+    return AgentsApi(site.core, site.identity)
+
+
+@post("/_emulator/service-keys", status_code=201, opt=openapi.body(ServiceKeyCreate))
+async def service_key_create(request: Request[Any, Any, Any]) -> Response[bytes]:
+    """A new service key; the answer shows the key, once."""
+    body = decode(await request.body(), ServiceKeyCreate)
+    return json_response(await service_keys.create(site_of(request).core, body.name), 201)
+
+
+@get("/_emulator/service-keys")
+async def service_key_list(request: Request[Any, Any, Any]) -> Response[bytes]:
+    return json_response(ServiceKeyList(await service_keys.listing(site_of(request).core.store)))
+
+
+@delete("/_emulator/service-keys/{key_id:str}", status_code=200)
+async def service_key_revoke(request: Request[Any, Any, Any], key_id: str) -> Response[bytes]:
+    return json_response(await service_keys.revoke(site_of(request).core, key_id))
+
+
+@post("/_emulator/registrations/{registration_id:str}/revoke", status_code=200)
+async def registration_revoke(request: Request[Any, Any, Any], registration_id: str) -> Response[bytes]:
+    return json_response(await _api(request).revoke(registration_id, OPERATOR))
+
+
+@delete("/_emulator/registrations/{registration_id:str}", status_code=200)
+async def registration_delete(request: Request[Any, Any, Any], registration_id: str) -> Response[bytes]:
+    await _api(request).delete(registration_id)
+    return json_response(RegistrationDeleted(registration_id, True))
+
+
+HANDLERS = [service_key_create, service_key_list, service_key_revoke, registration_revoke, registration_delete]
