@@ -412,3 +412,27 @@ async def test_every_kind_the_provider_emits_arrives_and_the_sdk_reads_it_typed(
         if reg["id"] in (getattr(e.data, "id", None), getattr(e.data, "agent_registration_id", None))
     ]
     assert mine[0] == "agent.registration.created" and mine[-1] == "agent.registration.refreshed"
+
+
+async def test_the_events_are_kept_as_the_journal_is_never_one_still_to_send(
+    start_emulator: Callable[..., Emulator],
+) -> None:
+    """An agent that exchanges tokens in a loop makes an event each time: the newest `journal_cap` are kept, and
+    one whose delivery still waits is never dropped."""
+    import sqlite3
+
+    e = start_emulator("--no-watch", "--freeze-clock", "2026-11-01T00:00:00Z", env={"EMULATOR_JOURNAL_CAP": "100"})
+    add(e, f"http://127.0.0.1:{closed_port()}/down", secret=SECRET, events=["agent.registration.created"])
+    async with e.client() as c:
+        reg = await flow.register(c, e)  # its created event waits: the receiver never answers
+        for _ in range(520):
+            assert (await flow.exchange(c, e, reg["identity"]["assertion"])).status_code == 200
+    db = sqlite3.connect(f"file:{e.state_dir / 'emulator.sqlite3'}?mode=ro", uri=True)
+    try:
+        kept = db.execute("SELECT event FROM agent_events ORDER BY seq").fetchall()
+    finally:
+        db.close()
+    # Events 1 (created) and 2…521 (each exchange's credential.issued): at the 500th, those at or below 400 went,
+    # but the one still to send.
+    assert len(kept) == 1 + (521 - 400)
+    assert kept[0] == ("agent.registration.created",)  # the one still to send stayed

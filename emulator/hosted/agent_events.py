@@ -216,21 +216,41 @@ def _rows(
     return Recorded(kind, event_id, registration_id), event, deliveries
 
 
+# Kept as the journal is: the newest `journal_cap` events (an agent that exchanges tokens in a loop makes one each
+# time), pruned every PRUNE_EVERY, never one a delivery still waits to send (its tries go with it).
+PRUNE_EVERY = 500
+_PRUNE = (
+    "DELETE FROM agent_events WHERE seq <= ? "
+    "AND id NOT IN (SELECT event_id FROM webhook_deliveries WHERE state = 'pending')"
+)
+
+
+def _prune_below(seq: int | None, cap: int) -> int | None:
+    """The seq at and below which events go, when this event's is a pruning turn."""
+    return seq - cap if seq is not None and seq % PRUNE_EVERY == 0 and seq > cap else None
+
+
 async def record(conn: aiosqlite.Connection, core: Core, kind: Kind, registration_id: str, data: EventData) -> Recorded:
     """Write the event and its pending deliveries inside the caller's transaction."""
     async with conn.execute(_ENDPOINTS) as cur:
         endpoints = list(await cur.fetchall())
     recorded, event, deliveries = _rows(core, kind, registration_id, data, endpoints)
-    await conn.execute(_EVENT, event)
+    written = await conn.execute(_EVENT, event)
     await conn.executemany(_DELIVERY, deliveries)
+    below = _prune_below(written.lastrowid, core.settings.journal_cap)
+    if below is not None:
+        await conn.execute(_PRUNE, (below,))
     return recorded
 
 
 def record_sync(db: sqlite3.Connection, core: Core, kind: Kind, registration_id: str, data: EventData) -> Recorded:
     """`record` inside a transaction run whole on the store's thread (`Store.write`)."""
     recorded, event, deliveries = _rows(core, kind, registration_id, data, db.execute(_ENDPOINTS).fetchall())
-    db.execute(_EVENT, event)
+    written = db.execute(_EVENT, event)
     db.executemany(_DELIVERY, deliveries)
+    below = _prune_below(written.lastrowid, core.settings.journal_cap)
+    if below is not None:
+        db.execute(_PRUNE, (below,))
     return recorded
 
 
