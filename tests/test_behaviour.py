@@ -319,6 +319,19 @@ async def test_expired_token_reuse_and_registering_again_instead_of_exchanging(b
     assert rule_ids(be, reg) == []
 
 
+async def test_registering_again_after_a_revocation_is_not_accused(be: Emulator) -> None:
+    """A registration the service side revoked: its token's 401 asks for a new registration, not an exchange."""
+    async with be.client() as c:
+        revoked = Agent(be, c)
+        await revoked.register()
+        first = str(revoked.reg["id"])
+        with be.admin() as a:
+            assert a.post(f"/_emulator/registrations/{first}/revoke").status_code == 200
+        assert (await revoked.ask_trial()).status_code == 401
+        new = await revoked.register(discover=False)
+    assert "re-registered-instead-of-exchange" not in rule_ids(be, new)
+
+
 async def test_hard_coded_issuer_without_discovery(be: Emulator) -> None:
     async with be.client() as c:
         presumptuous = Agent(be, c)
