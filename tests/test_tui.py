@@ -244,6 +244,10 @@ async def test_registrations_trials_and_databases_appear_live(tui_emu: Emulator)
         # A pending service_auth claim is marked.
         other = await flow.register(c, tui_emu, type="service_auth", login_hint="ops@example.org")
         await until(pilot, lambda: (row_of(app, "registrations", other["id"]) or [""] * 4)[3] == "pending", "claim")
+        # The service side revokes a registration: the dashboard shows it revoked, live.
+        with tui_emu.admin() as a:
+            assert a.post(f"/_emulator/registrations/{other['id']}/revoke").status_code == 200
+        await until(pilot, lambda: (row_of(app, "registrations", other["id"]) or [""] * 3)[2] == "revoked", "revoked")
         # The log pane follows the journal.
         assert any(f"trial.created [{trial['org']}]" in line for line in app.log_view.lines())
 

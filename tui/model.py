@@ -87,6 +87,10 @@ _AFFECTS: dict[str, frozenset[str]] = {
     Kind.IDP_CLAIMED: _CLAIMS | _USERS,
     **dict.fromkeys((Kind.IDP_REFRESHED, Kind.IDP_TOKEN_ISSUED), _REGS),
     Kind.IDP_TOKEN_REVOKED: _REGS | _USERS,  # an access token, or a `pxt login` session (logout)
+    # The service side revoked or deleted a registration (its trial key stops working too); a claim window closed.
+    **dict.fromkeys(
+        (Kind.IDP_REVOKED, Kind.AGENT_REGISTRATION_DELETED, Kind.AGENT_REGISTRATION_EXPIRED), _CLAIMS | _KEYS
+    ),
     **dict.fromkeys(
         (Kind.TRIAL_CREATED, Kind.TRIAL_CLAIMED, Kind.TRIAL_EXPIRED),
         frozenset({"orgs", "registrations", "claims", "users", "keys"}),

@@ -73,7 +73,7 @@ class RegistrationsView(TableView):
                     [
                         r.id,
                         r.type,
-                        state_cell(r.status),
+                        state_cell("revoked" if r.revoked_at else r.status),
                         CLAIM_CELLS.get(state or "", Text(state or "—", style="dim")),
                         str(r.tokens_issued),
                         fmt_ago(parse_iso(r.last_token_at), now),
@@ -101,7 +101,7 @@ class RegistrationsView(TableView):
         return [
             ("Registration", r.id),
             ("Type", r.type),
-            ("Status", state_cell(r.status)),
+            ("Status", state_cell("revoked" if r.revoked_at else r.status)),
             ("Claim", claim),
             ("Login hint", r.login_hint or "—"),
             ("Claimed by", r.claimed_email or "—"),
@@ -111,6 +111,7 @@ class RegistrationsView(TableView):
             ("Trial", trial_name(model, r)),
             ("Trial org id", r.trial_org_id or "—"),
             ("Registered at", r.created_at),
+            *([("Revoked at", r.revoked_at)] if r.revoked_at else []),
         ]
 
     def show(self, model: Model) -> None:
