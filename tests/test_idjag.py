@@ -288,3 +288,75 @@ async def test_a_trace_shows_an_id_jag_agent_and_its_registration_events(
     assert "agent.registration.created" in kinds and "agent.registration.credential.issued" in kinds
     created = next(s for s in trace.steps if s.kind == "agent.registration.created")
     assert created.origin == "auth"
+
+
+TOKEN_EXCHANGE = "urn:ietf:params:oauth:grant-type:token-exchange"
+ID_TOKEN = "urn:ietf:params:oauth:token-type:id_token"
+
+
+def _exchange_form(e: Emulator, subject: str, **over: str) -> dict[str, str]:
+    return {
+        "grant_type": TOKEN_EXCHANGE,
+        "requested_token_type": ID_JAG,
+        "subject_token": subject,
+        "subject_token_type": ID_TOKEN,
+        "audience": e.auth,
+        **over,
+    }
+
+
+async def test_an_agent_exchanges_the_person_s_id_token_for_an_id_jag_at_the_upstream(
+    jag_emu: Emulator, kit: Testkit, jc: httpx.AsyncClient
+) -> None:
+    """RFC 8693 at the upstream's token endpoint, as the agent would at the person's own provider."""
+    email = person()
+    signed_in = kit.acts.id_jag(email, id_token=True, auth_age=30)
+    assert signed_in.id_token and not signed_in.id_jag
+    meta = (await jc.get(jag_emu.auth + "/upstream/.well-known/openid-configuration")).json()
+    assert meta["grant_types_supported"] == [TOKEN_EXCHANGE]
+    r = await jc.post(meta["token_endpoint"], data=_exchange_form(jag_emu, signed_in.id_token, scope="api.read"))
+    assert r.status_code == 200, r.text
+    got = r.json()
+    assert got["issued_token_type"] == ID_JAG and got["token_type"] == "N_A" and got["scope"] == "api.read"
+    assert r.headers["Cache-Control"] == "no-store"
+    claims = jwt.decode(got["access_token"], options={"verify_signature": False})
+    assert claims["email"] == email and claims["sub"] == signed_in.sub and claims["aud"] == jag_emu.auth
+    assert claims["iat"] - claims["auth_time"] == 30  # the person's sign-in, carried from the ID token
+    reg = await present(jc, jag_emu, got["access_token"])
+    assert reg.status_code == 200 and reg.json()["type"] == "identity_assertion", reg.text
+
+
+@pytest.mark.parametrize(
+    ("case", "code"),
+    [
+        ("another audience", "invalid_target"),
+        ("an ID-JAG as the subject", "invalid_grant"),
+        ("a foreign subject", "invalid_grant"),
+        ("another grant", "unsupported_grant_type"),
+        ("another requested type", "invalid_request"),
+        ("no subject", "invalid_request"),
+    ],
+)
+async def test_the_upstream_token_exchange_refuses_in_rfc_6749_s_format(
+    jag_emu: Emulator, kit: Testkit, jc: httpx.AsyncClient, case: str, code: str
+) -> None:
+    id_token = kit.acts.id_jag(person(), id_token=True).id_token or ""
+    form = _exchange_form(jag_emu, id_token)
+    if case == "another audience":
+        form["audience"] = "https://elsewhere.example"
+    elif case == "an ID-JAG as the subject":
+        form["subject_token"] = kit.acts.id_jag(person()).id_jag
+    elif case == "a foreign subject":
+        claims = jwt.decode(id_token, options={"verify_signature": False})
+        form["subject_token"] = jwt.encode(claims, ec.generate_private_key(ec.SECP256R1()), algorithm="ES256")
+    elif case == "another grant":
+        form["grant_type"] = "client_credentials"
+    elif case == "another requested type":
+        form["requested_token_type"] = "urn:ietf:params:oauth:token-type:access_token"
+    else:
+        del form["subject_token"]
+    r = await jc.post(jag_emu.auth + "/upstream/oauth2/token", data=form)
+    assert r.status_code == 400 and r.json()["error"] == code, r.text
+    assert r.json()["error_description"]
+    as_json = await jc.post(jag_emu.auth + "/upstream/oauth2/token", json=form)
+    assert as_json.status_code == 400 and as_json.json()["error"] == "invalid_request"

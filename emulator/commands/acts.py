@@ -64,6 +64,12 @@ def register(sub: Any) -> dict[str, Callable[[argparse.Namespace], int]]:
     jag.add_argument("--expires-in", default="5m", help="its lifetime (default 5m; negative: already expired)")
     jag.add_argument("--audience", help="its aud (default: the identity provider's issuer)")
     jag.add_argument("--client-id", default="agent", help="the agent's client_id claim")
+    jag.add_argument(
+        "--id-token",
+        action="store_true",
+        help="print the person's ID token instead, which the agent exchanges for an ID-JAG at "
+        "{auth_url}/upstream/oauth2/token (RFC 8693)",
+    )
     add_json(jag)
 
     switch = sub.add_parser(
@@ -153,6 +159,7 @@ def cmd_id_jag(args: argparse.Namespace) -> int:
             expires_in=parse_duration(args.expires_in),
             audience=args.audience,
             client_id=args.client_id,
+            id_token=args.id_token,
         )
     except ValueError as e:
         raise SystemExit(f"emulator: {e}") from None
@@ -160,7 +167,7 @@ def cmd_id_jag(args: argparse.Namespace) -> int:
     if args.json:
         print_json(answer)
     else:
-        print(answer["id_jag"])
+        print(answer["id_token"] if args.id_token else answer["id_jag"])
     return 0
 
 

@@ -76,6 +76,7 @@ INVALID_REQUEST = Failure(400, "invalid_request")
 INVALID_CLIENT = Failure(400, "invalid_client")
 INVALID_GRANT = Failure(400, "invalid_grant")
 INVALID_SCOPE = Failure(400, "invalid_scope")
+INVALID_TARGET = Failure(400, "invalid_target")  # RFC 8693: a token exchange for an audience the issuer does not serve
 UNSUPPORTED_GRANT_TYPE = Failure(400, "unsupported_grant_type")
 UNSUPPORTED_RESPONSE_TYPE = Failure(400, "unsupported_response_type")
 AUTHORIZATION_PENDING = Failure(400, "authorization_pending")

@@ -3,9 +3,11 @@ the upstream identity provider the emulator also plays, and the checks an identi
 identity provider registers an agent with it.
 
 The upstream issuer is `{auth_url}/upstream`, with a key of its own (`<state-dir>/keys/upstream-es256.jwk.json`,
-made at its first use) published at `{auth_url}/upstream/.well-known/jwks.json`. It mints an ID-JAG for a test
-person (`emulator id-jag`, `POST /_emulator/id-jag`) as the person's own provider would by token exchange. It is
-the one issuer this provider trusts: an ID-JAG of any other is `issuer_not_enabled`.
+made at its first use) published at `{auth_url}/upstream/.well-known/jwks.json`. A test person signs in there (an
+ID token, `POST /_emulator/id-jag` with `id_token: true`), and the agent exchanges that ID token for an ID-JAG at
+its token endpoint (RFC 8693 token exchange, `{auth_url}/upstream/oauth2/token`), as it would at the person's own
+provider; or a test mints the ID-JAG directly (`emulator id-jag`, `POST /_emulator/id-jag`). It is the one issuer
+this provider trusts: an ID-JAG of any other is `issuer_not_enabled`.
 
 Checks, in order (an ID-JAG whose checks fail is never recorded, so a corrected retry is not a replay):
 `typ` `oauth-id-jag+jwt`; a trusted `iss`; the signature against the issuer's key; `aud` this provider's issuer;
@@ -27,14 +29,19 @@ from msgspec import UNSET, UnsetType
 from emulator.core.errors import (
     INVALID_GRANT,
     INVALID_REQUEST,
+    INVALID_TARGET,
     ISSUER_NOT_ENABLED,
     LOGIN_REQUIRED,
+    UNSUPPORTED_GRANT_TYPE,
     ApiError,
 )
 from emulator.core.ids import Ids
 from emulator.hosted.signing import ASSERTION_TYP, Claims, InvalidToken, Jwks, Signer
 
 ID_JAG_TYPE = "urn:ietf:params:oauth:token-type:id-jag"
+ID_TOKEN_TYPE = "urn:ietf:params:oauth:token-type:id_token"
+TOKEN_EXCHANGE = "urn:ietf:params:oauth:grant-type:token-exchange"
+ID_TOKEN_LIFETIME = 3600
 UPSTREAM_PATH = "/upstream"
 SKEW = 60  # seconds of clock difference allowed on exp, iat and auth_time
 DEFAULT_LIFETIME = 300  # an ID-JAG is short-lived: minutes, not hours
@@ -68,15 +75,49 @@ class MintRequest(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     scope: str | None = None
     jti: str | None = None  # a fixed jti (to replay one)
     typ: str = ASSERTION_TYP
+    id_token: bool = False  # the person's ID token instead (what the agent exchanges for an ID-JAG)
+
+
+class TokenExchange(msgspec.Struct, kw_only=True):
+    """RFC 8693's form at the upstream's token endpoint (each field read once from the form)."""
+
+    grant_type: str | None = None
+    requested_token_type: str | None = None
+    subject_token: str = ""
+    subject_token_type: str | None = None
+    audience: str | None = None
+    scope: str | None = None
+    client_id: str | None = None
 
 
 class Minted(msgspec.Struct, kw_only=True):
-    id_jag: str
+    id_jag: str  # the ID-JAG; with `id_token` asked for, empty
     assertion_type: str
     issuer: str
     sub: str
     jti: str
     expires_at: float
+    id_token: str | None = None
+
+
+class IdTokenClaims(Claims, kw_only=True, frozen=True, omit_defaults=True):
+    """The person's ID token at the upstream (`aud`: the agent's client id there)."""
+
+    iat: int
+    exp: int
+    auth_time: int | UnsetType = UNSET
+    email: str
+    email_verified: bool
+
+
+class Exchanged(msgspec.Struct, kw_only=True):
+    """RFC 8693's answer, as the ID-JAG draft gives it: the ID-JAG in `access_token`, `token_type` `N_A`."""
+
+    access_token: str
+    issued_token_type: str
+    token_type: str
+    expires_in: int
+    scope: str | UnsetType = UNSET
 
 
 @dataclass(frozen=True)
@@ -107,6 +148,8 @@ class Upstream:
         return self.signer.jwks()
 
     def mint(self, ask: MintRequest, now: float) -> Minted:
+        if ask.id_token:
+            return self._sign_in(ask, now)
         sub = ask.sub or "user-" + ask.email.strip().lower()
         exp = int(now + ask.expires_in)
         claims = IdJagClaims(
@@ -125,6 +168,65 @@ class Upstream:
         token = self.signer.sign(ask.typ, claims)
         return Minted(
             id_jag=token, assertion_type=ID_JAG_TYPE, issuer=self.issuer, sub=sub, jti=claims.jti, expires_at=exp
+        )
+
+    def _sign_in(self, ask: MintRequest, now: float) -> Minted:
+        """The person signs in at the upstream: their ID token, for the agent `client_id`."""
+        sub = ask.sub or "user-" + ask.email.strip().lower()
+        exp = int(now + (ask.expires_in if ask.expires_in != DEFAULT_LIFETIME else ID_TOKEN_LIFETIME))
+        claims = IdTokenClaims(
+            iss=self.issuer,
+            aud=ask.client_id,
+            sub=sub,
+            iat=int(now),
+            exp=exp,
+            auth_time=int(now - ask.auth_age) if ask.auth_time else UNSET,
+            email=ask.email.strip(),
+            email_verified=ask.email_verified,
+        )
+        token = self.signer.sign("JWT", claims)
+        return Minted(
+            id_jag="", assertion_type=ID_TOKEN_TYPE, issuer=self.issuer, sub=sub, jti="", expires_at=exp, id_token=token
+        )
+
+    def exchange(self, form: TokenExchange, now: float) -> Exchanged:
+        """RFC 8693 at the upstream's token endpoint: the person's ID token → an ID-JAG for the authorization server
+        named by `audience` (this provider: the one the upstream serves). Refusals are RFC 6749's."""
+        if form.grant_type != TOKEN_EXCHANGE:
+            raise UNSUPPORTED_GRANT_TYPE(f"grant_type must be {TOKEN_EXCHANGE}")
+        if form.requested_token_type != ID_JAG_TYPE:
+            raise INVALID_REQUEST(f"requested_token_type must be {ID_JAG_TYPE}")
+        if form.subject_token_type != ID_TOKEN_TYPE:
+            raise INVALID_REQUEST(f"subject_token_type must be {ID_TOKEN_TYPE} (the person's ID token)")
+        if form.audience != self.audience:
+            raise INVALID_TARGET(f"this issuer makes ID-JAGs for {self.audience} only, not {form.audience!r}")
+        try:
+            header, raw = self.signer.decode(form.subject_token)
+            person = msgspec.convert(raw, IdTokenClaims)
+        except (InvalidToken, msgspec.ValidationError) as e:
+            raise INVALID_GRANT(f"the subject_token is not an ID token of {self.issuer}: {e}") from None
+        if header.get("typ") == ASSERTION_TYP or person.iss != self.issuer:
+            raise INVALID_GRANT(f"the subject_token is not an ID token of {self.issuer}")
+        if person.exp <= now:
+            raise INVALID_GRANT("the ID token has expired: the person signs in again")
+        if form.client_id is not None and form.client_id != person.aud:
+            raise INVALID_GRANT(f"the ID token was issued to {person.aud!r}, not {form.client_id!r}")
+        ask = MintRequest(
+            email=person.email,
+            sub=person.sub,
+            email_verified=person.email_verified,
+            auth_age=now - person.auth_time if isinstance(person.auth_time, int) else 0,
+            auth_time=isinstance(person.auth_time, int),
+            client_id=person.aud,
+            scope=form.scope,
+        )
+        minted = self.mint(ask, now)
+        return Exchanged(
+            access_token=minted.id_jag,
+            issued_token_type=ID_JAG_TYPE,
+            token_type="N_A",
+            expires_in=int(minted.expires_at - now),
+            scope=form.scope if form.scope is not None else UNSET,
         )
 
     def check(self, assertion_type: str, token: str, now: float, max_auth_age: int) -> Verified:

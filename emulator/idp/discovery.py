@@ -9,7 +9,7 @@ import msgspec
 from msgspec import UNSET, UnsetType
 
 from emulator.hosted.identity import JWT_BEARER, POST_CLAIM_SCOPES, Identity, Urls
-from emulator.hosted.idjag import ID_JAG_TYPE
+from emulator.hosted.idjag import ID_JAG_TYPE, TOKEN_EXCHANGE
 
 API_CATALOG_PROFILE = "https://www.rfc-editor.org/info/rfc9727"
 
@@ -124,11 +124,13 @@ def openid_configuration(identity: Identity) -> OpenIdConfiguration:
 
 
 class UpstreamConfiguration(msgspec.Struct, kw_only=True):
-    """The upstream issuer's metadata: where its keys are (it has no endpoint an agent calls; tests mint its ID-JAGs
-    through `/_emulator/id-jag`)."""
+    """The upstream issuer's metadata: its keys, and its token endpoint, where an agent exchanges the person's ID
+    token for an ID-JAG (RFC 8693)."""
 
     issuer: str
     jwks_uri: str
+    token_endpoint: str
+    grant_types_supported: list[str]
     id_token_signing_alg_values_supported: list[str]
     claims_supported: list[str]
 
@@ -137,6 +139,8 @@ def upstream_configuration(issuer: str) -> UpstreamConfiguration:
     return UpstreamConfiguration(
         issuer=issuer,
         jwks_uri=f"{issuer}/.well-known/jwks.json",
+        token_endpoint=f"{issuer}/oauth2/token",
+        grant_types_supported=[TOKEN_EXCHANGE],
         id_token_signing_alg_values_supported=["ES256"],
         claims_supported=[
             "iss",

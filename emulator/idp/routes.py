@@ -52,7 +52,7 @@ from emulator.hosted.identity import (
     Scopes,
     why_closed,
 )
-from emulator.hosted.idjag import UPSTREAM_PATH
+from emulator.hosted.idjag import UPSTREAM_PATH, TokenExchange
 from emulator.hosted.logins import Logins
 from emulator.idp import agents, discovery, login
 from emulator.site.errors import http_detail, incomplete_body, last_resort
@@ -388,6 +388,31 @@ async def upstream_jwks(request: Request[Any, Any, Any]) -> Response[bytes]:
     return _json(idp_of(request).identity.upstream.jwks(), headers={"Cache-Control": "public, max-age=300"})
 
 
+@post(
+    f"{UPSTREAM_PATH}/oauth2/token",
+    status_code=200,
+    exception_handlers={ApiError: oauth_error},
+    opt=openapi.body(TokenExchange, openapi.FORM),
+)
+async def upstream_token(request: Request[Any, Any, Any]) -> Response[bytes]:
+    """RFC 8693 token exchange at the upstream: the person's ID token → an ID-JAG for this provider."""
+    form = await _form(request)
+    subject = _one(form, "subject_token")
+    if not subject:
+        raise INVALID_REQUEST("subject_token is required (the person's ID token)")
+    exchange = TokenExchange(
+        grant_type=_one(form, "grant_type"),
+        requested_token_type=_one(form, "requested_token_type"),
+        subject_token=subject,
+        subject_token_type=_one(form, "subject_token_type"),
+        audience=_one(form, "audience"),
+        scope=_one(form, "scope"),
+        client_id=_one(form, "client_id"),
+    )
+    idp = idp_of(request)
+    return _json(idp.identity.upstream.exchange(exchange, idp.core.clock.now()), headers=_NO_STORE)
+
+
 @get(f"{UPSTREAM_PATH}/.well-known/openid-configuration")
 async def upstream_metadata(request: Request[Any, Any, Any]) -> Response[bytes]:
     upstream = idp_of(request).identity.upstream
@@ -529,6 +554,7 @@ HANDLERS = [
     oidc,
     upstream_jwks,
     upstream_metadata,
+    upstream_token,
     wrong_host_prm,
     claim_page,
     claim_decide,
