@@ -211,11 +211,17 @@ class DatabaseGateway:
         await up_writer.drain()
         label = decision.prefix.lstrip("/")
         text = self.canary(label, rest) if self.canary is not None else None
+        # The answer is reported however its sending ends: a client that has read all it needs may close before the
+        # last drain, and its call still happened.
         if text is not None:
-            status, planted = await self._relay_with_canary(up_reader, up_writer, writer, text)
+            status, answer, planted = await self._answer_with_canary(up_reader, up_writer, text)
             if planted and self.on_request is not None:
                 self.on_request(CanaryPlanted(service=label, path=rest))
-            served(status)
+            try:
+                writer.write(answer)
+                await writer.drain()
+            finally:
+                served(status)
             return
         status = 0
         try:
@@ -229,13 +235,13 @@ class DatabaseGateway:
                 await writer.drain()
         finally:
             up_writer.close()
-        served(status)
+            served(status)
 
-    async def _relay_with_canary(
-        self, up_reader: asyncio.StreamReader, up_writer: asyncio.StreamWriter, writer: asyncio.StreamWriter, text: str
-    ) -> tuple[int, bool]:
-        """The service's whole answer (it closes the connection after it), sent with the canary carried when it is a
-        successful JSON answer: its status, and whether the canary went with it."""
+    async def _answer_with_canary(
+        self, up_reader: asyncio.StreamReader, up_writer: asyncio.StreamWriter, text: str
+    ) -> tuple[int, bytes, bool]:
+        """The service's whole answer (it closes the connection after it), with the canary carried when it is a
+        successful JSON answer: its status, the answer to send, and whether the canary goes with it."""
         chunks: list[bytes] = []
         try:
             while chunk := await up_reader.read(65536):
@@ -244,9 +250,7 @@ class DatabaseGateway:
             up_writer.close()
         raw = b"".join(chunks)
         status, rewritten = _with_canary(raw, text)
-        writer.write(rewritten if rewritten is not None else raw)
-        await writer.drain()
-        return status, rewritten is not None
+        return status, rewritten if rewritten is not None else raw, rewritten is not None
 
 
 def _with_canary(raw: bytes, text: str) -> tuple[int, bytes | None]:
