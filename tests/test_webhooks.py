@@ -415,24 +415,36 @@ async def test_every_kind_the_provider_emits_arrives_and_the_sdk_reads_it_typed(
 
 
 async def test_the_events_are_kept_as_the_journal_is_never_one_still_to_send(
-    start_emulator: Callable[..., Emulator],
+    start_emulator: Callable[..., Emulator], receiver: Callable[..., Receiver]
 ) -> None:
-    """An agent that exchanges tokens in a loop makes an event each time: the newest `journal_cap` are kept, and
-    one whose delivery still waits is never dropped."""
+    """An agent that exchanges tokens in a loop makes an event each time: of those an endpoint takes, the newest
+    `journal_cap` are kept, and one whose delivery still waits is never dropped; one no endpoint takes is journaled
+    only."""
     import sqlite3
 
     e = start_emulator("--no-watch", "--freeze-clock", "2026-11-01T00:00:00Z", env={"EMULATOR_JOURNAL_CAP": "100"})
-    add(e, f"http://127.0.0.1:{closed_port()}/down", secret=SECRET, events=["agent.registration.created"])
+
+    def stored() -> list[tuple[int, str]]:
+        db = sqlite3.connect(f"file:{e.state_dir / 'emulator.sqlite3'}?mode=ro", uri=True)
+        try:
+            return db.execute("SELECT seq, event FROM agent_events ORDER BY seq").fetchall()
+        finally:
+            db.close()
+
     async with e.client() as c:
-        reg = await flow.register(c, e)  # its created event waits: the receiver never answers
-        for _ in range(520):
+        await flow.register(c, e)  # no endpoint yet: journaled, not stored
+        assert stored() == [] and e.journal(kinds="agent.registration.created")
+        down = f"http://127.0.0.1:{closed_port()}/down"
+        add(e, down, secret=SECRET, events=["agent.registration.created"])
+        add(e, receiver().url, secret=SECRET, events=["agent.registration.credential.issued"])
+        reg = await flow.register(c, e)  # its created event waits: that receiver never answers
+        for _ in range(399):
             assert (await flow.exchange(c, e, reg["identity"]["assertion"])).status_code == 200
-    db = sqlite3.connect(f"file:{e.state_dir / 'emulator.sqlite3'}?mode=ro", uri=True)
-    try:
-        kept = db.execute("SELECT event FROM agent_events ORDER BY seq").fetchall()
-    finally:
-        db.close()
-    # Events 1 (created) and 2…521 (each exchange's credential.issued): at the 500th, those at or below 400 went,
-    # but the one still to send.
-    assert len(kept) == 1 + (521 - 400)
-    assert kept[0] == ("agent.registration.created",)  # the one still to send stayed
+        # Every credential.issued so far delivered, so the prune at the 500th finds them sent.
+        until(lambda: all(d["state"] == "delivered" for d in deliveries(e) if d["event"].endswith("issued")), "sent")
+        for _ in range(121):
+            assert (await flow.exchange(c, e, reg["identity"]["assertion"])).status_code == 200
+    kept = stored()
+    # Stored: 1 (created, pending) and 2…521 (each exchange's credential.issued). At the 500th, those at or below
+    # 400 went, but the one still to send.
+    assert kept[0] == (1, "agent.registration.created") and [s for s, _ in kept[1:]] == list(range(401, 522))

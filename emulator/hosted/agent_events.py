@@ -1,9 +1,10 @@
 """The registration events a service receives, as WorkOS sends them: `{object: "event", id, event, data,
 created_at}`, with the `data` shapes of the `workos` SDK's models (10.x, `common/models/agent_registration_*`).
 
-An event is written in the transaction of the change it reports (`record`), with one pending delivery for each
-webhook endpoint that takes it (an outbox: a delivery cannot be lost between the change and its sending), and
-journaled once that transaction committed (`publish`). The webhook sender (webhooks.py) takes it from there.
+An event is journaled once the transaction of the change it reports committed (`publish`); when a webhook endpoint
+takes it, it is also written in that transaction (`record`) with one pending delivery for each such endpoint (an
+outbox: a delivery cannot be lost between the change and its sending). The webhook sender (webhooks.py) takes it
+from there.
 """
 
 from __future__ import annotations
@@ -207,13 +208,17 @@ def _rows(
         raise ValueError(f"{kind} is not a registration event")
     now = core.clock.now()
     event_id = core.ids.ident("event_")
-    event = (event_id, kind.value, registration_id, _encode(data).decode(), now)
     deliveries: list[tuple[str, str, str, float, float]] = [
         (core.ids.ident("whd_"), str(e["id"]), event_id, now, now)
         for e in endpoints
         if not json.loads(e["events"]) or kind.value in json.loads(e["events"])
     ]
-    return Recorded(kind, event_id, registration_id), event, deliveries
+    data_json = _encode(data).decode() if deliveries else ""  # the row is written only with deliveries
+    return (
+        Recorded(kind, event_id, registration_id),
+        (event_id, kind.value, registration_id, data_json, now),
+        deliveries,
+    )
 
 
 # Kept as the journal is: the newest `journal_cap` events (an agent that exchanges tokens in a loop makes one each
@@ -231,10 +236,13 @@ def _prune_below(seq: int | None, cap: int) -> int | None:
 
 
 async def record(conn: aiosqlite.Connection, core: Core, kind: Kind, registration_id: str, data: EventData) -> Recorded:
-    """Write the event and its pending deliveries inside the caller's transaction."""
+    """Write the event and its pending deliveries inside the caller's transaction. An event no endpoint takes is
+    journaled only: the row is the outbox's, and a token exchange (the hottest write) then pays no insert."""
     async with conn.execute(_ENDPOINTS) as cur:
         endpoints = list(await cur.fetchall())
     recorded, event, deliveries = _rows(core, kind, registration_id, data, endpoints)
+    if not deliveries:
+        return recorded
     written = await conn.execute(_EVENT, event)
     await conn.executemany(_DELIVERY, deliveries)
     below = _prune_below(written.lastrowid, core.settings.journal_cap)
@@ -246,6 +254,8 @@ async def record(conn: aiosqlite.Connection, core: Core, kind: Kind, registratio
 def record_sync(db: sqlite3.Connection, core: Core, kind: Kind, registration_id: str, data: EventData) -> Recorded:
     """`record` inside a transaction run whole on the store's thread (`Store.write`)."""
     recorded, event, deliveries = _rows(core, kind, registration_id, data, db.execute(_ENDPOINTS).fetchall())
+    if not deliveries:
+        return recorded
     written = db.execute(_EVENT, event)
     db.executemany(_DELIVERY, deliveries)
     below = _prune_below(written.lastrowid, core.settings.journal_cap)
