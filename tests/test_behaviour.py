@@ -319,6 +319,20 @@ async def test_expired_token_reuse_and_registering_again_instead_of_exchanging(b
     assert rule_ids(be, reg) == []
 
 
+async def test_registering_again_once_the_assertion_expired_is_not_accused(be: Emulator) -> None:
+    """An assertion lives an hour (anonymous and ID-JAG registrations have no refresh token): after it, there is
+    nothing to exchange, and registering again is what the agent must do."""
+    async with be.client() as c:
+        patient = Agent(be, c)
+        await patient.register()
+        first = str(patient.reg["id"])
+        be.advance("61m")
+        assert (await patient.ask_trial()).status_code == 401
+        new = await patient.register(discover=False)
+    assert "re-registered-instead-of-exchange" not in rule_ids(be, new)
+    assert rule_ids(be, first) == []
+
+
 async def test_registering_again_after_a_revocation_is_not_accused(be: Emulator) -> None:
     """A registration the service side revoked: its token's 401 asks for a new registration, not an exchange."""
     async with be.client() as c:

@@ -211,6 +211,14 @@ async def test_an_unlinked_account_needs_the_person_then_links(
     assert claim["attempt"]["verification_uri"].startswith(jag_emu.auth + "/claim?token=att_")
     assert "user_code" not in json.dumps(body)
 
+    # Its claim links the upstream identity: only the ID-JAG's e-mail may take it (not a hint the agent names).
+    other = await jc.post(
+        jag_emu.auth + "/agent/identity/claim",
+        json={"type": "service_auth", "claim_token": claim["token"], "login_hint": "mallory@example.org"},
+    )
+    assert other.status_code == 400 and other.json()["code"] == "invalid_login_hint", other.text
+    with pytest.raises(Exception, match="403"):
+        kit.acts.approve_claim(claim["attempt"]["verification_uri"], "mallory@example.org")
     code = kit.acts.approve_claim(claim["attempt"]["verification_uri"], email)
     done = await jc.post(
         jag_emu.auth + "/agent/identity/claim/complete", json={"claim_token": claim["token"], "user_code": code}

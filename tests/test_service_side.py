@@ -205,6 +205,46 @@ orgs = ["svc-one", "svc-two"]
     assert len(users) == 1
 
 
+async def test_a_refused_link_makes_no_one(client: httpx.AsyncClient, emu: Emulator, workos: WorkOSClient) -> None:
+    """Every refusal comes before anything is written: a person the service named, refused for an organization that
+    is not theirs, is neither made nor journaled."""
+    reg = await flow.register(client, emu)
+    attempt = await start_claim(client, emu, reg["claim"]["token"])
+    since = emu.journal()[-1]["seq"]
+    user = ExternalUser(email="nobody-yet@example.org", external_id="ext-nobody")
+    with pytest.raises(AuthorizationError):
+        workos.agents.update_attempts(
+            type="link_external_user", claim_attempt_token=attempt, user=user, organization_id="org_not_theirs"
+        )
+    with emu.admin() as c:
+        assert all(u["email"] != "nobody-yet@example.org" for u in c.get("/_emulator/users").json()["users"])
+    assert not [e for e in emu.journal(kinds="idp.user_created", since=since) if "nobody-yet" in str(e["data"])]
+    # The attempt is still open: the same link without the bad organization works.
+    linked = workos.agents.update_attempts(type="link_external_user", claim_attempt_token=attempt, user=user)
+    assert len(linked.user_code) == 6
+
+
+async def test_after_a_seeded_reset_new_keys_and_endpoints_are_not_the_kept_ones(
+    start_emulator: Callable[..., Emulator],
+) -> None:
+    """A reset keeps service keys and webhook endpoints but puts a seeded id generator back to its start: the next
+    key and endpoint are drawn again rather than colliding with the kept ones."""
+    e = start_emulator("--no-watch", "--seed", "7")
+    first = service_key(e, "one")
+    with e.admin() as c:
+        hook = c.post("/_emulator/webhooks", json={"url": "http://127.0.0.1:9/a"})
+        assert hook.status_code == 201, hook.text
+        assert c.post("/_emulator/reset", json={}).status_code == 200
+        again = c.post("/_emulator/service-keys", json={"name": "two"})
+        assert again.status_code == 201, again.text
+        hook2 = c.post("/_emulator/webhooks", json={"url": "http://127.0.0.1:9/b"})
+        assert hook2.status_code == 201, hook2.text
+    assert again.json()["key"] != first["key"] and again.json()["id"] != first["id"]
+    assert hook2.json()["id"] != hook.json()["id"]
+    assert sdk(e, first["key"]).agents.create_validate(type="access_token", credential="x").valid is False
+    assert sdk(e, again.json()["key"]).agents.create_validate(type="access_token", credential="x").valid is False
+
+
 # --- revocation ---------------------------------------------------------------------------------------------------
 
 

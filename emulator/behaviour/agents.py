@@ -24,6 +24,8 @@ from emulator.core.payloads import (
     CloudOrgCreated,
     GatewayRequest,
     HttpRequest,
+    IdpClaimed,
+    IdpRefreshed,
     IdpRegistered,
     TrialCreated,
 )
@@ -57,11 +59,14 @@ class Journal:
         self.events = list(events)
         self.registered: dict[str, Event] = {}
         self.ended: dict[str, Event] = {}  # registration → its first revocation or deletion
+        self.assertions: dict[str, list[tuple[int, float]]] = defaultdict(list)  # registration → (seq, its expiry)
         self.trials: dict[str, list[Event]] = defaultdict(list)  # registration → trial.created
         self.keys_of_org: dict[str, dict[str, str]] = defaultdict(dict)  # org → fingerprint → name
         self.orgs: list[str] = []
         for e in self.events:
             d = e.data
+            if isinstance(d, IdpRegistered | IdpClaimed | IdpRefreshed) and e.subject and d.assertion_expires_at:
+                self.assertions[e.subject].append((e.seq, d.assertion_expires_at))
             if isinstance(d, IdpRegistered) and e.subject:
                 self.registered[e.subject] = e
             elif e.kind in ENDED and e.subject:
@@ -162,6 +167,11 @@ class Journal:
         """The requests that carried no credential: a person's browser or curl, discovery reads, registrations,
         `pxt login`'s polls. Counted apart, never judged: their address proves nothing of who sent them."""
         return [e for e in self.events if isinstance(e.data, HttpRequest) and not carried(e.data)]
+
+    def assertion_expired(self, reg: str, at: Event) -> bool:
+        """Whether the registration's newest assertion before `at` had expired by then (nothing left to exchange)."""
+        issued = [exp for seq, exp in self.assertions.get(reg, []) if seq < at.seq]
+        return bool(issued) and at.ts >= max(issued)
 
 
 def carried(d: HttpRequest | GatewayRequest) -> bool:

@@ -232,6 +232,8 @@ def re_registered_instead_of_exchange(j: Journal, agent: Agent, mine: list[Event
         ended = j.ended.get(str(previous.subject))
         if ended is not None and ended.seq < now.seq:  # revoked or deleted: registering again is the way back
             continue
+        if j.assertion_expired(str(previous.subject), refusal):  # nothing left to exchange: registering is the way
+            continue
         exchanged = any(refusal.seq < e.seq < now.seq and e.payload(HttpRequest).path == TOKEN_PATH for e in from_ip)
         if not exchanged:
             hits.append(

@@ -61,7 +61,9 @@ def register(sub: Any) -> dict[str, Callable[[argparse.Namespace], int]]:
     jag.add_argument("--unverified", action="store_true", help="email_verified: false")
     jag.add_argument("--auth-age", default="0", help="how long ago the person signed in upstream (90s, 2h; default 0)")
     jag.add_argument("--no-auth-time", action="store_true", help="leave the auth_time claim out")
-    jag.add_argument("--expires-in", default="5m", help="its lifetime (default 5m; negative: already expired)")
+    jag.add_argument(
+        "--expires-in", help="its lifetime (default 5m for an ID-JAG, 1h for an ID token; negative: already expired)"
+    )
     jag.add_argument("--audience", help="its aud (default: the identity provider's issuer)")
     jag.add_argument("--client-id", default="agent", help="the agent's client_id claim")
     jag.add_argument(
@@ -156,7 +158,7 @@ def cmd_id_jag(args: argparse.Namespace) -> int:
             email_verified=not args.unverified,
             auth_age=parse_duration(args.auth_age),
             auth_time=not args.no_auth_time,
-            expires_in=parse_duration(args.expires_in),
+            expires_in=parse_duration(args.expires_in) if args.expires_in else None,
             audience=args.audience,
             client_id=args.client_id,
             id_token=args.id_token,

@@ -241,10 +241,12 @@ class IdpRegistered(Payload, frozen=True, kw_only=True):
     type: str
     login_hint: str | None
     ip: str
+    assertion_expires_at: float | None = None  # the assertion it was given (none: a claim must come first)
 
 
 class IdpRefreshed(Payload, frozen=True, kw_only=True):
     KIND = Kind.IDP_REFRESHED
+    assertion_expires_at: float | None = None  # the new assertion's
 
 
 class IdpTokenIssued(Payload, frozen=True, kw_only=True):
@@ -278,6 +280,7 @@ class IdpClaimDenied(_Decided, frozen=True, kw_only=True):
 class IdpClaimed(Payload, frozen=True, kw_only=True):
     KIND = Kind.IDP_CLAIMED
     email: str
+    assertion_expires_at: float | None = None  # the claimed assertion's
 
 
 class IdpUserCreated(Payload, frozen=True, kw_only=True):

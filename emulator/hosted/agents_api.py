@@ -32,7 +32,7 @@ from emulator.core.payloads import IdpClaimConfirmed, IdpRevoked
 from emulator.core.store import Db, one
 from emulator.hosted import agent_events, keys
 from emulator.hosted.agent_events import RegistrationRef, Status, agent_identity_id, claim_id, status_of
-from emulator.hosted.identity import ATTEMPT_COLUMNS, Identity, valid_email, why_closed
+from emulator.hosted.identity import ATTEMPT_COLUMNS, Identity, hint_refusal, valid_email, why_closed
 
 OPERATOR = "operator"  # who revoked, when it was not a service key
 MAX_EXTERNAL_ID = 255
@@ -188,8 +188,12 @@ class AgentsApi:
             refused = _closed(attempt, now)
             if refused is not None:
                 raise refused
-            user_id, email = await self._user(conn, email, external_id, now)
-            organizations = await self._organizations(conn, user_id)
+            # Every refusal before anything is written: a person made here and then refused would be journaled.
+            user_id, email = await self._find_user(conn, email, external_id)
+            refused = hint_refusal(attempt, email)  # the e-mail of the user the external_id names
+            if refused is not None:
+                raise refused
+            organizations = await self._organizations(conn, user_id) if user_id else []
             if body.organization_id is None and len(organizations) > 1:
                 raise BAD_REQUEST(
                     "the user belongs to more than one organization: name one in organization_id ("
@@ -198,24 +202,33 @@ class AgentsApi:
                 )
             if body.organization_id is not None and body.organization_id not in {o.id for o in organizations}:
                 raise FORBIDDEN(f"the user is not a member of the organization {body.organization_id}")
+            if user_id is None or (await self._external_id(conn, user_id)) is None:
+                user_id = await self.identity.ensure_user(conn, email, now)
+                await conn.execute("UPDATE users SET external_id = ? WHERE id = ?", (external_id, user_id))
             code = await self.identity.settle(conn, attempt, email, True, now)
             reg = await Identity.registration(conn, attempt["registration_id"])
         assert code is not None and reg is not None
         self.core.bus.publish(reg["id"], IdpClaimConfirmed(email=email))
         return ClaimView(reg["id"], status_of(reg, now), code, organizations)
 
-    async def _user(self, conn: aiosqlite.Connection, email: str, external_id: str, now: float) -> tuple[str, str]:
-        """The service's user: by external_id, else by e-mail (then given that external_id), else made. Returns
-        (user id, the user's e-mail)."""
+    @staticmethod
+    async def _find_user(conn: aiosqlite.Connection, email: str, external_id: str) -> tuple[str | None, str]:
+        """The service's user, written nothing: by external_id, else by e-mail (to be given that external_id), else
+        none yet (to be made). Returns (user id or None, the user's e-mail)."""
         found = await one(conn, "SELECT id, email FROM users WHERE external_id = ?", (external_id,))
         if found is not None:
             return str(found["id"]), str(found["email"])
         by_email = await one(conn, "SELECT id, external_id FROM users WHERE email = ?", (email,))
-        if by_email is not None and by_email["external_id"] is not None:
+        if by_email is None:
+            return None, email
+        if by_email["external_id"] is not None:
             raise CONFLICT(f"the user {email} is linked to another external_id")
-        user_id = await self.identity.ensure_user(conn, email, now)
-        await conn.execute("UPDATE users SET external_id = ? WHERE id = ?", (external_id, user_id))
-        return user_id, email
+        return str(by_email["id"]), email
+
+    @staticmethod
+    async def _external_id(conn: aiosqlite.Connection, user_id: str) -> str | None:
+        found = await one(conn, "SELECT external_id FROM users WHERE id = ?", (user_id,))
+        return None if found is None else found["external_id"]
 
     @staticmethod
     async def _organizations(conn: aiosqlite.Connection, user_id: str) -> list[OrganizationRef]:
@@ -280,7 +293,7 @@ class AgentsApi:
         person = await one(db, "SELECT id FROM users WHERE email = ?", (reg["claimed_email"],))
         user_id = str(person["id"]) if person is not None and reg["status"] == "claimed" else None
         created = iso(reg["created_at"])
-        # its last change: the one recorded (a revocation), or its claim (which records none)
+        # its last change (a claim, a revocation, an expiry), or its claim for a row from before updated_at
         updated = iso(max(t for t in (reg["created_at"], reg["updated_at"], reg["claimed_at"]) if t is not None))
         revoked = reg["revoked_at"]
         return AgentRegistrationView(

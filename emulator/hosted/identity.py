@@ -501,13 +501,15 @@ class Identity:
             if kind == "service_auth":
                 attempt, started = await self._new_attempt(conn, reg_id, login_hint, now)
                 events.append(started)
-        self.core.bus.publish(reg_id, IdpRegistered(type=kind, login_hint=login_hint, ip=ip))
+        given = self.assertion(reg_id, kind, None) if kind == "anonymous" else None
+        registered = IdpRegistered(type=kind, login_hint=login_hint, ip=ip, assertion_expires_at=given and given[1])
+        self.core.bus.publish(reg_id, registered)
         agent_events.publish(self.core.bus, *events)
         claim = ClaimOffer(
             token=claim_token, expires_at=iso(claim_exp), url=f"{self.urls.auth}/agent/identity/claim", attempt=attempt
         )
-        if kind == "anonymous":
-            assertion, exp = self.assertion(reg_id, kind, None)
+        if given is not None:
+            assertion, exp = given
             grant = Grant(assertion=assertion, expires_at=iso(exp))
             scopes = Scopes(pre_claim=PRE_CLAIM_SCOPES, post_claim=POST_CLAIM_SCOPES)
             return Registered(id=reg_id, type=kind, identity=grant, scopes=scopes, claim=claim)
@@ -547,10 +549,7 @@ class Identity:
             email: str | None = linked["email"] if linked else None
             if linked is None and await self.user_id(conn, jag.email) is None:
                 user = await self.ensure_user(conn, jag.email, now)  # a new person: linked to the identity at once
-                await conn.execute(
-                    "INSERT INTO identity_links (iss, sub, user_id, created_at) VALUES (?, ?, ?, ?)",
-                    (jag.iss, jag.sub, user, now),
-                )
+                await self.link_upstream(conn, jag.iss, jag.sub, user, now)
                 email = jag.email
             await conn.execute(
                 "INSERT INTO registrations (id, type, login_hint, status, claim_token_hash, claim_expires_at, "
@@ -574,9 +573,13 @@ class Identity:
             if email is None:  # an account with this e-mail, not linked to the upstream identity: the person decides
                 attempt, started = await self._new_attempt(conn, reg_id, jag.email, now)
                 events.append(started)
-        self.core.bus.publish(reg_id, IdpRegistered(type="identity_assertion", login_hint=jag.email, ip=ip))
+        given = self.assertion(reg_id, "identity_assertion", email) if email is not None else None
+        registered = IdpRegistered(
+            type="identity_assertion", login_hint=jag.email, ip=ip, assertion_expires_at=given and given[1]
+        )
+        self.core.bus.publish(reg_id, registered)
         agent_events.publish(self.core.bus, *events)
-        if email is None:
+        if given is None:
             claim = ClaimOffer(
                 token=claim_token,
                 expires_at=iso(claim_exp),
@@ -588,7 +591,7 @@ class Identity:
                     id=reg_id, type="identity_assertion", scopes=Scopes(post_claim=POST_CLAIM_SCOPES), claim=claim
                 )
             )
-        assertion, exp = self.assertion(reg_id, "identity_assertion", email)
+        assertion, exp = given
         return Registered(
             id=reg_id,
             type="identity_assertion",
@@ -665,7 +668,7 @@ class Identity:
             )
         claimed_email = reg["claimed_email"] if reg["status"] == "claimed" else None
         assertion, exp = self.assertion(reg["id"], reg["type"], claimed_email)
-        self.core.bus.publish(reg["id"], IdpRefreshed())
+        self.core.bus.publish(reg["id"], IdpRefreshed(assertion_expires_at=exp))
         agent_events.publish(self.core.bus, refreshed)
         renewal = RefreshToken(new_value, iso(new_exp))
         return Refreshed(reg["id"], "refresh", Grant(assertion=assertion, expires_at=iso(exp), refresh_token=renewal))
@@ -708,6 +711,9 @@ class Identity:
         async with self.core.store.transaction() as conn:
             reg = await self._registration_by_claim_token(conn, body.claim_token)
             hint = (login_hint or reg["login_hint"] or "").strip() or None
+            if reg["upstream_iss"] is not None and (hint or "").lower() != reg["login_hint"].lower():
+                # its claim links the ID-JAG's upstream identity: only the account of the ID-JAG's e-mail may take it
+                raise INVALID_LOGIN_HINT(f"this registration's claim is for {reg['login_hint']}, the ID-JAG's e-mail")
             attempt, started = await self._new_attempt(conn, reg["id"], hint, now)
         self.core.bus.publish(reg["id"], IdpClaimStarted(login_hint=hint))
         agent_events.publish(self.core.bus, started)
@@ -754,12 +760,10 @@ class Identity:
             )
             refresh, refresh_exp = await self._new_refresh_token(conn, reg["id"], now)
             user_id = await self.ensure_user(conn, email, now)
-            if reg["upstream_iss"] is not None:  # the claim an ID-JAG's interaction_required started: linked now
-                await conn.execute(
-                    "INSERT INTO identity_links (iss, sub, user_id, created_at) VALUES (?, ?, ?, ?) "
-                    "ON CONFLICT DO NOTHING",
-                    (reg["upstream_iss"], reg["upstream_sub"], user_id, now),
-                )
+            # The claim an ID-JAG's interaction_required started links the upstream identity to its own e-mail's
+            # account only (its attempts are pinned to it; this is the last guard).
+            if reg["upstream_iss"] is not None and email.lower() == (reg["login_hint"] or "").lower():
+                await self.link_upstream(conn, reg["upstream_iss"], reg["upstream_sub"], user_id, now)
             completed = await agent_events.record(
                 conn,
                 self.core,
@@ -776,7 +780,7 @@ class Identity:
                 ),
             )
         assertion, exp = self.assertion(reg["id"], reg["type"], email)
-        self.core.bus.publish(reg["id"], IdpClaimed(email=email))
+        self.core.bus.publish(reg["id"], IdpClaimed(email=email, assertion_expires_at=exp))
         agent_events.publish(self.core.bus, completed)
         renewal = RefreshToken(refresh, iso(refresh_exp))
         return Claimed(reg["id"], "claimed", Grant(assertion=assertion, expires_at=iso(exp), refresh_token=renewal))
@@ -784,26 +788,19 @@ class Identity:
     async def expire_unclaimed(self, now: float) -> None:
         """A due job: `agent.registration.expired`, once, for each registration whose claim window closed unclaimed
         (it still works as it did: expiry ends the window to claim it, as the registration's status says)."""
-        due = await self.core.store.fetchall(
-            "SELECT id FROM registrations WHERE status = 'registered' AND claim_expires_at <= ? "
-            "AND expired_at IS NULL AND revoked_at IS NULL",
-            (now,),
-        )
-        if not due:
-            return
-        async with self.core.store.transaction() as conn:
+        due = "status = 'registered' AND claim_expires_at <= ? AND expired_at IS NULL AND revoked_at IS NULL"
+        if await self.core.store.fetchone(f"SELECT 1 FROM registrations WHERE {due} LIMIT 1", (now,)) is None:
+            return  # the usual answer, without a write transaction
+        async with self.core.store.transaction() as conn:  # read again and written in one transaction
+            async with conn.execute(f"SELECT id FROM registrations WHERE {due}", (now,)) as cur:
+                ids = [str(r["id"]) for r in await cur.fetchall()]
             events = []
-            for row in due:
-                changed = await conn.execute(
-                    "UPDATE registrations SET expired_at = ?, updated_at = ? WHERE id = ? AND expired_at IS NULL "
-                    "AND status = 'registered'",
-                    (now, now, row["id"]),
+            for reg_id in ids:
+                await conn.execute(
+                    "UPDATE registrations SET expired_at = ?, updated_at = ? WHERE id = ?", (now, now, reg_id)
                 )
-                if changed.rowcount:
-                    ref = RegistrationRef(row["id"])
-                    events.append(
-                        await agent_events.record(conn, self.core, Kind.AGENT_REGISTRATION_EXPIRED, row["id"], ref)
-                    )
+                ref = RegistrationRef(reg_id)
+                events.append(await agent_events.record(conn, self.core, Kind.AGENT_REGISTRATION_EXPIRED, reg_id, ref))
         agent_events.publish(self.core.bus, *events)
 
     # --- what trials do to a registration (this module is the one writer of registrations) ------
@@ -858,12 +855,8 @@ class Identity:
                     raise BAD_REQUEST("this claim token is already another registration's")
         if claimed_email:
             user = await self.ensure_user(conn, claimed_email, now)  # as a completed claim does
-            if upstream_sub:
-                await conn.execute(
-                    "INSERT INTO identity_links (iss, sub, user_id, created_at) VALUES (?, ?, ?, ?) "
-                    "ON CONFLICT (iss, sub) DO UPDATE SET user_id = excluded.user_id",
-                    (upstream_iss, upstream_sub, user, now),
-                )
+            if upstream_iss and upstream_sub:
+                await self.link_upstream(conn, upstream_iss, upstream_sub, user, now)
         reg = await self.registration(conn, reg_id)
         outcome: Literal["created", "updated", "unchanged"] = "unchanged"
         if reg is None:
@@ -952,6 +945,15 @@ class Identity:
         return True
 
     @staticmethod
+    async def link_upstream(conn: aiosqlite.Connection, iss: str, sub: str, user_id: str, now: float) -> None:
+        """The upstream identity (iss, sub) is this person's: its next ID-JAGs register their agents at once."""
+        await conn.execute(
+            "INSERT INTO identity_links (iss, sub, user_id, created_at) VALUES (?, ?, ?, ?) "
+            "ON CONFLICT (iss, sub) DO UPDATE SET user_id = excluded.user_id",
+            (iss, sub, user_id, now),
+        )
+
+    @staticmethod
     async def user_id(conn: aiosqlite.Connection, email: str) -> str | None:
         async with conn.execute("SELECT id FROM users WHERE email = ?", (email,)) as cur:
             row = await cur.fetchone()
@@ -994,7 +996,17 @@ class Identity:
             raise BAD_REQUEST("sign in with an e-mail address")
         now = self.core.clock.now()
         async with self.core.store.transaction() as conn:
-            code = await self.settle(conn, attempt, email, approve, now)
+            # The attempt as it is now, in this transaction: a newer claim or a revocation committed since the page
+            # read it closes it.
+            async with conn.execute(
+                f"SELECT {ATTEMPT_COLUMNS} FROM claim_attempts a JOIN registrations r ON r.id = a.registration_id "
+                "WHERE a.id = ?",
+                (attempt["id"],),
+            ) as cur:
+                current = await cur.fetchone()
+            if current is None:  # its registration was deleted meanwhile
+                raise GONE("this claim is no more: its agent was deleted")
+            code = await self.settle(conn, current, email, approve, now)
         decided = IdpClaimConfirmed if approve else IdpClaimDenied
         self.core.bus.publish(attempt["registration_id"], decided(email=email or None))
         return code
@@ -1007,9 +1019,9 @@ class Identity:
         closed = why_closed(attempt, now)
         if closed is not None:
             raise (GONE if closed.status == 410 else CONFLICT)(closed.text)
-        hint = attempt["login_hint"]
-        if hint and email and hint.lower() != email.lower():
-            raise FORBIDDEN(f"this claim is for {hint}; sign in with that account")
+        refused = hint_refusal(attempt, email)
+        if refused is not None:
+            raise refused
         code = self.core.ids.digits(6) if approve else None
         if email:
             await self.ensure_user(conn, email, now)
@@ -1033,6 +1045,14 @@ class Closed:
     status: int
     title: str
     text: str
+
+
+def hint_refusal(attempt: sqlite3.Row, email: str) -> ApiError | None:
+    """A claim for a named person (its login_hint) is decided only as that person (e-mail, in any case)."""
+    hint = attempt["login_hint"]
+    if hint and email and hint.lower() != email.strip().lower():
+        return FORBIDDEN(f"this claim is for {hint}; sign in with that account")
+    return None
 
 
 # An attempt's row as why_closed reads it (its registration's type, status and revocation with it).

@@ -69,7 +69,7 @@ class MintRequest(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     email_verified: bool = True
     auth_age: float = 0  # seconds since the person signed in upstream
     auth_time: bool = True  # False: no auth_time claim at all
-    expires_in: float = DEFAULT_LIFETIME  # negative: already expired
+    expires_in: float | None = None  # seconds it lives (default: an ID-JAG 5 min, an ID token an hour); < 0: expired
     audience: str | None = None  # default: this provider's issuer
     client_id: str = "agent"
     scope: str | None = None
@@ -129,7 +129,6 @@ class Verified:
     email: str
     jti: str
     exp: float
-    client_id: str
 
 
 class Upstream:
@@ -151,7 +150,7 @@ class Upstream:
         if ask.id_token:
             return self._sign_in(ask, now)
         sub = ask.sub or "user-" + ask.email.strip().lower()
-        exp = int(now + ask.expires_in)
+        exp = int(now + (ask.expires_in if ask.expires_in is not None else DEFAULT_LIFETIME))
         claims = IdJagClaims(
             iss=self.issuer,
             aud=ask.audience or self.audience,
@@ -173,7 +172,7 @@ class Upstream:
     def _sign_in(self, ask: MintRequest, now: float) -> Minted:
         """The person signs in at the upstream: their ID token, for the agent `client_id`."""
         sub = ask.sub or "user-" + ask.email.strip().lower()
-        exp = int(now + (ask.expires_in if ask.expires_in != DEFAULT_LIFETIME else ID_TOKEN_LIFETIME))
+        exp = int(now + (ask.expires_in if ask.expires_in is not None else ID_TOKEN_LIFETIME))
         claims = IdTokenClaims(
             iss=self.issuer,
             aud=ask.client_id,
@@ -271,7 +270,7 @@ class Upstream:
             raise login_required(
                 f"the person signed in {age} s ago; at most {max_auth_age} s is accepted", max_auth_age
             )
-        return Verified(claims.iss, claims.sub, claims.email.strip(), claims.jti, float(claims.exp), claims.client_id)
+        return Verified(claims.iss, claims.sub, claims.email.strip(), claims.jti, float(claims.exp))
 
 
 def login_required(why: str, max_age: int) -> ApiError:

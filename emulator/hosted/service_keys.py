@@ -70,6 +70,8 @@ def _view(row: sqlite3.Row) -> ServiceKeyView:
 
 async def _insert(core: Core, conn: Db, name: str, key: str, now: float) -> str:
     key_id = core.ids.ident("skey_")
+    while await one(conn, "SELECT 1 FROM service_keys WHERE id = ?", (key_id,)) is not None:
+        key_id = core.ids.ident("skey_")  # a seeded generator after a reset (see create)
     await run(
         conn,
         "INSERT INTO service_keys (id, name, key_hash, hint, created_at) VALUES (?, ?, ?, ?, ?)",
@@ -80,9 +82,14 @@ async def _insert(core: Core, conn: Db, name: str, key: str, now: float) -> str:
 
 async def create(core: Core, name: str) -> ServiceKeyCreated:
     check_name(name)
-    key = core.ids.token(PREFIX, 24)
     now = core.clock.now()
     async with core.store.transaction() as conn:
+        # Keys outlive a reset, which puts a seeded id generator back to its start: its next draw may be a kept
+        # key's, so a draw that is taken is drawn again.
+        while True:
+            key = core.ids.token(PREFIX, 24)
+            if await one(conn, "SELECT 1 FROM service_keys WHERE key_hash = ?", (secret_hash(key),)) is None:
+                break
         key_id = await _insert(core, conn, name, key, now)
     return ServiceKeyCreated(key_id, name, key, key[-4:], iso(now))
 

@@ -1,6 +1,6 @@
 """Webhook endpoints and the sender that delivers the registration events (agent_events.py) to them, signed as
-WorkOS signs them: the only SQL of `webhook_endpoints`, `webhook_deliveries` (after `agent_events.record` wrote
-them) and `webhook_attempts`.
+WorkOS signs them: the one writer of `webhook_endpoints`, of `webhook_deliveries` (after `agent_events.record` wrote
+them, reading which endpoints take an event) and of `webhook_attempts`.
 
 An endpoint's signing secret is sealed with the secrets' key (secretbox.py): the sender must read it again to sign,
 so it cannot be a hash; it is shown once, when the endpoint is added. A delivery is tried at once, then again on the
@@ -148,9 +148,10 @@ async def add(core: Core, box: SecretBox, spec: WebhookAdd) -> WebhookCreated:
     """A new endpoint; its secret is in this answer only."""
     url, events = check_url(spec.url), check_events(spec.events)
     secret = check_secret(spec.secret) if spec.secret is not None else core.ids.token("whsec_", 24)
-    endpoint_id, now = core.ids.ident("we_"), core.clock.now()
+    now = core.clock.now()
     sealed = box.seal(secret)
     async with core.store.transaction() as conn:
+        endpoint_id = await _fresh_id(core, conn)
         await _insert(conn, endpoint_id, url, events, sealed, now)
     view = _view_of(endpoint_id, url, events, now)
     return WebhookCreated(id=view.id, url=view.url, events=view.events, created_at=view.created_at, secret=secret)
@@ -158,6 +159,15 @@ async def add(core: Core, box: SecretBox, spec: WebhookAdd) -> WebhookCreated:
 
 def _view_of(endpoint_id: str, url: str, events: list[str], now: float) -> WebhookView:
     return WebhookView(id=endpoint_id, url=url, events=events or list(EVENTS), created_at=iso(now))
+
+
+async def _fresh_id(core: Core, conn: aiosqlite.Connection) -> str:
+    """An endpoint id no endpoint has. Endpoints outlive a reset, which puts a seeded id generator back to its start:
+    its next draw may be a kept endpoint's, so a taken one is drawn again."""
+    endpoint_id = core.ids.ident("we_")
+    while await one(conn, "SELECT 1 FROM webhook_endpoints WHERE id = ?", (endpoint_id,)) is not None:
+        endpoint_id = core.ids.ident("we_")
+    return endpoint_id
 
 
 async def _insert(
@@ -197,7 +207,7 @@ async def declare(
         conn, "SELECT id, events, secret_box FROM webhook_endpoints WHERE url = ? ORDER BY created_at", (url,)
     )
     if found is None:
-        await _insert(conn, core.ids.ident("we_"), url, events, box.seal(secret), now)
+        await _insert(conn, await _fresh_id(core, conn), url, events, box.seal(secret), now)
         return "created"
     if json.loads(found["events"]) == events and _opens_to(box, found["secret_box"], secret):
         return "unchanged"
@@ -237,12 +247,13 @@ async def deliveries(db: Db, endpoint_id: str | None = None, event_id: str | Non
     )
     tries: dict[str, list[AttemptView]] = {}
     if rows:
-        ids = [r["id"] for r in rows]
+        # The same filter, joined (an IN list of every delivery's id would pass SQLite's limit on parameters)
         found = await many(
             db,
-            f"SELECT * FROM webhook_attempts WHERE delivery_id IN ({','.join('?' * len(ids))}) "
-            "ORDER BY delivery_id, attempt",
-            ids,
+            "SELECT a.* FROM webhook_attempts a JOIN webhook_deliveries d ON d.id = a.delivery_id"
+            + (" WHERE " + " AND ".join(where) if where else "")
+            + " ORDER BY a.delivery_id, a.attempt",
+            params,
         )
         for a in found:
             tries.setdefault(a["delivery_id"], []).append(
@@ -317,8 +328,9 @@ class Sender:
         for task in list(self._workers.values()):
             await cancel(task)
         self._workers.clear()
-        if self._http is not None:
-            await self._http.aclose()
+        http, self._http = self._http, None
+        if http is not None:
+            await http.aclose()
 
     async def due(self, now: float) -> None:
         """The due job: start a worker for each endpoint with a delivery due (awaited by a clock move, which so
@@ -326,6 +338,8 @@ class Sender:
         if self._stopped:
             return
         rows = await self._core.store.fetchall(_DUE.format(""), (now,))
+        if self._stopped:  # stopped while it read: no worker may start after stop()
+            return
         for endpoint_id in dict.fromkeys(r["endpoint_id"] for r in rows):
             if endpoint_id in self._workers:
                 self._again.add(endpoint_id)
@@ -359,6 +373,8 @@ class Sender:
                         continue
                     return
                 self._again.discard(endpoint_id)
+                if self._stopped:
+                    return
                 await self._deliver(rows[0]["id"])
         except Exception:
             log.exception("webhooks: delivering to %s failed", endpoint_id)  # the emulator's fault, not a receiver's

@@ -42,7 +42,7 @@ CREATE TABLE identity_links (
     PRIMARY KEY (iss, sub)
 );
 
--- The `jti` of every ID-JAG accepted or refused after its signature checked, until it expires: a replay is refused.
+-- The `jti` of every ID-JAG accepted, until it expires: a replay is refused (a refused one is not spent).
 CREATE TABLE idjag_jtis (
     iss        TEXT NOT NULL,
     jti        TEXT NOT NULL,
