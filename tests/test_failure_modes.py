@@ -6,7 +6,10 @@ the journal holds."""
 from __future__ import annotations
 
 import asyncio
+import errno
+import io
 import json
+import logging
 import socket
 import subprocess
 from collections.abc import Iterator
@@ -17,6 +20,7 @@ from urllib.parse import urlsplit
 import httpx
 import pytest
 
+from emulator.core import runlog
 from tests import agent_flow as flow
 from tests.conftest import Emulator
 
@@ -173,3 +177,27 @@ async def test_a_full_disk_is_a_507_naming_the_state_dir_and_the_journal_catches
     follower.cancel()
     await asyncio.gather(follower, return_exceptions=True)
     await c.aclose()
+
+
+class _FullDisk(io.StringIO):
+    """A stream on a full disk: every write fails as the OS fails it."""
+
+    def write(self, s: str) -> int:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+
+def test_a_log_that_cannot_be_written_says_so_once_without_a_traceback(capsys: pytest.CaptureFixture[str]) -> None:
+    """The state dir's disk full holds the log file too: its lines are dropped with one line said, not logging's
+    "--- Logging error ---" and a traceback for each (what the full-disk test found in a loaded run)."""
+    handler = runlog._Terminal(_FullDisk())  # pyright: ignore[reportPrivateUsage]
+    logger = logging.getLogger("emulator.test-full-disk")
+    logger.addHandler(handler)
+    logger.propagate = False
+    try:
+        for _ in range(3):
+            logger.error("a line")
+    finally:
+        logger.removeHandler(handler)
+    said = capsys.readouterr().err
+    assert said == "emulator: the log could not be written ([Errno 28] No space left on device); lines are lost\n"
+    assert "Traceback" not in said

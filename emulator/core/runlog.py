@@ -55,9 +55,9 @@ def configure(level: str, state_dir: Path) -> None:
     root.setLevel(level.upper())
     formatter = LineFormatter()
     path = state_dir / LOG_NAME
-    handlers: list[logging.Handler] = [logging.StreamHandler(sys.stderr)]
+    handlers: list[logging.Handler] = [_Terminal(sys.stderr)]
     if not _is_file(sys.stderr, path):
-        handlers.append(logging.handlers.RotatingFileHandler(path, maxBytes=MAX_BYTES, backupCount=1))
+        handlers.append(_File(path, maxBytes=MAX_BYTES, backupCount=1))
     for handler in handlers:
         handler.setFormatter(formatter)
         root.addHandler(handler)
@@ -71,6 +71,39 @@ def _head(created: float, level: int) -> str:
     whole = int(created)
     stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(whole))
     return f"{stamp}.{int((created - whole) * 1000):03d}Z {logging.getLevelName(level):<7} "
+
+
+class _Unwritten:
+    """A handler whose write fails (the state dir's disk is full, and the log with it) drops the line and says so
+    once, on one line, until a write works again: not logging's own "--- Logging error ---" and a traceback for
+    each line lost."""
+
+    _failing = False
+    _ok = True
+
+    def handleError(self, record: logging.LogRecord) -> None:
+        self._ok = False
+        if not self._failing:
+            self._failing = True
+            with contextlib.suppress(Exception):
+                sys.stderr.write(f"emulator: the log could not be written ({sys.exc_info()[1]}); lines are lost\n")
+
+    def written(self) -> None:
+        if self._ok and self._failing:
+            self._failing = False
+        self._ok = True
+
+
+class _Terminal(_Unwritten, logging.StreamHandler):
+    def emit(self, record: logging.LogRecord) -> None:
+        super().emit(record)
+        self.written()
+
+
+class _File(_Unwritten, logging.handlers.RotatingFileHandler):
+    def emit(self, record: logging.LogRecord) -> None:
+        super().emit(record)
+        self.written()
 
 
 class LineFormatter(logging.Formatter):

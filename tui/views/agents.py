@@ -15,7 +15,8 @@ from tui.views.table import Row, TableView
 
 
 def ms(value: float | None) -> str:
-    return "—" if value is None else f"{value:.1f} ms"
+    # A fixed width: the columns' widths (and a narrow table's scrollbar) do not move with the latencies measured.
+    return "—" if value is None else f"{value:>8.1f} ms"
 
 
 def verdict(card: Card) -> Text:
