@@ -6,6 +6,8 @@ Each starts from its setting and can be flipped while the emulator runs (`/_emul
 
 from __future__ import annotations
 
+import msgspec
+
 from emulator.config import Settings
 from emulator.core.errors import BAD_REQUEST
 from emulator.core.events import EventBus
@@ -18,7 +20,8 @@ SWITCHES = (
     "trials_enabled",
     "cloud_reachable",
 )
-OFF_AT_FIRST = frozenset({"identity_assertion_registration"})  # the switches whose default is off
+# The switches whose default is off (ID-JAG registration), as the settings' defaults say.
+OFF_AT_FIRST = frozenset(f.name for f in msgspec.structs.fields(Settings) if f.name in SWITCHES and f.default is False)
 
 
 class Switches:

@@ -208,11 +208,8 @@ def _rows(
         raise ValueError(f"{kind} is not a registration event")
     now = core.clock.now()
     event_id = core.ids.ident("event_")
-    deliveries: list[tuple[str, str, str, float, float]] = [
-        (core.ids.ident("whd_"), str(e["id"]), event_id, now, now)
-        for e in endpoints
-        if not json.loads(e["events"]) or kind.value in json.loads(e["events"])
-    ]
+    takers = [str(e["id"]) for e in endpoints if (wanted := json.loads(e["events"])) == [] or kind.value in wanted]
+    deliveries = [(core.ids.ident("whd_"), endpoint_id, event_id, now, now) for endpoint_id in takers]
     data_json = _encode(data).decode() if deliveries else ""  # the row is written only with deliveries
     return (
         Recorded(kind, event_id, registration_id),

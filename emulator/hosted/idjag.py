@@ -149,7 +149,7 @@ class Upstream:
     def mint(self, ask: MintRequest, now: float) -> Minted:
         if ask.id_token:
             return self._sign_in(ask, now)
-        sub = ask.sub or "user-" + ask.email.strip().lower()
+        sub = _sub(ask)
         exp = int(now + (ask.expires_in if ask.expires_in is not None else DEFAULT_LIFETIME))
         claims = IdJagClaims(
             iss=self.issuer,
@@ -171,7 +171,7 @@ class Upstream:
 
     def _sign_in(self, ask: MintRequest, now: float) -> Minted:
         """The person signs in at the upstream: their ID token, for the agent `client_id`."""
-        sub = ask.sub or "user-" + ask.email.strip().lower()
+        sub = _sub(ask)
         exp = int(now + (ask.expires_in if ask.expires_in is not None else ID_TOKEN_LIFETIME))
         claims = IdTokenClaims(
             iss=self.issuer,
@@ -271,6 +271,11 @@ class Upstream:
                 f"the person signed in {age} s ago; at most {max_auth_age} s is accepted", max_auth_age
             )
         return Verified(claims.iss, claims.sub, claims.email.strip(), claims.jti, float(claims.exp))
+
+
+def _sub(ask: MintRequest) -> str:
+    """The person's id at the upstream: the one asked for, else one made from the e-mail (the same every time)."""
+    return ask.sub or "user-" + ask.email.strip().lower()
 
 
 def login_required(why: str, max_age: int) -> ApiError:
