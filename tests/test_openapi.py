@@ -138,7 +138,7 @@ def test_the_documents_describe_the_bodies_handlers_decode(emu: Emulator) -> Non
 def test_the_document_is_behind_each_origins_boundary(emu: Emulator) -> None:
     foreign = {"Host": "evil.example"}
     site = httpx.get(emu.url + DOCUMENT, headers=foreign)
-    assert site.status_code == 403 and site.json()["error"]["code"] == "bad_request"
+    assert site.status_code == 403 and site.json()["error"]["code"] == "forbidden"
     auth = httpx.get(emu.auth + DOCUMENT, headers=foreign)
     assert auth.status_code == 403 and auth.json()["error"] == "forbidden"
     api = httpx.get(emu.api + DOCUMENT, headers=foreign)

@@ -8,6 +8,12 @@
   change nothing.
 - **A body must be JSON** on `/_emulator` and on the identity provider's agent endpoints, which a page cannot send
   cross-site without a preflight (a form or `text/plain` POST needs none).
+- **The operator API (`/_emulator`) has one spelling.** Every rule is decided on the path as the router will route
+  it (`route`: slashes collapsed and trimmed as Litestar does, the site's `/v1` stripped, escapes decoded), and a
+  path that routes to the operator API by any other spelling (`//_emulator`, `/v1/_emulator`, `/%5Femulator`, a
+  dot segment, another case) is answered 404 before anything else; nothing under it carries CORS. The operator
+  router also checks the admin token itself (`emulator/site/app.py`), so no spelling the gates missed reaches a
+  handler without it.
 
 Each origin renders the refusal in its own error format.
 """
@@ -16,14 +22,15 @@ from __future__ import annotations
 
 import hmac
 import ipaddress
+import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from urllib.parse import urlsplit
+from urllib.parse import unquote, urlsplit
 
 from litestar.enums import ScopeType
 from litestar.types import ASGIApp, Message, Receive, Scope, Send
 
-from emulator.core.errors import FORBIDDEN, UNAUTHORIZED, UNSUPPORTED_MEDIA_TYPE, ApiError
+from emulator.core.errors import FORBIDDEN, NOT_FOUND, UNAUTHORIZED, UNSUPPORTED_MEDIA_TYPE, ApiError
 
 _SAFE = frozenset({"GET", "HEAD", "OPTIONS"})
 _LOOPBACK_NAMES = ("127.0.0.1", "localhost", "::1")
@@ -34,6 +41,64 @@ _OPEN_PATHS = ("/ask", "/v1/ask")
 _GUARDED_PREFIXES = ("/_emulator", "/mcp", "/v1/mcp", "/.well-known/mcp")
 # Paths whose bodies must be JSON.
 _JSON_PREFIXES = ("/_emulator", "/agent/identity")
+
+
+_SLASHES = re.compile("/{2,}")
+_ESCAPE = re.compile(r"%([0-9A-Fa-f]{2})")
+# Characters a path never needs escaped (RFC 3986's unreserved): an escape of one is a second spelling of the same
+# route.
+_UNRESERVED = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-._~")
+
+
+def route(path: str, strip_v1: bool = False) -> str:
+    """The path as the origin's router will route it: slashes trimmed and collapsed (Litestar's `normalize_path`),
+    and on the site (`strip_v1`) `/v1/<rest>` as `/<rest>`, except `/v1/api/...`, which carries its own version."""
+    routed = "/" + _SLASHES.sub("/", path.strip("/"))
+    if strip_v1 and (routed == "/v1" or routed.startswith("/v1/")):
+        rest = routed[3:] or "/"
+        if not rest.startswith("/api/"):
+            return rest
+    return routed
+
+
+def _without_dot_segments(path: str) -> str:
+    """RFC 3986 §5.2.4: what a browser or curl makes of `/x/../_emulator` before sending it."""
+    out: list[str] = []
+    for part in path.split("/"):
+        if part == "..":
+            if out:
+                out.pop()
+        elif part != ".":
+            out.append(part)
+    return "/" + "/".join(p for p in out if p)
+
+
+def is_operator(routed: str) -> bool:
+    """Whether a routed path is the operator API's by any reading: in any case, with or without a version prefix,
+    with its dot segments resolved (the router is case-sensitive and resolves none, but the rules must not depend
+    on it)."""
+    lowered = _without_dot_segments(routed.lower())
+    return lowered.startswith(ADMIN_PREFIX) or lowered.startswith("/v1" + ADMIN_PREFIX)
+
+
+def canonical(raw_path: str, routed: str) -> bool:
+    """Whether the request spelled its path exactly as it routes: no doubled or trailing slash, no `/v1`, no dot
+    segment, no escape of a character that needs none, the case the routes have."""
+    if any(chr(int(m.group(1), 16)) in _UNRESERVED for m in _ESCAPE.finditer(raw_path)):
+        return False
+    # an escaped slash is a parameter's own (`/_emulator/traces/a%2Fb`), never the resource's name's
+    if "%2f" in "/".join(raw_path.split("/", 3)[:3]).lower():
+        return False
+    decoded = unquote(raw_path)
+    if decoded != routed or not (decoded == ADMIN_PREFIX or decoded.startswith(ADMIN_PREFIX + "/")):
+        return False
+    return not any(part in (".", "..") for part in decoded.split("/"))
+
+
+NOT_THIS_SPELLING = NOT_FOUND(
+    "nothing is served at this spelling of the path: the operator API answers at /_emulator/... only (one "
+    "slash, no /v1, nothing escaped that needs no escape)"
+)
 
 
 def _hostname(value: str) -> str:
@@ -90,9 +155,32 @@ class Boundary:
         origins |= {_origin(o) for o in allowed_origins if o.strip()}
         return cls(hosts, frozenset(origins), admin_token)
 
-    def _carries_token(self, headers: Mapping[str, str]) -> bool:
-        sent = headers.get("x-emulator-token") or headers.get("authorization", "").removeprefix("Bearer ").strip()
+    def carries_token(self, headers: Mapping[str, str]) -> bool:
+        """Whether the request carries the admin token (or none is needed). The scheme is case-insensitive
+        (RFC 9110 §11.1)."""
+        if not self.admin_token:
+            return True
+        sent = headers.get("x-emulator-token")
+        if sent is None:
+            scheme, _, value = headers.get("authorization", "").strip().partition(" ")
+            sent = value.strip() if scheme.lower() == "bearer" else ""
         return hmac.compare_digest(sent.encode(), self.admin_token.encode())
+
+    def admit(
+        self, method: str, path: str, raw_path: bytes | None, headers: Mapping[str, str], strip_v1: bool = False
+    ) -> tuple[str, bool, ApiError | None]:
+        """The gates' one decision: the path as it will be routed, whether it is the operator API's, and the
+        refusal (None: go on). A second spelling of an operator path is a 404, whatever else the request carries."""
+        routed = route(path, strip_v1)
+        operator = is_operator(routed)
+        if operator:
+            spelled = (raw_path.decode("latin-1") if raw_path is not None else path).split("?", 1)[0]
+            if not canonical(spelled, routed):
+                host = headers.get("host")
+                if not self.host_ok(host):
+                    return routed, operator, self.check(method, routed, headers)
+                return routed, operator, NOT_THIS_SPELLING
+        return routed, operator, self.check(method, routed, headers)
 
     def host_ok(self, host: str | None) -> bool:
         return not self.hosts or host is None or _hostname(host) in self.hosts
@@ -106,10 +194,11 @@ class Boundary:
                 f"the Host {host[:100]!r} is not this emulator's; it answers to {', '.join(sorted(self.hosts))} "
                 "(add a name with the allowed_hosts setting)",
             )
-        if self.admin_token and path.startswith(ADMIN_PREFIX) and not self._carries_token(headers):
+        if path.startswith(ADMIN_PREFIX) and not self.carries_token(headers):
             return UNAUTHORIZED(
                 "this emulator's /_emulator needs its admin token: send it as Authorization: Bearer or "
-                "X-Emulator-Token (the CLI, `emulator env` and the testkit take it from EMULATOR_ADMIN_TOKEN)"
+                "X-Emulator-Token (the CLI, `emulator env` and the testkit take it from EMULATOR_ADMIN_TOKEN)",
+                headers={"WWW-Authenticate": 'Bearer realm="emulator"'},
             )
         origin = headers.get("origin")
         open_path = path in _OPEN_PATHS
@@ -181,14 +270,17 @@ class BoundaryGate:
         if scope["type"] != ScopeType.HTTP:  # the enum (a str), not "http": the type checker then reads what follows
             await self.app(scope, receive, send)
             return
-        refusal = self.boundary.check(scope["method"], scope["path"], asgi_headers(scope["headers"]))
+        routed, operator, refusal = self.boundary.admit(
+            scope["method"], scope["path"], scope.get("raw_path"), asgi_headers(scope["headers"])
+        )
         if refusal is not None:
             kind, body = self.render(refusal)
             head = [(b"content-type", kind), (b"content-length", str(len(body)).encode())]
+            head += [(k.lower().encode(), v.encode()) for k, v in refusal.headers.items()]
             await send({"type": "http.response.start", "status": refusal.status, "headers": head})
             await send({"type": "http.response.body", "body": body, "more_body": False})
             return
-        if scope["method"] in ("GET", "HEAD") and scope["path"].startswith(_CORS_READABLE):
+        if not operator and scope["method"] in ("GET", "HEAD") and routed.startswith(_CORS_READABLE):
 
             async def send_cors(message: Message) -> None:
                 if message["type"] == "http.response.start":

@@ -1,8 +1,9 @@
 """The site's error envelope: `{"error": {code, message, status, retryable}}`.
 
-The spec allows four codes (`bad_request`, `rate_limited`, `not_found`, `invalid_json`); every site
-refusal shows one of them (a refusal of another kind in the catalogue, core/errors.py, shows `bad_request`),
-with the real HTTP status in `status`.
+The spec lists four codes (`bad_request`, `rate_limited`, `not_found`, `invalid_json`), for the refusals it shows:
+a 400 always shows one of them (another 400 of the catalogue, core/errors.py, shows `bad_request`). A refusal the
+spec does not show (401, 403, 413, 415, 503, 507, ...) keeps the catalogue's code for its status, so a client that
+branches on the code reads what happened (the README's fidelity notes say so).
 """
 
 from __future__ import annotations
@@ -42,7 +43,7 @@ _encode = msgspec.json.Encoder().encode
 
 
 def error_bytes(exc: ApiError) -> bytes:
-    code = exc.code if exc.code in CODES else "bad_request"
+    code = exc.code if exc.code in CODES or exc.status != 400 else "bad_request"
     retry_after = exc.headers.get("Retry-After")
     return _encode(
         ErrorBody(

@@ -17,7 +17,7 @@ from litestar.enums import ScopeType
 from litestar.types import ASGIApp, Message, Receive, Scope, Send
 
 from emulator.config import SUPPORTED_API_VERSIONS, Settings
-from emulator.core.boundary import Boundary, asgi_headers
+from emulator.core.boundary import Boundary, asgi_headers, route
 from emulator.core.errors import BAD_REQUEST
 from emulator.site.errors import error_bytes
 
@@ -26,7 +26,6 @@ _ALLOW_HEADERS = (
     b"Content-Type, Accept, Prefer, Idempotency-Key, API-Version, Authorization, X-api-key, "
     b"Mcp-Session-Id, MCP-Protocol-Version, Last-Event-ID"
 )
-_INTERNAL = "/_emulator"
 
 
 class SiteGate:
@@ -51,19 +50,21 @@ class SiteGate:
         if scope["type"] != ScopeType.HTTP:
             await self.app(scope, receive, send)
             return
-        path = scope["path"]
-        refusal = self.boundary.check(scope["method"], path, asgi_headers(scope["headers"]))
-        if refusal is not None:
-            await _send(send, refusal.status, error_bytes(refusal), self._extra)
-            return
-        if path.startswith(_INTERNAL):
+        routed, operator, refusal = self.boundary.admit(
+            scope["method"], scope["path"], scope.get("raw_path"), asgi_headers(scope["headers"]), strip_v1=True
+        )
+        if operator:  # the operator API: no CORS on any answer, its refusals included; reached by one spelling only
+            if refusal is not None:
+                await _send(send, refusal.status, error_bytes(refusal), list(_encoded(refusal.headers)))
+                return
             await self.app(scope, receive, send)
             return
-        if path == "/v1" or path.startswith("/v1/"):
-            rest = path[3:] or "/"
-            if not rest.startswith("/api/"):
-                scope = scope.copy()
-                scope["path"], scope["raw_path"] = rest, rest.encode()
+        if refusal is not None:
+            await _send(send, refusal.status, error_bytes(refusal), [*self._extra, *_encoded(refusal.headers)])
+            return
+        if routed != route(scope["path"]):  # /v1/<path> is <path>
+            scope = scope.copy()
+            scope["path"], scope["raw_path"] = routed, routed.encode()
         requested = None
         for name, value in scope["headers"]:
             if name == b"api-version":
@@ -98,6 +99,10 @@ class SiteGate:
             await send(message)
 
         await self.app(scope, receive, send_with_headers)
+
+
+def _encoded(headers: dict[str, str]) -> list[tuple[bytes, bytes]]:
+    return [(k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in headers.items()]
 
 
 async def _send(send: Send, status: int, body: bytes, headers: list[tuple[bytes, bytes]]) -> None:
