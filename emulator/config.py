@@ -300,7 +300,8 @@ HELP: dict[str, str] = {
     "gateway_ports": "FIRST-LAST: the ports the service gateways listen on (default: any free port); a container "
     "publishes them",
     "admin_token": "a token every /_emulator call must carry (Authorization: Bearer, or X-Emulator-Token), for an "
-    "emulator others can reach; `emulator env` and the CLI pass it (EMULATOR_ADMIN_TOKEN)",
+    "emulator others can reach; `emulator env` and the CLI pass it (EMULATOR_ADMIN_TOKEN). A flag shows in `ps`: "
+    "give it as EMULATOR_ADMIN_TOKEN or in the config file instead",
     "service_api_key": "a service key (sk_test_…) the identity provider's agents API (/agents/*) also accepts, for a "
     "service configured before the emulator starts (default none)",
 }

@@ -154,6 +154,47 @@ async def test_an_expired_presigned_url_is_refused(emu: Emulator) -> None:
     await c.aclose()
 
 
+async def test_presigned_urls_expire_on_the_emulators_clock(start_emulator: Any) -> None:
+    """A URL the emulator presigned is dated on its clock: moving the clock past its lifetime expires it, and a
+    frozen clock keeps it alive however long the test takes."""
+    e = start_emulator("--no-watch", "--freeze-clock", "2026-11-01T00:00:00Z")
+    c, t = await trial(e)
+    put = await op(
+        c,
+        e,
+        t["api_key"],
+        operation_type="get_presigned_url",
+        org=t["org"],
+        db="main",
+        bucket_name="home",
+        key="clock.bin",
+        method="put",
+        expiration=60,
+    )
+    url = put.json()["url"]
+    assert "X-Amz-Date=20261101T000000Z" in url  # the emulator's instant, not the wall clock's
+    assert (await c.put(url, content=b"data")).status_code == 200
+    e.advance("59s")
+    assert (await c.put(url, content=b"again")).status_code == 200
+    e.advance("2s")
+    r = await c.put(url, content=b"late")
+    assert r.status_code == 403 and "Request has expired" in r.text
+    get = await op(
+        c,
+        e,
+        t["api_key"],
+        operation_type="get_presigned_url",
+        org=t["org"],
+        db="main",
+        bucket_name="home",
+        key="clock.bin",
+        method="get",
+        expiration=60,
+    )
+    assert (await c.get(get.json()["url"])).content == b"again"
+    await c.aclose()
+
+
 async def test_a_body_is_bytes_whatever_its_content_type_and_malformed_requests_are_s3_400s(emu: Emulator) -> None:
     c, t = await trial(emu)
     # curl's `-d` labels a body as a form: S3 stores its bytes (and that content type), as for any other

@@ -100,18 +100,23 @@ _EXPIRED = (
 )
 
 
-def _refuse_expired(app: Callable[..., Iterable[bytes]]) -> Callable[..., Iterable[bytes]]:
+def _refuse_expired(
+    app: Callable[..., Iterable[bytes]], now: Callable[[], float], own_key: str
+) -> Callable[..., Iterable[bytes]]:
     """Refuse a presigned request after `X-Amz-Date + X-Amz-Expires`, as S3 does (moto does not check).
 
-    The wall clock, not the emulator's: SigV4 dates come from the signers' (boto3's) wall clocks.
+    The emulator's own presigned URLs (`get_presigned_url(s)`, signed with its own key) are dated on the emulator's
+    clock and expire on it (`now`), as everything else does; a URL a client signed itself with its bucket's key is
+    dated by the client's wall clock and expires on the wall clock.
     """
 
     def wsgi(environ: WSGIEnvironment, start_response: StartResponse) -> Iterable[bytes]:
         query = parse_qs(environ.get("QUERY_STRING", ""))
         if "X-Amz-Date" in query and "X-Amz-Expires" in query:
+            ours = query.get("X-Amz-Credential", [""])[0].startswith(own_key + "/")
             try:
                 signed = datetime.strptime(query["X-Amz-Date"][0], "%Y%m%dT%H%M%SZ").replace(tzinfo=UTC)
-                expired = time.time() > signed.timestamp() + int(query["X-Amz-Expires"][0])
+                expired = (now() if ours else time.time()) > signed.timestamp() + int(query["X-Amz-Expires"][0])
             except ValueError:
                 expired = True
             if expired:
@@ -352,6 +357,7 @@ def s3_app(
     restored: threading.Event,
     keys: Keys,
     raised: Callable[[BaseException], None] | None = None,
+    now: Callable[[], float] = time.time,
 ) -> Callable[..., Iterable[bytes]]:
     """The endpoint's WSGI app: moto's S3 inside the layers above (`raised`: see `_refuse_unreadable`)."""
     # Imported here: moto is large, and only `emulator up` needs its server.
@@ -375,7 +381,7 @@ def s3_app(
 
     app.request_class = S3Request
     served = _declare_composite(_write_through(_refuse_unreadable(app, raised), changed))
-    return _until_restored(_refuse_expired(_authorized(served, keys)), restored, keys.own[0])
+    return _until_restored(_refuse_expired(_authorized(served, keys), now, keys.own[0]), restored, keys.own[0])
 
 
 def client(endpoint: str, key: tuple[str, str], **config: Any) -> Any:
@@ -496,7 +502,9 @@ class MediaStore:
             retry = {"max_attempts": 2, "mode": "standard"}
             self._s3_client = client(self.endpoint, self.keys.own, retries=retry, max_pool_connections=16)
             host = self._sock.getsockname()[0]
-            server = serve(host, self._sock.fileno(), s3_app(self._changed, self._restored, self.keys))
+            server = serve(
+                host, self._sock.fileno(), s3_app(self._changed, self._restored, self.keys, now=self.core.clock.now)
+            )
             self._thread = threading.Thread(target=server.serve_forever, name="s3-endpoint", daemon=True)
             self._thread.start()
             self._server = server
@@ -656,9 +664,9 @@ class MediaStore:
         return total
 
     def presign(self, bucket: str, key: str, method: Literal["get", "put"], expires: int) -> str:
-        """A presigned URL (after `ensure_bucket`, which brings the endpoint up)."""
-        operation = "put_object" if method == "put" else "get_object"
-        return self._s3.generate_presigned_url(operation, Params={"Bucket": bucket, "Key": key}, ExpiresIn=expires)
+        """A presigned URL (after `ensure_bucket`, which brings the endpoint up), dated on the emulator's clock."""
+        url = f"{self.endpoint}/{bucket}/{key}"
+        return sigv4.presign("PUT" if method == "put" else "GET", url, self.keys.own, self.core.clock.now(), expires)
 
     async def fullness(self, org_id: str, trial: bool) -> str | None:
         """None while there is room; else the text for the user (it ends with what to do)."""
