@@ -17,12 +17,12 @@ from typing import Any
 
 import msgspec
 
+from emulator import shipped
 from emulator.core import canaries
 from emulator.core.egress import EgressError, EgressPolicy, resolve_upstream
 
-PROJECT_ROOT = Path(__file__).resolve().parent.parent
-DEFAULT_DOCS = PROJECT_ROOT / "fixtures" / "site"
-DEFAULT_INTEGRATIONS = PROJECT_ROOT / "fixtures" / "integrations.json"
+DEFAULT_DOCS = shipped.DOCS
+DEFAULT_INTEGRATIONS = shipped.INTEGRATIONS
 SUPPORTED_API_VERSIONS = ("1",)
 
 

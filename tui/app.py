@@ -16,6 +16,7 @@ import asyncio
 import json
 from collections.abc import Awaitable, Callable, Iterable
 from datetime import UTC, datetime
+from importlib import resources
 from pathlib import Path
 from typing import Any, ClassVar, TypeVar
 
@@ -117,7 +118,8 @@ class FilterBar(Input):
 
 
 class Dashboard(App[None]):
-    CSS_PATH = "dashboard.tcss"
+    # Package data of `tui`, found as the emulator's own data is (emulator/shipped.py).
+    CSS_PATH = Path(str(resources.files("tui") / "dashboard.tcss"))
     TITLE = "Pixeltable Cloud emulator"
     BINDINGS: ClassVar[list[Any]] = bindings()
 

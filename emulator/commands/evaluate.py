@@ -12,6 +12,8 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
+from emulator import shipped
+
 if TYPE_CHECKING:
     from emulator.eval.runner import TrialResult
 
@@ -25,10 +27,18 @@ def register(sub: Any) -> dict[str, Callable[[argparse.Namespace], int]]:
         "and the file EMULATOR_TASK_INSTRUCTION_FILE); then run the task's checks on what the emulator holds and "
         "recorded. Prints each trial's failing checks with their evidence and each task's pass@1 and pass^k; "
         "exits 0 when every task reached the pass^k its task.toml asks for, 1 when one did not, 2 on a bad task.",
-        epilog="example:\n  emulator eval fixtures/tasks/* --agent 'python examples/agent.py' -k 3 --parallel 3",
+        epilog="examples (a shipped task by its name, a shipped reference agent through $EMULATOR_EXAMPLES):\n"
+        "  emulator eval create-a-trial --agent 'python \"$EMULATOR_EXAMPLES/eval/careful_agent.py\"' -k 1\n"
+        "  emulator eval my-tasks/* --agent 'python my_agent.py' -k 3 --parallel 3",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("tasks", nargs="+", type=Path, metavar="TASK_DIR", help="task directories (task.toml and more)")
+    p.add_argument(
+        "tasks",
+        nargs="+",
+        type=_task_path,
+        metavar="TASK_DIR",
+        help="task directories (task.toml and more), or the name of a shipped task: " + ", ".join(shipped.task_names()),
+    )
     p.add_argument("--agent", required=True, metavar="COMMAND", help="the agent's command, run by the shell")
     p.add_argument("-k", type=int, help="trials per task (default: each task's own `trials`)")
     p.add_argument("--parallel", type=int, default=1, metavar="N", help="trials of a task at once (default 1)")
@@ -43,6 +53,12 @@ def register(sub: Any) -> dict[str, Callable[[argparse.Namespace], int]]:
         help="keep each trial's run record (for `emulator record diff`), the agent's output and the emulator's log",
     )
     return {"eval": cmd_eval}
+
+
+def _task_path(arg: str) -> Path:
+    """A directory as given; a name that is no directory here but a shipped task's is that task (installed)."""
+    path = Path(arg)
+    return path if path.exists() else shipped.task(arg) or path
 
 
 def cmd_eval(args: argparse.Namespace) -> int:

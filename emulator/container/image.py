@@ -1,14 +1,17 @@
 """`emulator image build`: the emulator as a container image, from the project on this machine.
 
-The build context is made here, not in the Dockerfile: `app/` holds the project's `emulator/`, `tui/` and
-`fixtures/` (the docs corpus and integrations the emulator serves), and `site/` its dependencies, installed by this
-machine's pip (its index, proxy and certificates) for the base image's Python and platform. The image then needs
+The build context is made here, not in the Dockerfile: `app/` holds the `emulator` and `tui` packages as this
+machine runs them (an installed wheel's, or a checkout's), their shipped data with them (emulator/shipped.py: the docs
+corpus, integrations, tasks and examples), and `site/` their dependencies, installed by this machine's pip (its index,
+proxy and certificates) for the base image's Python and platform; a marker file says the context is this one (the
+Dockerfile stops at once, naming this command, without it). The image then needs
 no network and no package manager to build: the base image that `scripts/setup-docker.sh` makes without any registry
 works as well as the public slim Python image (`BASE`, a build argument of the Dockerfile).
 """
 
 from __future__ import annotations
 
+import importlib.metadata
 import platform
 import shutil
 import subprocess
@@ -16,14 +19,17 @@ import sys
 import tempfile
 import tomllib
 from collections.abc import Callable
+from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from emulator.config import PROJECT_ROOT
+from emulator import shipped
 
-DOCKERFILE = Path(__file__).parent / "Dockerfile"
+DISTRIBUTION = "pxt-cloud-emulator"
 DEFAULT_TAG = "pxt-emulator:local"
-APP_PARTS = ("emulator", "tui", "fixtures", "examples", "pyproject.toml", "README.md")
+APP_PACKAGES = ("emulator", "tui")
+# The Dockerfile's first instruction copies it: a context without it (the repository root) stops the build at once.
+CONTEXT_MARKER = "made by emulator image build"
 _SKIP = shutil.ignore_patterns("__pycache__", "*.pyc", ".pytest_cache", ".ruff_cache")
 PIP_TIMEOUT = 1800.0
 
@@ -32,9 +38,23 @@ class ImageBuildFailed(RuntimeError):
     """The image could not be built: what failed, in a line a person can act on."""
 
 
-def dependencies(root: Path = PROJECT_ROOT) -> list[str]:
-    """The emulator's runtime requirements, as pyproject.toml declares them."""
-    return list(tomllib.loads((root / "pyproject.toml").read_text())["project"]["dependencies"])
+def dependencies() -> list[str]:
+    """The emulator's runtime requirements: the installed distribution's metadata (its extras' left out), or, for a
+    checkout run without installing it (`PYTHONPATH` at the clone), the checkout's pyproject.toml."""
+    try:
+        requires = importlib.metadata.requires(DISTRIBUTION)
+    except importlib.metadata.PackageNotFoundError:
+        requires = None
+    if requires is not None:
+        return [req for req in requires if "extra ==" not in req]
+    pyproject = _package_dir("emulator").parent / "pyproject.toml"
+    if not pyproject.is_file():
+        raise ImageBuildFailed(f"{DISTRIBUTION} is not installed and no pyproject.toml is beside the emulator package")
+    return list(tomllib.loads(pyproject.read_text())["project"]["dependencies"])
+
+
+def _package_dir(package: str) -> Path:
+    return Path(str(resources.files(package))).resolve()
 
 
 def python_of(client: Any, base: str) -> tuple[int, int]:
@@ -46,30 +66,29 @@ def python_of(client: Any, base: str) -> tuple[int, int]:
     return int(major), int(minor)
 
 
-def prepare(context: Path, python: tuple[int, int], note: Callable[[str], None], root: Path = PROJECT_ROOT) -> None:
-    """The build context: the Dockerfile, app/ (the project) and site/ (its dependencies, for `python`)."""
+def prepare(context: Path, python: tuple[int, int], note: Callable[[str], None]) -> None:
+    """The build context: the Dockerfile, its marker, app/ (the packages) and site/ (their dependencies, for
+    `python`)."""
     app = context / "app"
     app.mkdir(parents=True)
-    for part in APP_PARTS:
-        source = root / part
-        if source.is_dir():
-            shutil.copytree(source, app / part, ignore=_SKIP)
-        elif source.is_file():
-            shutil.copy2(source, app / part)
+    for package in APP_PACKAGES:
+        # Links are followed: a checkout's emulator/fixtures and emulator/examples are copied as the files they name.
+        shutil.copytree(_package_dir(package), app / package, ignore=_SKIP)
     if python == sys.version_info[:2]:
         # Its bytecode, for the image's Python (this one): else every container start compiles the emulator (0.3 s).
         # The copies keep their sources' times, which the bytecode records.
         compiled = subprocess.run([sys.executable, "-m", "compileall", "-q", str(app)], capture_output=True, text=True)
         if compiled.returncode != 0:
             raise ImageBuildFailed(f"compileall: {compiled.stdout.strip()[-2000:]}")
-    shutil.copy2(DOCKERFILE, context / "Dockerfile")
+    shutil.copy2(shipped.DOCKERFILE, context / "Dockerfile")
+    (context / CONTEXT_MARKER).write_text("the build context `emulator image build` makes\n")
     pip = [sys.executable, "-m", "pip", "install", "--quiet", "--disable-pip-version-check", "--target"]
     pip += [str(context / "site")]
     if python != sys.version_info[:2] or platform.machine() != "x86_64":
         # Another Python (or machine) than this one: wheels for the image's, never built here.
         pip += ["--python-version", f"{python[0]}.{python[1]}", "--only-binary=:all:"]
     note(f"installing the emulator's dependencies for Python {python[0]}.{python[1]} into the image's site/")
-    done = subprocess.run([*pip, *dependencies(root)], capture_output=True, text=True, timeout=PIP_TIMEOUT)
+    done = subprocess.run([*pip, *dependencies()], capture_output=True, text=True, timeout=PIP_TIMEOUT)
     if done.returncode != 0:
         raise ImageBuildFailed(f"pip could not install the dependencies: {done.stderr.strip()[-2000:]}")
 

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import msgspec
 
+from emulator import shipped
 from emulator.admin.wire import EventView, HostedTable, OrgList, ServiceAnswer, UsageList
 from emulator.commands.common import exports
 from emulator.config import DEFAULT_DOCS
@@ -44,6 +45,9 @@ INSTRUCTION_VAR, INSTRUCTION_FILE_VAR = "EMULATOR_TASK_INSTRUCTION", "EMULATOR_T
 TASK_DIR_VAR = "EMULATOR_TASK_DIR"
 TRIAL_DIR_VAR = "EMULATOR_TRIAL_DIR"  # a directory of the trial's own for the agent's files, gone with the trial
 TRIAL_MARK_VAR = "EMULATOR_TRIAL_MARK"  # what every process the agent starts carries: the trial ends them all
+# The shipped examples (the reference agents under eval/), wherever the package is installed: an agent command
+# `python "$EMULATOR_EXAMPLES/eval/careful_agent.py"` runs from any directory.
+EXAMPLES_VAR = "EMULATOR_EXAMPLES"
 KILL_GRACE = 5.0  # seconds between SIGTERM and SIGKILL of an agent past its time limit
 PERSON_POLL = 0.2  # seconds between two reads of the agent's output by the person
 
@@ -252,6 +256,7 @@ class Trial:
             TASK_DIR_VAR: str(self.task.path),
             TRIAL_DIR_VAR: str(self.work),
             TRIAL_MARK_VAR: secrets.token_hex(8),
+            EXAMPLES_VAR: str(shipped.EXAMPLES),
             **self.task.env,
         }
         return self
