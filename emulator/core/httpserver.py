@@ -7,9 +7,9 @@ handful of scripts could exhaust the emulator's sockets. Here a connection waiti
 is closed once nothing has arrived for `request_timeout` seconds (idle), and a request whose body is not whole
 `body_deadline` seconds after its first byte is cut off however steadily it drips (total), with one more second
 per MiB of body it has brought, so a large upload at a working speed (snapshot imports, blob uploads) is not.
-Cut off before anything was answered, the client is told 408 in the origin's error format (`refuse`); the app,
-still reading the body, sees the client gone (a 400 nobody receives). While the app answers a whole request (an
-event stream included) no deadline runs. How large a body may be is each route's bound (Litestar's
+Cut off at that deadline before anything was answered, the client is told 408 in the origin's error format
+(`refuse`); the app, still reading the body, sees the client gone (a 400 nobody receives). While the app answers a
+whole request (an event stream included) no deadline runs. How large a body may be is each route's bound (Litestar's
 `request_max_body_size`: the `http_max_body_bytes` setting, larger on the routes that take archives).
 
 uvicorn writes an answer's status line and headers as soon as the app starts it, and its body when that comes:
@@ -226,9 +226,12 @@ def timed_protocol(
                 self._cut_off()
 
         def _cut_off(self) -> None:
-            """Close the connection; a request cut off before anything was answered is told 408 first."""
+            """Close the connection; a request cut off at its total deadline before anything was answered is told 408
+            first (one gone idle is closed as it always was: its client is no longer sending)."""
             cycle = self.cycle if self._headers_in else None
-            if self._began is not None and (cycle is None or not cycle.response_started):
+            began, now = self._began, self.loop.time()
+            total = body_deadline is not None and began is not None and now >= began + body_deadline
+            if total and (cycle is None or not cycle.response_started):
                 # Nothing of the app's goes out after this (its own answer is to a client that has gone).
                 if cycle is not None:
                     cycle.disconnected = True
