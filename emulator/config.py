@@ -120,6 +120,11 @@ class Settings(msgspec.Struct, kw_only=True):
     # state-changing requests; comma-separated. Loopback names and the emulator's own origins always are.
     # A connection waiting for (the rest of) a request is closed after this many seconds without a byte.
     http_request_timeout: float = 30.0
+    # A request whose body is not whole this many seconds after its first byte is cut off (408), however steadily it
+    # drips; each MiB it has brought adds a second (an upload at a working speed is not cut).
+    http_body_deadline: float = 30.0
+    # The largest request body an endpoint takes (413 beyond); snapshot imports and blob uploads have their own.
+    http_max_body_bytes: int = 10_000_000
     # `get_receipts` of a generation a job is settling waits up to this many seconds for it (0: answers at once, as
     # the cloud does). The client polls every 5 s; held, its poll comes back the moment the job settles.
     receipt_hold: float = 20.0
@@ -205,6 +210,7 @@ _INT = {
     "trial_lifetime",
     "media_quota_bytes",
     "proxy_max_relays",
+    "http_max_body_bytes",
 }
 _FLOAT = {
     "build_cache_max_gb",
@@ -212,6 +218,7 @@ _FLOAT = {
     "proxy_connect_timeout",
     "proxy_idle_timeout",
     "http_request_timeout",
+    "http_body_deadline",
     "receipt_hold",
     "submit_hold",
 }
@@ -282,6 +289,10 @@ HELP: dict[str, str] = {
     "proxy_idle_timeout": "seconds a relay with nothing sent either way is kept (default 300)",
     "proxy_max_relays": "relayed connections open at once (default 256; 503 beyond)",
     "http_request_timeout": "seconds a connection may wait for (the rest of) a request (default 30)",
+    "http_body_deadline": "seconds from a request's first byte to its body's last, plus one per MiB of body "
+    "(default 30; 408 and the connection closed beyond)",
+    "http_max_body_bytes": "largest request body in bytes an endpoint takes (default 10000000; 413 beyond); snapshot "
+    "imports (50 GiB) and blob uploads (2 GiB) have their own bounds",
     "receipt_hold": "seconds get_receipts waits for a settling job (0 to 25; default 20)",
     "submit_hold": "seconds a change's answer waits for its job to settle (0 to 25; default 10)",
     "profile": "developer (the default of `up`: spares kept for fast restarts) or throwaway (the default of `exec` "
@@ -473,12 +484,14 @@ def _validate(s: Settings) -> None:
     check(s.runtime in RUNTIMES, "runtime", f"{s.runtime!r} is not one of {', '.join(RUNTIMES)}")
     check(s.profile in PROFILES, "profile", f"{s.profile!r} is not one of {', '.join(PROFILES)}")
     check(s.log_level in LOG_LEVELS, "log_level", f"{s.log_level!r} is not one of {', '.join(LOG_LEVELS)}")
-    for name in ("proxy_connect_timeout", "proxy_idle_timeout", "http_request_timeout"):
+    for name in ("proxy_connect_timeout", "proxy_idle_timeout", "http_request_timeout", "http_body_deadline"):
         check(0 < getattr(s, name) <= 86_400, name, "must be more than 0 and at most 86400 seconds")
     check(0 <= s.receipt_hold <= 25, "receipt_hold", "must be 0 to 25 seconds (the client gives get_receipts 30 s)")
     check(0 <= s.head_start_ttl <= 3600, "head_start_ttl", "must be 0 to 3600 seconds")
     check(0 <= s.submit_hold <= 25, "submit_hold", "must be 0 to 25 seconds (the client gives a change's answer 30 s)")
     check(s.proxy_max_relays >= 1, "proxy_max_relays", "must be at least 1")
+    # Bodies up to 16 KiB are read before the router (core/prerouted.py): a smaller bound would not hold for them.
+    check(s.http_max_body_bytes >= 65_536, "http_max_body_bytes", "must be at least 65536 (64 KiB)")
     ports = re.fullmatch(r"(\d{1,5})(?:-(\d{1,5}))?", s.gateway_ports) if s.gateway_ports else None
     check(
         not s.gateway_ports or (ports is not None and 1 <= int(ports[1]) <= int(ports[2] or ports[1]) <= 65535),

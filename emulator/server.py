@@ -26,6 +26,7 @@ from typing import Any
 import uvicorn
 
 from emulator import __version__, startkeys
+from emulator.cloud.app import boundary_error as cloud_refusal
 from emulator.cloud.app import build_cloud_app
 from emulator.cloud.operations import OPERATIONS
 from emulator.config import ConfigError, Settings
@@ -35,7 +36,7 @@ from emulator.core.clock import iso
 from emulator.core.context import Core
 from emulator.core.egress import EgressError, EgressPolicy, Upstream, resolve_upstream
 from emulator.core.errors import ApiError
-from emulator.core.httpserver import timed_protocol
+from emulator.core.httpserver import Refuse, timed_protocol
 from emulator.core.payloads import EmulatorStarted
 from emulator.core.private import private_dir, write_private
 from emulator.core.runlog import EventLog
@@ -53,10 +54,12 @@ from emulator.hosted.reconciler import Reconciler
 from emulator.hosted.secretbox import SecretBox
 from emulator.hosted.signing import Signer
 from emulator.idp.routes import Idp, build_idp_app
+from emulator.idp.routes import boundary_error as idp_refusal
 from emulator.media import selfcheck
 from emulator.media.store import MediaStore
 from emulator.runtime.choose import make_launcher
 from emulator.site.app import build_site_app
+from emulator.site.errors import boundary_error as site_refusal
 from emulator.site.idempotency import Idempotency
 from emulator.site.ratelimit import RateLimiter
 from emulator.site.search import DocsIndex
@@ -181,7 +184,14 @@ def url_of(sock: socket.socket, public: str | None = None) -> str:
     return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
 
 
+# Each origin's error format, for the 408 its protocol gives a request cut off at its deadline.
+REFUSALS: dict[str, Refuse] = {"site": site_refusal, "auth": idp_refusal, "api": cloud_refusal}
+
+
 def _uvicorn_config(app: Any, settings: Settings, origin: str = "", watch: Watch | None = None) -> uvicorn.Config:
+    http = timed_protocol(
+        settings.http_request_timeout, origin, watch, settings.http_body_deadline, REFUSALS.get(origin, site_refusal)
+    )
     return uvicorn.Config(
         app,
         lifespan="off",
@@ -189,7 +199,7 @@ def _uvicorn_config(app: Any, settings: Settings, origin: str = "", watch: Watch
         # The emulator logs each request itself (runlog); uvicorn says only what went wrong, unless debugging.
         log_level="debug" if settings.log_level == "debug" else "warning",
         access_log=False,
-        http=timed_protocol(settings.http_request_timeout, origin, watch),
+        http=http,
         timeout_graceful_shutdown=3,
         server_header=False,
         # The client IP is the socket's; X-Forwarded-For counts only with `trust_forwarded` (Site).

@@ -138,6 +138,7 @@ def build_cloud_app(platform: Platform, boundary: Boundary) -> BoundaryGate:
         route_handlers=[management, pixeltable_auth, *blobs.HANDLERS],
         exception_handlers={HTTPException: http_error, ApiError: plain_error, Exception: internal_error},
         state=State({"platform": platform}),
+        request_max_body_size=platform.core.settings.http_max_body_bytes,  # blob uploads: MAX_BLOB, their own
         openapi_config=openapi.openapi_config(
             "Pixeltable Cloud emulator: control plane",
             "The management API (one POST to `/`, the operation in `operation_type`), blob uploads and downloads.",

@@ -16,6 +16,8 @@ from typing import Any
 
 import msgspec
 
+from emulator.core import jsonbody
+
 # The MCP tools whose result can carry a canary (site/mcp.py's TOOLS; a test holds the two to the same names).
 TOOLS = ("search_docs", "list_integrations")
 HEALTH = "/health"  # a service's readiness probe: the client's, never the agent's reading
@@ -91,8 +93,8 @@ def carry(status: int, content_type: str, body: bytes, text: str) -> bytes | Non
     if not 200 <= status < 300 or "json" not in content_type.lower():
         return None
     try:
-        data = msgspec.json.decode(body)
-    except (msgspec.DecodeError, RecursionError):  # not JSON, or nested deeper than msgspec decodes
+        data = jsonbody.decode(body)  # the depth bound: `walk` recurses once per level
+    except jsonbody.NotJson:
         return None
     found = [False]  # whether any string value carries it
 

@@ -52,6 +52,7 @@ UNAUTHORIZED = Failure(401, "unauthorized")
 FORBIDDEN = Failure(403, "forbidden")
 NOT_FOUND = Failure(404, "not_found")
 METHOD_NOT_ALLOWED = Failure(405, "method_not_allowed")
+REQUEST_TIMEOUT = Failure(408, "request_timeout")  # a request not whole by its deadline (core/httpserver.py)
 CONFLICT = Failure(409, "conflict")
 # A claim link or sign-in code that is no more: its code is the site's nearest of its four (the operator's acts).
 GONE = Failure(410, "not_found")

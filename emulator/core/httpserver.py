@@ -1,11 +1,16 @@
-"""The HTTP protocol every origin is served with: uvicorn's (httptools), plus a deadline on incomplete requests, and
+"""The HTTP protocol every origin is served with: uvicorn's (httptools), plus deadlines on incomplete requests, and
 an answer's head sent with its body.
 
 uvicorn closes a connection that stays idle after a response (keep-alive timeout), but not one that opens and
 sends nothing, or stops halfway through a request's headers or body: those would be held forever, and a
 handful of scripts could exhaust the emulator's sockets. Here a connection waiting for (the rest of) a request
-is closed once nothing has arrived for `request_timeout` seconds; while the app answers (an event stream
-included) no deadline runs.
+is closed once nothing has arrived for `request_timeout` seconds (idle), and a request whose body is not whole
+`body_deadline` seconds after its first byte is cut off however steadily it drips (total), with one more second
+per MiB of body it has brought, so a large upload at a working speed (snapshot imports, blob uploads) is not.
+Cut off at that deadline before anything was answered, the client is told 408 in the origin's error format
+(`refuse`); the app, still reading the body, sees the client gone (a 400 nobody receives). While the app answers a
+whole request (an event stream included) no deadline runs. How large a body may be is each route's bound (Litestar's
+`request_max_body_size`: the `http_max_body_bytes` setting, larger on the routes that take archives).
 
 uvicorn writes an answer's status line and headers as soon as the app starts it, and its body when that comes:
 two sends, two segments on loopback and two wake-ups of the client, for answers that are ready whole (most are).
@@ -20,17 +25,41 @@ where a secret belongs, and in the operator's own `/_emulator` calls. With none 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from http import HTTPStatus
 from typing import Any
 
 import msgspec
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
+from emulator.core.errors import REQUEST_TIMEOUT, ApiError
 from emulator.core.faults import DROP_EXTENSION
+from emulator.core.jsonbody import check_depth
 from emulator.core.watch import Scan, Watch
 
 ADMIN_PATH = b"/_emulator"  # the operator's API: the harness's own calls (setting the watched values among them)
 _KEEP_BODY = 1024 * 1024  # a control-plane body kept to decode its operation (a secret's value is at most 64 KiB)
+# A body's deadline grows by a second for each MiB it has brought: a dripping body is cut at the deadline, an upload
+# that moves at least this fast never is (the largest bodies, snapshot imports, are bounded at 50 GiB).
+_UPLOAD_RATE = 1024 * 1024
+# An origin's refusal in its own error format: (Content-Type, body).
+Refuse = Callable[[ApiError], tuple[bytes, bytes]]
+
+
+def _json_refusal(exc: ApiError) -> tuple[bytes, bytes]:
+    return b"application/json", msgspec.json.encode({"error": {"code": exc.code, "message": exc.message}})
+
+
+def refusal_bytes(exc: ApiError, refuse: Refuse) -> bytes:
+    """A whole HTTP answer refusing the request, written by the protocol itself, that closes the connection."""
+    ctype, body = refuse(exc)
+    return (
+        f"HTTP/1.1 {exc.status} {HTTPStatus(exc.status).phrase}\r\n".encode()
+        + b"Content-Type: "
+        + ctype
+        + f"\r\nContent-Length: {len(body)}\r\nConnection: close\r\n\r\n".encode()
+        + body
+    )
 
 
 class _Operation(msgspec.Struct):
@@ -47,8 +76,9 @@ def set_secret_value(body: bytes) -> str | None:
     """The value a control-plane body sets as a secret, when it is a `set_secret` operation (decoded, as the control
     plane decodes it: a value that merely appears in some other operation's body is not one)."""
     try:
+        check_depth(body)
         op = _decode_operation(body)
-    except (msgspec.DecodeError, ValueError):  # not JSON, not an object, or not UTF-8
+    except (msgspec.DecodeError, ValueError):  # not JSON, not an object, not UTF-8, or nested too deeply
         return None
     return op.value if op.operation_type == "set_secret" and isinstance(op.value, str) else None
 
@@ -136,15 +166,27 @@ class HeadWithBody(asyncio.Transport):
         return self._transport.get_protocol()
 
 
-def timed_protocol(request_timeout: float, origin: str = "", watch: Watch | None = None) -> type[HttpToolsProtocol]:
-    """The protocol of `origin`'s server; `watch`: the values its requests are scanned for (when any are set)."""
+def timed_protocol(
+    request_timeout: float,
+    origin: str = "",
+    watch: Watch | None = None,
+    body_deadline: float | None = None,
+    refuse: Refuse = _json_refusal,
+) -> type[HttpToolsProtocol]:
+    """The protocol of `origin`'s server; `watch`: the values its requests are scanned for (when any are set);
+    `body_deadline`: seconds from a request's first byte to its body's last (None: only the idle deadline);
+    `refuse`: the origin's error format, for the 408 of a request cut off at its deadline."""
 
     class TimedHttpToolsProtocol(HttpToolsProtocol):
         # One timer per connection, moved on lazily: a timer made and cancelled per request cost more than the rest
         # of this class together.
         _deadline: asyncio.TimerHandle | None = None
+        _due = 0.0  # when the pending timer fires
         _waiting = False  # for (the rest of) a request: the deadline runs
         _last = 0.0  # when its last bytes came (the loop's time)
+        _began: float | None = None  # when the request being read began (its first byte), until it is whole
+        _brought = 0  # bytes of its body so far
+        _headers_in = False  # its headers are whole: `self.cycle` is its own
         _out: HeadWithBody  # the transport uvicorn writes to
         # While values are watched: the request's header sightings, its body's scan, and (a control-plane POST) its
         # body to decode; None when nothing is watched or the request is the operator's.
@@ -156,20 +198,50 @@ def timed_protocol(request_timeout: float, origin: str = "", watch: Watch | None
             self._waiting = True
             self._last = self.loop.time()
             if self._deadline is None:
-                self._deadline = self.loop.call_later(request_timeout, self._expire)
+                self._schedule(request_timeout)
+
+        def _schedule(self, delay: float) -> None:
+            self._due = self.loop.time() + delay
+            self._deadline = self.loop.call_later(delay, self._expire)
 
         def _disarm(self) -> None:
             self._waiting = False  # a pending timer finds it so, and ends
+            self._began = None
+
+        def _until(self) -> float:
+            """When the request being waited for is cut off: idle too long, or (its body) past its total deadline."""
+            idle = self._last + request_timeout
+            if self._began is None or body_deadline is None:
+                return idle
+            return min(idle, self._began + body_deadline + self._brought / _UPLOAD_RATE)
 
         def _expire(self) -> None:
             self._deadline = None
             if not self._waiting:
                 return
-            left = self._last + request_timeout - self.loop.time()
+            left = self._until() - self.loop.time()
             if left > 0:
-                self._deadline = self.loop.call_later(left, self._expire)
+                self._schedule(left)
             elif not self.transport.is_closing():
-                self.transport.close()
+                self._cut_off()
+
+        def _cut_off(self) -> None:
+            """Close the connection; a request cut off at its total deadline before anything was answered is told 408
+            first (one gone idle is closed as it always was: its client is no longer sending)."""
+            cycle = self.cycle if self._headers_in else None
+            began, now = self._began, self.loop.time()
+            total = body_deadline is not None and began is not None and now >= began + body_deadline
+            if total and (cycle is None or not cycle.response_started):
+                # Nothing of the app's goes out after this (its own answer is to a client that has gone).
+                if cycle is not None:
+                    cycle.disconnected = True
+                    cycle.message_event.set()
+                slow = REQUEST_TIMEOUT(
+                    f"the request was not whole {body_deadline:g} s after its first byte "
+                    "(the http_body_deadline setting)"
+                )
+                self.transport.write(refusal_bytes(slow, refuse))
+            self.transport.close()
 
         def connection_made(self, transport: Any) -> None:
             self._out = HeadWithBody(transport, self.loop)
@@ -178,6 +250,11 @@ def timed_protocol(request_timeout: float, origin: str = "", watch: Watch | None
 
         def on_message_begin(self) -> None:
             super().on_message_begin()
+            self._began, self._brought, self._headers_in = self.loop.time(), 0, False
+            if body_deadline is not None and self._began + body_deadline < self._due:
+                if self._deadline is not None:  # a later one, from the idle deadline: this request's comes first
+                    self._deadline.cancel()
+                self._schedule(body_deadline)
             self._out.hold_next()  # the next write is this request's answer's head (or a 100 Continue)
             # A fault that drops the connection needs the socket, which ASGI does not hand to the app.
             self.scope["extensions"] = {DROP_EXTENSION: self.transport.abort}  # type: ignore[typeddict-unknown-key]
@@ -193,6 +270,7 @@ def timed_protocol(request_timeout: float, origin: str = "", watch: Watch | None
 
         def on_headers_complete(self) -> None:
             super().on_headers_complete()
+            self._headers_in = True
             if self._headers_seen is None or watch is None:
                 return
             raw_path, _, query = self.url.partition(b"?")
@@ -207,6 +285,7 @@ def timed_protocol(request_timeout: float, origin: str = "", watch: Watch | None
                 self._kept = bytearray()
 
         def on_body(self, body: bytes) -> None:
+            self._brought += len(body)
             if self._body_scan is not None:
                 self._body_scan.feed(body)
                 if self._kept is not None and len(self._kept) + len(body) <= _KEEP_BODY:

@@ -15,7 +15,6 @@ recorded by its name only, but for the links the emulator itself hands a person 
 
 from __future__ import annotations
 
-import base64
 import hashlib
 import time
 from collections.abc import Callable
@@ -28,6 +27,7 @@ from litestar.enums import ScopeType
 from litestar.types import HTTPScope, Message, Receive, ReceiveMessage, Scope, Send
 from msgspec import UNSET
 
+from emulator.core import jsonbody
 from emulator.core.ids import key_fingerprint
 from emulator.core.payloads import Credentials, HttpRequest, Payload
 
@@ -67,8 +67,10 @@ def jwt_claims(token: str) -> SeenClaims | None:
     if len(parts) != 3:
         return None
     try:
-        return _decode_claims(base64.urlsafe_b64decode(parts[1] + "=" * (-len(parts[1]) % 4)))
-    except (ValueError, msgspec.DecodeError):  # msgspec.ValidationError (claims that are not an object) is one
+        claims = jsonbody.b64url(parts[1])
+        jsonbody.check_depth(claims)
+        return _decode_claims(claims)
+    except (ValueError, msgspec.DecodeError):  # ValidationError (claims not an object), NotJson (too deep) are ones
         return None
 
 

@@ -240,6 +240,8 @@ def parse(text: str, name: str) -> World:
         line, message = (m.group(2), m.group(1)) if m else (max(1, len(text.splitlines())), str(e))
         message = message.replace(" (at end of document)", " (at the end of the file)")
         raise BAD_REQUEST(f"{name}:{line}: {message}") from None
+    except RecursionError:  # tomllib recurses once per level of nested arrays and inline tables
+        raise BAD_REQUEST(f"{name}: arrays or inline tables nested too deeply") from None
     try:
         return msgspec.convert(raw, World)
     except msgspec.ValidationError as e:

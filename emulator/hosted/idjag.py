@@ -18,14 +18,13 @@ is the registration's, in its transaction.
 
 from __future__ import annotations
 
-import base64
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
 import msgspec
 from msgspec import UNSET, UnsetType
 
+from emulator.core import jsonbody
 from emulator.core.errors import (
     INVALID_GRANT,
     INVALID_REQUEST,
@@ -287,13 +286,13 @@ def login_required(why: str, max_age: int) -> ApiError:
 
 def _peek(token: str) -> tuple[dict[str, object], dict[str, object]]:
     """A JWS's header and claims before its signature is checked: which issuer's key to check it with."""
-    parts = token.split(".")
-    if len(parts) != 3:
-        raise INVALID_GRANT("the assertion is not a JWT (three dot-separated parts)")
     try:
-        header, claims = (json.loads(base64.urlsafe_b64decode(p + "=" * (-len(p) % 4))) for p in parts[:2])
-    except (ValueError, UnicodeDecodeError):
-        raise INVALID_GRANT("the assertion is not a JWT (its header or claims are not base64url JSON)") from None
+        found = jsonbody.token_parts(token)
+    except jsonbody.NotJson as e:  # nesting too deep among them: decoded with the depth bound, never recursed into
+        raise INVALID_GRANT(f"the assertion is not a JWT (its header or claims are not base64url JSON: {e})") from None
+    if found is None:
+        raise INVALID_GRANT("the assertion is not a JWT (three dot-separated parts)")
+    header, claims = found
     if not isinstance(header, dict) or not isinstance(claims, dict):
         raise INVALID_GRANT("the assertion is not a JWT (its header and claims must be JSON objects)")
     return header, claims

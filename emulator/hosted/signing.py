@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 import msgspec
 from msgspec import UNSET, UnsetType
 
+from emulator.core import jsonbody
 from emulator.core.private import write_private
 
 if TYPE_CHECKING:
@@ -152,6 +153,7 @@ class Signer:
         from joserfc.errors import JoseError
 
         try:
+            jsonbody.check_token(token)  # joserfc decodes header and claims recursively: 50,000 levels would raise
             decoded = jwt.decode(token, self._loaded(), algorithms=["ES256"])
             kind = SessionClaims if "sid" in decoded.claims else AgentClaims
             verified = str(decoded.header.get("typ", "")), msgspec.convert(decoded.claims, kind)
@@ -170,8 +172,9 @@ class Signer:
         from joserfc.errors import JoseError
 
         try:
+            jsonbody.check_token(token)
             decoded = jwt.decode(token, self._loaded(), algorithms=["ES256"])
-        except (JoseError, ValueError, TypeError) as e:
+        except (JoseError, ValueError, TypeError) as e:  # jsonbody.NotJson is a ValueError
             raise InvalidToken(str(e) or type(e).__name__) from None
         return dict(decoded.header), dict(decoded.claims)
 

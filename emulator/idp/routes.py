@@ -573,6 +573,7 @@ def build_idp_app(idp: Idp, boundary: Boundary) -> BoundaryGate:
         route_handlers=[*HANDLERS, *login.HANDLERS, *agents.HANDLERS],
         exception_handlers={HTTPException: http_error, ApiError: registration_error, Exception: internal_error},
         state=State({"idp": idp}),
+        request_max_body_size=idp.core.settings.http_max_body_bytes,
         openapi_config=openapi.openapi_config(
             "Pixeltable Cloud emulator: identity provider",
             "Agent registration and claims, OAuth token and revocation, discovery, pxt login.",

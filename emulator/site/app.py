@@ -17,7 +17,7 @@ from emulator.core.boundary import asgi_headers
 from emulator.core.faultgate import FaultGate
 from emulator.core.webapp import App
 from emulator.site import ask, discovery, mcp, pages, trials
-from emulator.site.errors import EXCEPTION_HANDLERS, error_bytes
+from emulator.site.errors import EXCEPTION_HANDLERS, boundary_error
 from emulator.site.gate import SiteGate
 from emulator.site.state import Site
 
@@ -74,6 +74,7 @@ def build_site_app(site: Site) -> Any:
         ],
         exception_handlers=EXCEPTION_HANDLERS,
         state=State({"site": site}),
+        request_max_body_size=site.core.settings.http_max_body_bytes,  # routes that take archives set their own
         openapi_config=openapi.openapi_config(
             "Pixeltable Cloud emulator: site",
             "The public agent API (/ask, /mcp), discovery, the trial endpoint, docs pages and the emulator's "
@@ -83,5 +84,5 @@ def build_site_app(site: Site) -> Any:
         debug=False,
     )
     fast = Liveness(ask.AskFastPath(app, site))  # /health and POST /ask before the router
-    faulted = FaultGate(fast, "site", site.core.faults, lambda e: (b"application/json", error_bytes(e)))
+    faulted = FaultGate(fast, "site", site.core.faults, boundary_error)
     return SiteGate(faulted, site.core.settings, site.boundary)

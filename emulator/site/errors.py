@@ -53,6 +53,11 @@ def error_bytes(exc: ApiError) -> bytes:
     )
 
 
+def boundary_error(exc: ApiError) -> tuple[bytes, bytes]:
+    """A refusal before the router (a gate's, or the connection's deadline) in the site's envelope."""
+    return b"application/json", error_bytes(exc)
+
+
 def error_response(exc: ApiError) -> Response[bytes]:
     return Response(error_bytes(exc), status_code=exc.status, media_type="application/json", headers=exc.headers)
 
@@ -85,6 +90,11 @@ def on_http_error(request: Request[Any, Any, Any], exc: HTTPException) -> Respon
 
 def http_detail(exc: HTTPException) -> str:
     """Litestar's refusal as a sentence; a parameter that failed validation is named, with what was wrong."""
+    if exc.status_code == 413:
+        return (
+            "the request body is larger than this endpoint takes (the http_max_body_bytes setting; snapshot "
+            "imports and blob uploads have their own bounds)"
+        )
     extra = exc.extra if isinstance(exc.extra, list) else []
     problems = [
         f"{p['key']} ({getattr(p.get('source'), 'value', p.get('source')) or 'parameter'}): {p['message']}"
