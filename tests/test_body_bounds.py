@@ -112,7 +112,8 @@ def test_a_dripping_body_is_cut_off_at_its_deadline_with_408(
     assert status.startswith(b"HTTP/1.1 408 "), answer
     assert b"connection: close" in status.lower()
     if origin == "site":  # the site's envelope
-        assert json.loads(body)["error"]["status"] == 408
+        error = json.loads(body)["error"]
+        assert error["status"] == 408 and error["code"] == "request_timeout"  # the code says what the status does
     elif origin == "auth":  # the identity provider's {code, message, error}
         refused = json.loads(body)
         assert refused["code"] == refused["error"] == "request_timeout" and "http_body_deadline" in refused["message"]
@@ -195,7 +196,8 @@ async def test_a_body_over_the_bound_is_413_in_the_origin_s_format(
         r = await c.post(_origin(bounded, origin) + path, content=content, headers=headers)
         assert r.status_code == 413, r.text
         if origin == "site":
-            assert r.json()["error"]["status"] == 413 and "http_max_body_bytes" in r.json()["error"]["message"]
+            error = r.json()["error"]
+            assert error["status"] == 413 and error["code"] == "too_large" and "http_max_body_bytes" in error["message"]
         elif origin == "auth":
             refused = r.json()
             assert refused["code"] == refused["error"] and "http_max_body_bytes" in refused["message"]

@@ -11,6 +11,7 @@ from __future__ import annotations
 import errno
 import sqlite3
 from dataclasses import dataclass
+from http import HTTPStatus
 from pathlib import Path
 
 
@@ -63,6 +64,38 @@ RATE_LIMITED = Failure(429, "rate_limited")
 INTERNAL = Failure(500, "internal")
 UNAVAILABLE = Failure(503, "unavailable")
 INSUFFICIENT_STORAGE = Failure(507, "insufficient_storage")
+
+# The code of a refusal known only by its status (the framework's own, an injected fault): the catalogue's for it.
+_BY_STATUS = {
+    f.status: f.code
+    for f in (
+        BAD_REQUEST,
+        UNAUTHORIZED,
+        FORBIDDEN,
+        NOT_FOUND,
+        METHOD_NOT_ALLOWED,
+        CONFLICT,
+        REQUEST_TIMEOUT,
+        TOO_LARGE,
+        UNSUPPORTED_MEDIA_TYPE,
+        UNPROCESSABLE,
+        RATE_LIMITED,
+        INTERNAL,
+        UNAVAILABLE,
+        INSUFFICIENT_STORAGE,
+    )
+}
+
+
+def code_for(status: int) -> str:
+    """The catalogue's code for a status; a status it has none for, its phrase (`418` → `im_a_teapot`)."""
+    if status in _BY_STATUS:
+        return _BY_STATUS[status]
+    try:
+        return HTTPStatus(status).phrase.lower().replace(" ", "_").replace("-", "_").replace("'", "")
+    except ValueError:
+        return "error"
+
 
 # The site's: a body of /ask that is not JSON.
 INVALID_JSON = Failure(400, "invalid_json")

@@ -19,12 +19,11 @@ import asyncio
 import contextlib
 import random
 from dataclasses import dataclass, field
-from http import HTTPStatus
 
 import msgspec
 from msgspec import UNSET, UnsetType
 
-from emulator.core.errors import BAD_REQUEST, NOT_FOUND, ApiError
+from emulator.core.errors import BAD_REQUEST, NOT_FOUND, ApiError, code_for
 from emulator.core.events import EventBus
 from emulator.core.payloads import FaultArmed, FaultFired, FaultHeld, FaultRemoved
 
@@ -125,12 +124,7 @@ class Verdict:
 
 
 def error_code(status: int) -> str:
-    if status == 429:
-        return "rate_limited"
-    try:
-        return HTTPStatus(status).phrase.lower().replace(" ", "_").replace("-", "_")
-    except ValueError:
-        return "error"
+    return code_for(status)
 
 
 def _bad(message: str) -> ApiError:

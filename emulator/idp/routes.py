@@ -33,6 +33,7 @@ from emulator.core.errors import (
     UNSUPPORTED_GRANT_TYPE,
     UNSUPPORTED_RESPONSE_TYPE,
     ApiError,
+    code_for,
 )
 from emulator.core.faultgate import FaultGate
 from emulator.core.prerouted import raw_headers, read_body, send_whole, small_body
@@ -163,7 +164,10 @@ def http_error(request: Request[Any, Any, Any], exc: HTTPException) -> Response[
         return registration_error(request, INVALID_REQUEST(cut.message))
     if exc.status_code == 404:
         return registration_error(request, NOT_FOUND(f"nothing is served at {request.url.path}"))
-    return registration_error(request, ApiError(exc.status_code, "invalid_request", http_detail(exc)))
+    # a 400 is OAuth's invalid_request; another status keeps the catalogue's code for it (405, 413, ...)
+    status = exc.status_code
+    code = "invalid_request" if status == 400 else code_for(status)
+    return registration_error(request, ApiError(status, code, http_detail(exc)))
 
 
 # --- registration ---------------------------------------------------------------------------------

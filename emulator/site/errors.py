@@ -18,7 +18,15 @@ import msgspec
 from litestar import Request, Response
 from litestar.exceptions import HTTPException, InternalServerException
 
-from emulator.core.errors import BAD_REQUEST, METHOD_NOT_ALLOWED, NOT_FOUND, ApiError, disk_full, full_disk
+from emulator.core.errors import (
+    BAD_REQUEST,
+    METHOD_NOT_ALLOWED,
+    NOT_FOUND,
+    ApiError,
+    code_for,
+    disk_full,
+    full_disk,
+)
 from emulator.core.errors import INTERNAL as _INTERNAL
 
 log = logging.getLogger("emulator")
@@ -85,7 +93,7 @@ def on_http_error(request: Request[Any, Any, Any], exc: HTTPException) -> Respon
         return error_response(METHOD_NOT_ALLOWED(msg, headers={"Allow": allowed} if allowed else None))
     if status >= 500:
         return on_internal_error(request, exc)
-    return error_response(ApiError(status, "bad_request", http_detail(exc)))
+    return error_response(ApiError(status, code_for(status), http_detail(exc)))
 
 
 def http_detail(exc: HTTPException) -> str:
