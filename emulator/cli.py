@@ -29,7 +29,8 @@ from emulator.commands import (
 DESCRIPTION = """\
 Local emulator of Pixeltable Cloud: the public agent API (/ask, /mcp, /health, trials, discovery),
 the identity provider (agent registration, claims, tokens), the control plane, and the emulator's
-control API (/_emulator). Everything listens on 127.0.0.1 unless told otherwise.
+control API (/_emulator). Everything listens on 127.0.0.1 unless told otherwise, on ports 8700-8705
+(--free-ports: a free port for each, for an emulator beside another).
 
 Every setting can also come from an EMULATOR_<NAME> environment variable or from
 <state-dir>/emulator.toml; flags win over the environment, which wins over the file.
@@ -37,8 +38,8 @@ Every setting can also come from an EMULATOR_<NAME> environment variable or from
 
 EPILOG = """\
 examples:
-  emulator up                          start in the foreground (Ctrl-C stops it)
-  emulator up -d --site-port 0         start in the background on a free port
+  emulator up --free-ports             start in the foreground on free ports (Ctrl-C stops it)
+  emulator up -d --free-ports          start in the background; it prints the command that stops it
   emulator status                      what is running, where, and the emulator's clock
   emulator clock advance 48h           move the emulator's clock (due jobs run first)
   emulator events -f                   follow the event journal

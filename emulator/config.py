@@ -55,6 +55,9 @@ class Settings(msgspec.Struct, kw_only=True):
     tunnel_port: int = 8704
     # The media store's S3 endpoint (the databases' home buckets).
     s3_port: int = 8705
+    # Every port the emulator opens taken free (the origins' and the service gateways'), for an emulator beside
+    # another: a port setting given as strongly (a flag beside `--free-ports`) or more strongly still wins.
+    free_ports: bool = False
     # Hosted databases are reached as <org>-<db>.<cloud_domain> (a reserved .test name: never real DNS).
     cloud_domain: str = "pxt.test"
     state_dir: Path = msgspec.field(default_factory=default_state_dir)
@@ -224,6 +227,7 @@ _FLOAT = {
 }
 _PATH = {"state_dir", "docs", "integrations", "canaries"}
 _BOOL = {
+    "free_ports",
     "trust_forwarded",
     "watch_docs",
     "anonymous_registration",
@@ -234,6 +238,28 @@ _BOOL = {
     "spares",
 }
 FIELDS = tuple(f for f in Settings.__struct_fields__)
+ORIGIN_PORTS = ("site_port", "auth_port", "api_port", "tunnel_port", "s3_port")
+# The ports `free_ports` takes free, each with its value that means "a free one".
+FREE_PORT_VALUES: dict[str, Any] = {**dict.fromkeys(ORIGIN_PORTS, 0), "gateway_ports": ""}
+
+# `EMULATOR_*` variables that are not settings, and who reads them: any other name that is not a setting's
+# (`EMULATOR_<SETTING>`) is refused at start with the nearest name, as a wrong flag or file key is. A test holds
+# this list to every such name the repository uses.
+NOT_SETTINGS: dict[str, str] = {
+    "EMULATOR_CONFIG": "the settings file (--config)",
+    "EMULATOR_URL": "the CLI and clients: the site of the emulator to talk to (`emulator env`)",
+    "EMULATOR_AUTH_URL": "clients: the identity provider (`emulator env`)",
+    "EMULATOR_IMPORT": "`emulator up`: the export to start from (--import)",
+    "EMULATOR_APPLY": "`emulator up`: the declared state to apply at start (--apply)",
+    "EMULATOR_EXPORT_ON_EXIT": "`emulator up`: where to export the state when it stops (--export-on-exit)",
+    "EMULATOR_TASK_DIR": "`emulator eval`: the task's folder, for the agent",
+    "EMULATOR_TASK_INSTRUCTION": "`emulator eval`: the task's instruction, for the agent",
+    "EMULATOR_TASK_INSTRUCTION_FILE": "`emulator eval`: the file of the task's instruction, for the agent",
+    "EMULATOR_TRIAL_DIR": "`emulator eval`: the trial's own directory, for the agent",
+    "EMULATOR_TRIAL_MARK": "`emulator eval`: the mark every process of a trial carries",
+    "EMULATOR_IMAGE": "the compose example: the emulator's image",
+    "EMULATOR_TEST_BASE_IMAGE": "the test suite and scripts/setup-docker.sh: the base image of hosted containers",
+}
 
 # What each setting does, in a line: the help of its flag (`emulator up --help`). A test holds this, the flags
 # and the README's table of settings to the same names.
@@ -244,6 +270,8 @@ HELP: dict[str, str] = {
     "api_port": "port of the control plane (default 8702; 0 = free)",
     "tunnel_port": "port of the database tunnel and its CONNECT proxy (default 8704; 0 = free)",
     "s3_port": "port of the media store's S3 endpoint (default 8705; 0 = free)",
+    "free_ports": "take a free port for every origin and service gateway: an emulator beside another (default "
+    "off; a port flag given with it still wins)",
     "cloud_domain": "hosted databases are <org>-<db>.DOMAIN (default pxt.test, never real DNS)",
     "state_dir": "where state is kept (default ~/.local/state/pxt-emulator)",
     "docs": "folder of markdown or HTML docs that /ask and search_docs answer from (default: the shipped corpus)",
@@ -410,6 +438,7 @@ def load_settings(flags: dict[str, Any] | None = None, env: dict[str, str] | Non
     the flag, the environment variable or the file."""
     flags = {k: v for k, v in (flags or {}).items() if v is not None}
     env = dict(os.environ if env is None else env)
+    _refuse_unknown_variables(env)
     from_env = {name: env[env_of(name)] for name in FIELDS if env_of(name) in env}
     config_path = flags.pop("config", None) or env.get("EMULATOR_CONFIG")
     where: dict[str, str] = {}  # each setting's source, as a person would look for it
@@ -426,6 +455,14 @@ def load_settings(flags: dict[str, Any] | None = None, env: dict[str, str] | Non
                 if name in FIELDS:
                     merged[name] = _coerce(name, value)
         merged["state_dir"] = state_dir
+        if merged.get("free_ports"):
+            # A port set where free_ports is, or somewhere stronger (flags > environment > file), wins.
+            rank = {"file": 0, "env": 1, "flag": 2}
+            strength = {n: rank["file"] for n in from_file} | {n: rank["env"] for n in from_env}
+            strength |= {n: rank["flag"] for n in flags}
+            for name, free in FREE_PORT_VALUES.items():
+                if strength.get(name, -1) < strength["free_ports"]:
+                    merged[name] = free
         settings = Settings(**merged)
         _validate(settings)
     except ConfigError as e:
@@ -433,6 +470,25 @@ def load_settings(flags: dict[str, Any] | None = None, env: dict[str, str] | Non
             raise ConfigError(f"{e} (set by {where[e.setting]})", e.setting) from None
         raise
     return settings
+
+
+def _refuse_unknown_variables(env: dict[str, str]) -> None:
+    """An `EMULATOR_*` variable that names no setting (and is none of NOT_SETTINGS) is a typo that would otherwise
+    be ignored silently: refused, with the nearest name."""
+    settings = {env_of(name): name for name in FIELDS}
+    unknown = sorted(k for k in env if k.startswith("EMULATOR_") and k not in settings and k not in NOT_SETTINGS)
+    if not unknown:
+        return
+    prefix = len("EMULATOR_")  # compared without it: every name shares it, which would make any two look close
+    known = [k[prefix:] for k in (*settings, *NOT_SETTINGS)]
+    hints = []
+    for name in unknown:
+        close = difflib.get_close_matches(name[prefix:], known, n=1, cutoff=0.75)
+        hints.append(f"{name} (did you mean EMULATOR_{close[0]}?)" if close else name)
+    raise ConfigError(
+        f"environment: {', '.join(hints)} {'is not a setting' if len(hints) == 1 else 'are not settings'}; an "
+        "EMULATOR_<NAME> variable must name one (`emulator up --help` lists every setting)"
+    )
 
 
 def _read_file(path: Path, required: bool) -> dict[str, Any]:
@@ -459,7 +515,7 @@ def _validate(s: Settings) -> None:
         if not ok:
             raise ConfigError(f"{setting}{' ' if message.startswith('must') else ': '}{message}", setting)
 
-    for name in ("site_port", "auth_port", "api_port", "tunnel_port", "s3_port"):
+    for name in ORIGIN_PORTS:
         port = getattr(s, name)
         check(0 <= port <= 65535, name, f"{port} is not a TCP port (0 picks a free one)")
     for name in (

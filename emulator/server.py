@@ -141,7 +141,8 @@ def bind(host: str, port: int, origin: str) -> socket.socket:
     except OSError as e:
         sock.close()
         raise PortInUse(
-            f"{origin}: cannot listen on {host}:{port} ({e.strerror}); choose another port (0 picks a free one)"
+            f"{origin}: cannot listen on {host}:{port} ({e.strerror}); choose another port (0 picks a free one), "
+            "or --free-ports for a free port for every origin"
         ) from None
     sock.set_inheritable(False)
     return sock

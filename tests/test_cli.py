@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import signal
 import socket
 import subprocess
 import sys
@@ -239,3 +240,149 @@ def test_human_and_operator_commands(emu: Emulator) -> None:
     assert re.search(r"^cloud_reachable\s+on$", run("switch", "cloud_reachable", "on", state=state).stdout, re.M)
     bad = run("approve-claim", "agent_reg_NOPE", "--email", "x@example.org", state=state)
     assert bad.returncode != 0 and "no pending claim" in bad.stderr
+
+
+# What an example's command is replaced with in `emulator exec` examples: it passes only against a healthy emulator.
+HEALTHY = "import httpx, os; assert httpx.get(os.environ['EMULATOR_URL'] + '/health').json() == {'status': 'ok'}"
+
+
+def help_examples() -> list[list[str]]:
+    """Every example line of `emulator --help` and of each command's --help that starts an emulator, as argv."""
+    import argparse
+    import shlex
+
+    from emulator.cli import parser
+
+    root = parser()
+    helps = [root.format_help()]
+    for action in root._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            helps += [p.format_help() for p in action.choices.values()]
+    found: list[list[str]] = []
+    for text in helps:
+        section = re.split(r"^examples?:$", text, maxsplit=1, flags=re.M)[1:]
+        for line in section[0].splitlines() if section else ():
+            argv = shlex.split(re.split(r"\s{2,}", line.strip())[0]) if line.startswith("  emulator ") else []
+            if argv[1:2] in (["up"], ["exec"]) and argv not in found:
+                found.append(argv)
+    return found
+
+
+def occupy_default_ports(tmp_path: Path) -> subprocess.Popen[bytes] | None:
+    """An emulator on the default ports (8700-8705), as a developer has one running; None when something else
+    already holds them (another run's emulator): the examples meet taken ports either way."""
+    state = tmp_path / "first"
+    state.mkdir()
+    with open(state / "out.log", "wb") as out:
+        cmd = [sys.executable, "-m", "emulator", "up", "--state-dir", str(state), "--no-watch", "--runtime", "process"]
+        proc = subprocess.Popen(cmd, stdout=out, stderr=out, stdin=subprocess.DEVNULL)
+    deadline = time.monotonic() + 60
+    while proc.poll() is None and time.monotonic() < deadline:
+        try:
+            if json.loads((state / "endpoints.json").read_text()).get("pid") == proc.pid:
+                return proc
+        except (OSError, ValueError):
+            pass
+        time.sleep(0.05)
+    assert proc.poll() is not None, "the emulator on the default ports did not start within 60 s"
+    assert "cannot listen on 127.0.0.1:87" in (state / "out.log").read_text()
+    return None
+
+
+def test_help_examples_run_as_printed_beside_an_emulator_on_the_default_ports(tmp_path: Path) -> None:
+    """Each example of the help that starts an emulator starts one (no port taken twice), which is healthy and
+    stops: a foreground one with Ctrl-C, a detached one with the command it prints, an `exec` one by itself."""
+    examples = help_examples()
+    assert ["emulator", "up", "-d", "--free-ports"] in examples and any(a[1] == "exec" for a in examples)
+    assert not any("--tui" in argv for argv in examples)  # needs a terminal: not runnable here as printed
+    examples.sort(key=lambda argv: "--import" in argv)  # after the example that exports what they import
+    home, work = tmp_path / "home", tmp_path / "work"
+    home.mkdir()
+    work.mkdir()
+    # A user's machine: the default state dir is under HOME, nothing exported points elsewhere.
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("EMULATOR_", "XDG_"))} | {"HOME": str(home)}
+
+    def emulator(argv: list[str]) -> subprocess.CompletedProcess[str]:
+        cmd = [sys.executable, "-m", "emulator", *argv[1:]]
+        return subprocess.run(cmd, capture_output=True, text=True, timeout=180, cwd=work, env=env)
+
+    first = occupy_default_ports(tmp_path)
+    try:
+        with socket.socket() as probe:
+            assert probe.connect_ex(("127.0.0.1", 8700)) == 0  # the default site port is taken
+        for argv in examples:
+            if argv[1] == "exec":
+                dash = argv.index("--")
+                r = emulator([*argv[: dash + 1], sys.executable, "-c", HEALTHY])
+                assert r.returncode == 0, (argv, r.stderr)
+            elif "-d" in argv:
+                r = emulator(argv)
+                assert r.returncode == 0, (argv, r.stderr)
+                site = re.search(r"^  site +(\S+)", r.stdout, re.M)
+                assert site and httpx.get(site[1] + "/health").json() == {"status": "ok"}, r.stdout
+                stop = re.search(r"stop it with `([^`]+)`", r.stdout)
+                assert stop, r.stdout
+                if "--state-dir" in argv:  # not the default: the command names it, absolute, to work from anywhere
+                    folder = argv[argv.index("--state-dir") + 1]
+                    assert stop[1] == f"emulator down --state-dir {work / folder}", stop[1]
+                else:
+                    assert stop[1] == "emulator down", stop[1]
+                down = emulator(stop[1].split())
+                assert down.returncode == 0 and down.stdout.startswith("emulator: stopped (pid "), down
+                assert not httpx_answers(site[1])
+                again = emulator(stop[1].split())  # nothing left to stop: said, and not a success
+                assert again.returncode == 1 and "no emulator is running in" in again.stderr, again
+            else:
+                cmd = [sys.executable, "-m", "emulator", *argv[1:]]
+                pipe = subprocess.PIPE
+                proc = subprocess.Popen(cmd, stdout=pipe, stderr=pipe, text=True, cwd=work, env=env)
+                assert proc.stdout is not None
+                try:
+                    said = ""
+                    while not (site := re.search(r"^  site +(\S+)", said, re.M)) and len(said) < 20_000:
+                        said += proc.stdout.readline() or "(its output ended)"
+                    assert site and httpx.get(site[1] + "/health").json() == {"status": "ok"}, (argv, said)
+                finally:
+                    proc.send_signal(signal.SIGINT)  # Ctrl-C, as the example says
+                    assert proc.wait(30) == 0, (argv, proc.stderr.read() if proc.stderr else "")
+            for flag in ("--export-on-exit",):
+                if flag in argv:
+                    assert (work / argv[argv.index(flag) + 1]).is_file(), argv
+    finally:
+        if first is not None:
+            first.terminate()
+            first.wait(30)
+
+
+def httpx_answers(url: str) -> bool:
+    try:
+        httpx.get(url + "/health", timeout=2)
+    except httpx.TransportError:
+        return False
+    return True
+
+
+def test_a_piped_detached_start_returns_once_healthy(tmp_path: Path) -> None:
+    """`emulator up -d | head -2`: the reader leaves after two lines (or before any); the start still returns at
+    once, with success, and the emulator runs (it used to print again into the closed pipe for 60 s, then say
+    it was not healthy)."""
+    for lines in (2, 0):
+        state = tmp_path / f"piped{lines}"
+        cmd = [sys.executable, "-m", "emulator", "up", "-d", "--free-ports", "--no-watch", "--runtime", "process"]
+        started = time.monotonic()
+        proc = subprocess.Popen([*cmd, "--state-dir", str(state)], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        assert proc.stdout is not None and proc.stderr is not None
+        try:
+            read = [proc.stdout.readline() for _ in range(lines)]
+            proc.stdout.close()  # as `head -2` does when it has its lines
+            assert proc.wait(60) == 0, proc.stderr.read()
+            # well under the 60 s it used to wait (the start itself takes seconds on a busy machine)
+            assert time.monotonic() - started < 45
+            assert all(line for line in read)
+            site = json.loads((state / "endpoints.json").read_text())["site"]
+            assert httpx.get(site + "/health").json() == {"status": "ok"}
+            assert b"Traceback" not in proc.stderr.read()
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+            run("down", state=state)

@@ -17,7 +17,17 @@ import httpx
 import pytest
 
 from emulator.cli import parser
-from emulator.config import BOOLS, CHOICES, FIELDS, HELP, ConfigError, env_of, flag_of, load_settings
+from emulator.config import (
+    BOOLS,
+    CHOICES,
+    FIELDS,
+    HELP,
+    NOT_SETTINGS,
+    ConfigError,
+    env_of,
+    flag_of,
+    load_settings,
+)
 from tests.conftest import Emulator
 from tests.test_cli import FREE_PORTS, run
 
@@ -68,6 +78,62 @@ def test_an_unknown_file_key_gets_the_nearest_setting(tmp_path: Path) -> None:
         load_settings({"state_dir": tmp_path}, {})
     assert "ask_rate_limt (did you mean ask_rate_limit?)" in str(e.value)
     assert "site-port (did you mean site_port?)" in str(e.value)
+
+
+def test_an_unknown_emulator_variable_is_refused_with_the_nearest_name(tmp_path: Path) -> None:
+    """`-e EMULATOR_ADMIN_TOKN=…` was ignored silently; now it stops the start, as a wrong flag or file key does."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("EMULATOR_")}
+    cmd = [sys.executable, "-m", "emulator", "up", "--state-dir", str(tmp_path), "--free-ports"]
+    typo = subprocess.run(cmd, capture_output=True, text=True, timeout=60, env=env | {"EMULATOR_ADMIN_TOKN": "x" * 20})
+    assert typo.returncode == 1 and not (tmp_path / "endpoints.json").exists()
+    assert "EMULATOR_ADMIN_TOKN (did you mean EMULATOR_ADMIN_TOKEN?) is not a setting" in typo.stderr, typo.stderr
+    with pytest.raises(ConfigError) as e:
+        load_settings({"state_dir": tmp_path}, {"EMULATOR_WHATEVER": "1", "EMULATOR_ASK_RATE_LIMT": "3"})
+    assert "EMULATOR_ASK_RATE_LIMT (did you mean EMULATOR_ASK_RATE_LIMIT?), EMULATOR_WHATEVER are not settings" in (
+        str(e.value)
+    )
+    # the variables the project reads that are not settings are taken, and so is any name of another prefix
+    other = dict.fromkeys(NOT_SETTINGS, "x") | {"EMULATOR_CONFIG": str(tmp_path / "none.toml")}
+    (tmp_path / "none.toml").write_text("")
+    assert load_settings({"state_dir": tmp_path}, other | {"EMULATOR_TRIAL_LIFETIME": "60"}).trial_lifetime == 60
+    assert load_settings({"state_dir": tmp_path}, {"PXT_EMULATOR_SPARE": "1", "MY_EMULATOR_X": "1"}).host
+
+
+def test_every_emulator_variable_the_project_uses_is_a_setting_or_listed_as_not_one() -> None:
+    """The one list of EMULATOR_* names that are not settings (config.NOT_SETTINGS) holds every name the CLI, the
+    testkit, the plugin, the eval runner, the container, the scripts and the docs use: none of them is refused."""
+    from emulator.core.kinds import Kind
+
+    # a whole name (`EMULATOR_TASK_*` names a family, whose members are listed one by one)
+    pattern = re.compile(r"(?<![A-Za-z0-9_.])EMULATOR_[A-Z0-9_]*[A-Z0-9](?![A-Z0-9]|_\*)")
+    kinds = {k.name for k in Kind}  # Kind.EMULATOR_STARTED and the like: event kinds, not variables
+    misspelt = {"EMULATOR_ADMIN_TOKN", "EMULATOR_ASK_RATE_LIMT", "EMULATOR_WHATEVER"}  # the refusal's examples
+    settings = {env_of(name) for name in FIELDS}
+    used: dict[str, str] = {}
+    tops = [top for top in ROOT.iterdir() if not top.name.startswith(".") or top.name == ".ci"]
+    for path in (p for top in tops for p in ([top] if top.is_file() else top.rglob("*"))):
+        if not path.is_file() or "__pycache__" in path.parts:
+            continue
+        if path.suffix in (".py", ".sh", ".toml", ".md", ".yml", ".yaml") or path.name in ("Dockerfile", "run"):
+            for name in pattern.findall(path.read_text(errors="replace")):
+                used.setdefault(name, str(path.relative_to(ROOT)))
+    stray = {name: where for name, where in used.items() if name not in settings | set(NOT_SETTINGS) | kinds | misspelt}
+    assert not stray, f"add these to NOT_SETTINGS in emulator/config.py (or make them settings): {stray}"
+    assert set(NOT_SETTINGS) <= set(used)  # and the list holds nothing the project no longer uses
+
+
+def test_free_ports_takes_every_port_free_unless_a_port_is_set_as_strongly(tmp_path: Path) -> None:
+    free = load_settings({"state_dir": tmp_path, "free_ports": True}, {"EMULATOR_SITE_PORT": "8700"})
+    assert (free.site_port, free.auth_port, free.api_port, free.tunnel_port, free.s3_port) == (0, 0, 0, 0, 0)
+    assert free.gateway_ports == ""
+    kept = load_settings({"state_dir": tmp_path, "free_ports": True, "api_port": "8802"}, {})
+    assert (kept.site_port, kept.api_port) == (0, 8802)
+    (tmp_path / "emulator.toml").write_text("free_ports = true\ngateway_ports = '8710-8729'\nauth_port = 8801\n")
+    from_file = load_settings({"state_dir": tmp_path}, {"EMULATOR_SITE_PORT": "8800"})
+    assert (from_file.site_port, from_file.auth_port, from_file.s3_port) == (8800, 8801, 0)
+    assert from_file.gateway_ports == "8710-8729"
+    off = load_settings({"state_dir": tmp_path}, {"EMULATOR_FREE_PORTS": "off"})
+    assert (off.site_port, off.auth_port) == (8700, 8801)
 
 
 def test_a_wrong_flag_gets_the_subcommands_usage_and_the_nearest_flag(tmp_path: Path) -> None:
@@ -166,9 +232,9 @@ def test_a_killed_emulator_is_reported_as_such_and_down_does_not_claim_to_stop_i
     assert "ended without cleaning up, and its endpoints.json is stale; start it again with `emulator up" in (
         status.stderr
     ), status.stderr
-    down = run("down", state=state)
-    assert down.returncode == 0 and "it was not running" in down.stdout and "stopped" not in down.stdout
-    assert "removed its stale endpoints.json" in down.stdout and not (state / "endpoints.json").exists()
+    down = run("down", state=state)  # nothing was stopped: not a success
+    assert down.returncode == 1 and "no emulator is running in" in down.stderr and "stopped (" not in down.stdout
+    assert "removed its stale endpoints.json" in down.stderr and not (state / "endpoints.json").exists()
 
 
 def test_a_claim_link_is_approved_once(emu: Emulator) -> None:

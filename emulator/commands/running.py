@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -17,18 +18,43 @@ from emulator import __version__, startkeys
 from emulator.admin.client import Locator
 from emulator.commands import common
 from emulator.commands.common import add_json, add_locator, call_or_exit, locator, print_json
-from emulator.config import BOOLS, CHOICES, FIELDS, HELP, ConfigError, Settings, flag_of, load_settings
+from emulator.config import (
+    BOOLS,
+    CHOICES,
+    FIELDS,
+    HELP,
+    ConfigError,
+    Settings,
+    default_state_dir,
+    flag_of,
+    load_settings,
+)
 from emulator.core import runlog
 from emulator.core.private import private_dir
 from emulator.core.statelock import holder
 from emulator.core.switches import OFF_AT_FIRST
+
+# Each line that starts an emulator runs as printed in a test, beside an emulator on the default ports.
+UP_EXAMPLES = """\
+examples:
+  emulator up --free-ports
+      in the foreground, on a free port for every origin (Ctrl-C stops it)
+  emulator up -d --state-dir s2 --free-ports
+      a second emulator in the background, beside the first; it prints the command that stops it
+  emulator up -d --free-ports --seed 7 --freeze-clock 2026-01-01
+      reproducible IDs and a frozen clock
+"""
 
 
 def register(sub: Any) -> dict[str, Callable[[argparse.Namespace], int]]:
     up = sub.add_parser(
         "up",
         help="start the emulator",
-        description="Start the emulator and print its URLs.",
+        description="Start the emulator and print its URLs: on ports 8700-8705 unless told otherwise\n"
+        "(--free-ports: a free port for every origin, for an emulator beside another). With -d it returns\n"
+        "once healthy and prints the command that stops it.",
+        epilog=UP_EXAMPLES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
         usage="emulator up [-d] [--tui] [--import FILE] [--apply FILE] [--export-on-exit FILE] [--config FILE] "
         "[SETTING FLAGS]",
     )
@@ -226,15 +252,31 @@ def _detach(args: argparse.Namespace, settings: Settings) -> int:
             return 1
         try:
             endpoints = json.loads(settings.endpoints_path.read_text())
-            if endpoints.get("pid") == proc.pid:
-                _print_ready(endpoints, settings)
-                print(f"  pid          {proc.pid} (stop it with `emulator down`; log {log_path})")
-                return 0
         except (OSError, ValueError):
-            pass
+            endpoints = {}
+        if endpoints.get("pid") == proc.pid:
+            try:
+                _print_ready(endpoints, settings)
+                stop = stop_command(settings)
+                print(f"  pid          {proc.pid} (stop it with `{stop}`; log {log_path})", flush=True)
+            except BrokenPipeError:
+                # `emulator up -d | head -2`: the reader left, the emulator is up all the same (and the lines left
+                # in the buffer must not fail again at exit).
+                os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            return 0
         time.sleep(0.05)
     print(f"emulator: not healthy after 60 s; see {log_path}", file=sys.stderr)
     return 1
+
+
+def stop_command(settings: Settings) -> str:
+    """The command that stops the emulator of `settings` from any directory: `emulator down` finds the default state
+    dir only when nothing in the environment points elsewhere (EMULATOR_URL wins over it)."""
+    folder = settings.state_dir.absolute()
+    pointed = any(os.environ.get(name) for name in ("EMULATOR_URL", "EMULATOR_STATE_DIR"))
+    if folder == default_state_dir().absolute() and not pointed:
+        return "emulator down"
+    return f"emulator down --state-dir {shlex.quote(str(folder))}"
 
 
 def _last_refusal(log_path: Path) -> str | None:
@@ -281,16 +323,22 @@ def cmd_down(args: argparse.Namespace) -> int:
     folder = common.running_state_dir(args)
     pid = holder(folder)  # the lock says who runs, not endpoints.json (a `kill -9` leaves that behind)
     if pid is None:
+        # Nothing stopped: a script that stops the wrong state dir learns it (exit 1), as `kill` of no process does.
         stale = folder / "endpoints.json"
         if stale.exists():
             stale.unlink(missing_ok=True)
             print(
-                f"emulator: it was not running in {folder} (it had ended without cleaning up; removed its stale "
-                "endpoints.json)"
+                f"emulator: no emulator is running in {folder} (one had ended without cleaning up; removed its stale "
+                "endpoints.json)",
+                file=sys.stderr,
             )
         else:
-            print(f"emulator: it was not running in {folder}")
-        return 0
+            print(
+                f"emulator: no emulator is running in {folder}; nothing was stopped (another state dir: "
+                "--state-dir DIR)",
+                file=sys.stderr,
+            )
+        return 1
     if not pid:
         raise SystemExit(f"emulator: {folder} is held by a process whose pid its lock does not name")
     try:

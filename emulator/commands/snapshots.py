@@ -23,7 +23,7 @@ def register(sub: Any) -> dict[str, Callable[[argparse.Namespace], int]]:
         "Snapshots are kept in <state-dir>/snapshots; an export is one .tar.gz to share or keep.",
         epilog="examples:\n  emulator snapshot save seeded\n  emulator snapshot load seeded\n"
         "  emulator snapshot export seeded seeded.tar.gz\n  emulator snapshot import seeded.tar.gz\n"
-        "  emulator up --import seeded.tar.gz --export-on-exit last-run.tar.gz",
+        "  emulator up --free-ports --import seeded.tar.gz --export-on-exit last-run.tar.gz",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     verbs = snap.add_subparsers(dest="verb", metavar="VERB", required=True)

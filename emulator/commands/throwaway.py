@@ -29,8 +29,8 @@ def register(sub: Any) -> dict[str, Callable[[argparse.Namespace], int]]:
         "variables `emulator env` prints (and EMULATOR_STATE_DIR), then stop everything the emulator started "
         "and exit with COMMAND's exit status.",
         epilog="examples:\n  emulator exec -- pytest tests/\n"
-        "  emulator exec --import seeded.tar.gz -- python agent.py\n"
-        "  emulator exec --runtime process --export-on-exit run.tar.gz -- ./ci-checks.sh",
+        "  emulator exec --runtime process --export-on-exit seeded.tar.gz -- ./ci-checks.sh\n"
+        "  emulator exec --import seeded.tar.gz -- python agent.py",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("--import", dest="import_file", type=Path, metavar="FILE", help="start from this export")
