@@ -257,6 +257,7 @@ NOT_SETTINGS: dict[str, str] = {
     "EMULATOR_TASK_INSTRUCTION_FILE": "`emulator eval`: the file of the task's instruction, for the agent",
     "EMULATOR_TRIAL_DIR": "`emulator eval`: the trial's own directory, for the agent",
     "EMULATOR_TRIAL_MARK": "`emulator eval`: the mark every process of a trial carries",
+    "EMULATOR_EXAMPLES": "`emulator eval`: the shipped examples' folder, for the agent's command",
     "EMULATOR_IMAGE": "the compose example: the emulator's image",
     "EMULATOR_TEST_BASE_IMAGE": "the test suite and scripts/setup-docker.sh: the base image of hosted containers",
 }
