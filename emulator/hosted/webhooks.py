@@ -136,15 +136,15 @@ async def check_destination(listening: Listening, url: str) -> None:
     """A (checked) URL that leads into this emulator is refused: by its spelling, or by what its host resolves to
     now. A name that does not resolve (yet) passes: each try resolves it again and refuses it then."""
     host, port = _host_port(url)
-    if listening.what(port) is None:
-        return
-    addresses: list[str] = []
-    try:
-        async with asyncio.timeout(RESOLVE_WHEN_ADDED):
-            addresses = await resolve(host, port)
-    except (TimeoutError, OSError, UnicodeError):
-        pass
-    why = listening.refusal(host, port, addresses)
+    why = listening.refusal(host, port)  # by its spelling: no lookup
+    if why is None and listening.what(port) is not None:
+        addresses: list[str] = []
+        try:
+            async with asyncio.timeout(RESOLVE_WHEN_ADDED):
+                addresses = await resolve(host, port)
+        except (TimeoutError, OSError, UnicodeError):
+            pass
+        why = listening.refusal(host, port, addresses)
     if why is not None:
         raise BAD_REQUEST(f"webhook url: {why}")
 
