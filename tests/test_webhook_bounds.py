@@ -228,13 +228,14 @@ def test_a_url_at_any_of_the_emulators_own_origins_is_refused(emu: Emulator) -> 
         "[::ffff:127.0.0.1]",
         "agent.localhost",
     ]
-    for name, port in ports.items():
-        for host in spellings:
-            url = f"http://{host}:{port}/v1/_emulator/registrations/agent_reg_x/revoke"
-            r = admin(emu, "POST", "/_emulator/webhooks", json={"url": url})
-            assert r.status_code == 400, (name, url, r.text)
-            message = r.json()["error"]["message"]
-            assert "this emulator's own" in message and f":{port}" in message, message
+    with emu.admin() as c:
+        for name, port in ports.items():
+            for host in spellings:
+                url = f"http://{host}:{port}/v1/_emulator/registrations/agent_reg_x/revoke"
+                r = c.post("/_emulator/webhooks", json={"url": url})
+                assert r.status_code == 400, (name, url, r.text)
+                message = r.json()["error"]["message"]
+                assert "this emulator's own" in message and f":{port}" in message, message
     # https and the default port are the same rule: only the emulator's ports are refused.
     assert (
         admin(emu, "POST", "/_emulator/webhooks", json={"url": f"https://localhost:{ports['api']}/x"}).status_code
