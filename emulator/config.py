@@ -128,6 +128,8 @@ class Settings(msgspec.Struct, kw_only=True):
     http_body_deadline: float = 30.0
     # The largest request body an endpoint takes (413 beyond); snapshot imports and blob uploads have their own.
     http_max_body_bytes: int = 10_000_000
+    # A webhook try, from connecting to the last byte of the answer read (at most a few KiB of it), in seconds.
+    webhook_try_timeout: float = 10.0
     # `get_receipts` of a generation a job is settling waits up to this many seconds for it (0: answers at once, as
     # the cloud does). The client polls every 5 s; held, its poll comes back the moment the job settles.
     receipt_hold: float = 20.0
@@ -222,6 +224,7 @@ _FLOAT = {
     "proxy_idle_timeout",
     "http_request_timeout",
     "http_body_deadline",
+    "webhook_try_timeout",
     "receipt_hold",
     "submit_hold",
 }
@@ -322,6 +325,8 @@ HELP: dict[str, str] = {
     "(default 30; 408 and the connection closed beyond)",
     "http_max_body_bytes": "largest request body in bytes an endpoint takes (default 10000000; 413 beyond); snapshot "
     "imports (50 GiB) and blob uploads (2 GiB) have their own bounds",
+    "webhook_try_timeout": "seconds a webhook try may take, from connecting to the last byte of the answer read "
+    "(default 10)",
     "receipt_hold": "seconds get_receipts waits for a settling job (0 to 25; default 20)",
     "submit_hold": "seconds a change's answer waits for its job to settle (0 to 25; default 10)",
     "profile": "developer (the default of `up`: spares kept for fast restarts) or throwaway (the default of `exec` "
@@ -543,6 +548,7 @@ def _validate(s: Settings) -> None:
     check(s.log_level in LOG_LEVELS, "log_level", f"{s.log_level!r} is not one of {', '.join(LOG_LEVELS)}")
     for name in ("proxy_connect_timeout", "proxy_idle_timeout", "http_request_timeout", "http_body_deadline"):
         check(0 < getattr(s, name) <= 86_400, name, "must be more than 0 and at most 86400 seconds")
+    check(0 < s.webhook_try_timeout <= 300, "webhook_try_timeout", "must be more than 0 and at most 300 seconds")
     check(0 <= s.receipt_hold <= 25, "receipt_hold", "must be 0 to 25 seconds (the client gives get_receipts 30 s)")
     check(0 <= s.head_start_ttl <= 3600, "head_start_ttl", "must be 0 to 3600 seconds")
     check(0 <= s.submit_hold <= 25, "submit_hold", "must be 0 to 25 seconds (the client gives a change's answer 30 s)")

@@ -37,6 +37,7 @@ from emulator.core.context import Core
 from emulator.core.egress import EgressError, EgressPolicy, Upstream, resolve_upstream
 from emulator.core.errors import ApiError
 from emulator.core.httpserver import Refuse, timed_protocol
+from emulator.core.listening import Listening
 from emulator.core.payloads import EmulatorStarted
 from emulator.core.private import private_dir, write_private
 from emulator.core.runlog import EventLog
@@ -311,6 +312,28 @@ async def serve(
         lock.release()
 
 
+def listening_of(
+    settings: Settings,
+    socks: dict[str, socket.socket],
+    tunnel_sock: socket.socket,
+    s3_sock: socket.socket,
+    reconciler: Reconciler,
+) -> Listening:
+    """Every port this emulator listens on and the names it goes by: what a webhook may never lead to."""
+    names = {"site": "site", "auth": "identity provider", "api": "control plane (and the containers' way home)"}
+    ports = {sock.getsockname()[1]: names[name] for name, sock in socks.items()}
+    ports[tunnel_sock.getsockname()[1]] = "database tunnel and proxy"
+    ports[s3_sock.getsockname()[1]] = "media store (S3)"
+    for port in settings.gateway_range or ():
+        ports.setdefault(port, "service gateway port")
+
+    def gateways() -> dict[int, str]:
+        return {port: "service gateway" for _, port in reconciler.supervisor.gateways.values()}
+
+    hosts = [settings.host, settings.public_host, *settings.allowed_hosts.split(",")]
+    return Listening.of(ports, hosts, gateways)
+
+
 async def _serve(
     settings: Settings, on_ready: Any, start: Start, t0: float, key_child: subprocess.Popen[bytes] | None
 ) -> None:
@@ -377,6 +400,7 @@ async def _serve(
             settings.admin_token,
         )
         reconciler = Reconciler(core, box, blobs, auth, urls.api, runtime_root, launcher, boundary.host_ok)
+        core.listening = listening_of(settings, socks, tunnel_sock, s3_sock, reconciler)
 
         async def live_databases() -> list[tuple[str, str]]:
             return [(d.org_id, d.name) for d in await databases.every(core.store)]
@@ -507,7 +531,8 @@ async def _serve(
         await reconciler.resume()  # services that were running come back (they start in the background)
         core.start_ticker()
         event_log.start()
-        sender = webhooks.Sender(core, box)  # registration events to the webhook endpoints, from now on
+        # registration events to the webhook endpoints, from now on
+        sender = webhooks.Sender(core, box, settings.webhook_try_timeout)
         sender.start()
         core.bus.publish(
             None,

@@ -16,6 +16,7 @@ from emulator.core.clock import Clock, ClockState
 from emulator.core.events import EventBus
 from emulator.core.faults import Faults
 from emulator.core.ids import Ids
+from emulator.core.listening import Listening
 from emulator.core.payloads import ClockMoved, EmulatorReset
 from emulator.core.snapshots import Snapshots
 from emulator.core.store import Store
@@ -62,6 +63,8 @@ class Core:
         self.snapshots = Snapshots(self, settings.state_dir / "snapshots")
         # What `reset --to start` goes back to: a snapshot taken at start, or nothing (an empty emulator).
         self.start_snapshot: str | None = None
+        # Where this emulator listens (what it must never call, as a webhook): set by the server once it bound.
+        self.listening = Listening()
 
     @classmethod
     async def open(cls, settings: Settings, fault_operations: frozenset[str] = frozenset()) -> Core:

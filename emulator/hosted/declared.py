@@ -463,6 +463,9 @@ async def apply(core: Core, box: SecretBox, identity: Identity, text: str, name:
     world = parse(text, name)
     try:
         plan = check(world, core.settings.trial_lifetime)
+        for i, w in enumerate(world.webhooks):  # resolves its host: outside the lock, before anything is written
+            with _at("webhooks", i, "url"):
+                await webhooks.check_destination(core.listening, w.url)
         parts = ("clock", "orgs", "users", "registrations", "api_keys", "secrets", "webhooks", "service_keys")
         counts = {part: Counts() for part in parts}
         # No due job (a trial's expiry) and no reset or load runs between the rows and the clock they are declared

@@ -5,6 +5,10 @@ them, reading which endpoints take an event) and of `webhook_attempts`.
 An endpoint's signing secret is sealed with the secrets' key (secretbox.py): the sender must read it again to sign,
 so it cannot be a hash; it is shown once, when the endpoint is added. A delivery is tried at once, then again on the
 emulator's clock after each failure (`BACKOFF`), so a test moves the clock to see a retry instead of waiting.
+
+An endpoint never leads back into the emulator (core/listening.py): its URL is refused when added, and each try
+resolves its host again, refuses an address of the emulator's own, and connects to the very addresses it checked.
+A try has one deadline, from connecting to the last byte of the answer, and reads at most `MAX_ANSWER` bytes of it.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ import hmac
 import json
 import logging
 import re
+import socket
 import sqlite3
 import time
 from typing import TYPE_CHECKING
@@ -25,6 +30,7 @@ import msgspec
 from emulator.core.clock import iso
 from emulator.core.context import Core
 from emulator.core.errors import BAD_REQUEST, NOT_FOUND
+from emulator.core.listening import Listening, resolve
 from emulator.core.payloads import WebhookDelivered, WebhookFailed
 from emulator.core.store import Db, many, one
 from emulator.core.tasks import cancel
@@ -41,7 +47,9 @@ log = logging.getLogger(__name__)
 # Seconds of emulator time before each retry: the 2nd try a minute after the 1st fails, …, the 7th a day after
 # the 6th; when the 7th fails too the delivery is `failed`.
 BACKOFF = (60.0, 300.0, 1800.0, 7200.0, 28800.0, 86400.0)
-TRY_TIMEOUT = 10.0  # seconds a receiver has to answer a try (real time: a receiver is a real server)
+TRY_TIMEOUT = 10.0  # seconds a try may take in all (real time: a receiver is a real server); webhook_try_timeout
+MAX_ANSWER = 4096  # bytes of a receiver's answer read: what a 2xx needs; the rest is never read (the socket closes)
+RESOLVE_WHEN_ADDED = 2.0  # seconds a name may take to resolve when added; slower, it is checked at each try only
 MAX_URL = 2048
 _SECRET = re.compile(r"^[\x21-\x7e]{8,256}$")  # printable ASCII without spaces: it goes into an HMAC as UTF-8
 SIGNATURE_HEADER = "WorkOS-Signature"
@@ -119,6 +127,28 @@ def check_url(url: str) -> str:
     return url
 
 
+def _host_port(url: str) -> tuple[str, int]:
+    parts = urlsplit(url)
+    return parts.hostname or "", parts.port or (443 if parts.scheme == "https" else 80)
+
+
+async def check_destination(listening: Listening, url: str) -> None:
+    """A (checked) URL that leads into this emulator is refused: by its spelling, or by what its host resolves to
+    now. A name that does not resolve (yet) passes: each try resolves it again and refuses it then."""
+    host, port = _host_port(url)
+    why = listening.refusal(host, port)  # by its spelling: no lookup
+    if why is None and listening.what(port) is not None:
+        addresses: list[str] = []
+        try:
+            async with asyncio.timeout(RESOLVE_WHEN_ADDED):
+                addresses = await resolve(host, port)
+        except (TimeoutError, OSError, UnicodeError):
+            pass
+        why = listening.refusal(host, port, addresses)
+    if why is not None:
+        raise BAD_REQUEST(f"webhook url: {why}")
+
+
 def check_events(events: list[str] | None) -> list[str]:
     """The names as stored: [] for every event."""
     if not events:
@@ -147,6 +177,7 @@ def _view(row: sqlite3.Row) -> WebhookView:
 async def add(core: Core, box: SecretBox, spec: WebhookAdd) -> WebhookCreated:
     """A new endpoint; its secret is in this answer only."""
     url, events = check_url(spec.url), check_events(spec.events)
+    await check_destination(core.listening, url)
     secret = check_secret(spec.secret) if spec.secret is not None else core.ids.token("whsec_", 24)
     now = core.clock.now()
     sealed = box.seal(secret)
@@ -285,6 +316,23 @@ def signature(secret: str, body: bytes, at_ms: int) -> str:
     return f"t={at_ms}, v1={digest}"
 
 
+class _Answer:
+    """What a try got so far: its status once the status line came, its error once it failed (kept when the
+    deadline cuts the try short)."""
+
+    def __init__(self) -> None:
+        self.status: int | None = None
+        self.error: str | None = None
+
+
+def _client() -> httpx.AsyncClient:
+    """An endpoint's worker's own client. Imported at the first try: an emulator no one registers a webhook with
+    never imports httpx. The try's deadline (asyncio.timeout around it) bounds it; the client's own timeouts are off."""
+    import httpx
+
+    return httpx.AsyncClient(timeout=None, follow_redirects=False, trust_env=False)
+
+
 class _Try(msgspec.Struct, frozen=True):
     delivery_id: str
     endpoint_id: str
@@ -304,9 +352,10 @@ _DUE = (
 
 class Sender:
     """Delivers what is due: woken by each registration event journaled and by every run of the due jobs (the
-    clock moved, or the ~1 s ticker). One worker per endpoint with something due, so an endpoint gets its
-    deliveries in order and one at a time, and a slow receiver holds up no other. `stop` is the one teardown of
-    the listener, the workers and the HTTP client."""
+    clock moved, or the ~1 s ticker). One worker per endpoint with something due, each with its own HTTP client
+    (no connection pool shared), so an endpoint gets its deliveries in order and one at a time, and a slow or
+    huge receiver holds up no other: each try ends by its deadline. `stop` is the one teardown of the listener
+    and the workers (each closes its own client)."""
 
     def __init__(self, core: Core, box: SecretBox, timeout: float = TRY_TIMEOUT) -> None:
         self._core = core
@@ -315,7 +364,6 @@ class Sender:
         self._listener: asyncio.Task[None] | None = None
         self._workers: dict[str, asyncio.Task[None]] = {}
         self._again: set[str] = set()  # endpoints found due while their worker was on its way out
-        self._http: httpx.AsyncClient | None = None
         self._stopped = False
 
     def start(self) -> None:
@@ -328,9 +376,6 @@ class Sender:
         for task in list(self._workers.values()):
             await cancel(task)
         self._workers.clear()
-        http, self._http = self._http, None
-        if http is not None:
-            await http.aclose()
 
     async def due(self, now: float) -> None:
         """The due job: start a worker for each endpoint with a delivery due (awaited by a clock move, which so
@@ -362,6 +407,7 @@ class Sender:
             log.exception("webhooks: finding the due deliveries failed")
 
     async def _work(self, endpoint_id: str) -> None:
+        http: httpx.AsyncClient | None = None
         try:
             while True:
                 rows = await self._core.store.fetchall(
@@ -375,18 +421,19 @@ class Sender:
                 self._again.discard(endpoint_id)
                 if self._stopped:
                     return
-                await self._deliver(rows[0]["id"])
+                attempt = await self._prepare(rows[0]["id"])
+                if attempt is None:
+                    continue  # gone meanwhile (the endpoint removed, a reset, a snapshot loaded)
+                if http is None:
+                    http = _client()
+                status, error, ms = await self._send(http, attempt)
+                await self._record(attempt, status, error, ms)
         except Exception:
             log.exception("webhooks: delivering to %s failed", endpoint_id)  # the emulator's fault, not a receiver's
         finally:
             self._workers.pop(endpoint_id, None)
-
-    async def _deliver(self, delivery_id: str) -> None:
-        attempt = await self._prepare(delivery_id)
-        if attempt is None:
-            return  # gone meanwhile (the endpoint removed, a reset, a snapshot loaded)
-        status, error, ms = await self._send(attempt)
-        await self._record(attempt, status, error, ms)
+            if http is not None:
+                await http.aclose()
 
     async def _prepare(self, delivery_id: str) -> _Try | None:
         row = await self._core.store.fetchone(
@@ -413,35 +460,70 @@ class Sender:
             secret=secret,
         )
 
-    async def _send(self, t: _Try) -> tuple[int | None, str | None, float]:
-        """One POST: (status, error, ms). Every way a receiver can fail is an outcome here, never an exception."""
+    async def _send(self, http: httpx.AsyncClient, t: _Try) -> tuple[int | None, str | None, float]:
+        """One POST: (status, error, ms), all of it within the deadline. Every way a receiver can fail is an
+        outcome here, never an exception."""
         if t.secret is None:
             return None, "the endpoint's signing secret cannot be opened with this emulator's key", 0.0
-        import httpx  # at the first try: an emulator no one registers a webhook with never imports it
+        import httpx
 
-        if self._http is None:
-            self._http = httpx.AsyncClient(timeout=self._timeout, follow_redirects=False, trust_env=False)
         # The signature's timestamp is the real time of the try, not the emulator's clock: a receiver's verifier
         # (the workos SDK's) compares it with its own wall clock (180 s tolerance), and tests move the emulator's.
         at_ms = int(time.time() * 1000)
         headers = {"Content-Type": "application/json", SIGNATURE_HEADER: signature(t.secret, t.body, at_ms)}
         began = time.perf_counter()
-        status: int | None = None
-        error: str | None = None
+        answer = _Answer()
         try:
-            r = await self._http.post(t.url, content=t.body, headers=headers)
-            status = r.status_code
-            if not 200 <= status < 300:
-                error = f"HTTP {status}"
-        except httpx.TimeoutException:
-            error = f"no answer within {self._timeout:g} s"
+            async with asyncio.timeout(self._timeout):
+                await self._post(http, t, headers, answer)
+        except TimeoutError:
+            answer.error = f"no complete answer within {self._timeout:g} s"
         except httpx.ConnectError as e:
-            error = f"cannot connect: {_reason(e)}"
+            answer.error = f"cannot connect: {_reason(e)}"
         except httpx.HTTPError as e:
-            error = f"{type(e).__name__}: {_reason(e)}"
+            answer.error = f"{type(e).__name__}: {_reason(e)}"
         except Exception as e:  # anything else the transport raises (a bad TLS setup): still a failed try
-            error = f"{type(e).__name__}: {_reason(e)}"
-        return status, error, round((time.perf_counter() - began) * 1000, 1)
+            answer.error = f"{type(e).__name__}: {_reason(e)}"
+        return answer.status, answer.error, round((time.perf_counter() - began) * 1000, 1)
+
+    async def _post(self, http: httpx.AsyncClient, t: _Try, headers: dict[str, str], answer: _Answer) -> None:
+        """Resolves the endpoint's host, refuses it if it is this emulator, and posts to the addresses it checked
+        (none resolved again behind the check's back), the next one only when one cannot be connected to. Reads
+        the status and at most MAX_ANSWER bytes of the body; leaving the stream early closes the connection."""
+        import httpx
+
+        url = httpx.URL(t.url)
+        host, port = url.raw_host.decode("ascii"), url.port or (443 if url.scheme == "https" else 80)
+        try:
+            addresses = await resolve(host, port)
+        except (OSError, UnicodeError) as e:
+            answer.error = f"cannot resolve {host}: {e.strerror if isinstance(e, socket.gaierror) else e}"
+            return
+        why = self._core.listening.refusal(host, port, addresses)
+        if why is not None:
+            answer.error = f"not sent: {why}"
+            return
+        headers["Host"] = url.netloc.decode("ascii")
+        # TLS names (SNI) and checks the certificate against the host, not the address connected to
+        extensions = {"sni_hostname": host} if url.scheme == "https" else {}
+        for i, address in enumerate(addresses):
+            try:
+                async with http.stream(
+                    "POST", url.copy_with(host=address), content=t.body, headers=headers, extensions=extensions
+                ) as r:
+                    answer.status = r.status_code
+                    read = 0
+                    async for chunk in r.aiter_raw():
+                        read += len(chunk)
+                        if read >= MAX_ANSWER:
+                            break
+            except httpx.ConnectError:
+                if i == len(addresses) - 1:
+                    raise
+                continue
+            if not 200 <= r.status_code < 300:
+                answer.error = f"HTTP {r.status_code}"
+            return
 
     async def _record(self, t: _Try, status: int | None, error: str | None, ms: float) -> None:
         core = self._core
