@@ -13,6 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import httpx
+import pytest
 
 from tests import agent_flow as flow
 from tests.conftest import Emulator
@@ -371,3 +372,62 @@ def test_what_an_interrupted_save_left_does_not_delay_the_next_start(
             break
         time.sleep(0.1)
     assert "deleted 3 leftovers of snapshots" in again.log(), again.log()
+
+
+async def test_work_in_a_thread_that_a_stop_cancels_has_ended_when_the_cancellation_goes_on() -> None:
+    """`until_stopped`: the task's cancellation sets the work's stop event and is raised only once the thread has
+    returned, so nothing writes into a folder the caller deletes next and the exit does not wait on a thread."""
+    import asyncio
+    import threading
+    import time
+
+    from emulator.core.tasks import until_stopped
+
+    began, ended = threading.Event(), threading.Event()
+
+    def work(stop: threading.Event) -> None:
+        began.set()
+        while not stop.wait(0.01):
+            pass
+        time.sleep(0.2)  # giving way takes a moment: the cancellation waits for it
+        ended.set()
+
+    stop = threading.Event()
+    task = asyncio.ensure_future(until_stopped(asyncio.to_thread(work, stop), stop))
+    assert await asyncio.to_thread(began.wait, 10)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert stop.is_set() and ended.is_set()
+
+
+async def test_a_cancelled_store_backup_ends_at_its_next_step(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The store's part of a save: a stop ends SQLite's backup between two steps (it went in one step, which no
+    stop could end), the target is left unfinished for the save to delete, and the store works on."""
+    import asyncio
+
+    from emulator.core.store import Store, db
+
+    monkeypatch.setattr(db, "BACKUP_PAGES", 1)  # a page a step: the backup of 64 MiB takes many steps
+    store = await Store.open(tmp_path / "store.sqlite3")
+    try:
+        await store.execute("CREATE TABLE ballast (b BLOB)")
+        for _ in range(64):
+            await store.execute("INSERT INTO ballast VALUES (zeroblob(1048576))")
+        target = tmp_path / "copy.sqlite3"
+        task = asyncio.ensure_future(store.backup_to(target))
+        for _ in range(10_000):  # until the backup has begun writing
+            if target.exists() and target.stat().st_size > 0:
+                break
+            await asyncio.sleep(0.001)
+        assert task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        await asyncio.sleep(0.5)  # a backup still running would go on growing the target to the store's size
+        assert target.stat().st_size < (tmp_path / "store.sqlite3").stat().st_size
+        row = await store.fetchone("SELECT COUNT(*) AS n FROM ballast")
+        assert row is not None and row["n"] == 64
+        await store.backup_to(tmp_path / "whole.sqlite3")  # and the next save's backup is whole
+        assert (tmp_path / "whole.sqlite3").stat().st_size >= 64 * 1048576
+    finally:
+        await store.close()
