@@ -512,7 +512,7 @@ async def _serve(
             tunnel.use_ca(LocalCA.load_or_create(settings.state_dir / "tls", settings.cloud_domain))
 
         snapshots = core.snapshots
-        await asyncio.to_thread(snapshots.sweep)
+        snapshots.sweep()  # renames: what they name is deleted once the emulator serves
         snapshots.add_part(key_files(settings, reload_keys))
         snapshots.add_part(Part("blobs", blobs.save_to, blobs.load_from))
         snapshots.add_part(Part("media", media.save_to, media.load_from))
@@ -544,6 +544,7 @@ async def _serve(
         # lives as long as the process: out of the collector's sight, the full collections that a busy loop sets off
         # (tens of ms every second or two under load) no longer walk it.
         gc.freeze()
+        snapshots.serving()  # now, not before: what an interrupted save left may take minutes to delete
         if on_ready:
             on_ready(endpoints)
         await asyncio.gather(*tasks)

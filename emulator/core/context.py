@@ -192,6 +192,7 @@ class Core:
         self._ticker = asyncio.create_task(tick(), name="due-jobs")
 
     async def close(self) -> None:
+        await self.snapshots.close()
         await cancel(self._ticker)
         await self.bus.stop()
         await self.store.close()

@@ -16,18 +16,21 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import logging
 import os
 import re
+import secrets
 import shutil
 import subprocess
 import tarfile
 import tempfile
+import threading
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 import msgspec
 
@@ -41,6 +44,9 @@ from emulator.core.payloads import EmulatorReset, SnapshotDeleted, SnapshotImpor
 from emulator.core.private import private_dir
 from emulator.core.store import Store
 from emulator.core.switches import Switches
+from emulator.core.tasks import cancel, until_stopped
+
+log = logging.getLogger(__name__)
 
 
 class Host(Protocol):
@@ -63,12 +69,16 @@ class Host(Protocol):
 FORMAT = 1
 START = ".start"  # the state the emulator was started from (a name no user can give: it starts with a dot)
 EXIT = ".exit"  # what `up --export-on-exit` exports
+# What is to be deleted (a replaced or deleted snapshot, a save the stop cut short, what a killed emulator left) is
+# first renamed to `.trash-*`, however large it is, then deleted in the background (`Snapshots._trash`).
+TRASH = ".trash-"
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 # Tables a load leaves as they are: the docs index is derived from the docs this emulator serves, not from use.
 _KEEP = ("docs_",)
 # ... and the journal, which starts afresh (event numbers never go back: followers would miss what comes next).
 _EMPTIED = ("events",)
 MAX_IMPORT_BYTES = 50 * 1024**3
+T = TypeVar("T")
 
 
 class Manifest(msgspec.Struct, kw_only=True):
@@ -113,14 +123,42 @@ def check_name(name: str) -> str:
     return name
 
 
-def copy_tree(source: Path, target: Path) -> None:
+class Stopped(Exception):
+    """Work in a thread gave way to its `cancel` event (the emulator stopping)."""
+
+
+def copy_tree(source: Path, target: Path, cancel: threading.Event | None = None) -> None:
     """Copy a directory with owners, modes and times (a database's files must stay its server's), sparse files
-    sparse; `cp -a` does all of it, and reflinks where the filesystem can."""
+    sparse; `cp -a` does all of it, and reflinks where the filesystem can. `cancel` set meanwhile kills the copy
+    (`cp` is a process of its own) and raises `Stopped`: what was copied is the caller's to delete."""
     target.mkdir(parents=True, exist_ok=True)
-    if shutil.which("cp"):
-        subprocess.run(_cp(source, target), check=True, capture_output=True)
-    else:
-        shutil.copytree(source, target, symlinks=True, dirs_exist_ok=True)
+    if not shutil.which("cp"):
+        shutil.copytree(source, target, symlinks=True, dirs_exist_ok=True, copy_function=_checked_copy(cancel))
+        return
+    if cancel is not None and cancel.is_set():
+        raise Stopped
+    with tempfile.TemporaryFile() as err, subprocess.Popen(_cp(source, target), stdout=err, stderr=err) as proc:
+        while True:
+            try:
+                proc.wait(None if cancel is None else 0.05)
+                break
+            except subprocess.TimeoutExpired:
+                if cancel is not None and cancel.is_set():
+                    proc.kill()
+                    proc.wait()
+                    raise Stopped from None
+        if proc.returncode:
+            err.seek(0)
+            raise OSError(f"copying {source} failed: {err.read(300).decode(errors='replace').strip()}")
+
+
+def _checked_copy(cancel: threading.Event | None) -> Callable[[str, str], object]:
+    def copy(src: str, dst: str) -> object:
+        if cancel is not None and cancel.is_set():
+            raise Stopped
+        return shutil.copy2(src, dst)
+
+    return copy
 
 
 def _cp(source: Path, target: Path) -> list[str]:
@@ -129,34 +167,51 @@ def _cp(source: Path, target: Path) -> list[str]:
     return [*args, f"{source}/.", str(target)]
 
 
+async def in_thread(work: Callable[[threading.Event], T]) -> T:
+    """`work(cancel)` in a thread that the awaiting task's cancellation (the emulator stopping) ends rather than
+    leaves running (`until_stopped`); `work` checks `cancel` often (`copy_tree`, `remove_tree`)."""
+    cancel = threading.Event()
+    return await until_stopped(asyncio.to_thread(work, cancel), cancel)
+
+
 async def copy_tree_async(source: Path, target: Path) -> None:
-    """`copy_tree` that stops when its task is cancelled (the emulator stopping during a snapshot's save): `cp` is a
-    process of its own, killed then, where a copy in a thread would run on to its end."""
-    if not shutil.which("cp"):
-        await asyncio.to_thread(copy_tree, source, target)
-        return
-    await asyncio.to_thread(target.mkdir, parents=True, exist_ok=True)
-    proc = await asyncio.create_subprocess_exec(
-        *_cp(source, target), stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE
-    )
-    try:
-        _, err = await proc.communicate()
-    except BaseException:
-        with contextlib.suppress(ProcessLookupError):
-            proc.kill()
-        await proc.wait()
-        raise
-    if proc.returncode:
-        raise OSError(f"copying {source} failed: {err.decode(errors='replace').strip()[:300]}")
+    """`copy_tree` that stops when its task is cancelled (the emulator stopping during a snapshot's save)."""
+    await in_thread(lambda cancel: copy_tree(source, target, cancel))
 
 
-def _put(source: Path, final: Path) -> None:
-    """`source` becomes `final`; a snapshot already there is replaced only now that the new one is complete."""
-    old = final.with_name(f".old-{final.name}-{os.getpid()}")
+def remove_tree(folder: Path, cancel: threading.Event | None = None) -> bool:
+    """Delete a folder entry by entry, giving way to `cancel` (checked every few hundred entries); whether it is
+    gone."""
+    if folder.is_symlink() or (folder.exists() and not folder.is_dir()):
+        folder.unlink(missing_ok=True)
+        return True
+    count = 0
+    for here, dirs, files in os.walk(folder, topdown=False):  # a link to a folder is in `dirs`, not walked into
+        for name, is_dir in [*((f, False) for f in files), *((d, True) for d in dirs)]:
+            count += 1
+            if count % 256 == 0 and cancel is not None and cancel.is_set():
+                return False
+            path = os.path.join(here, name)
+            with contextlib.suppress(FileNotFoundError):
+                if is_dir and not os.path.islink(path):
+                    os.rmdir(path)
+                else:
+                    os.unlink(path)
+    with contextlib.suppress(OSError):
+        os.rmdir(folder)
+    return not folder.exists()
+
+
+def _put(source: Path, final: Path) -> Path | None:
+    """`source` becomes `final`; a snapshot already there is replaced only now that the new one is complete, and
+    returned renamed aside (for the caller to delete)."""
+    old = final.with_name(f"{TRASH}{secrets.token_hex(6)}")
     if final.exists():
         final.rename(old)
+        source.rename(final)
+        return old
     source.rename(final)
-    shutil.rmtree(old, True)
+    return None
 
 
 def _size(folder: Path) -> int:
@@ -168,17 +223,63 @@ class Snapshots:
         self.core = core
         self.root = root
         self._parts: list[Part] = []
+        self._emptying: asyncio.Task[None] | None = None
+        self._serving = False  # the trash is emptied only once the emulator serves
+        self._more = False  # something was put in the trash since the emptying last looked
 
     def add_part(self, part: Part) -> None:
         self._parts.append(part)
 
     def sweep(self) -> None:
-        """At start: what a stopped (or killed) emulator left half done, and its own start and exit snapshots."""
+        """At start, before anything is saved: what a stopped (or killed) emulator left half done, and its own start
+        and exit snapshots, into the trash (a rename each: deleting a save of 365 MB cut short held a start up for
+        101 s). `serving` empties it."""
         for leftover in self.root.glob(".*") if self.root.is_dir() else []:
-            if leftover.is_dir():
-                shutil.rmtree(leftover, ignore_errors=True)
-            else:
-                leftover.unlink(missing_ok=True)
+            if not leftover.name.startswith(TRASH):
+                self._discard(leftover)
+
+    def serving(self) -> None:
+        """The emulator serves: the trash is emptied from now on, in the background (`close` stops it; what it had
+        no time for is emptied after the next start)."""
+        self._serving = True
+        if any(self.root.glob(f"{TRASH}*")):
+            self._empty()
+
+    async def close(self) -> None:
+        """The stop: the trash's deletion ends (between two files); nothing starts it again."""
+        self._serving = False
+        await cancel(self._emptying)
+
+    def _discard(self, path: Path) -> None:
+        """Delete `path` (a leftover, or what a save, an import or a delete no longer needs) in the background."""
+        with contextlib.suppress(FileNotFoundError):
+            path.rename(self.root / f"{TRASH}{secrets.token_hex(6)}")
+            self._empty()
+
+    def _empty(self) -> None:
+        self._more = True
+        if self._serving and (self._emptying is None or self._emptying.done()):
+            self._emptying = asyncio.create_task(self._empty_trash(), name="snapshots-trash")
+
+    async def _empty_trash(self) -> None:
+        while self._more:
+            self._more = False
+            began = time.perf_counter()
+            try:
+                removed = await in_thread(self._remove_trash)
+            except OSError as e:  # a file it may not delete: the next start tries again
+                log.warning("could not delete what snapshots left in %s: %s", self.root, e)
+                return
+            if removed:
+                log.info("deleted %d leftovers of snapshots in %.1f s", removed, time.perf_counter() - began)
+
+    def _remove_trash(self, cancel: threading.Event) -> int:
+        removed = 0
+        for path in sorted(self.root.glob(f"{TRASH}*")):
+            if not remove_tree(path, cancel):
+                break  # stopping (or a file it may not delete): the next start tries again
+            removed += 1
+        return removed
 
     def _folder(self, name: str) -> Path:
         return self.root / name
@@ -265,10 +366,13 @@ class Snapshots:
                     counts=await _counts(core.store),
                 )
                 (tmp / "manifest.json").write_bytes(msgspec.json.format(msgspec.json.encode(manifest)))
-                await asyncio.to_thread(_put, tmp, self._folder(name))
+                old = _put(tmp, self._folder(name))  # renames, with no await between them and the except
             except BaseException:
-                await asyncio.to_thread(shutil.rmtree, tmp, True)
+                # A stop cut it short: deleting 100,000 copied files here would hold the stop up for seconds.
+                self._discard(tmp)
                 raise
+            if old is not None:
+                self._discard(old)
             seconds = round(time.perf_counter() - began, 3)
         view = (
             await self.view(name)
@@ -307,7 +411,7 @@ class Snapshots:
         if missing:
             raise UNPROCESSABLE(f"snapshot {name!r} is incomplete: it lacks {', '.join(missing)}")
         began = time.perf_counter()
-        with tempfile.TemporaryDirectory(dir=self.root) as work:
+        with tempfile.TemporaryDirectory(prefix=".loading-", dir=self.root) as work:  # a kill leaves it: swept
             store_file = Path(work) / "store.sqlite3"
             await asyncio.to_thread(shutil.copyfile, folder / "store.sqlite3", store_file)
             if manifest.schema < current:
@@ -344,9 +448,7 @@ class Snapshots:
 
     async def delete(self, name: str) -> None:
         folder = self._existing(check_name(name))
-        gone = folder.with_name(f".deleting-{name}-{os.getpid()}")
-        folder.rename(gone)
-        await asyncio.to_thread(shutil.rmtree, gone, True)
+        self._discard(folder)  # its files are deleted in the background: a stop never waits for them
         self.core.bus.publish(name, SnapshotDeleted())
 
     async def export(self, name: str, *, internal: bool = False) -> Path:
@@ -355,12 +457,17 @@ class Snapshots:
         fd, path = tempfile.mkstemp(prefix=".export-", suffix=".tar.gz", dir=self.root)
         os.close(fd)
 
-        def pack() -> None:
+        def pack(cancel: threading.Event) -> None:
+            def each(member: tarfile.TarInfo) -> tarfile.TarInfo:
+                if cancel.is_set():
+                    raise Stopped
+                return member
+
             with tarfile.open(path, "w:gz", compresslevel=1) as tar:
-                tar.add(folder, arcname="snapshot")
+                tar.add(folder, arcname="snapshot", filter=each)
 
         try:
-            await asyncio.to_thread(pack)
+            await in_thread(pack)
         except BaseException:
             os.unlink(path)
             raise
@@ -405,9 +512,11 @@ class Snapshots:
                 lacks = ", ".join(missing) or "the store"
                 raise UNPROCESSABLE(f"the export is not a complete snapshot: it lacks {lacks}")
             await asyncio.to_thread(_check_store, work / "snapshot" / "store.sqlite3")
-            await asyncio.to_thread(_put, work / "snapshot", self._folder(target))
+            old = _put(work / "snapshot", self._folder(target))
+            if old is not None:
+                self._discard(old)
         finally:
-            await asyncio.to_thread(shutil.rmtree, work, True)
+            self._discard(work)
         self.core.bus.publish(target, SnapshotImported(emulator=manifest.emulator))
         return await self.view(target)
 

@@ -54,7 +54,7 @@ import msgspec
 from emulator.core.context import Core
 from emulator.core.payloads import MediaBucketCreated, MediaBucketDropped, MediaRestored, MediaUploadsExpired
 from emulator.core.private import private_key
-from emulator.core.snapshots import copy_tree
+from emulator.core.snapshots import copy_tree, in_thread
 from emulator.media import sigv4
 
 if TYPE_CHECKING:
@@ -618,7 +618,7 @@ class MediaStore:
 
     async def save_to(self, folder: Path) -> None:
         """The media as the mirror holds it (every write is mirrored before the client hears back)."""
-        await asyncio.to_thread(self._mirror.copy_to, folder / "mirror")
+        await in_thread(lambda cancel: self._mirror.copy_to(folder / "mirror", cancel))
 
     async def load_from(self, folder: Path) -> None:
         """The media a snapshot holds, into the mirror, and into the endpoint if it is up (after a reset emptied
@@ -796,10 +796,10 @@ class Mirror:
             (self.root / f"{bucket}.json").unlink(missing_ok=True)
             shutil.rmtree(self.root / bucket, ignore_errors=True)
 
-    def copy_to(self, target: Path) -> None:
+    def copy_to(self, target: Path, cancel: threading.Event | None = None) -> None:
         with self._lock:  # no manifest changes while its files are copied
             if self.root.is_dir():
-                copy_tree(self.root, target)
+                copy_tree(self.root, target, cancel)
             else:
                 target.mkdir(parents=True)
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import re
 import sqlite3
+import threading
 from collections.abc import AsyncIterator, Callable, Iterable
 from contextlib import asynccontextmanager
 from importlib import resources
@@ -20,7 +21,16 @@ from typing import Any, TypeVar
 
 import aiosqlite
 
+from emulator.core.tasks import until_stopped
+
 _T = TypeVar("_T")
+BACKUP_PAGES = 4096  # a backup's step (16 MiB of 4 KiB pages): a stop ends it between two
+
+
+class BackupStopped(Exception):
+    pass
+
+
 _MIGRATION = re.compile(r"^(\d{4})_[a-z0-9_]+\.sql$")
 
 
@@ -142,10 +152,17 @@ class Store:
     async def backup_to(self, path: Path) -> None:
         """A consistent copy of the committed store in a new file, through SQLite's backup API (a file copy of a
         live WAL database may catch it mid-checkpoint). Taken under the write lock: no transaction runs meanwhile."""
+        stop = threading.Event()
+
+        def progress(_status: int, _remaining: int, _total: int) -> None:
+            if stop.is_set():  # the emulator stopping: the backup ends at this step (sqlite3 ends it on a raise)
+                raise BackupStopped
+
         async with self._lock:
             target = await aiosqlite.connect(path, isolation_level=None)
             try:
-                await self._conn.backup(target)
+                copying = self._conn.backup(target, pages=BACKUP_PAGES, progress=progress, sleep=0)
+                await until_stopped(copying, stop)
                 await target.execute("PRAGMA journal_mode=DELETE")  # one self-contained file
             finally:
                 await target.close()
