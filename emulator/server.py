@@ -464,6 +464,7 @@ async def _serve(
                 core.bus.publish,
                 settings.trust_forwarded,
                 last_seq=lambda: core.bus.last_seq,
+                durable=core.bus.flush,  # an answer starts once the events its request published are journaled
                 # the person's claim link carries its attempt token in its query, as the emulator issued it
                 issued=frozenset({CLAIM_PAGE}) if name == "auth" else frozenset(),
             )

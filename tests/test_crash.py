@@ -10,6 +10,9 @@ there (a trial without its key, a listed key that does not authenticate, an obje
 The second test keeps a media client writing while the emulator restarts on the same ports, as a client holding
 credentials does: what the S3 endpoint acknowledges then must be kept too.
 
+The third kills the emulator the moment a client has its answer, round after round, and checks the journal:
+every trial a client got a 201 for has its `trial.created` event (acknowledged means journaled).
+
 Everything is read back through the public API and `/_emulator`, never from the state dir's files.
 """
 
@@ -19,6 +22,7 @@ import asyncio
 import hashlib
 import itertools
 import random
+import subprocess
 import time
 from collections import Counter
 from collections.abc import Awaitable, Callable, Iterable
@@ -543,3 +547,75 @@ async def test_media_writes_taken_during_a_restart_are_kept(
             f"{len(lost)} of {len(acked)} writes acknowledged while the emulator started are lost at the next "
             f"kill -9 (never written through to disk): {lost[:5]}"
         )
+
+
+# --- acknowledged means journaled -------------------------------------------------------------------------------
+
+JOURNAL_ROUNDS = 5
+WRITERS = 8  # concurrent clients, each one request at a time on its own connection
+JOURNAL_KILL_AT = 24  # acknowledged trials in a round when the writer that got the last one kills the emulator
+
+
+async def journaled_trials(e: Emulator) -> dict[str, tuple[str, str]]:
+    """Every `trial.created` event in the journal: registration -> (org slug, org id)."""
+    found: dict[str, tuple[str, str]] = {}
+    since = 0
+    async with httpx.AsyncClient(base_url=e.url, timeout=20) as admin:
+        while True:
+            params = {"kinds": "trial.created", "since": since, "limit": 5000}
+            page = (await admin.get("/_emulator/journal", params=params)).json()
+            for event in page["events"]:
+                found[event["data"]["registration"]] = (event["subject"], event["data"]["org_id"])
+            if len(page["events"]) < 5000:
+                return found
+            since = page["events"][-1]["seq"]
+
+
+async def test_every_acknowledged_trial_is_journaled_after_kill_9(
+    start_emulator: Callable[..., Emulator], tmp_path: Path
+) -> None:
+    """Acknowledged means journaled: `WRITERS` clients create trials through the real API (register, exchange,
+    `POST /api/v1/trial-orgs`), the one that gets the round's `JOURNAL_KILL_AT`th 201 kills the emulator at once
+    (SIGKILL, from the client's side of the answer), and after a restart on the same state dir every trial a client
+    got a 201 for has its `trial.created` event, naming its organization: 0 missing, round after round. (The
+    journal used to queue events for a writer task: the last batch of an answered request could die with it.)"""
+    state = tmp_path / "journaled"
+    base = ["--no-watch", "--freeze-clock", FROZEN_AT]
+    acked: dict[str, tuple[str, str]] = {}  # registration -> (org slug, org id), as the 201s said
+    e: Emulator = start_emulator(*base, state_dir=state, env=UNLIMITED)
+    for n in range(1, JOURNAL_ROUNDS + 1):
+        proc = e.proc
+        assert proc is not None
+        in_round = 0
+
+        async def writer(e: Emulator = e, proc: subprocess.Popen[bytes] = proc, n: int = n) -> None:
+            nonlocal in_round
+            async with e.client() as c:
+                for _ in range(OPS_CAP):
+                    try:
+                        reg = await flow.register(c, e)
+                        r = await flow.exchange(c, e, reg["identity"]["assertion"])
+                        assert r.status_code == 200, r.text
+                        r = await flow.create_trial(c, e, r.json()["access_token"])
+                    except httpx.TransportError:
+                        return  # the emulator is gone: this write may or may not have happened
+                    assert r.status_code == 201, f"round {n}: {r.status_code} {r.text[:300]}"
+                    acked[reg["id"]] = (r.json()["org"], r.json()["org_id"])
+                    in_round += 1
+                    if in_round == JOURNAL_KILL_AT:
+                        proc.kill()  # SIGKILL right on the answer: no shutdown code runs, nothing is flushed
+
+        await asyncio.gather(*(writer() for _ in range(WRITERS)))
+        await asyncio.to_thread(proc.wait, 10)
+        assert in_round >= JOURNAL_KILL_AT, f"round {n}: the emulator died after {in_round} trials, before the kill"
+
+        e = start_emulator(*base, state_dir=state, env=UNLIMITED)  # the next round's emulator, on the same state
+        journal = await journaled_trials(e)
+        missing = {reg: made for reg, made in acked.items() if reg not in journal}
+        assert not missing, (
+            f"round {n}: {len(missing)} of {len(acked)} acknowledged trials have no trial.created event: "
+            f"{list(missing.items())[:4]}"
+        )
+        wrong = {reg: (made, journal[reg]) for reg, made in acked.items() if journal[reg] != made}
+        assert not wrong, f"round {n}: trial.created names another organization than the 201 did: {wrong}"
+        print(f"round {n}: {in_round} trials acknowledged before and during the kill; {len(acked)} journaled in all")

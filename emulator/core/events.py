@@ -6,15 +6,25 @@ subscriber thus never sees an event that is not in the journal: after a killed e
 from the journal, and no number a follower saw is given again. A subscriber that asks for history first
 waits for the writer to catch up, then reads the journal, then follows the live feed, so nothing is missed
 or repeated between the two.
+
+The state changes a request publishes are counted in its context (`caused`): the request layer (core.served)
+waits with `flush(upto=...)` until they are written before it answers, so an acknowledged write's events are
+in the journal, and a `kill -9` right after the answer loses none of them. A request that changed nothing (its
+only events are records of the call: `Payload.CALL_RECORD`) never waits; concurrent requests' events go into
+the writer's same batch, one transaction for all.
 """
 
 from __future__ import annotations
 
 import asyncio
 import functools
+import heapq
+import itertools
 import logging
 import sqlite3
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from typing import Any
 
 import msgspec
@@ -45,6 +55,31 @@ class Event(msgspec.Struct, frozen=True):
         if not isinstance(self.data, cls):
             raise TypeError(f"event #{self.seq} ({self.kind}) is not a {cls.__name__}")
         return self.data
+
+
+class Caused:
+    """The last event published in one request's context (0: none): what its answer waits to see journaled."""
+
+    __slots__ = ("last",)
+
+    def __init__(self) -> None:
+        self.last = 0
+
+
+# The request being served in this context, if any. A task the request starts inherits it: what that task
+# publishes before the answer is sent is waited for too (after it, the holder is no longer read).
+_CAUSED: ContextVar[Caused | None] = ContextVar("caused", default=None)
+
+
+@contextmanager
+def caused() -> Iterator[Caused]:
+    """Count what this context publishes (a request's task and the tasks it starts), for its answer to wait on."""
+    holder = Caused()
+    token = _CAUSED.set(holder)
+    try:
+        yield holder
+    finally:
+        _CAUSED.reset(token)
 
 
 class Subscription:
@@ -87,8 +122,11 @@ class EventBus:
         self._seq = 0
         self._pending: list[Event] = []
         self._wake = asyncio.Event()
-        self._flushed = asyncio.Condition()
         self._written = 0
+        # Flushes waiting for the journal to reach a seq, soonest first: each written batch releases those it covers
+        # and wakes nobody else (many concurrent answers wait, each for its own events).
+        self._waiting: list[tuple[int, int, asyncio.Future[None]]] = []
+        self._tie = itertools.count()
         self._subs: set[Subscription] = set()
         self._task: asyncio.Task[None] | None = None
         self._failing: str | None = None  # why the last write failed, while the journal cannot be written
@@ -102,6 +140,7 @@ class EventBus:
     async def stop(self) -> None:
         await self.flush()
         await cancel(self._task)
+        self._release(None)  # nothing is written any more: nobody waits for it
         self.end_streams()
 
     def end_streams(self) -> None:
@@ -128,14 +167,29 @@ class EventBus:
         event = Event(self._seq, self._clock.now(), payload.KIND, subject, data)
         self._pending.append(event)
         self._wake.set()
+        if not payload.CALL_RECORD:
+            holder = _CAUSED.get()
+            if holder is not None:
+                holder.last = event.seq
         return event
 
-    async def flush(self) -> None:
-        """Wait until every event published so far is in the journal, or the journal cannot be written (a full
-        disk: what it holds is all there is to read until it has room again; a reader must not hang)."""
-        target = self._seq
-        async with self._flushed:
-            await self._flushed.wait_for(lambda: self._written >= target or self._failing is not None)
+    async def flush(self, upto: int | None = None) -> None:
+        """Wait until every event published so far (or up to `upto`) is in the journal, or the journal cannot be
+        written (a full disk: what it holds is all there is to read until it has room again; nothing may hang on
+        it, neither a reader nor an answer)."""
+        target = self._seq if upto is None else upto
+        if self._written >= target or self._failing is not None:
+            return
+        done = asyncio.get_running_loop().create_future()
+        heapq.heappush(self._waiting, (target, next(self._tie), done))
+        await done
+
+    def _release(self, upto: int | None) -> None:
+        """Wake the flushes waiting for events up to `upto` (None: all of them, the journal cannot be written)."""
+        while self._waiting and (upto is None or self._waiting[0][0] <= upto):
+            done = heapq.heappop(self._waiting)[2]
+            if not done.done():  # a flush cancelled meanwhile (a client gone) leaves its future behind
+                done.set_result(None)
 
     async def _writer(self) -> None:
         while True:
@@ -160,9 +214,8 @@ class EventBus:
                         RETRY_EVERY,
                         e,
                     )
-                async with self._flushed:
-                    self._failing = str(e)
-                    self._flushed.notify_all()
+                self._failing = str(e)
+                self._release(None)
                 await asyncio.sleep(RETRY_EVERY)
                 self._wake.set()
                 continue
@@ -171,9 +224,8 @@ class EventBus:
                 self._failing = None
             for sub in list(self._subs):
                 sub.offer(batch)
-            async with self._flushed:
-                self._written = batch[-1].seq
-                self._flushed.notify_all()
+            self._written = batch[-1].seq
+            self._release(self._written)
 
     def subscribe(self, prefixes: tuple[str, ...] = (), limit: int = FOLLOW_LIMIT) -> Subscription:
         sub = Subscription(self, prefixes, limit)

@@ -30,6 +30,9 @@ Unread = dict[str, Any]
 # type checker sees a subclass as frozen only when it says so.
 class Payload(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True, forbid_unknown_fields=True):
     KIND: ClassVar[Kind]
+    # A record of a served call (a read as often as a write), not a state change: the answer of the request that
+    # publishes it does not wait for it to be journaled (core.served). A state change's event is always waited for.
+    CALL_RECORD: ClassVar[bool] = False
 
     @classmethod
     def read(cls, data: Mapping[str, object]) -> Self:
@@ -165,6 +168,7 @@ def failed(status: int | None, error_code: str | None = None) -> bool:
 
 class HttpRequest(Payload, frozen=True, kw_only=True):
     KIND = Kind.HTTP_REQUEST
+    CALL_RECORD = True
     origin: str
     method: str
     path: str
@@ -215,6 +219,7 @@ class CanaryPlanted(Payload, frozen=True, kw_only=True):
 
 class SiteAsk(Payload, frozen=True, kw_only=True):
     KIND = Kind.SITE_ASK
+    CALL_RECORD = True
     method: str
     status: int
     query: str | None
@@ -225,6 +230,7 @@ class SiteAsk(Payload, frozen=True, kw_only=True):
 
 class SiteMcp(Payload, frozen=True, kw_only=True):
     KIND = Kind.SITE_MCP
+    CALL_RECORD = True
     status: int
     replayed: bool
     # Unset on a replayed answer (and `tool` but on tools/call, `error` on a notification); null when unnamed.
@@ -406,6 +412,7 @@ class TrialExpired(Payload, frozen=True, kw_only=True):
 
 class CloudCall(Payload, frozen=True, kw_only=True):
     KIND = Kind.CLOUD_CALL
+    CALL_RECORD = True
     operation: str
     credential: str
     key: str | None  # the key's name

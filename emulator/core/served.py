@@ -11,13 +11,20 @@ recorded by its name only, but for the links the emulator itself hands a person 
 
 `after` is the last event journaled when the request began: what the request caused is journaled before it
 (its answer waits for its effects), so a rule judges it against the state it saw, not the one it made.
+
+Acknowledged means journaled: the answer of a request that published state changes (on any path, the operator
+API's too) starts only once their events are written (`EventBus.flush` up to its last one), so a `kill -9` after
+a client got its 2xx never loses the events of that write. A request that published nothing, or only records of
+the call (`Payload.CALL_RECORD`), does not wait. The `http.request` event itself is published after the answer
+and is not waited for: the journal may lack the last few of them after a `kill -9`, never a state change's event
+of an acknowledged write.
 """
 
 from __future__ import annotations
 
 import hashlib
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote_plus
@@ -28,6 +35,7 @@ from litestar.types import HTTPScope, Message, Receive, ReceiveMessage, Scope, S
 from msgspec import UNSET
 
 from emulator.core import jsonbody
+from emulator.core.events import Caused, caused
 from emulator.core.ids import key_fingerprint
 from emulator.core.payloads import Credentials, HttpRequest, Payload
 
@@ -46,6 +54,7 @@ _ANSWER_PEEK = 4096  # enough of an error answer to read its code
 _decode_json = msgspec.json.Decoder().decode
 
 Publish = Callable[[str | None, Payload], object]  # EventBus.publish
+Durable = Callable[[int], Awaitable[None]]  # EventBus.flush: returns once the journal holds events up to that seq
 
 
 class SeenClaims(msgspec.Struct):
@@ -155,7 +164,8 @@ class _Answered:
 
 
 class RequestJournal:
-    """ASGI: one `http.request` event per request an origin answers (or drops)."""
+    """ASGI: one `http.request` event per request an origin answers (or drops); an answer that follows events
+    its request published starts only once they are journaled."""
 
     def __init__(
         self,
@@ -164,20 +174,39 @@ class RequestJournal:
         publish: Publish,
         trust_forwarded: bool = False,
         *,
+        durable: Durable,
         last_seq: Callable[[], int] = lambda: 0,
         issued: frozenset[str] = frozenset(),
     ) -> None:
         self.app = app
         self.origin = origin
         self.publish = publish
+        self.durable = durable
         self.trust_forwarded = trust_forwarded
         self.last_seq = last_seq  # the journal's last event number, when a request begins
         self.issued = issued  # paths whose query carries a credential the emulator issued (a claim link)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != ScopeType.HTTP or scope["path"].startswith(_UNRECORDED):
+        if scope["type"] != ScopeType.HTTP:
             await self.app(scope, receive, send)
             return
+        with caused() as mine:
+            if scope["path"].startswith(_UNRECORDED):
+                await self.app(scope, receive, self._after_journal(mine, send))
+            else:
+                await self._served(scope, receive, self._after_journal(mine, send))
+
+    def _after_journal(self, mine: Caused, send: Send) -> Send:
+        """`send`, whose answer starts once the events the request published are in the journal."""
+
+        async def send_durable(message: Message) -> None:
+            if message["type"] == "http.response.start" and mine.last:
+                await self.durable(mine.last)
+            await send(message)
+
+        return send_durable
+
+    async def _served(self, scope: HTTPScope, receive: Receive, send: Send) -> None:
         began = time.monotonic()
         after = self.last_seq()
         digest: HASH | None = None  # hashlib's sha256, made at the first bytes of a body (most requests have none)
