@@ -204,6 +204,76 @@ def test_with_the_docker_socket_hosted_workloads_are_its_sibling_containers_unde
         client.close()
 
 
+SECOND_SERVICE = """
+
+lookup = FastAPIRouter(name='lookup')
+lookup.add_compute_route(Docs, path='/titles', inputs=[Docs.title], outputs=[Docs.title_upper])
+"""
+
+
+def database_and_two_services(exported: dict[str, str], tmp_path: Path) -> None:
+    """With the real `pxt`: a trial's database, its tables and two services (the example's, and one more)."""
+    pxt = Pxt(ensure_client(), tmp_path / "home", exported)
+    project = tmp_path / "project"
+    project.mkdir()
+
+    def run(*args: str) -> str:
+        done = subprocess.run(
+            [str(pxt.exe), *args], capture_output=True, text=True, timeout=900, env=pxt.env, cwd=project
+        )
+        assert done.returncode == 0, f"pxt {' '.join(args)}:\n{done.stdout}{done.stderr}"
+        return done.stdout + done.stderr
+
+    try:
+        org = must(re.search(r"organization (agent-[0-9a-f]{6})", run("new"))).group(1)
+        db = f"pxt://{org}:main"
+        run("init")
+        run("service", "example", "--out", "app.py")
+        with (project / "app.py").open("a") as app:
+            app.write(SECOND_SERVICE)
+        run("db", "update", db, "-f", "--add-config-entry")
+        run("schema", "update", "app.py", db)
+        run("service", "update", "app.py", db, "-f")
+        listed = run("service", "list", db)
+        assert f"{db}/ingest" in listed and f"{db}/lookup" in listed, listed
+    finally:
+        pxt.stop_daemon()
+
+
+def test_docker_stop_with_its_default_grace_ends_an_emulator_with_a_database_and_two_services_cleanly(
+    image: str, tmp_path: Path
+) -> None:
+    """The socket mode: the database, the services, their spares and the pod are the engine's containers, and
+    `docker stop` (SIGTERM, then SIGKILL after 10 s) must leave none of them, nor a volume or network of theirs."""
+    client = docker.from_env()
+    emulator = container(image, runtime="docker", docker_socket=True)
+    try:
+        with emulator:
+            state = emulator.state_dir
+            assert state is not None
+            instance = hashlib.sha256(str(state.resolve()).encode()).hexdigest()[:10]
+            database_and_two_services(emulator.client_env(), tmp_path)
+            roles = [c.labels["role"] for c in client.containers.list(filters={"label": f"pxt-emulator={instance}"})]
+            assert roles.count("service") >= 2 and "database" in roles and "pod" in roles, roles
+            own = emulator.get_wrapped_container()
+            began = time.monotonic()
+            stopped = subprocess.run(
+                ["docker", "stop", emulator.get_container_id()], capture_output=True, text=True, timeout=120
+            )
+            took = time.monotonic() - began
+            assert stopped.returncode == 0, stopped.stderr
+            own.reload()
+            # 0, not 137: the emulator ended within the grace, rather than being killed at its end.
+            assert own.attrs["State"]["ExitCode"] == 0, (took, own.logs().decode()[-3000:])
+            print(f"docker stop took {took:.1f} s")
+            assert labelled(f"pxt-emulator={instance}") == []
+            assert client.volumes.list(filters={"label": f"pxt-emulator={instance}"}) == []
+            networks = {n.name for n in client.networks.list(filters={"label": "pxt-emulator"})}
+            assert networks <= {"pxt-emulator"}  # the one every emulator on this machine shares, as on the host
+    finally:
+        client.close()
+
+
 def test_an_emulator_in_a_container_of_its_engine_is_told_so_and_needs_its_state_dir_at_the_same_path(
     tmp_path: Path,
 ) -> None:
