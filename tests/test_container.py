@@ -68,7 +68,8 @@ def image() -> str:
 
 
 def container(image: str, **kw: object) -> PxtEmulatorContainer:
-    c = PxtEmulatorContainer(image, build_cache=ENVS, **kw)  # type: ignore[arg-type]
+    kw.setdefault("build_cache", ENVS)  # None: the image's own, on its state volume
+    c = PxtEmulatorContainer(image, **kw)  # type: ignore[arg-type]
     if CA.is_file():
         c.with_volume_mapping(str(CA), "/etc/ssl/certs/host-ca.crt", "ro").with_env(
             "SSL_CERT_FILE", "/etc/ssl/certs/host-ca.crt"
@@ -317,6 +318,60 @@ def test_a_container_started_again_on_its_volume_keeps_its_trials_and_exports_on
         third = container(image).with_volume_mapping(str(exports), "/exports", "ro")
         with third.with_env("EMULATOR_IMPORT", "/exports/run.tar.gz"):
             assert trial in _trials(third.url)  # a new volume, started from the export
+    finally:
+        client = docker.from_env()
+        with contextlib.suppress(NotFound):
+            client.volumes.get(volume).remove(force=True)
+        client.close()
+
+
+def test_a_new_container_on_the_same_volume_reuses_the_environments_built_on_it(image: str, tmp_path: Path) -> None:
+    """The image keeps the build cache on its state volume: a database's environment built by one container is taken
+    from the cache by the next container on that volume, for a new trial's database too."""
+    volume = f"pxt-emulator-cache-{tmp_path.name[-12:]}-{int(time.time())}"
+    cache = "/var/lib/pxt-emulator/build-cache"
+
+    def database(emulator: PxtEmulatorContainer, home: Path) -> str:
+        """A new trial's database, updated with the real `pxt`: its logs."""
+        pxt = Pxt(ensure_client(), home / "home", emulator.client_env())
+        (home / "project").mkdir(parents=True)
+
+        def run(*args: str) -> str:
+            done = pxt(*args, timeout=1200) if args else pxt()
+            assert done.returncode == 0, f"pxt {' '.join(args)}:\n{done.stdout}{done.stderr}"
+            return done.stdout + done.stderr
+
+        try:
+            org = must(re.search(r"organization (agent-[0-9a-f]{6})", run("new"))).group(1)
+            db = f"pxt://{org}:main"
+            assert "main generation 1  done" in run("db", "update", db, "-f", "--add-config-entry")
+            return run("db", "logs", db, "--tail", "400")
+        finally:
+            pxt.stop_daemon()
+
+    def cached(emulator: PxtEmulatorContainer) -> set[str]:
+        """The keys `emulator build-cache` lists in the container."""
+        code, out = emulator.get_wrapped_container().exec_run(
+            ["python3", "-m", "emulator", "build-cache", "--json", "--build-cache", cache]
+        )
+        assert isinstance(out, bytes) and code == 0, out
+        listing = json.loads(out)
+        assert listing["root"] == cache
+        return {e["key"] for e in listing["environments"]}
+
+    try:
+        first = container(image, build_cache=None).with_volume_mapping(volume, "/var/lib/pxt-emulator", "rw")
+        with first:
+            assert first.testkit().status().runtime.build_cache == cache  # the image's default: on the volume
+            database(first, tmp_path / "first")
+            built = cached(first)
+            assert built
+        second = container(image, build_cache=None).with_volume_mapping(volume, "/var/lib/pxt-emulator", "rw")
+        with second:
+            assert built <= cached(second)  # the same volume: the environments the first built
+            logs = database(second, tmp_path / "second")
+            assert "taken from the shared build cache" in logs, logs
+            assert "building environment" not in logs, logs
     finally:
         client = docker.from_env()
         with contextlib.suppress(NotFound):
