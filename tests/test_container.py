@@ -334,16 +334,20 @@ def test_a_new_container_on_the_same_volume_reuses_the_environments_built_on_it(
     def database(emulator: PxtEmulatorContainer, home: Path) -> str:
         """A new trial's database, updated with the real `pxt`: its logs."""
         pxt = Pxt(ensure_client(), home / "home", emulator.client_env())
-        (home / "project").mkdir(parents=True)
+        project = home / "project"
+        project.mkdir(parents=True)
 
         def run(*args: str) -> str:
-            done = pxt(*args, timeout=1200) if args else pxt()
+            done = subprocess.run(
+                [str(pxt.exe), *args], capture_output=True, text=True, timeout=1200, env=pxt.env, cwd=project
+            )
             assert done.returncode == 0, f"pxt {' '.join(args)}:\n{done.stdout}{done.stderr}"
             return done.stdout + done.stderr
 
         try:
             org = must(re.search(r"organization (agent-[0-9a-f]{6})", run("new"))).group(1)
             db = f"pxt://{org}:main"
+            run("init")
             assert "main generation 1  done" in run("db", "update", db, "-f", "--add-config-entry")
             return run("db", "logs", db, "--tail", "400")
         finally:
