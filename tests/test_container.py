@@ -478,7 +478,8 @@ def test_reuse_is_keyed_by_the_image_id_the_command_the_name_and_the_network(ima
         assert "emulator" in aliases
         assert container(retagged, reuse=True, name=f"pxt-reuse-{token}").start().reused  # the same name: that one
         # The tag rebuilt (another image id): a container of the new image, not the old one's.
-        client.images.build(fileobj=io.BytesIO(f"FROM {image}\nLABEL pxt-test={token}\n".encode()), tag=retagged)
+        dockerfile = io.BytesIO(f"FROM {image}\nLABEL pxt-test={token}\n".encode())
+        client.images.build(fileobj=dockerfile, tag=retagged, rm=True, forcerm=True)  # no build container left
         rebuilt = container(retagged, reuse=True).start()
         assert not rebuilt.reused and rebuilt.get_container_id() not in ids
         made_of = rebuilt.get_wrapped_container().image
