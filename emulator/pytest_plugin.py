@@ -89,6 +89,14 @@ def _up_args(config: pytest.Config) -> list[str]:
     return args + list(config.getini("emulator_args"))
 
 
+def _container_command(config: pytest.Config) -> list[str]:
+    """`emulator up` in the container, as the process mode runs it (Testkit.start): the ini's `emulator_args`, and
+    the throwaway profile unless they name one (the runtime and the start files are the container's variables)."""
+    args = list(config.getini("emulator_args"))
+    profile = [] if any(a.startswith("--profile") for a in args) else ["--profile", "throwaway"]
+    return ["up", *profile, *args]
+
+
 def pytest_report_header(config: pytest.Config) -> str:
     url = config.getoption("emulator_url") or os.environ.get("EMULATOR_URL")
     where = f"at {url}" if url else ("reused between runs" if _option(config, "reuse") else "started for this run")
@@ -134,7 +142,10 @@ def _in_container(config: pytest.Config) -> Iterator[Testkit]:
     from emulator.container.testcontainer import PxtEmulatorContainer
 
     container = PxtEmulatorContainer(
-        str(_option(config, "container")), runtime=str(_option(config, "runtime")), reuse=bool(_option(config, "reuse"))
+        str(_option(config, "container")),
+        runtime=str(_option(config, "runtime")),
+        reuse=bool(_option(config, "reuse")),
+        command=_container_command(config),
     )
     for name, variable in (("apply", "EMULATOR_APPLY"), ("import", "EMULATOR_IMPORT")):
         path = _file(config, name)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import io
 import json
 import os
 import re
@@ -20,8 +21,9 @@ from pathlib import Path
 import docker
 import httpx
 import pytest
-from docker.errors import NotFound
+from docker.errors import DockerException, NotFound
 from testcontainers.core.config import testcontainers_config
+from testcontainers.core.network import Network
 
 from emulator.container.testcontainer import REUSE_LABEL, PxtEmulatorContainer, free_ports
 from emulator.hosted.plans import TRIAL_DATABASE
@@ -66,7 +68,8 @@ def image() -> str:
 
 
 def container(image: str, **kw: object) -> PxtEmulatorContainer:
-    c = PxtEmulatorContainer(image, build_cache=ENVS, **kw)  # type: ignore[arg-type]
+    kw.setdefault("build_cache", ENVS)  # None: the image's own, on its state volume
+    c = PxtEmulatorContainer(image, **kw)  # type: ignore[arg-type]
     if CA.is_file():
         c.with_volume_mapping(str(CA), "/etc/ssl/certs/host-ca.crt", "ro").with_env(
             "SSL_CERT_FILE", "/etc/ssl/certs/host-ca.crt"
@@ -89,7 +92,8 @@ def test_the_image_is_built_from_the_local_base_with_a_health_check(image: str) 
     finally:
         client.close()
     config = attrs["Config"]
-    assert config["Healthcheck"]["Test"][0] == "CMD" and "/health" in config["Healthcheck"]["Test"][-1]
+    # A `test` in /bin/sh of the file PID 1 keeps while /health answers: no Python start per check.
+    assert config["Healthcheck"]["Test"] == ["CMD", "/bin/sh", "-c", "test -f /tmp/pxt-emulator.healthy"]
     assert "/var/lib/pxt-emulator" in config["Volumes"]
     assert config["Entrypoint"] == ["python3", "-m", "emulator.container.init"]
     env = dict(e.split("=", 1) for e in config["Env"])
@@ -201,6 +205,76 @@ def test_with_the_docker_socket_hosted_workloads_are_its_sibling_containers_unde
         client.close()
 
 
+SECOND_SERVICE = """
+
+lookup = FastAPIRouter(name='lookup')
+lookup.add_compute_route(Docs, path='/titles', inputs=[Docs.title], outputs=[Docs.title_upper])
+"""
+
+
+def database_and_two_services(exported: dict[str, str], tmp_path: Path) -> None:
+    """With the real `pxt`: a trial's database, its tables and two services (the example's, and one more)."""
+    pxt = Pxt(ensure_client(), tmp_path / "home", exported)
+    project = tmp_path / "project"
+    project.mkdir()
+
+    def run(*args: str) -> str:
+        done = subprocess.run(
+            [str(pxt.exe), *args], capture_output=True, text=True, timeout=900, env=pxt.env, cwd=project
+        )
+        assert done.returncode == 0, f"pxt {' '.join(args)}:\n{done.stdout}{done.stderr}"
+        return done.stdout + done.stderr
+
+    try:
+        org = must(re.search(r"organization (agent-[0-9a-f]{6})", run("new"))).group(1)
+        db = f"pxt://{org}:main"
+        run("init")
+        run("service", "example", "--out", "app.py")
+        with (project / "app.py").open("a") as app:
+            app.write(SECOND_SERVICE)
+        run("db", "update", db, "-f", "--add-config-entry")
+        run("schema", "update", "app.py", db)
+        run("service", "update", "app.py", db, "-f")
+        listed = run("service", "list", db)
+        assert f"{db}/ingest" in listed and f"{db}/lookup" in listed, listed
+    finally:
+        pxt.stop_daemon()
+
+
+def test_docker_stop_with_its_default_grace_ends_an_emulator_with_a_database_and_two_services_cleanly(
+    image: str, tmp_path: Path
+) -> None:
+    """The socket mode: the database, the services, their spares and the pod are the engine's containers, and
+    `docker stop` (SIGTERM, then SIGKILL after 10 s) must leave none of them, nor a volume or network of theirs."""
+    client = docker.from_env()
+    emulator = container(image, runtime="docker", docker_socket=True)
+    try:
+        with emulator:
+            state = emulator.state_dir
+            assert state is not None
+            instance = hashlib.sha256(str(state.resolve()).encode()).hexdigest()[:10]
+            database_and_two_services(emulator.client_env(), tmp_path)
+            roles = [c.labels["role"] for c in client.containers.list(filters={"label": f"pxt-emulator={instance}"})]
+            assert roles.count("service") >= 2 and "database" in roles and "pod" in roles, roles
+            own = emulator.get_wrapped_container()
+            began = time.monotonic()
+            stopped = subprocess.run(
+                ["docker", "stop", emulator.get_container_id()], capture_output=True, text=True, timeout=120
+            )
+            took = time.monotonic() - began
+            assert stopped.returncode == 0, stopped.stderr
+            own.reload()
+            # 0, not 137: the emulator ended within the grace, rather than being killed at its end.
+            assert own.attrs["State"]["ExitCode"] == 0, (took, own.logs().decode()[-3000:])
+            print(f"docker stop took {took:.1f} s")
+            assert labelled(f"pxt-emulator={instance}") == []
+            assert client.volumes.list(filters={"label": f"pxt-emulator={instance}"}) == []
+            networks = {n.name for n in client.networks.list(filters={"label": "pxt-emulator"})}
+            assert networks <= {"pxt-emulator"}  # the one every emulator on this machine shares, as on the host
+    finally:
+        client.close()
+
+
 def test_an_emulator_in_a_container_of_its_engine_is_told_so_and_needs_its_state_dir_at_the_same_path(
     tmp_path: Path,
 ) -> None:
@@ -244,6 +318,65 @@ def test_a_container_started_again_on_its_volume_keeps_its_trials_and_exports_on
         third = container(image).with_volume_mapping(str(exports), "/exports", "ro")
         with third.with_env("EMULATOR_IMPORT", "/exports/run.tar.gz"):
             assert trial in _trials(third.url)  # a new volume, started from the export
+    finally:
+        client = docker.from_env()
+        with contextlib.suppress(NotFound):
+            client.volumes.get(volume).remove(force=True)
+        client.close()
+
+
+def test_a_new_container_on_the_same_volume_reuses_the_environments_built_on_it(image: str, tmp_path: Path) -> None:
+    """The image keeps the build cache on its state volume: the environment one container built is in the cache the
+    next container on that volume lists, and a new trial's database there runs on it without a build."""
+    volume = f"pxt-emulator-cache-{tmp_path.name[-12:]}-{int(time.time())}"
+    cache = "/var/lib/pxt-emulator/build-cache"
+
+    def database(emulator: PxtEmulatorContainer, home: Path) -> str:
+        """A new trial's database, updated with the real `pxt`: its logs."""
+        pxt = Pxt(ensure_client(), home / "home", emulator.client_env())
+        project = home / "project"
+        project.mkdir(parents=True)
+
+        def run(*args: str) -> str:
+            done = subprocess.run(
+                [str(pxt.exe), *args], capture_output=True, text=True, timeout=1200, env=pxt.env, cwd=project
+            )
+            assert done.returncode == 0, f"pxt {' '.join(args)}:\n{done.stdout}{done.stderr}"
+            return done.stdout + done.stderr
+
+        try:
+            org = must(re.search(r"organization (agent-[0-9a-f]{6})", run("new"))).group(1)
+            db = f"pxt://{org}:main"
+            run("init")
+            assert "main generation 1  done" in run("db", "update", db, "-f", "--add-config-entry")
+            return run("db", "logs", db, "--tail", "400")
+        finally:
+            pxt.stop_daemon()
+
+    def cached(emulator: PxtEmulatorContainer) -> set[str]:
+        """The keys `emulator build-cache` lists in the container."""
+        code, out = emulator.get_wrapped_container().exec_run(
+            ["python3", "-m", "emulator", "build-cache", "--json", "--build-cache", cache]
+        )
+        assert isinstance(out, bytes) and code == 0, out
+        listing = json.loads(out)
+        assert listing["root"] == cache
+        return {e["key"] for e in listing["environments"]}
+
+    try:
+        first = container(image, build_cache=None).with_volume_mapping(volume, "/var/lib/pxt-emulator", "rw")
+        with first:
+            assert first.testkit().status().runtime.build_cache == cache  # the image's default: on the volume
+            database(first, tmp_path / "first")
+            built = cached(first)
+            assert built
+        second = container(image, build_cache=None).with_volume_mapping(volume, "/var/lib/pxt-emulator", "rw")
+        with second:
+            assert built <= cached(second)  # the same volume: the environments the first built
+            logs = database(second, tmp_path / "second")
+            # The state dir's link into the cache holds (a cache outside the volume would leave it dangling, and
+            # the environment would be built again).
+            assert "unchanged: not rebuilt" in logs and "building environment" not in logs, logs
     finally:
         client = docker.from_env()
         with contextlib.suppress(NotFound):
@@ -303,6 +436,120 @@ def test_the_testcontainers_modules_reuse_gives_a_second_session_the_same_contai
         client.close()
 
 
+def _remove_reused(before: set[str]) -> None:
+    client = docker.from_env()
+    for found in set(labelled(REUSE_LABEL)) - before:
+        with contextlib.suppress(NotFound):
+            client.containers.get(found).remove(force=True, v=True)
+    client.close()
+
+
+def _state_volume(c: PxtEmulatorContainer) -> str:
+    """The name of the container's anonymous state volume."""
+    mounts = c.get_wrapped_container().attrs["Mounts"]
+    return next(str(m["Name"]) for m in mounts if m["Type"] == "volume" and m["Destination"] == "/var/lib/pxt-emulator")
+
+
+def test_reuse_is_keyed_by_the_image_id_the_command_the_name_and_the_network(image: str) -> None:
+    before = set(labelled(REUSE_LABEL))
+    client = docker.from_env()
+    token = hashlib.sha256(f"{time.time()}".encode()).hexdigest()[:8]
+    retagged = f"pxt-emulator:reuse-{token}"  # an image of its own, rebuilt under the same tag below
+    client.images.get(image).tag(retagged)
+    network = Network()
+    network.name = f"pxt-reuse-{token}"
+    try:
+        network.create()
+        first = container(retagged, reuse=True).start()
+        assert not first.reused
+        assert container(retagged, reuse=True).start().get_container_id() == first.get_container_id()
+        others = [
+            container(retagged, reuse=True, command=["up", "--ask-rate-limit", "7"]),
+            container(retagged, reuse=True, name=f"pxt-reuse-{token}"),
+            container(retagged, reuse=True, network=network, network_aliases=["emulator"]),
+        ]
+        ids = {first.get_container_id()}
+        for other in others:
+            other.start()
+            assert not other.reused and other.get_container_id() not in ids
+            ids.add(other.get_container_id())
+        assert others[1].get_wrapped_container().name == f"pxt-reuse-{token}"
+        aliases = others[2].get_wrapped_container().attrs["NetworkSettings"]["Networks"][network.name]["Aliases"]
+        assert "emulator" in aliases
+        assert container(retagged, reuse=True, name=f"pxt-reuse-{token}").start().reused  # the same name: that one
+        # The tag rebuilt (another image id): a container of the new image, not the old one's.
+        dockerfile = io.BytesIO(f"FROM {image}\nLABEL pxt-test={token}\n".encode())
+        client.images.build(fileobj=dockerfile, tag=retagged, rm=True, forcerm=True)  # no build container left
+        rebuilt = container(retagged, reuse=True).start()
+        assert not rebuilt.reused and rebuilt.get_container_id() not in ids
+        made_of = rebuilt.get_wrapped_container().image
+        assert made_of is not None and made_of.id == client.images.get(retagged).id
+    finally:
+        _remove_reused(before)
+        with contextlib.suppress(DockerException):
+            network.remove()
+        with contextlib.suppress(DockerException):
+            client.images.remove(retagged)
+        client.close()
+
+
+def test_a_stopped_reused_container_is_removed_with_its_volume_and_end_reused_ends_them(image: str) -> None:
+    before = set(labelled(REUSE_LABEL))
+    client = docker.from_env()
+    try:
+        first = container(image, reuse=True, settings={"seed": "11"}).start()
+        volume = _state_volume(first)
+        first.get_wrapped_container().stop()
+        second = container(image, reuse=True, settings={"seed": "11"}).start()
+        assert not second.reused and second.get_container_id() != first.get_container_id()
+        with pytest.raises(NotFound):
+            client.containers.get(first.get_container_id())
+        with pytest.raises(NotFound):
+            client.volumes.get(volume)
+        # How a person ends the kept containers (the README's way): each, with its volume.
+        volume = _state_volume(second)
+        ended = PxtEmulatorContainer.end_reused()
+        assert second.get_wrapped_container().name in ended
+        assert labelled(REUSE_LABEL) == []
+        with pytest.raises(NotFound):
+            client.volumes.get(volume)
+    finally:
+        _remove_reused(before)
+        client.close()
+
+
+def test_a_start_that_fails_removes_its_container_and_its_volume(image: str) -> None:
+    """The Docker runtime without the engine's socket: the emulator exits at start, and nothing of it is left."""
+    client = docker.from_env()
+    try:
+        for reuse in (False, True):
+            token = hashlib.sha256(f"{time.time()}{reuse}".encode()).hexdigest()[:12]
+            since = int(time.time()) - 1
+            failing = container(image, runtime="docker", reuse=reuse, labels={"pxt-test": token})
+            with pytest.raises(RuntimeError, match="exited"):
+                failing.start()
+            assert labelled(f"pxt-test={token}") == []
+            until = int(time.time()) + 1
+            made = [
+                e["Actor"]["ID"]
+                for e in client.events(since=since, until=until, decode=True, filters={"type": "container"})
+                if e.get("Action") == "create" and e["Actor"]["Attributes"].get("pxt-test") == token
+            ]
+            assert len(made) == 1  # it was made, and is gone
+            mounted = {
+                e["Actor"]["ID"]
+                for e in client.events(since=since, until=until, decode=True, filters={"type": "volume"})
+                if e.get("Action") == "mount" and e["Actor"]["Attributes"].get("container") == made[0]
+            }
+            anonymous = {v for v in mounted if re.fullmatch(r"[0-9a-f]{64}", v)}
+            assert anonymous  # its state volume
+            for name in anonymous:
+                with pytest.raises(NotFound):
+                    client.volumes.get(name)
+    finally:
+        client.close()
+
+
 def test_the_compose_example_comes_up_and_its_client_succeeds(image: str) -> None:
     assert shutil.which("docker-compose"), "docker-compose is missing: scripts/setup-docker.sh installs it"
     project = f"pxtcompose{int(time.time())}"
@@ -326,13 +573,16 @@ def test_the_compose_example_comes_up_and_its_client_succeeds(image: str) -> Non
 def test_the_pytest_plugin_runs_a_suite_against_a_container(image: str, tmp_path: Path) -> None:
     suite = tmp_path / "suite"
     suite.mkdir()
-    (suite / "pytest.ini").write_text("[pytest]\n")
+    (suite / "pytest.ini").write_text("[pytest]\nemulator_args = --ask-rate-limit 7\n")
     (suite / "test_it.py").write_text(
         "def test_a_trial_in_the_container(emulator, emulator_env):\n"
         "    import httpx\n"
         "    assert emulator.url == emulator_env['EMULATOR_URL']\n"
         "    assert httpx.get(emulator.url + '/health', trust_env=False).json()['status'] == 'ok'\n"
-        "    assert emulator.status().state_dir == '/var/lib/pxt-emulator'  # the container's\n"
+        "    status = emulator.status()\n"
+        "    assert status.state_dir == '/var/lib/pxt-emulator'  # the container's\n"
+        "    assert status.runtime.profile == 'throwaway'  # as the process mode runs it\n"
+        "    assert status.limits.ask_rate_limit == 7  # the ini's emulator_args\n"
     )
     base = {k: v for k, v in os.environ.items() if k not in ("PYTEST_ADDOPTS", "EMULATOR_URL")}
     done = subprocess.run(

@@ -194,3 +194,20 @@ def test_a_plain_install_brings_pytest_with_the_plugin() -> None:
     needs = [r for r in requires("pxt-cloud-emulator") or [] if "extra ==" not in r]
     assert any(r.replace(" ", "").startswith("pytest>=") for r in needs), needs
     assert any(e.value == "emulator.pytest_plugin" for e in entry_points(group="pytest11"))
+
+
+def test_the_container_mode_runs_emulator_up_with_the_ini_args_and_the_throwaway_profile() -> None:
+    """As the process mode does (Testkit.start); the Docker run of it is tests/test_container.py's plugin test."""
+    from emulator.pytest_plugin import _container_command
+
+    class Ini:
+        def __init__(self, args: list[str]) -> None:
+            self.args = args
+
+        def getini(self, name: str) -> list[str]:
+            assert name == "emulator_args"
+            return self.args
+
+    command = _container_command(Ini(["--ask-rate-limit", "7"]))  # type: ignore[arg-type]
+    assert command == ["up", "--profile", "throwaway", "--ask-rate-limit", "7"]
+    assert _container_command(Ini(["--profile=developer"])) == ["up", "--profile=developer"]  # type: ignore[arg-type]

@@ -7,13 +7,19 @@
         kit = emulator.testkit()                       # the Testkit of the running container
 
 Every origin listens in the container on the same port it is published on (127.0.0.1 only), so the URLs it hands out
-(discovery documents, `api_url`, claim links, service URLs) are the ones a client here uses. `reuse=True` keeps the
-container running when the `with` ends and gives it to the next session started with the same configuration (a
-label holds the configuration's digest), as Testcontainers' reuse does; `docker_socket=True` mounts this machine's
-Docker socket (with `runtime="docker"`, hosted workloads as sibling containers) and a state dir at the same path on
-this machine as in the container (`state_dir`, or a temporary one removed at the stop), since the engine resolves the
-hosted containers' mounts here; `build_cache` mounts the per-user cache of built hosted environments, so a database's
-first update needs no build (and no network).
+(discovery documents, `api_url`, claim links, service URLs) are the ones a client here uses.
+
+`reuse=True` keeps the container running when the `with` ends and gives it to the next session started with the same
+configuration, as Testcontainers' reuse does: a label holds the digest of all that makes a container different (the
+image's id, not its tag; the settings and environment; the mounts; the command; the name; the network and its
+aliases). A stopped container of that configuration is removed with its volume and a new one started. End the kept
+containers with `PxtEmulatorContainer.end_reused()` (or `docker rm -f -v $(docker ps -aq --filter
+label=pxt-emulator.reuse)`). A start that fails removes what it made: the container, its volume, its state dir.
+
+`docker_socket=True` mounts this machine's Docker socket (with `runtime="docker"`, hosted workloads as sibling
+containers) and a state dir at the same path on this machine as in the container (`state_dir`, or a temporary one
+removed at the stop), since the engine resolves the hosted containers' mounts here; `build_cache` mounts the per-user
+cache of built hosted environments, so a database's first update needs no build (and no network).
 """
 
 from __future__ import annotations
@@ -42,7 +48,7 @@ ORIGINS = ("site", "auth", "api", "tunnel", "s3")
 GATEWAYS = 4  # service gateways: one per hosted database that runs services
 REUSE_LABEL = "pxt-emulator.reuse"
 STATE = "/var/lib/pxt-emulator"
-ENVS_IN_CONTAINER = "/root/.cache/pxt-emulator/envs"  # the image runs as root: its per-user cache is here
+CACHE_IN_CONTAINER = "/root/.cache/pxt-emulator"  # where `build_cache` is mounted (its envs/)
 HEALTHY_TIMEOUT = 120.0
 STOP_TIMEOUT = 60  # seconds the emulator has to stop before the engine kills it
 
@@ -117,12 +123,32 @@ class PxtEmulatorContainer(DockerContainer):
         if docker_socket:
             self.with_volume_mapping("/var/run/docker.sock", "/var/run/docker.sock", "rw")
         if build_cache is not None:
-            self.with_volume_mapping(str(build_cache), ENVS_IN_CONTAINER, "rw")
+            # This machine's cache, not the one the image keeps on its state volume.
+            self.with_volume_mapping(str(build_cache), f"{CACHE_IN_CONTAINER}/envs", "rw")
+            self.with_env("EMULATOR_BUILD_CACHE", CACHE_IN_CONTAINER)
         self.ports_of: dict[str, int] = {}
 
-    @property
-    def digest(self) -> str:
-        return hashlib.sha256(json.dumps(self._config, sort_keys=True).encode()).hexdigest()[:24]
+    def _digest(self, client: Any) -> str:
+        """What makes this container different from another, for reuse: the image's id (a rebuild under the same tag
+        is another image), the settings and environment, the mounts, the command, the name, the network and its
+        aliases, any other keyword for the engine. Taken before the ports are chosen (a reused container keeps its
+        own) and the state dir is made (`state_dir` is in the configuration)."""
+        try:
+            image_id = str(client.images.get(self.image).id)
+        except docker.errors.ImageNotFound:
+            image_id = self.image  # not here: the start says so
+        what = {
+            **self._config,
+            "image": image_id,
+            "env": dict(sorted(self.env.items())),
+            "volumes": dict(sorted(self.volumes.items())),
+            "command": self._command,
+            "name": self._name,
+            "network": self._network.name if self._network is not None else None,
+            "aliases": self._network_aliases,
+            "kwargs": self._kwargs,
+        }
+        return hashlib.sha256(json.dumps(what, sort_keys=True, default=repr).encode()).hexdigest()[:24]
 
     def _publish(self) -> None:
         """Each origin, and the gateways' range, on the same port inside and out: the URLs are right everywhere."""
@@ -138,34 +164,84 @@ class PxtEmulatorContainer(DockerContainer):
 
     def start(self) -> PxtEmulatorContainer:
         client = self.get_docker_client().client
+        digest = ""
         if self.reuse:
-            found = client.containers.list(filters={"label": f"{REUSE_LABEL}={self.digest}", "status": "running"})
-            if found:
-                self._container = found[0]
-                env = dict(e.split("=", 1) for e in found[0].attrs["Config"]["Env"])
+            digest = self._digest(client)
+            for found in client.containers.list(all=True, filters={"label": f"{REUSE_LABEL}={digest}"}):
+                if found.status != "running":  # stopped (or dead): removed with its volume, not left beside a new one
+                    _remove(found)
+                    continue
+                self._container = found
+                env = dict(e.split("=", 1) for e in found.attrs["Config"]["Env"])
                 self.ports_of.update({o: int(env[f"EMULATOR_{o.upper()}_PORT"]) for o in ORIGINS})
                 self._reused = True
                 self._wait_healthy()
                 return self
         self._publish()
         self._share_state_dir()
-        if self.reuse:
-            # Not through Testcontainers' start: its reaper would remove the container when this session ends.
-            self._configure()
-            run: Any = client.containers.run  # docker-py's overloads do not cover every keyword
-            self._container = run(
-                self.image,
-                environment=self.env,
-                ports=self.ports,
-                volumes={host: {"bind": m["bind"], "mode": m["mode"]} for host, m in self.volumes.items()},
-                labels={REUSE_LABEL: self.digest},
-                detach=True,
-                **self._kwargs,
-            )
-        else:
-            super().start()
-        self._wait_healthy()
+        try:
+            if self.reuse:
+                self._start_kept(client, digest)
+            else:
+                super().start()
+            self._wait_healthy()
+        except BaseException:
+            self._discard()
+            raise
         return self
+
+    def _start_kept(self, client: Any, digest: str) -> None:
+        """A container to reuse, started as Testcontainers' start does but without its session's label (its reaper
+        would remove the container when this session ends)."""
+        from docker.types import EndpointConfig
+
+        self._configure()
+        network: dict[str, Any] = {}
+        if self._network is not None:
+            network = {
+                "network": self._network.name,
+                "networking_config": {
+                    self._network.name: EndpointConfig(client.api.api_version, aliases=self._network_aliases)
+                },
+            }
+        labels = {**self._kwargs.get("labels", {}), REUSE_LABEL: digest}
+        create: Any = client.containers.create  # docker-py's overloads do not cover every keyword
+        made = create(
+            self.image,
+            command=self._command,
+            environment=self.env,
+            ports=self.ports,
+            name=self._name,
+            volumes={host: {"bind": m["bind"], "mode": m["mode"]} for host, m in self.volumes.items()},
+            detach=True,
+            **{**network, **self._kwargs, "labels": labels},
+        )
+        self._container = made  # before the start: a start that fails removes it
+        made.start()
+
+    def _discard(self) -> None:
+        """After a start that failed: the container it made, its anonymous state volume and the state dir it made."""
+        if self._container is not None and not self._reused:
+            _remove(self._container)
+            self._container = None
+        if self._made_state_dir and self.state_dir is not None:
+            shutil.rmtree(self.state_dir, ignore_errors=True)
+            self._made_state_dir = False
+
+    @classmethod
+    def end_reused(cls) -> list[str]:
+        """Stop and remove every container kept for reuse on this machine's engine (any configuration's), with its
+        state volume; their names."""
+        client = docker.from_env()
+        try:
+            found = client.containers.list(all=True, filters={"label": REUSE_LABEL})
+            for container in found:
+                with contextlib.suppress(docker.errors.DockerException):
+                    container.stop(timeout=STOP_TIMEOUT)
+                _remove(container)
+            return [str(c.name) for c in found]
+        finally:
+            client.close()
 
     def _share_state_dir(self) -> None:
         """With the Docker socket: the state dir at the same path here and in the container, where the hosted
@@ -226,6 +302,12 @@ class PxtEmulatorContainer(DockerContainer):
     def testkit(self) -> Testkit:
         with _token(self.admin_token):
             return Testkit.attach(self.url)
+
+
+def _remove(container: Any) -> None:
+    """A container and its anonymous volumes (the state dir's, unless a named volume is mounted there)."""
+    with contextlib.suppress(docker.errors.NotFound):
+        container.remove(force=True, v=True)
 
 
 class _token:

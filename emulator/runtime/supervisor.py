@@ -196,6 +196,7 @@ class Supervisor:
         self._sparing: dict[tuple[str, ...], asyncio.Task[None]] = {}
         self._expiring: dict[tuple[str, ...], asyncio.Task[None]] = {}  # a head start's spares, stopped if not taken
         self.meter = Meter(lambda key: launcher.outside(self.directory(*key)))
+        self._closing = False  # the emulator is stopping: workloads are retired without a last reading
 
     @property
     def kind(self) -> str:
@@ -216,21 +217,25 @@ class Supervisor:
         self.launcher.watch_disks(self._disk_filled)
 
     async def close(self) -> None:
-        await self._stop_all()
+        # No last readings: nothing reads the meter after the close, and each retired workload took a reading of
+        # every workload of its database (a `docker stats` each): with a database, two services and their spares,
+        # more than `docker stop`'s 10 s grace. Without them `docker stop` took 6.8 s (2 cores, a busy machine).
+        self._closing = True
         await self.meter.close()
+        await self._stop_all()
         await self.launcher.close()
 
     async def _stop_all(self) -> None:
-        """Every service, spare, gateway and database server stopped."""
-        for key in list(self.services):
-            await self.stop_service(key)
-        for key in {*self.spares, *self._sparing}:
-            await self._drop_spare(key)
+        """Every service, spare, gateway and database server stopped: the services and every spare at once, then the
+        servers at once (one at a time, the stops of a database with two services took longer than the 10 s
+        `docker stop` gives an emulator in a container)."""
+        services = list(self.services)  # each with its spare
+        spares = [key for key in {*self.spares, *self._sparing} if key not in self.services]  # the databases'
+        await asyncio.gather(*(self.stop_service(key) for key in services), *(self._drop_spare(k) for k in spares))
         for gateway, _ in list(self.gateways.values()):
             await gateway.close()
         self.gateways.clear()
-        for key in list(self.running):
-            await self._stop_database(key)
+        await asyncio.gather(*(self._stop_database(key) for key in list(self.running)))
 
     async def reset(self) -> None:
         """Stop every workload and gateway, and delete every database's directory (the emulator is reset)."""
@@ -861,7 +866,8 @@ class Supervisor:
         await self.reporter.disk_full(place, service, limit)
 
     async def _retire(self, running: Workload) -> None:
-        await self.meter.final(running)
+        if not self._closing:
+            await self.meter.final(running)
         await running.stop()
         await cancel(self._readers.get(id(running)))
 
