@@ -14,6 +14,7 @@ import time
 from collections.abc import Iterator
 from urllib.parse import urlsplit
 
+import httpx
 import pytest
 
 from tests import agent_flow as flow
@@ -313,3 +314,87 @@ def test_the_depth_check_is_exact_for_json_and_ignores_brackets_in_strings() -> 
     assert decode(b"[" + b"[]," * 10_000 + b"[]]") == [[]] * 10_001
     with pytest.raises(NotJson):
         check_depth(b"[" * 10_000)  # never closed: refused before a decoder recurses
+
+
+# --- the media store (S3 on its own port) -----------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def media_trial(bounded: Emulator) -> dict[str, str]:
+    """A trial of its own (its key and organization), for presigned URLs of its bucket."""
+
+    async def make() -> dict[str, str]:
+        async with bounded.client() as c:
+            _, _, trial = await flow.new_trial(c, bounded)
+            return {"api_key": str(trial["api_key"]), "org": str(trial["org"])}
+
+    return asyncio.run(make())
+
+
+def _presigned_put(e: Emulator, trial: dict[str, str], key: str) -> str:
+    body = {"operation_type": "get_presigned_url", "org": trial["org"], "db": "main", "bucket_name": "home"}
+    body |= {"key": key, "method": "put", "expiration": 600}
+    r = httpx.post(e.api, json=body, headers={"X-api-key": trial["api_key"]}, timeout=20)
+    assert r.status_code == 200, r.text
+    return str(r.json()["url"])
+
+
+def _s3_drip(url: str, head_only: bool, every: float = 0.5, give_up: float = 15.0) -> tuple[float, bytes]:
+    """A PUT to the media store that never becomes whole: its head dripped a byte at a time (`head_only`), or its
+    head whole and its announced 100 bytes of body dripped. (seconds until the store closed, what it answered)."""
+    parts = urlsplit(url)
+    assert parts.hostname is not None and parts.port is not None
+    target = parts.path + ("?" + parts.query if parts.query else "")
+    head = f"PUT {target} HTTP/1.1\r\nHost: {parts.netloc}\r\nContent-Length: 100\r\n\r\n".encode()
+    began = time.monotonic()
+    answer = b""
+    with socket.create_connection((parts.hostname, parts.port), timeout=5) as sock:
+        if head_only:
+            sock.sendall(head[:-4])  # never the blank line that ends the head
+            pending = b"X-Drip: " + b"a" * 1000
+        else:
+            sock.sendall(head)
+            pending = b"x" * 1000
+        sock.settimeout(every)
+        while time.monotonic() - began < give_up and pending:
+            try:
+                sock.sendall(pending[:1])
+                pending = pending[1:]
+            except OSError:
+                pass
+            try:
+                chunk = sock.recv(65536)
+            except TimeoutError:
+                continue
+            except OSError:
+                break
+            if not chunk:
+                break
+            answer += chunk
+        return time.monotonic() - began, answer
+
+
+@pytest.mark.parametrize("head_only", [True, False], ids=["head", "body"])
+def test_the_media_store_cuts_a_dripping_request_at_its_deadline(
+    bounded: Emulator, media_trial: dict[str, str], head_only: bool
+) -> None:
+    url = _presigned_put(bounded, media_trial, "drip.bin")
+    took, _ = _s3_drip(url, head_only)
+    assert DEADLINE - 0.5 <= took < DEADLINE + SLACK, f"held {took:.1f} s"
+    # and the store still answers: the cut request took nothing with it
+    assert httpx.put(_presigned_put(bounded, media_trial, "after.bin"), content=b"ok", timeout=20).status_code == 200
+
+
+def test_the_media_store_refuses_a_body_over_s3s_single_put_bound(
+    bounded: Emulator, media_trial: dict[str, str]
+) -> None:
+    url = _presigned_put(bounded, media_trial, "huge.bin")
+    parts = urlsplit(url)
+    assert parts.hostname is not None and parts.port is not None
+    target = parts.path + "?" + parts.query
+    with socket.create_connection((parts.hostname, parts.port), timeout=20) as sock:
+        sock.sendall(f"PUT {target} HTTP/1.1\r\nHost: {parts.netloc}\r\nContent-Length: {6 * 1024**3}\r\n\r\n".encode())
+        answer = b""
+        while chunk := sock.recv(65536):  # the store closes once it answered
+            answer += chunk
+    assert answer.startswith(b"HTTP/1.1 400") and b"<Code>EntityTooLarge</Code>" in answer, answer[:300]

@@ -29,6 +29,7 @@ import asyncio
 import base64
 import hashlib
 import hmac
+import io
 import logging
 import math
 import os
@@ -75,9 +76,40 @@ _T = TypeVar("_T")
 # --- the S3 endpoint -------------------------------------------------------------------------------
 
 
-def serve(host: str, fd: int, app: Callable[..., Iterable[bytes]]) -> BaseWSGIServer:
+MIB = 1 << 20
+MAX_OBJECT_BYTES = 5 * 1024**3  # S3's largest single PUT (5 GiB): beyond, EntityTooLarge
+
+
+class _CountingSocket(io.RawIOBase):
+    """The connection's reading side, counting what arrives and when the first byte of a request came (for the
+    deadline of `serve`'s handler)."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self.sock = sock
+        self.count = 0
+        self.first_at: float | None = None
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        n = self.sock.recv_into(buffer)
+        if n and self.first_at is None:
+            self.first_at = time.monotonic()
+        self.count += n
+        return n
+
+
+def serve(
+    host: str, fd: int, app: Callable[..., Iterable[bytes]], idle: float = 30.0, deadline: float = 30.0
+) -> BaseWSGIServer:
     """werkzeug's threaded server on the bound socket `fd`, without its access log: presigned URLs carry
-    credentials in their query."""
+    credentials in their query.
+
+    As on the other origins (`http_request_timeout`, `http_body_deadline`): a connection that sends nothing for
+    `idle` seconds is closed, and a request whose head and body are not whole `deadline` seconds after its first
+    byte (plus a second per MiB it brought: an upload at a working speed is never cut) has its reading side shut,
+    however steadily it drips; its thread and descriptor are freed."""
     from moto.moto_server import werkzeug_app
     from werkzeug.serving import WSGIRequestHandler, make_server
 
@@ -85,13 +117,67 @@ def serve(host: str, fd: int, app: Callable[..., Iterable[bytes]]) -> BaseWSGISe
     handler: type[WSGIRequestHandler] = getattr(werkzeug_app, "MotoRequestHandler", WSGIRequestHandler)
 
     class QuietHandler(handler):
+        timeout = idle  # socketserver sets it on the connection: no recv or send waits longer
+
+        def setup(self) -> None:
+            super().setup()
+            self._raw = _CountingSocket(self.connection)
+            self.rfile = io.BufferedReader(self._raw, 64 * 1024)
+            self._reading = False
+
+        def handle_one_request(self) -> None:
+            self._raw.first_at, self._from, self._reading = None, self._raw.count, True
+            watch = threading.Timer(1.0, self._watch)
+            watch.daemon = True
+            self._watching = watch
+            watch.start()
+            try:
+                super().handle_one_request()
+            finally:
+                self._reading = False
+                self._watching.cancel()
+
+        def _watch(self) -> None:
+            first = self._raw.first_at
+            if not self._reading:
+                return
+            if first is not None and time.monotonic() - first > deadline + (self._raw.count - self._from) / MIB:
+                self._reading = False
+                log.info("s3 endpoint: a request not whole within %g s was cut off", deadline)
+                try:
+                    self.connection.shutdown(socket.SHUT_RD)
+                except OSError:
+                    pass
+                return
+            self._watching = threading.Timer(1.0, self._watch)
+            self._watching.daemon = True
+            self._watching.start()
+
+        def send_response(self, code: int, message: str | None = None) -> None:
+            self._reading = False  # the request was read whole: answering is not bounded here
+            super().send_response(code, message)
+
         def log_request(self, code: int | str = "-", size: int | str = "-") -> None:
             pass
 
         def log(self, type: str, message: str, *args: Any) -> None:
             log.debug("s3 endpoint %s: %s", type, message % args if args else message)
 
-    return make_server(host, 0, app, threaded=True, request_handler=QuietHandler, fd=fd)
+    return make_server(host, 0, _bounded(app), threaded=True, request_handler=QuietHandler, fd=fd)
+
+
+def _bounded(app: Callable[..., Iterable[bytes]]) -> Callable[..., Iterable[bytes]]:
+    """S3's size bound on one request's body (a single PUT), refused from its Content-Length before it is read."""
+
+    def wsgi(environ: WSGIEnvironment, start_response: StartResponse) -> Iterable[bytes]:
+        length = environ.get("CONTENT_LENGTH") or "0"
+        if length.isdigit() and int(length) > MAX_OBJECT_BYTES:
+            start_response("400 Bad Request", [("Content-Type", "application/xml")])
+            message = f"Your proposed upload exceeds the maximum allowed size ({MAX_OBJECT_BYTES} bytes)"
+            return [_s3_error("EntityTooLarge", message)]
+        return app(environ, start_response)
+
+    return wsgi
 
 
 _EXPIRED = (
@@ -502,9 +588,9 @@ class MediaStore:
             retry = {"max_attempts": 2, "mode": "standard"}
             self._s3_client = client(self.endpoint, self.keys.own, retries=retry, max_pool_connections=16)
             host = self._sock.getsockname()[0]
-            server = serve(
-                host, self._sock.fileno(), s3_app(self._changed, self._restored, self.keys, now=self.core.clock.now)
-            )
+            app = s3_app(self._changed, self._restored, self.keys, now=self.core.clock.now)
+            bounds = self.core.settings.http_request_timeout, self.core.settings.http_body_deadline
+            server = serve(host, self._sock.fileno(), app, *bounds)
             self._thread = threading.Thread(target=server.serve_forever, name="s3-endpoint", daemon=True)
             self._thread.start()
             self._server = server
