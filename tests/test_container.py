@@ -16,6 +16,7 @@ import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import docker
@@ -118,26 +119,37 @@ def test_a_container_serves_a_trial_ask_and_the_real_hosted_workflow_from_outsid
         hosted_workflow(exported, tmp_path)
 
 
-def hosted_workflow(exported: dict[str, str], tmp_path: Path) -> None:
-    """The real `pxt` hosted workflow from this machine against a container's emulator: new, init, the service
-    example, db update, schema update, service update, a call through the gateway's published port, and the row the
-    service inserted read through the tunnel."""
+def pxt_project(exported: dict[str, str], tmp_path: Path, timeout: float = 900) -> tuple[Pxt, Path, Callable[..., str]]:
+    """The real `pxt` against a container's emulator, a project folder, and `run(*args)`: its output, asserted 0."""
     pxt = Pxt(ensure_client(), tmp_path / "home", exported)
     project = tmp_path / "project"
-    project.mkdir()
+    project.mkdir(parents=True)
 
     def run(*args: str) -> str:
         done = subprocess.run(
-            [str(pxt.exe), *args], capture_output=True, text=True, timeout=900, env=pxt.env, cwd=project
+            [str(pxt.exe), *args], capture_output=True, text=True, timeout=timeout, env=pxt.env, cwd=project
         )
         assert done.returncode == 0, f"pxt {' '.join(args)}:\n{done.stdout}{done.stderr}"
         return done.stdout + done.stderr
 
+    return pxt, project, run
+
+
+def new_trial_with_the_service_example(run: Callable[..., str]) -> str:
+    """`pxt new`, `init` and the service example in the project: the trial's main database's URI."""
+    org = must(re.search(r"organization (agent-[0-9a-f]{6})", run("new"))).group(1)
+    run("init")
+    run("service", "example", "--out", "app.py")
+    return f"pxt://{org}:main"
+
+
+def hosted_workflow(exported: dict[str, str], tmp_path: Path) -> None:
+    """The real `pxt` hosted workflow from this machine against a container's emulator: new, init, the service
+    example, db update, schema update, service update, a call through the gateway's published port, and the row the
+    service inserted read through the tunnel."""
+    pxt, project, run = pxt_project(exported, tmp_path)
     try:
-        org = must(re.search(r"organization (agent-[0-9a-f]{6})", run("new"))).group(1)
-        db = f"pxt://{org}:main"
-        run("init")
-        run("service", "example", "--out", "app.py")
+        db = new_trial_with_the_service_example(run)
         assert "main generation 1  done" in run("db", "update", db, "-f", "--add-config-entry")
         assert f"created   {db}/docs" in run("schema", "update", "app.py", db)
         run("service", "update", "app.py", db, "-f")
@@ -214,22 +226,9 @@ lookup.add_compute_route(Docs, path='/titles', inputs=[Docs.title], outputs=[Doc
 
 def database_and_two_services(exported: dict[str, str], tmp_path: Path) -> None:
     """With the real `pxt`: a trial's database, its tables and two services (the example's, and one more)."""
-    pxt = Pxt(ensure_client(), tmp_path / "home", exported)
-    project = tmp_path / "project"
-    project.mkdir()
-
-    def run(*args: str) -> str:
-        done = subprocess.run(
-            [str(pxt.exe), *args], capture_output=True, text=True, timeout=900, env=pxt.env, cwd=project
-        )
-        assert done.returncode == 0, f"pxt {' '.join(args)}:\n{done.stdout}{done.stderr}"
-        return done.stdout + done.stderr
-
+    pxt, project, run = pxt_project(exported, tmp_path)
     try:
-        org = must(re.search(r"organization (agent-[0-9a-f]{6})", run("new"))).group(1)
-        db = f"pxt://{org}:main"
-        run("init")
-        run("service", "example", "--out", "app.py")
+        db = new_trial_with_the_service_example(run)
         with (project / "app.py").open("a") as app:
             app.write(SECOND_SERVICE)
         run("db", "update", db, "-f", "--add-config-entry")
@@ -333,17 +332,7 @@ def test_a_new_container_on_the_same_volume_reuses_the_environments_built_on_it(
 
     def database(emulator: PxtEmulatorContainer, home: Path) -> str:
         """A new trial's database, updated with the real `pxt`: its logs."""
-        pxt = Pxt(ensure_client(), home / "home", emulator.client_env())
-        project = home / "project"
-        project.mkdir(parents=True)
-
-        def run(*args: str) -> str:
-            done = subprocess.run(
-                [str(pxt.exe), *args], capture_output=True, text=True, timeout=1200, env=pxt.env, cwd=project
-            )
-            assert done.returncode == 0, f"pxt {' '.join(args)}:\n{done.stdout}{done.stderr}"
-            return done.stdout + done.stderr
-
+        pxt, _, run = pxt_project(emulator.client_env(), home, timeout=1200)
         try:
             org = must(re.search(r"organization (agent-[0-9a-f]{6})", run("new"))).group(1)
             db = f"pxt://{org}:main"

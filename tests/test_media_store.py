@@ -54,7 +54,9 @@ async def credentials(c: httpx.AsyncClient, emu: Emulator, t: dict, **extra: obj
     return await op(c, emu, t["api_key"], **{**body, **extra})
 
 
-async def presign(c: httpx.AsyncClient, emu: Emulator, t: dict, key: str, method: str) -> httpx.Response:
+async def presign(
+    c: httpx.AsyncClient, emu: Emulator, t: dict, key: str, method: str, expiration: int = 600
+) -> httpx.Response:
     return await op(
         c,
         emu,
@@ -65,7 +67,7 @@ async def presign(c: httpx.AsyncClient, emu: Emulator, t: dict, key: str, method
         bucket_name="home",
         key=key,
         method=method,
-        expiration=600,
+        expiration=expiration,
     )
 
 
@@ -159,18 +161,7 @@ async def test_presigned_urls_expire_on_the_emulators_clock(start_emulator: Any)
     frozen clock keeps it alive however long the test takes."""
     e = start_emulator("--no-watch", "--freeze-clock", "2026-11-01T00:00:00Z")
     c, t = await trial(e)
-    put = await op(
-        c,
-        e,
-        t["api_key"],
-        operation_type="get_presigned_url",
-        org=t["org"],
-        db="main",
-        bucket_name="home",
-        key="clock.bin",
-        method="put",
-        expiration=60,
-    )
+    put = await presign(c, e, t, "clock.bin", "put", expiration=60)
     url = put.json()["url"]
     assert "X-Amz-Date=20261101T000000Z" in url  # the emulator's instant, not the wall clock's
     assert (await c.put(url, content=b"data")).status_code == 200
@@ -179,18 +170,7 @@ async def test_presigned_urls_expire_on_the_emulators_clock(start_emulator: Any)
     e.advance("2s")
     r = await c.put(url, content=b"late")
     assert r.status_code == 403 and "Request has expired" in r.text
-    get = await op(
-        c,
-        e,
-        t["api_key"],
-        operation_type="get_presigned_url",
-        org=t["org"],
-        db="main",
-        bucket_name="home",
-        key="clock.bin",
-        method="get",
-        expiration=60,
-    )
+    get = await presign(c, e, t, "clock.bin", "get", expiration=60)
     assert (await c.get(get.json()["url"])).content == b"again"
     await c.aclose()
 

@@ -53,7 +53,10 @@ _UNRESERVED = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz012
 def route(path: str, strip_v1: bool = False) -> str:
     """The path as the origin's router will route it: slashes trimmed and collapsed (Litestar's `normalize_path`),
     and on the site (`strip_v1`) `/v1/<rest>` as `/<rest>`, except `/v1/api/...`, which carries its own version."""
-    routed = "/" + _SLASHES.sub("/", path.strip("/"))
+    if "//" in path or (path.endswith("/") and path != "/"):  # most paths are already as routed: no regex
+        routed = "/" + _SLASHES.sub("/", path.strip("/"))
+    else:
+        routed = path if path.startswith("/") else "/" + path
     if strip_v1 and (routed == "/v1" or routed.startswith("/v1/")):
         rest = routed[3:] or "/"
         if not rest.startswith("/api/"):
@@ -77,7 +80,9 @@ def is_operator(routed: str) -> bool:
     """Whether a routed path is the operator API's by any reading: in any case, with or without a version prefix,
     with its dot segments resolved (the router is case-sensitive and resolves none, but the rules must not depend
     on it)."""
-    lowered = _without_dot_segments(routed.lower())
+    lowered = routed.lower()
+    if "/." in lowered:
+        lowered = _without_dot_segments(lowered)
     return lowered.startswith(ADMIN_PREFIX) or lowered.startswith("/v1" + ADMIN_PREFIX)
 
 
