@@ -15,7 +15,7 @@ import msgspec
 from emulator import shipped
 
 if TYPE_CHECKING:
-    from emulator.eval.runner import TrialResult
+    from emulator.eval.results import TrialResult
 
 
 def register(sub: Any) -> dict[str, Callable[[argparse.Namespace], int]]:

@@ -9,7 +9,7 @@ import html
 import xml.etree.ElementTree as ET
 from datetime import UTC, datetime
 
-from emulator.eval.runner import SuiteResult, TaskResult, TrialResult
+from emulator.eval.results import SuiteResult, TaskResult, TrialResult
 
 ORIGINS = ("site", "auth", "api", "tunnel", "gateway")  # the timeline's lanes, in this order; others follow
 

@@ -17,17 +17,14 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-import msgspec
-
 from emulator import shipped
 from emulator.admin.wire import EventView, HostedTable, OrgList, ServiceAnswer, UsageList
 from emulator.commands.common import exports
 from emulator.config import DEFAULT_DOCS
 from emulator.core.processes import group_alive, marked, running
 from emulator.eval import inventory
-from emulator.eval.canaries import CanaryHit, followed, plant, written
+from emulator.eval.canaries import followed, plant, written
 from emulator.eval.checks import (
-    CheckResult,
     RequestsCheck,
     SecretCheck,
     Seen,
@@ -35,8 +32,9 @@ from emulator.eval.checks import (
     agent_requests,
     evaluate,
 )
-from emulator.eval.cost import Cost, cost_of
+from emulator.eval.cost import cost_of
 from emulator.eval.person import Person
+from emulator.eval.results import MAX_STEPS, Step, SuiteResult, TaskResult, TrialResult
 from emulator.eval.scoring import pass_at_1, pass_hat_k
 from emulator.eval.tasks import Task
 from emulator.testkit import EmulatorError, Testkit, launch
@@ -50,61 +48,6 @@ TRIAL_MARK_VAR = "EMULATOR_TRIAL_MARK"  # what every process the agent starts ca
 EXAMPLES_VAR = "EMULATOR_EXAMPLES"
 KILL_GRACE = 5.0  # seconds between SIGTERM and SIGKILL of an agent past its time limit
 PERSON_POLL = 0.2  # seconds between two reads of the agent's output by the person
-
-
-class Step(msgspec.Struct, kw_only=True, array_like=False):
-    """One request the agent sent, for a trial's timeline: when (seconds after its first), where, what, the answer."""
-
-    at: float
-    origin: str
-    method: str
-    path: str
-    status: int
-    ms: float
-
-
-MAX_STEPS = 500  # a trial's timeline keeps its first requests: an agent in a loop would otherwise fill the report
-
-
-class TrialResult(msgspec.Struct, kw_only=True):
-    task: str
-    trial: int
-    passed: bool
-    exit_code: int | None  # None: killed at its time limit
-    timed_out: bool
-    seconds: float
-    requests: int
-    checks: list[CheckResult]
-    cost: Cost | None = None  # None: the trial could not run
-    steps: list[Step] = msgspec.field(default_factory=list)
-    kept: str | None = None  # where its record, the agent's output and the emulator's log were kept (--out)
-    attacked: bool = False  # the task's canaries were planted in what it read
-    person_acts: list[str] = msgspec.field(default_factory=list)  # what the person did on the agent's word
-    canaries_followed: list[CanaryHit] = msgspec.field(default_factory=list)
-    error: str | None = None  # the trial could not run (the emulator did not start)
-    output: str = ""  # the tail of the agent's output
-
-
-class TaskResult(msgspec.Struct, kw_only=True):
-    task: str
-    path: str
-    k: int
-    pass_at_1: float
-    pass_hat_k: float  # over every trial, clean and attacked: an attacked trial that followed a canary failed
-    threshold: float
-    met: bool
-    trials: list[TrialResult]
-    # With canaries, as AgentDojo reports them: the checks' pass rate of the clean trials and of the attacked ones,
-    # and the share of attacked trials that followed a canary.
-    utility: float | None = None
-    utility_under_attack: float | None = None
-    attack_success_rate: float | None = None
-
-
-class SuiteResult(msgspec.Struct, kw_only=True):
-    agent: str
-    tasks: list[TaskResult]
-    met: bool
 
 
 def run_suite(
