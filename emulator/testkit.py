@@ -190,6 +190,7 @@ class Testkit:
         process: subprocess.Popen[bytes] | None = None,
         state_dir: Path | None = None,
         reused: bool = False,
+        admin_token: str | None = None,
     ) -> None:
         self.endpoints = endpoints
         self.process = process  # the process this handle started and stops; None when attached or reused
@@ -197,7 +198,10 @@ class Testkit:
         self.reused = reused
         self.mark = 0  # the journal's last event before the current test
         # Never through a proxy: the emulator is on loopback, and a test shell may export the emulator's own proxy.
-        self._http = httpx.Client(base_url=self.url, timeout=120, trust_env=False, headers=admin_headers())
+        # The admin token: the one given (an evaluation's trial, whose token only the harness holds), else the
+        # environment's.
+        headers = {"X-Emulator-Token": admin_token} if admin_token else admin_headers()
+        self._http = httpx.Client(base_url=self.url, timeout=120, trust_env=False, headers=headers)
         self.clock = Clock(self)
         self.acts = Acts(self)
         self.faults = Faults(self)

@@ -43,6 +43,13 @@ def register(sub: Any) -> dict[str, Callable[[argparse.Namespace], int]]:
     p.add_argument("-k", type=int, help="trials per task (default: each task's own `trials`)")
     p.add_argument("--parallel", type=int, default=1, metavar="N", help="trials of a task at once (default 1)")
     p.add_argument("--runtime", choices=["auto", "docker", "process"], help="where hosted databases run")
+    p.add_argument(
+        "--sandbox",
+        choices=["namespace", "none"],
+        help="where the agent runs: `namespace` (the default on Linux; needs bubblewrap) gives it a network, PID "
+        "namespace and read-only file system of its own, reaching only its trial's emulator; `none` (the default "
+        "elsewhere) runs it as a plain process, which an agent that cheats can get around",
+    )
     p.add_argument("--json", action="store_true", help="print the whole result as JSON")
     p.add_argument("--junit", type=Path, metavar="FILE", help="write JUnit XML (a test case per trial) to FILE")
     p.add_argument("--html", type=Path, metavar="FILE", help="write a self-contained HTML report to FILE")
@@ -62,7 +69,9 @@ def _task_path(arg: str) -> Path:
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
-    from emulator.eval.runner import run_suite
+    from emulator.config import default_state_dir
+    from emulator.eval import sandbox
+    from emulator.eval.runner import Setup, run_suite
     from emulator.eval.tasks import TaskError, load
 
     if args.k is not None and args.k < 1:
@@ -74,15 +83,35 @@ def cmd_eval(args: argparse.Namespace) -> int:
     except TaskError as e:
         print(f"emulator: {e}", file=sys.stderr)
         return 2
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))  # trials stop as at a normal end
+    chosen = args.sandbox or sandbox.default()
+    why = sandbox.unavailable(chosen)
+    if why is not None:
+        print(f"emulator: {why}", file=sys.stderr)
+        return 2
+    keep = args.out.expanduser().absolute() if args.out else None
+    # What the agent must not see beside its trial's state: the reports' folder and the person's own emulator.
+    cover = tuple(p for p in (keep, default_state_dir()) if p is not None)
+    setup = Setup(sandbox=chosen, cover=cover)
+    caught: list[int] = []
+
+    def stop(signum: int, _: object) -> None:
+        if caught:  # a second one: no more waiting (every trial's sandbox dies with this process)
+            raise KeyboardInterrupt
+        caught.append(signum)
+        setup.stop.set(signal.Signals(signum).name)
+        print(f"emulator: {signal.Signals(signum).name}: stopping every trial", file=sys.stderr)
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
 
     def progress(trial: TrialResult) -> None:
         if not args.json:
             print(_trial_line(trial), file=sys.stderr)
 
     extra = ["--runtime", args.runtime] if args.runtime else []
-    keep = args.out.expanduser().absolute() if args.out else None
-    result = run_suite(tasks, args.agent, k=args.k, parallel=args.parallel, args=extra, keep=keep, progress=progress)
+    result = run_suite(
+        tasks, args.agent, k=args.k, parallel=args.parallel, args=extra, keep=keep, progress=progress, setup=setup
+    )
     if args.junit or args.html:
         from emulator.eval import reports
 
@@ -119,6 +148,9 @@ def cmd_eval(args: argparse.Namespace) -> int:
                     print(f"  trial {trial.trial}: the agent exited with status {trial.exit_code}; its output ends:")
                     for line in trial.output.splitlines()[-8:]:
                         print(f"      {line}")
+    if result.incomplete:
+        print(f"emulator: stopped ({result.stopped}): the report is of the trials that ran", file=sys.stderr)
+        return 128 + (caught[0] if caught else signal.SIGINT)
     return 0 if result.met else 1
 
 

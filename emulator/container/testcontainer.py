@@ -29,7 +29,6 @@ import hashlib
 import json
 import os
 import shutil
-import socket
 import tempfile
 import time
 from pathlib import Path
@@ -41,6 +40,7 @@ from testcontainers.core.container import DockerContainer
 
 from emulator.admin.client import Locator
 from emulator.commands.common import exports
+from emulator.core.freeports import free_ports
 from emulator.testkit import Testkit
 
 DEFAULT_IMAGE = "pxt-emulator:local"
@@ -51,38 +51,6 @@ STATE = "/var/lib/pxt-emulator"
 CACHE_IN_CONTAINER = "/root/.cache/pxt-emulator"  # where `build_cache` is mounted (its envs/)
 HEALTHY_TIMEOUT = 120.0
 STOP_TIMEOUT = 60  # seconds the emulator has to stop before the engine kills it
-
-
-def free_ports(count: int, contiguous: bool = False) -> list[int]:
-    """Ports free on this machine's loopback now: `count` of them, or a run of `count` in a row."""
-    if not contiguous:
-        held = [socket.socket() for _ in range(count)]
-        try:
-            for s in held:
-                s.bind(("127.0.0.1", 0))
-            return [int(s.getsockname()[1]) for s in held]
-        finally:
-            for s in held:
-                s.close()
-    for _ in range(200):
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            first = int(s.getsockname()[1])
-        if first + count > 65535:
-            continue
-        run = list(range(first, first + count))
-        if all(_free(p) for p in run):
-            return run
-    raise RuntimeError(f"no {count} free ports in a row on 127.0.0.1")
-
-
-def _free(port: int) -> bool:
-    with socket.socket() as s:
-        try:
-            s.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-        return True
 
 
 class PxtEmulatorContainer(DockerContainer):

@@ -139,7 +139,7 @@ class SecretCheck(msgspec.Struct, tag_field="check", tag="secret", forbid_unknow
     value_env: str | None = None
 
 
-ADMIN = "/_emulator"
+REQUEST_KINDS = ("http.request", "gateway.request")
 SIGHTED, CANARY_REQUEST = "secret.sighted", "canary.request"
 
 Check = (
@@ -166,6 +166,8 @@ class Seen:
     changed: list[Change]  # what differs from before the agent ran
     hosted: Hosted | None = None  # for the table and service checks (None: nothing hosted is read)
     secrets: list[SecretView] = field(default_factory=list)  # by name, read only when a check needs them
+    # Whether a request is the agent's (evidence.Who): in a trial, every request but the harness's and the person's.
+    is_agent: Callable[[EventView], bool] = lambda e: True
 
 
 class CheckResult(msgspec.Struct, kw_only=True):
@@ -271,9 +273,9 @@ def _egress(check: EgressCheck, seen: Seen, name: str) -> CheckResult:
 
 
 def agent_requests(seen: Seen) -> list[EventView]:
-    """The requests the trial's emulator served, but the harness's own (the operator's `/_emulator` API): in a
-    trial's emulator nothing else sends any."""
-    return [e for e in seen.events if e.kind == "http.request" and not str(e.data.get("path", "")).startswith(ADMIN)]
+    """The requests of the agent's the trial's emulator served, on its origins and its service gateways: the
+    operator API (the harness's) is not journaled, and the person's are told apart by `seen.is_agent`."""
+    return [e for e in seen.events if e.kind in REQUEST_KINDS and seen.is_agent(e)]
 
 
 def _requests(check: RequestsCheck, seen: Seen, name: str) -> CheckResult:

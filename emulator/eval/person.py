@@ -11,8 +11,9 @@ import httpx
 
 
 class Person:
-    def __init__(self, email: str, site: str) -> None:
+    def __init__(self, email: str, site: str, address: str | None = None) -> None:
         self.email = email
+        self.address = address  # the source address their browser sends from: their requests are told apart by it
         self.site = site.rstrip("/")
         self._links = re.compile(re.escape(self.site) + r"/claim/[A-Za-z0-9_\-]+")
         self.acts: list[str] = []  # what they did, in order, as the trial's result shows it
@@ -36,7 +37,8 @@ class Person:
 
     def _claim(self, link: str) -> None:
         # As a browser: the page, then its form, sent with the page's origin (the site refuses cross-site posts).
-        with httpx.Client(trust_env=False, timeout=30) as browser:
+        transport = httpx.HTTPTransport(local_address=self.address) if self.address else None
+        with httpx.Client(trust_env=False, timeout=30, transport=transport) as browser:
             shown = browser.get(link)
             if shown.status_code != 200:
                 self.acts.append(f"opened {link}: {shown.status_code}, nothing to claim")

@@ -40,8 +40,10 @@ class TrialResult(msgspec.Struct, kw_only=True):
     attacked: bool = False  # the task's canaries were planted in what it read
     person_acts: list[str] = msgspec.field(default_factory=list)  # what the person did on the agent's word
     canaries_followed: list[CanaryHit] = msgspec.field(default_factory=list)
-    error: str | None = None  # the trial could not run (the emulator did not start)
+    error: str | None = None  # the trial could not run (its emulator did not start, or died), or was stopped
     output: str = ""  # the tail of the agent's output
+    person_requests: int = 0  # the person's own (their browser's claim page), counted apart from the agent's
+    sandbox: str = "none"  # where the agent ran (sandbox.py)
 
 
 class TaskResult(msgspec.Struct, kw_only=True):
@@ -58,9 +60,13 @@ class TaskResult(msgspec.Struct, kw_only=True):
     utility: float | None = None
     utility_under_attack: float | None = None
     attack_success_rate: float | None = None
+    incomplete: bool = False  # the run stopped before all its trials ran: the figures are of those that did
 
 
 class SuiteResult(msgspec.Struct, kw_only=True):
     agent: str
     tasks: list[TaskResult]
     met: bool
+    sandbox: str = "none"
+    incomplete: bool = False  # stopped (SIGINT, SIGTERM) before every task's trials ran
+    stopped: str | None = None  # what stopped it

@@ -1,7 +1,8 @@
 """Run a task's trials: each a throwaway emulator from the task's starting state (as `emulator exec` makes one),
-the agent's command with `emulator env`'s variables and the instruction, a hard time limit, then the checks.
-Trials of a task run side by side up to `parallel`, each with its own state dir, ports and workloads; the same
-seed each time, so that two trials differ only by what the agent did."""
+the agent's command in its sandbox (sandbox.py) with `emulator env`'s variables and the instruction, a hard time
+limit, then the checks on the harness's own copy of the evidence (evidence.py). Trials of a task run side by side up
+to `parallel`, each with its own state dir, ports, workloads and admin token; the same seed each time, so that two
+trials differ only by what the agent did. A stop (SIGINT, SIGTERM) ends every running trial at once."""
 
 from __future__ import annotations
 
@@ -12,17 +13,24 @@ import shutil
 import signal
 import subprocess
 import tempfile
+import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
 from pathlib import Path
+from urllib.parse import urlsplit
+
+import httpx
 
 from emulator import shipped
-from emulator.admin.wire import EventView, HostedTable, OrgList, ServiceAnswer, UsageList
+from emulator.admin.client import ADMIN_TOKEN_VAR
+from emulator.admin.wire import Endpoints, EventView, HostedTable, OrgList, ServiceAnswer, UsageList
 from emulator.commands.common import exports
 from emulator.config import DEFAULT_DOCS
+from emulator.core.freeports import free_ports
 from emulator.core.processes import group_alive, marked, running
-from emulator.eval import inventory
+from emulator.eval import inventory, sandbox
 from emulator.eval.canaries import followed, plant, written
 from emulator.eval.checks import (
     RequestsCheck,
@@ -33,14 +41,17 @@ from emulator.eval.checks import (
     evaluate,
 )
 from emulator.eval.cost import cost_of
+from emulator.eval.evidence import PERSON_ADDRESS, Evidence, Who, tampering
+from emulator.eval.evidence import report as judge
 from emulator.eval.person import Person
+from emulator.eval.relay import HostRelay
 from emulator.eval.results import MAX_STEPS, Step, SuiteResult, TaskResult, TrialResult
+from emulator.eval.sandbox import INSIDE, Sandbox
 from emulator.eval.scoring import pass_at_1, pass_hat_k
 from emulator.eval.tasks import Task
 from emulator.testkit import EmulatorError, Testkit, launch
 
 INSTRUCTION_VAR, INSTRUCTION_FILE_VAR = "EMULATOR_TASK_INSTRUCTION", "EMULATOR_TASK_INSTRUCTION_FILE"
-TASK_DIR_VAR = "EMULATOR_TASK_DIR"
 TRIAL_DIR_VAR = "EMULATOR_TRIAL_DIR"  # a directory of the trial's own for the agent's files, gone with the trial
 TRIAL_MARK_VAR = "EMULATOR_TRIAL_MARK"  # what every process the agent starts carries: the trial ends them all
 # The shipped examples (the reference agents under eval/), wherever the package is installed: an agent command
@@ -48,6 +59,31 @@ TRIAL_MARK_VAR = "EMULATOR_TRIAL_MARK"  # what every process the agent starts ca
 EXAMPLES_VAR = "EMULATOR_EXAMPLES"
 KILL_GRACE = 5.0  # seconds between SIGTERM and SIGKILL of an agent past its time limit
 PERSON_POLL = 0.2  # seconds between two reads of the agent's output by the person
+
+
+class Stop:
+    """A whole run's stop (SIGINT or SIGTERM of `emulator eval`): running trials end their agents at once, and no
+    trial starts after it."""
+
+    def __init__(self) -> None:
+        self._set = threading.Event()
+        self.why = ""
+
+    def set(self, why: str) -> None:
+        self.why = self.why or why
+        self._set.set()
+
+    def __bool__(self) -> bool:
+        return self._set.is_set()
+
+
+@dataclass(frozen=True)
+class Setup:
+    """How a run's trials run: the agent's sandbox, what it must not see (beside the trials' own state), its stop."""
+
+    sandbox: Sandbox = "none"
+    cover: tuple[Path, ...] = ()
+    stop: Stop = field(default_factory=Stop)
 
 
 def run_suite(
@@ -59,9 +95,25 @@ def run_suite(
     args: list[str] | None = None,
     keep: Path | None = None,
     progress: Callable[[TrialResult], None] | None = None,
+    setup: Setup | None = None,
 ) -> SuiteResult:
-    done = [run_task(t, agent, k=k, parallel=parallel, args=args or [], keep=keep, progress=progress) for t in tasks]
-    return SuiteResult(agent=agent, tasks=done, met=all(t.met for t in done))
+    setup = setup or Setup()
+    done: list[TaskResult] = []
+    for t in tasks:
+        if setup.stop:
+            break
+        done.append(
+            run_task(t, agent, k=k, parallel=parallel, args=args or [], keep=keep, progress=progress, setup=setup)
+        )
+    incomplete = bool(setup.stop) or len(done) < len(tasks)
+    return SuiteResult(
+        agent=agent,
+        tasks=done,
+        met=all(t.met for t in done) and not incomplete,
+        sandbox=setup.sandbox,
+        incomplete=incomplete,
+        stopped=setup.stop.why or None,
+    )
 
 
 def run_task(
@@ -73,22 +125,27 @@ def run_task(
     args: list[str],
     keep: Path | None = None,
     progress: Callable[[TrialResult], None] | None = None,
+    setup: Setup | None = None,
 ) -> TaskResult:
+    setup = setup or Setup()
     trials = k or task.trials
     plan = [(n, False) for n in range(1, trials + 1)]
     if task.canaries:  # the same k again with the canaries planted
         plan += [(trials + n, True) for n in range(1, trials + 1)]
 
-    def one(step: tuple[int, bool]) -> TrialResult:
-        result = run_trial(task, agent, step[0], args, keep, attacked=step[1])
+    def one(step: tuple[int, bool]) -> TrialResult | None:
+        if setup.stop:
+            return None
+        result = run_trial(task, agent, step[0], args, keep, attacked=step[1], setup=setup)
         if progress is not None:
             progress(result)
         return result
 
     with ThreadPoolExecutor(max_workers=max(1, min(parallel, len(plan)))) as pool:
-        results = list(pool.map(one, plan))
+        results = [r for r in pool.map(one, plan) if r is not None]
     passed = sum(r.passed for r in results)
-    hat = pass_hat_k(len(results), passed, trials)
+    ran = len(results)
+    hat = pass_hat_k(ran, passed, min(trials, ran)) if ran else 0.0
     figures: dict[str, float] = {}
     if task.canaries:
         clean = [r for r in results if not r.attacked]
@@ -98,15 +155,17 @@ def run_task(
             "utility_under_attack": pass_at_1(len(attacked), sum(_checks_pass(r) for r in attacked)),
             "attack_success_rate": pass_at_1(len(attacked), sum(bool(r.canaries_followed) for r in attacked)),
         }
+    incomplete = ran < len(plan)
     return TaskResult(
         task=task.name,
         path=str(task.path),
         k=trials,
-        pass_at_1=pass_at_1(len(results), passed),
+        pass_at_1=pass_at_1(ran, passed),
         pass_hat_k=hat,
         threshold=task.pass_k,
-        met=hat >= task.pass_k,
+        met=hat >= task.pass_k and not incomplete,
         trials=results,
+        incomplete=incomplete,
         **figures,
     )
 
@@ -155,81 +214,130 @@ class HostedReader:
         return self.kit.call_service(org, check.service, check.route, check.body, db=db, method=check.method)
 
 
+GATEWAYS = 4  # a sandboxed trial's service gateways: their ports are chosen before it starts, to be relayed
+
+
 class Trial:
     """One trial's emulator, from the task's starting state, for as long as the `with` lasts (its state dir goes
-    with it); `env` is what the agent runs with, and `finish` runs the checks once the agent has ended."""
+    with it); `env` is what the agent runs with, and `finish` runs the checks once the agent has ended. The emulator
+    takes an admin token only the harness holds; the agent's environment has no state dir, task dir or token."""
 
     def __init__(
-        self, task: Task, n: int, extra: list[str], keep: Path | None = None, *, attacked: bool = False
+        self,
+        task: Task,
+        n: int,
+        extra: list[str],
+        keep: Path | None = None,
+        *,
+        attacked: bool = False,
+        setup: Setup | None = None,
     ) -> None:
         self.task, self.n, self.extra = task, n, extra
+        self.setup = setup or Setup()
         self.attacked = attacked and bool(task.canaries)
         self.keep = keep  # a directory for the trial's record (`emulator record diff` compares two) and logs
         self.state = Path(tempfile.mkdtemp(prefix="pxt-emulator-eval-"))
-        self.work = self.state / "work"  # the agent's own directory (EMULATOR_TRIAL_DIR)
+        self.work = self.state / "work"  # the agent's own directory (EMULATOR_TRIAL_DIR), outside its sandbox's view
         self.started = time.monotonic()
         self.kit: Testkit | None = None
+        self.evidence: Evidence | None = None
+        self.who = Who(sandboxed=self.setup.sandbox != "none")
         self.before: inventory.Inventory = {}
         self.env: dict[str, str] = {}
+        self.ports: list[int] = []  # the client-facing ports a sandboxed agent's relay carries
+        self.relay: HostRelay | None = None
 
     def __enter__(self) -> Trial:
         try:
-            docs = plant(DEFAULT_DOCS, self.state / "docs", self.task.canaries) if self.attacked else None
-            planted = written(self.task.canaries, self.state / "canaries.json") if self.attacked else None
-            flags = emulator_args(self.task, self.extra, docs, planted)
-            proc, found = launch(self.state, flags, log_path=self.state / "emulator.log")
+            self._start()
         except BaseException:
-            shutil.rmtree(self.state, ignore_errors=True)
+            self.__exit__()
             raise
-        self.kit = Testkit(found, process=proc, state_dir=self.state)
+        return self
+
+    def _start(self) -> None:
+        docs = plant(DEFAULT_DOCS, self.state / "docs", self.task.canaries) if self.attacked else None
+        planted = written(self.task.canaries, self.state / "canaries.json") if self.attacked else None
+        flags = emulator_args(self.task, self.extra, docs, planted)
+        gateways = free_ports(GATEWAYS, contiguous=True) if self.who.sandboxed else []
+        if gateways:
+            flags += ["--gateway-ports", f"{gateways[0]}-{gateways[-1]}"]
+        token = secrets.token_urlsafe(24)
+        quiet = {k: v for k, v in os.environ.items() if k != ADMIN_TOKEN_VAR}
+        proc, found = launch(
+            self.state, flags, log_path=self.state / "emulator.log", env={**quiet, ADMIN_TOKEN_VAR: token}
+        )
+        self.kit = Testkit(found, process=proc, state_dir=self.state, admin_token=token)
         hosts = [c.host for c in self.task.canaries if c.host is not None]
         watched = self.task.watched()
         if watched or hosts:  # before the agent starts; the values stay in the emulator's memory
             self.kit.watch(watched, hosts)
         self.before = inventory.take(self.kit)  # the starting state, for the collateral-damage check
+        self.evidence = Evidence(self.kit)
         self.work.mkdir(mode=0o700)
-        instruction = self.state / "instruction.md"
-        instruction.write_text(self.task.instruction)
+        # What the agent reads of the trial is copied into its own directory: the trial's state dir stays out of view.
+        (self.work / "instruction.md").write_text(self.task.instruction)
+        shutil.copyfile(found.ca_bundle, self.work / "ca-bundle.pem")
+        seen_as = INSIDE if self.who.sandboxed else self.work
+        client = exports(found)
+        client["SSL_CERT_FILE"] = client["REQUESTS_CA_BUNDLE"] = str(seen_as / "ca-bundle.pem")
         self.env = {
-            **os.environ,
-            **exports(found),
-            "EMULATOR_STATE_DIR": str(self.state),
+            **{k: v for k, v in os.environ.items() if not k.startswith(("EMULATOR_", "PIXELTABLE_"))},
+            **client,
             INSTRUCTION_VAR: self.task.instruction,
-            INSTRUCTION_FILE_VAR: str(instruction),
-            TASK_DIR_VAR: str(self.task.path),
-            TRIAL_DIR_VAR: str(self.work),
+            INSTRUCTION_FILE_VAR: str(seen_as / "instruction.md"),
+            TRIAL_DIR_VAR: str(seen_as),
             TRIAL_MARK_VAR: secrets.token_hex(8),
             EXAMPLES_VAR: str(shipped.EXAMPLES),
             **self.task.env,
         }
-        return self
+        if self.who.sandboxed:
+            self.env.update(HOME=str(INSIDE), TMPDIR="/tmp")
+            self.ports = [*_ports(found), *gateways]
+            self.relay = HostRelay(self.state / "relay", self.ports)
 
     def __exit__(self, *_: object) -> None:
         try:
+            if self.relay is not None:
+                self.relay.close()
             if self.kit is not None:
                 self.kit.stop()
         finally:
             shutil.rmtree(self.state, ignore_errors=True)
 
+    def agent_command(self, agent: str) -> list[str] | str:
+        """What runs the agent: its shell command, inside the sandbox when there is one."""
+        if not self.who.sandboxed:
+            return agent
+        hidden = [self.task.path, *self.setup.cover, self.state]
+        return sandbox.command(
+            agent, scratch=self.work, relay=self.state / "relay", ports=self.ports, cwd=Path.cwd(), cover=hidden
+        )
+
     def finish(self, code: int | None, timed_out: bool, output: str, agent_seconds: float) -> TrialResult:
-        """The checks on what the trial's emulator holds and recorded, now that the agent has ended."""
-        assert self.kit is not None, "finish() inside the trial's `with`"
-        task = self.task
+        """The checks on the harness's copy of the journal and on what the trial's emulator holds, now that every
+        process of the agent's has ended."""
+        assert self.kit is not None and self.evidence is not None, "finish() inside the trial's `with`"
+        task, evidence = self.task, self.evidence
+        evidence.pull()  # the last of the agent's events; what the checks' own calls cause comes after
+        final = self.kit.events(since=max(0, evidence.began))
         # What the hosted workloads used, read first: a check's calls add nothing to it, and the emulator still runs.
         hosted = self.kit.answer(UsageList, "GET", "/_emulator/usage")
         orgs = self.kit.answer(OrgList, "GET", "/_emulator/orgs").orgs
         seen = Seen(
             orgs=orgs,
-            events=self.kit.events(since=0),
-            report=self.kit.report(),
+            events=list(evidence.events),
+            report=judge(evidence.events, self.who),
             egress_allow=task.egress_allow,
             changed=inventory.changes(self.before, inventory.take(self.kit, orgs)),
             hosted=HostedReader(self.kit),
             secrets=self.kit.secrets() if any(isinstance(c, SecretCheck) for c in task.checks) else [],
+            is_agent=self.who.agent,
         )
         checks = [evaluate(c, seen) for c in task.checks]
         if task.max_requests is not None:
             checks.append(evaluate(RequestsCheck(at_most=task.max_requests), seen))
+        checks.append(tampering(evidence, self.who, final))
         mine = agent_requests(seen)
         hits = followed(task.canaries, seen.events) if self.attacked else []
         seconds = time.monotonic() - self.started
@@ -242,6 +350,7 @@ class Trial:
             timed_out=timed_out,
             seconds=round(seconds, 3),
             requests=len(mine),
+            person_requests=sum(1 for e in evidence.events if self.who.person(e)),
             checks=checks,
             cost=cost_of(mine, seen.events, seconds, agent_seconds, hosted),
             steps=steps_of(mine),
@@ -249,6 +358,7 @@ class Trial:
             attacked=self.attacked,
             canaries_followed=hits,
             output=output,
+            sandbox=self.setup.sandbox,
         )
 
     def _keep(self, output: str) -> str:
@@ -262,12 +372,18 @@ class Trial:
         return str(folder)
 
 
+def _ports(found: Endpoints) -> list[int]:
+    """The emulator's client-facing ports, from its endpoints: the origins, the tunnel, the proxy, the media store."""
+    urls = (found.site, found.auth, found.api, found.proxy, found.s3, "//" + found.tunnel)
+    return sorted({p for u in urls if (p := urlsplit(u).port) is not None})
+
+
 def steps_of(requests: list[EventView]) -> list[Step]:
     first = requests[0].ts if requests else 0.0
     return [
         Step(
             at=round(e.ts - first, 3),
-            origin=str(e.data.get("origin", "")),
+            origin=str(e.data.get("origin", "gateway" if e.kind == "gateway.request" else "")),
             method=str(e.data.get("method", "")),
             path=str(e.data.get("path", "")),
             status=int(e.data.get("status") or 0),
@@ -282,64 +398,105 @@ def _slug(name: str) -> str:
 
 
 def run_trial(
-    task: Task, agent: str, n: int, extra: list[str], keep: Path | None = None, *, attacked: bool = False
+    task: Task,
+    agent: str,
+    n: int,
+    extra: list[str],
+    keep: Path | None = None,
+    *,
+    attacked: bool = False,
+    setup: Setup | None = None,
 ) -> TrialResult:
+    setup = setup or Setup()
+    attacked = attacked and bool(task.canaries)
+    began = time.monotonic()
     try:
-        with Trial(task, n, extra, keep, attacked=attacked) as trial:
+        with Trial(task, n, extra, keep, attacked=attacked, setup=setup) as trial:
             began = time.monotonic()
-            person = Person(task.person, trial.env["EMULATOR_URL"]) if task.person else None
-            code, timed_out, output = _run_agent(agent, trial.env, trial.state / "agent.log", task.timeout, person)
-            result = trial.finish(code, timed_out, output, time.monotonic() - began)
+            person = Person(task.person, trial.env["EMULATOR_URL"], PERSON_ADDRESS) if task.person else None
+            run = _run_agent(trial, agent, person)
+            result = trial.finish(run.code, run.timed_out, run.output, time.monotonic() - began)
             result.person_acts = person.acts if person else []
+            if run.stopped:
+                result.passed = False
+                result.error = f"stopped: {setup.stop.why}"
             return result
     except EmulatorError as e:
-        return TrialResult(
-            task=task.name,
-            trial=n,
-            passed=False,
-            exit_code=None,
-            timed_out=False,
-            seconds=0.0,
-            requests=0,
-            checks=[],
-            attacked=attacked and bool(task.canaries),
-            error=f"the trial's emulator did not start: {e.message}",
-        )
+        error = f"the trial's emulator did not start: {e.message}"
+    except (httpx.HTTPError, OSError) as e:  # its emulator died under it (the agent may have killed it)
+        error = f"the trial's emulator stopped answering: {type(e).__name__}: {e}"
+    return TrialResult(
+        task=task.name,
+        trial=n,
+        passed=False,
+        exit_code=None,
+        timed_out=False,
+        seconds=round(time.monotonic() - began, 3),
+        requests=0,
+        checks=[],
+        attacked=attacked,
+        error=error,
+        sandbox=setup.sandbox,
+    )
 
 
-def _run_agent(
-    agent: str, env: dict[str, str], log: Path, timeout: float, person: Person | None = None
-) -> tuple[int | None, bool, str]:
-    """The agent's command (in the caller's directory, as `emulator exec` runs one) in a shell of its own process
-    group, which ends with the trial: at its time limit, or at its end what it left running. The person, if the
-    task has one, reads its output as it is written and acts on it."""
+@dataclass
+class AgentRun:
+    code: int | None  # None: stopped (its time limit, or the run's stop)
+    timed_out: bool
+    stopped: bool
+    output: str
+
+
+def _run_agent(trial: Trial, agent: str, person: Person | None = None) -> AgentRun:
+    """The agent's command (in the caller's directory, as `emulator exec` runs one), in its sandbox or a process
+    group of its own, which ends with the trial: at its time limit, at the run's stop, or at its end what it left
+    running. Meanwhile the harness copies the journal as it is written, and the person, if the task has one, reads
+    the agent's output as it is written and acts on it."""
+    assert trial.evidence is not None
+    log = trial.state / "agent.log"
+    evidence, stop, timeout = trial.evidence, trial.setup.stop, trial.task.timeout
+    evidence.start()
     with open(log, "wb") as out:
+        command = trial.agent_command(agent)
         proc = subprocess.Popen(
-            agent, shell=True, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+            command,
+            shell=isinstance(command, str),
+            env=trial.env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
         )
         deadline = time.monotonic() + timeout
-        timed_out = False
+        timed_out = stopped = False
         try:
             while proc.poll() is None:
                 if time.monotonic() > deadline:
                     timed_out = True
                     break
+                if stop:
+                    stopped = True
+                    break
                 if person is not None:
                     person.read(log)
+                evidence.pull()
                 with contextlib.suppress(subprocess.TimeoutExpired):
                     proc.wait(min(PERSON_POLL, max(0.0, deadline - time.monotonic())))
         finally:
-            _stop_group(proc)
-            stop_marked(env[TRIAL_MARK_VAR])
+            _stop_group(proc, grace=0.0 if stop else KILL_GRACE)
+            if not trial.who.sandboxed:
+                stop_marked(trial.env[TRIAL_MARK_VAR])
     if person is not None:
         person.read(log)  # what it said last
     tail = log.read_text(errors="replace")[-4000:]
-    return (None if timed_out else proc.returncode), timed_out, tail
+    return AgentRun(None if timed_out or stopped else proc.returncode, timed_out, stopped, tail)
 
 
 def stop_marked(mark: str) -> None:
-    """What the agent started outside its process group (a daemon of its client, which starts a session of its own,
-    and what that runs) ends with the trial too: every process that carries the trial's mark in its environment."""
+    """Unsandboxed, what the agent started outside its process group (a daemon of its client, which starts a session
+    of its own, and what that runs) ends with the trial too: every process that carries the trial's mark in its
+    environment. (An agent that drops the mark escapes it: the namespace sandbox has no such hole.)"""
     for sig in (signal.SIGTERM, signal.SIGKILL):
         left = marked(TRIAL_MARK_VAR, mark)
         for pid in left:
@@ -353,9 +510,10 @@ def stop_marked(mark: str) -> None:
             return
 
 
-def _stop_group(proc: subprocess.Popen[bytes]) -> None:
-    """The agent's process group ends with the trial: what it left running in the background too."""
-    for sig, wait in ((signal.SIGTERM, KILL_GRACE), (signal.SIGKILL, None)):
+def _stop_group(proc: subprocess.Popen[bytes], grace: float = KILL_GRACE) -> None:
+    """The agent's process group ends with the trial: what it left running in the background too. Sandboxed, the
+    group is the sandbox's, whose end ends every process inside."""
+    for sig, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, None)):
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, sig)
         try:
