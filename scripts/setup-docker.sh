@@ -2,7 +2,8 @@
 # What the Docker runtime's tests need on a fresh Debian machine, each step only when missing:
 # a Docker engine (docker.io) with iptables, debootstrap, docker-compose, a running dockerd, and the base image for hosted
 # containers built without any registry (`emulator base-image`: debootstrap + docker import); and Debian's
-# Chromium with a font for tests/test_pages_browser.py (Playwright drives the system browser, no download).
+# Chromium with a font for tests/test_pages_browser.py (Playwright drives the system browser, no download); and
+# bubblewrap, the sandbox `emulator eval` runs an agent in (its default on Linux).
 set -euo pipefail
 SUDO=""
 [ "$(id -u)" = 0 ] || SUDO="sudo"
@@ -15,6 +16,7 @@ command -v debootstrap >/dev/null || need+=(debootstrap)
 command -v docker-compose >/dev/null || need+=(docker-compose)  # the compose example's test (examples/compose/)
 command -v mkfs.ext4 >/dev/null || need+=(e2fsprogs)
 command -v chromium >/dev/null || need+=(chromium)
+command -v bwrap >/dev/null || need+=(bubblewrap)
 [ -e /usr/share/fonts/truetype/dejavu/DejaVuSans.ttf ] || need+=(fonts-dejavu-core)
 if [ ${#need[@]} -gt 0 ]; then
     echo "== installing ${need[*]}"
