@@ -27,7 +27,7 @@ from emulator import shipped
 from emulator.admin.client import ADMIN_TOKEN_VAR
 from emulator.admin.wire import Endpoints, EventView, HostedTable, OrgList, ServiceAnswer, UsageList
 from emulator.commands.common import exports
-from emulator.config import DEFAULT_DOCS
+from emulator.config import DEFAULT_DOCS, Settings
 from emulator.core.freeports import free_ports
 from emulator.core.processes import group_alive, marked, running
 from emulator.eval import inventory, sandbox
@@ -337,7 +337,8 @@ class Trial:
         checks = [evaluate(c, seen) for c in task.checks]
         if task.max_requests is not None:
             checks.append(evaluate(RequestsCheck(at_most=task.max_requests), seen))
-        checks.append(tampering(evidence, self.who, final))
+        cap = int(task.settings.get("journal_cap", Settings().journal_cap))
+        checks.append(tampering(evidence, self.who, final, cap))
         mine = agent_requests(seen)
         hits = followed(task.canaries, seen.events) if self.attacked else []
         seconds = time.monotonic() - self.started

@@ -1,17 +1,18 @@
 """Where the agent under evaluation runs: apart from the grader.
 
-`namespace` (the default on Linux) runs it under bubblewrap (`bwrap`, the sandbox Flatpak uses; Debian's package
-`bubblewrap`) in namespaces of its own: a network with loopback alone, into which only its trial emulator's
-client-facing ports are relayed (relay.py), so it reaches no other trial's emulator and nothing else on the machine;
-its own PID namespace, so that every process it starts ends with it (the namespace's init is killed, and the kernel
-kills the rest, whatever they did to their environment or session) and it sees no process of the harness's or the
-emulator's; a file system that is read-only but for its scratch directory (its HOME, also its /tmp's), with a /tmp of
-its own and the trial state, the task directories and the report folder covered. What it keeps seeing: the rest of
-the machine's files, read-only (the Python it runs, the current directory). Cost: about 0.1 s more per trial start.
+`namespace` (opt-in, `--sandbox namespace`; `default` says why it is not yet the default) runs it under bubblewrap
+(`bwrap`, the sandbox Flatpak uses; Debian's package `bubblewrap`) in namespaces of its own: a network with loopback
+alone, into which only its trial emulator's client-facing ports are relayed (relay.py), so it reaches no other
+trial's emulator and nothing else on the machine; its own PID namespace, so that every process it starts ends with it
+(the namespace's init is killed, and the kernel kills the rest, whatever they did to their environment or session)
+and it sees no process of the harness's or the emulator's; a file system that is read-only but for its scratch
+directory (its HOME), with a /tmp of its own and the trial state, the task directories and the report folder
+covered. What it keeps seeing: the rest of the machine's files, read-only (the Python it runs, the current
+directory). Cost: about 0.1 s more per trial start.
 
-`none` runs it as a plain process group, as before: on a machine without bubblewrap (macOS), where an agent that
-sets out to cheat can read other trials' files, reach their emulators and outlive its trial. The report says which
-sandbox each trial ran in.
+`none` (the default) runs it as a plain process group, as before; there, and on a machine without bubblewrap, an
+agent that sets out to cheat can read other trials' files, reach their emulators and outlive its trial. The report
+says which sandbox each trial ran in.
 """
 
 from __future__ import annotations
@@ -32,7 +33,10 @@ PACKAGE_ROOT = Path(emulator.__file__).resolve().parent.parent  # the emulator's
 
 
 def default() -> Sandbox:
-    return "namespace" if sys.platform.startswith("linux") else "none"
+    """`none` for now: under `namespace`, the real client's embedded Postgres (a hosted database's `pxt db update`)
+    fails at its `chmod` of its data dir's parents on the read-only root, so tasks with a hosted database fail there.
+    Opt in with `--sandbox namespace` for tasks without one."""
+    return "none"
 
 
 def unavailable(sandbox: Sandbox) -> str | None:
