@@ -54,8 +54,9 @@ def generate() -> dict[str, Any]:
     }
     moment["fault"] = {"$ref": "#/$defs/FaultSpec"}
     defs["Moment"]["oneOf"] = [{"required": ["advance"]}, {"required": ["fault"]}]
+    # Draft 7, which every editor's validator reads (taplo's too); `#/$defs/...` references are plain pointers there.
     return {
-        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "$schema": "http://json-schema.org/draft-07/schema#",
         "title": "task.toml of `emulator eval`",
         "description": "An evaluation task in Harbor's layout; [emulator] is the emulator's own section.",
         **schema,
