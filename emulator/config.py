@@ -430,6 +430,25 @@ def _coerce(name: str, value: Any) -> Any:
     return str(value)
 
 
+def toml_types(name: str) -> tuple[type, ...]:
+    """The TOML types a value of setting `name` has in a table of settings that is checked before use (a task's
+    `[emulator.settings]`): what `_coerce` makes the setting's type of without reading a string as a number or a
+    switch. Exact types: a bool is no whole number here."""
+    if name in _BOOL:
+        return (bool,)
+    if name in _INT:
+        return (int,)
+    if name in _FLOAT:
+        return (int, float)
+    return (str,)
+
+
+def check_values(values: dict[str, Any]) -> None:
+    """Settings given by name, coerced and validated as `load_settings` does with the rest at their defaults:
+    ConfigError names the first bad one (a task's settings, before any trial starts with them)."""
+    _validate(Settings(**{name: _coerce(name, value) for name, value in values.items()}))
+
+
 def flag_of(name: str) -> str:
     """A setting's command-line flag: `ask_rate_limit` → `--ask-rate-limit`."""
     return "--" + name.replace("_", "-")

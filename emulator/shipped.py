@@ -26,6 +26,7 @@ INTEGRATIONS = FIXTURES / "integrations.json"
 WORLD = FIXTURES / "world.toml"
 TASKS = FIXTURES / "tasks"
 DOCKERFILE = _packaged("emulator", "container", "Dockerfile")
+TASK_SCHEMA = _packaged("emulator", "eval", "task.schema.json")  # the JSON Schema of task.toml (eval/schema.py)
 
 
 def task(name: str) -> Path | None:

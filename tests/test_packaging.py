@@ -47,6 +47,7 @@ def test_the_wheel_holds_every_data_file_the_program_reads(wheel: set[str]) -> N
     # What emulator/shipped.py and tui/app.py name, as they name it.
     named = [shipped.DOCS / "index.md", shipped.INTEGRATIONS, shipped.WORLD, shipped.DOCKERFILE]
     named += [shipped.EXAMPLES / "eval" / "careful_agent.py", shipped.TASKS / "create-a-trial" / "task.toml"]
+    named += [shipped.TASK_SCHEMA]
     packaged = {
         "emulator/fixtures/site/index.md",
         "emulator/fixtures/integrations.json",
@@ -54,6 +55,7 @@ def test_the_wheel_holds_every_data_file_the_program_reads(wheel: set[str]) -> N
         "emulator/container/Dockerfile",
         "emulator/examples/eval/careful_agent.py",
         "emulator/fixtures/tasks/create-a-trial/task.toml",
+        "emulator/eval/task.schema.json",
         "tui/dashboard.tcss",
         "emulator/core/store/migrations/0001_foundation.sql",
     }

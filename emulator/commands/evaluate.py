@@ -34,12 +34,22 @@ def register(sub: Any) -> dict[str, Callable[[argparse.Namespace], int]]:
     )
     p.add_argument(
         "tasks",
-        nargs="+",
+        nargs="*",
         type=_task_path,
         metavar="TASK_DIR",
         help="task directories (task.toml and more), or the name of a shipped task: " + ", ".join(shipped.task_names()),
     )
-    p.add_argument("--agent", required=True, metavar="COMMAND", help="the agent's command, run by the shell")
+    p.add_argument("--agent", metavar="COMMAND", help="the agent's command, run by the shell (required)")
+    p.add_argument(
+        "--strict",
+        action="store_true",
+        help="a check that can never fail (a warning otherwise) makes its task invalid (exit 2)",
+    )
+    p.add_argument(
+        "--schema",
+        action="store_true",
+        help="print the JSON Schema of task.toml (for an editor: see the README's `#:schema`) and exit",
+    )
     p.add_argument("-k", type=int, help="trials per task (default: each task's own `trials`)")
     p.add_argument("--parallel", type=int, default=1, metavar="N", help="trials of a task at once (default 1)")
     p.add_argument("--runtime", choices=["auto", "docker", "process"], help="where hosted databases run")
@@ -69,20 +79,29 @@ def _task_path(arg: str) -> Path:
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
+    if args.schema:
+        sys.stdout.write(shipped.TASK_SCHEMA.read_text())
+        return 0
+    if not args.tasks or not args.agent:
+        print("emulator eval: give TASK_DIR... and --agent COMMAND (or --schema)", file=sys.stderr)
+        return 2
     from emulator.config import default_state_dir
     from emulator.eval import sandbox
     from emulator.eval.runner import Setup, run_suite
-    from emulator.eval.tasks import TaskError, load
+    from emulator.eval.tasks import load_all
 
     if args.k is not None and args.k < 1:
         raise SystemExit("emulator: -k must be at least 1")
     if args.parallel < 1:
         raise SystemExit("emulator: --parallel must be at least 1")
-    try:
-        tasks = [load(path) for path in args.tasks]
-    except TaskError as e:
-        print(f"emulator: {e}", file=sys.stderr)
+    loaded = load_all(args.tasks, strict=args.strict)  # every task checked whole, all problems said, before any trial
+    for warning in loaded.warnings:
+        print(f"emulator: warning: {warning}", file=sys.stderr)
+    for error in loaded.errors:
+        print(f"emulator: {error}", file=sys.stderr)
+    if loaded.errors:
         return 2
+    tasks = loaded.tasks
     chosen = args.sandbox or sandbox.default()
     why = sandbox.unavailable(chosen)
     if why is not None:

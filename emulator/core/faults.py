@@ -189,6 +189,18 @@ def _validate(spec: FaultSpec, operations: frozenset[str]) -> None:
         raise _bad("message is at most 500 characters")
 
 
+def checked(spec: FaultSpec, operations: frozenset[str] = frozenset()) -> FaultSpec:
+    """The rule, normalized, or an ApiError (400) saying what is wrong with it: the API's check, and an evaluation
+    task's before any trial (its `[[emulator.moments]]` faults), with no emulator running (`operations` empty: any
+    operation_type is taken)."""
+    _validate(spec, operations)
+    if spec.method is not None:
+        spec = msgspec.structs.replace(spec, method=spec.method.upper())
+    if spec.hosted in NEXT_UPDATE and spec.count is None:
+        spec = msgspec.structs.replace(spec, count=1)  # "the next update fails", not every one after it
+    return spec
+
+
 @dataclass
 class Faults:
     bus: EventBus
@@ -206,12 +218,7 @@ class Faults:
 
     def check(self, spec: FaultSpec) -> FaultSpec:
         """The rule, normalized, or a 400 saying what is wrong with it; nothing is stored."""
-        _validate(spec, self.operations)
-        if spec.method is not None:
-            spec = msgspec.structs.replace(spec, method=spec.method.upper())
-        if spec.hosted in NEXT_UPDATE and spec.count is None:
-            spec = msgspec.structs.replace(spec, count=1)  # "the next update fails", not every one after it
-        return spec
+        return checked(spec, self.operations)
 
     def add(self, spec: FaultSpec, *, fired: bool = False) -> Rule:
         """Store a checked rule (a kill, done already by the caller, is recorded as fired and not kept)."""
