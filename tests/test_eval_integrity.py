@@ -212,3 +212,22 @@ def test_an_agent_that_kills_its_emulator_fails_its_trial_and_the_run_goes_on(tm
         assert not trial["passed"] and "stopped answering" in (trial["error"] or ""), trial
     assert "Traceback" not in err
     assert not list(tmp.glob("pxt-emulator-eval-*"))
+
+
+def test_a_task_s_moments_are_the_harness_s_acts_not_tampering(tmp_path: Path) -> None:
+    toml = """[agent]
+timeout_sec = 60
+[emulator]
+[[emulator.checks]]
+check = "event"
+kind = "clock.moved"
+[[emulator.moments]]
+at = 0.5
+advance = "1h"
+"""
+    task = a_task(tmp_path / "task", toml, "Wait a little.\n")
+    code, result, err = run_eval(str(task), "--agent", "sleep 3", tmp=a_tmp())
+    (trial,) = result["tasks"][0]["trials"]
+    assert len(trial["moments"]) == 1, trial
+    assert all(c["passed"] for c in trial["checks"]), trial["checks"]  # the clock moved, and it was no tampering
+    assert code == 0, err

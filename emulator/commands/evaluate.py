@@ -56,9 +56,9 @@ def register(sub: Any) -> dict[str, Callable[[argparse.Namespace], int]]:
     p.add_argument(
         "--sandbox",
         choices=["namespace", "none"],
-        help="where the agent runs: `namespace` (Linux, needs bubblewrap) gives it a network, PID namespace and "
-        "read-only file system of its own, reaching only its trial's emulator (not yet for tasks with a hosted "
-        "database); `none` (the default) runs it as a plain process, which an agent that cheats can get around",
+        help="where the agent runs: `namespace` (the default on Linux; needs bubblewrap) gives it a network, PID "
+        "namespace, user and read-only file system of its own, reaching only its trial's emulator; `none` (the "
+        "default elsewhere) runs it as a plain process group, which an agent that cheats can get around",
     )
     p.add_argument("--json", action="store_true", help="print the whole result as JSON")
     p.add_argument("--junit", type=Path, metavar="FILE", help="write JUnit XML (a test case per trial) to FILE")

@@ -44,6 +44,7 @@ class TrialResult(msgspec.Struct, kw_only=True):
     output: str = ""  # the tail of the agent's output
     person_requests: int = 0  # the person's own (their browser's claim page), counted apart from the agent's
     sandbox: str = "none"  # where the agent ran (sandbox.py)
+    moments: list[str] = msgspec.field(default_factory=list)  # the task's faults and clock moves, as they were done
 
 
 class TaskResult(msgspec.Struct, kw_only=True):

@@ -43,6 +43,7 @@ from emulator.eval.checks import (
 from emulator.eval.cost import cost_of
 from emulator.eval.evidence import PERSON_ADDRESS, Evidence, Who, tampering
 from emulator.eval.evidence import report as judge
+from emulator.eval.moments import act, due
 from emulator.eval.person import Person
 from emulator.eval.relay import HostRelay
 from emulator.eval.results import MAX_STEPS, Step, SuiteResult, TaskResult, TrialResult
@@ -246,6 +247,7 @@ class Trial:
         self.env: dict[str, str] = {}
         self.ports: list[int] = []  # the client-facing ports a sandboxed agent's relay carries
         self.relay: HostRelay | None = None
+        self.moments_done: list[str] = []  # the task's moments the harness acted on, in order
 
     def __enter__(self) -> Trial:
         try:
@@ -418,6 +420,7 @@ def run_trial(
             run = _run_agent(trial, agent, person)
             result = trial.finish(run.code, run.timed_out, run.output, time.monotonic() - began)
             result.person_acts = person.acts if person else []
+            result.moments = trial.moments_done
             if run.stopped:
                 result.passed = False
                 result.error = f"stopped: {setup.stop.why}"
@@ -457,7 +460,10 @@ def _run_agent(trial: Trial, agent: str, person: Person | None = None) -> AgentR
     assert trial.evidence is not None
     log = trial.state / "agent.log"
     evidence, stop, timeout = trial.evidence, trial.setup.stop, trial.task.timeout
+    kit, done = trial.kit, set[int]()
+    assert kit is not None
     evidence.start()
+    began = time.monotonic()
     with open(log, "wb") as out:
         command = trial.agent_command(agent)
         proc = subprocess.Popen(
@@ -481,6 +487,9 @@ def _run_agent(trial: Trial, agent: str, person: Person | None = None) -> AgentR
                     break
                 if person is not None:
                     person.read(log)
+                for index, moment in due(trial.task.moments, time.monotonic() - began, done):
+                    done.add(index)  # the task's own fault or clock move: the harness's act, not tampering
+                    trial.moments_done.append(evidence.act(lambda moment=moment: act(kit, moment)))
                 evidence.pull()
                 with contextlib.suppress(subprocess.TimeoutExpired):
                     proc.wait(min(PERSON_POLL, max(0.0, deadline - time.monotonic())))

@@ -1,18 +1,17 @@
 """Where the agent under evaluation runs: apart from the grader.
 
-`namespace` (opt-in, `--sandbox namespace`; `default` says why it is not yet the default) runs it under bubblewrap
-(`bwrap`, the sandbox Flatpak uses; Debian's package `bubblewrap`) in namespaces of its own: a network with loopback
-alone, into which only its trial emulator's client-facing ports are relayed (relay.py), so it reaches no other
-trial's emulator and nothing else on the machine; its own PID namespace, so that every process it starts ends with it
-(the namespace's init is killed, and the kernel kills the rest, whatever they did to their environment or session)
-and it sees no process of the harness's or the emulator's; a file system that is read-only but for its scratch
-directory (its HOME), with a /tmp of its own and the trial state, the task directories and the report folder
+`namespace` (the default on Linux) runs it under bubblewrap (`bwrap`, the sandbox Flatpak uses; Debian's package
+`bubblewrap`) in namespaces of its own: a network with loopback alone, into which only its trial emulator's
+client-facing ports are relayed (relay.py), so it reaches no other trial's emulator and nothing else on the machine;
+its own PID namespace, so that every process it starts ends with it (the namespace's init is killed, and the kernel
+kills the rest, whatever they did to their environment or session) and it sees no process of the harness's or the
+emulator's; a user of its own (uid 1000 inside, the caller outside); a file system that is read-only but for its
+scratch directory (its HOME), with a /tmp of its own and the trial state, the task directories and the report folder
 covered. What it keeps seeing: the rest of the machine's files, read-only (the Python it runs, the current
 directory). Cost: about 0.1 s more per trial start.
 
-`none` (the default) runs it as a plain process group, as before; there, and on a machine without bubblewrap, an
-agent that sets out to cheat can read other trials' files, reach their emulators and outlive its trial. The report
-says which sandbox each trial ran in.
+`none` (the default elsewhere) runs it as a plain process group, as before: there an agent that sets out to cheat
+can read other trials' files, reach their emulators and outlive its trial. The report says where each trial ran.
 """
 
 from __future__ import annotations
@@ -33,10 +32,7 @@ PACKAGE_ROOT = Path(emulator.__file__).resolve().parent.parent  # the emulator's
 
 
 def default() -> Sandbox:
-    """`none` for now: under `namespace`, the real client's embedded Postgres (a hosted database's `pxt db update`)
-    fails at its `chmod` of its data dir's parents on the read-only root, so tasks with a hosted database fail there.
-    Opt in with `--sandbox namespace` for tasks without one."""
-    return "none"
+    return "namespace" if sys.platform.startswith("linux") else "none"
 
 
 def unavailable(sandbox: Sandbox) -> str | None:
@@ -85,7 +81,10 @@ def command(agent: str, *, scratch: Path, relay: Path, ports: list[int], cwd: Pa
             argv += ["--ro-bind", "/dev/null", str(path.resolve())]
     argv += ["--bind", str(scratch), str(INSIDE), "--bind", str(relay), RELAY_INSIDE]
     where = cwd if not any(_under(cwd.resolve(), c.resolve()) for c in cover) else INSIDE
-    argv += ["--chdir", str(where), "--unshare-all", "--die-with-parent", "--new-session"]
+    # Not root inside (uid 1000 in a user namespace of its own, the caller outside): a client that does more as
+    # root (the real client's embedded Postgres adds a user, then chmods its data dir's parents) runs as a user's.
+    argv += ["--chdir", str(where), "--unshare-all", "--unshare-user", "--uid", "1000", "--gid", "1000"]
+    argv += ["--die-with-parent", "--new-session"]
     argv += [sys.executable, "-m", "emulator.eval.relay", RELAY_INSIDE, ",".join(map(str, ports)), "--"]
     return [*argv, "/bin/sh", "-c", agent]
 
