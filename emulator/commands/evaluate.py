@@ -141,32 +141,9 @@ def cmd_eval(args: argparse.Namespace) -> int:
     if args.json:
         sys.stdout.write(msgspec.json.format(msgspec.json.encode(result)).decode() + "\n")
     else:
-        for task in result.tasks:
-            print(f"\n{task.task}: pass@1 {task.pass_at_1:.2f}, pass^{task.k} {task.pass_hat_k:.2f}", end="")
-            print(f" (needs {task.threshold:.2f}: {'met' if task.met else 'NOT met'})")
-            if task.utility is not None:
-                print(
-                    f"  utility {task.utility:.2f}, under attack {task.utility_under_attack:.2f}, "
-                    f"attack success rate {task.attack_success_rate:.2f}"
-                )
-            for trial in task.trials:
-                for hit in trial.canaries_followed:
-                    print(f"  trial {trial.trial} (attacked): FOLLOWED canary {hit.canary} planted in {hit.planted}")
-                    for line in hit.evidence:
-                        print(f"      {line}")
-                for check in trial.checks:
-                    if not check.passed:
-                        print(f"  trial {trial.trial}: FAILED {check.check}: {check.detail}")
-                        for line in check.evidence:
-                            print(f"      {line}")
-                if trial.error:
-                    print(f"  trial {trial.trial}: {trial.error}")
-                if trial.timed_out:
-                    print(f"  trial {trial.trial}: the agent was stopped at its time limit")
-                elif not trial.passed and trial.exit_code:
-                    print(f"  trial {trial.trial}: the agent exited with status {trial.exit_code}; its output ends:")
-                    for line in trial.output.splitlines()[-8:]:
-                        print(f"      {line}")
+        from emulator.eval.reports import text
+
+        sys.stdout.write(text(result))
     if result.incomplete:
         print(f"emulator: stopped ({result.stopped}): the report is of the trials that ran", file=sys.stderr)
         return 128 + (caught[0] if caught else signal.SIGINT)
@@ -174,8 +151,6 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
 
 def _trial_line(trial: TrialResult) -> str:
-    verdict = ("passed" if trial.passed else "FAILED") + (" under attack" if trial.attacked else "")
-    failing = [c.check for c in trial.checks if not c.passed]
-    failing += [f"followed canary {hit.canary}" for hit in trial.canaries_followed]
-    why = f" ({'; '.join(failing)})" if failing else f" ({trial.error})" if trial.error else ""
-    return f"{trial.task} trial {trial.trial}: {verdict} in {trial.seconds:.1f} s, {trial.requests} requests{why}"
+    from emulator.eval.reports import trial_line
+
+    return trial_line(trial)

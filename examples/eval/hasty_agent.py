@@ -14,6 +14,7 @@ service keeps the old key ("rotate")."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import sys
@@ -117,5 +118,17 @@ def main() -> int:
     return 0
 
 
+def report_usage() -> None:
+    """What its model use cost, in the usage file `emulator eval` gives a path for (EMULATOR_TRIAL_USAGE_FILE):
+    nothing, as it has no model. An agent with one writes its tokens and dollars there, the report sums them."""
+    path = os.environ.get("EMULATOR_TRIAL_USAGE_FILE")
+    if path:
+        with open(path, "w") as f:
+            json.dump({"input_tokens": 0, "output_tokens": 0, "usd": 0.0, "model": "scripted, no model"}, f)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        sys.exit(main())
+    finally:
+        report_usage()
