@@ -65,8 +65,7 @@ def test_the_careful_agent_passes_every_shipped_task_every_time_and_parallel_tri
     # The trials' state dirs in a temporary directory of the run's own (short: sockets are made under it), where
     # another run's on this machine cannot appear.
     tmp = Path(tempfile.mkdtemp(prefix="ev", dir="/tmp"))
-    marks = tmp_path / "marks"
-    agent = f'echo "${TRIAL_MARK_VAR}" >> {marks}; exec {CAREFUL}'  # each trial's mark, for the sweep's check
+    agent = f'echo "mark ${TRIAL_MARK_VAR}"; exec {CAREFUL}'  # each trial's mark, for the sweep's check
     code, result, err = evaluate(*TASKS, "--agent", agent, "-k", "3", "--parallel", "3", tmp=tmp)
     assert code == 0, err
     assert {t["task"].split("/")[1] for t in result["tasks"]} >= {
@@ -119,7 +118,9 @@ def test_the_careful_agent_passes_every_shipped_task_every_time_and_parallel_tri
     shutil.rmtree(tmp)
     # Every process an agent started (its client's daemon in a session of its own, the Postgres that daemon ran)
     # ended with its trial.
-    seen = marks.read_text().split()
+    seen = [
+        line.split()[1] for t in result["tasks"] for trial in t["trials"] for line in trial["transcript"].splitlines()[:1]
+    ]
     assert len(seen) == sum(len(t["trials"]) for t in result["tasks"])
     assert [m for m in seen if marked(TRIAL_MARK_VAR, m)] == []
 

@@ -110,7 +110,8 @@ def test_the_careful_agent_scores_correct_and_the_hasty_one_incorrect_with_the_c
     log, score = run_agent("careful_agent.py")
     assert score.value == CORRECT, score.explanation
     task = load(TASK)
-    n = len(task.checks) + (task.max_requests is not None)  # the task's checks, and its request limit's
+    # The task's checks, its request limit's, and every trial's tampering check.
+    n = len(task.checks) + (task.max_requests is not None) + 1
     assert score.explanation is not None and score.explanation.startswith(f"{n} of {n} checks held")
     assert score.metadata is not None and all(c["passed"] for c in score.metadata["checks"])
     assert score.metadata["requests"] == 6  # as under `emulator eval`: the agent saw the same emulator
