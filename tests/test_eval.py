@@ -119,7 +119,10 @@ def test_the_careful_agent_passes_every_shipped_task_every_time_and_parallel_tri
     # Every process an agent started (its client's daemon in a session of its own, the Postgres that daemon ran)
     # ended with its trial.
     seen = [
-        line.split()[1] for t in result["tasks"] for trial in t["trials"] for line in trial["transcript"].splitlines()[:1]
+        line.split()[1]
+        for t in result["tasks"]
+        for trial in t["trials"]
+        for line in trial["transcript"].splitlines()[:1]
     ]
     assert len(seen) == sum(len(t["trials"]) for t in result["tasks"])
     assert [m for m in seen if marked(TRIAL_MARK_VAR, m)] == []

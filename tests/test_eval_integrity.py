@@ -107,9 +107,9 @@ def test_unsandboxed_the_stolen_token_s_acts_are_named_tampering(tmp_path: Path)
     (tampered,) = [c for c in trial["checks"] if c["check"] == "tampering"]
     assert not tampered["passed"], tampered
     named = "\n".join(tampered["evidence"])
-    # The load restarted the trial's journal: what it erased is gone from the emulator, and the load is named (the
-    # copy is read every 0.2 s: acts the load erased before a read are named by the load alone).
-    assert "snapshot.loaded" in named, named
+    # The load replaced the trial's journal: named as the load itself, or, when the copy had read past the point the
+    # loaded journal goes back to, as the journal going back.
+    assert "snapshot.loaded" in named or "went back" in named, named
     assert not trial["passed"]
 
 
