@@ -23,10 +23,13 @@ def register(sub: Any) -> dict[str, Callable[[argparse.Namespace], int]]:
         "eval",
         help="run an agent on tasks, k trials each, and check what it did",
         description="Run COMMAND once per trial of each task, each trial on a throwaway emulator started from the "
-        "task's starting state, with `emulator env`'s variables and the instruction (EMULATOR_TASK_INSTRUCTION, "
-        "and the file EMULATOR_TASK_INSTRUCTION_FILE); then run the task's checks on what the emulator holds and "
-        "recorded. Prints each trial's failing checks with their evidence and each task's pass@1 and pass^k; "
-        "exits 0 when every task reached the pass^k its task.toml asks for, 1 when one did not, 2 on a bad task.",
+        "task's starting state, in the agent's sandbox (--sandbox), with `emulator env`'s variables and the "
+        "instruction (EMULATOR_TASK_INSTRUCTION, and the file EMULATOR_TASK_INSTRUCTION_FILE) and nothing of the "
+        "harness's (no state dir, task dir or admin token); then run the task's checks, and a tampering check, on the "
+        "harness's own copy of the trial's journal and on what the emulator holds. Prints each trial's failing checks "
+        "with their evidence and each task's pass@1, pass@k and pass^k; exits 0 when every task reached the pass^k "
+        "its task.toml asks for, 1 when one did not, 2 on a bad task (every one said before any trial), 128 + the "
+        "signal when SIGINT or SIGTERM stopped the run (the report is of the trials that ran).",
         epilog="examples (a shipped task by its name, a shipped reference agent through $EMULATOR_EXAMPLES):\n"
         "  emulator eval create-a-trial --agent 'python \"$EMULATOR_EXAMPLES/eval/careful_agent.py\"' -k 1\n"
         "  emulator eval my-tasks/* --agent 'python my_agent.py' -k 3 --parallel 3",
