@@ -8,6 +8,7 @@ from __future__ import annotations
 import glob
 import os
 import sys
+import tempfile
 from pathlib import Path
 
 import httpx
@@ -34,7 +35,9 @@ def main() -> None:
     task = Path(os.environ.get("EMULATOR_TASK_DIR") or sys.argv[1])
     print("task.toml:", "read" if (task / "task.toml").is_file() else "missing")
     print("state dir:", "given" if os.environ.get("EMULATOR_STATE_DIR") else "none")
-    print("trial states seen:", len(glob.glob("/tmp/pxt-emulator-eval-*")))
+    # Where the harness makes the trials' state dirs (its TMPDIR, which an unsandboxed agent inherits), and /tmp.
+    places = {tempfile.gettempdir(), "/tmp"}
+    print("trial states seen:", len({p for d in places for p in glob.glob(f"{d}/pxt-emulator-eval-*")}))
     site = os.environ["EMULATOR_URL"]
     with httpx.Client(base_url=site, trust_env=False, timeout=30) as http:
         print("apply without a token:", http.post("/_emulator/apply", content=b"").status_code)
