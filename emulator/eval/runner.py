@@ -17,7 +17,7 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -58,6 +58,7 @@ TRIAL_MARK_VAR = "EMULATOR_TRIAL_MARK"  # what every process the agent starts ca
 # The shipped examples (the reference agents under eval/), wherever the package is installed: an agent command
 # `python "$EMULATOR_EXAMPLES/eval/careful_agent.py"` runs from any directory.
 EXAMPLES_VAR = "EMULATOR_EXAMPLES"
+PREFIX = "pxt-emulator-eval-"  # a run's folder of trials (or a trial's own, run alone) in the temporary directory
 KILL_GRACE = 5.0  # seconds between SIGTERM and SIGKILL of an agent past its time limit
 PERSON_POLL = 0.2  # seconds between two reads of the agent's output by the person
 
@@ -85,6 +86,7 @@ class Setup:
     sandbox: Sandbox = "none"
     cover: tuple[Path, ...] = ()
     stop: Stop = field(default_factory=Stop)
+    root: Path | None = None  # the folder every trial's state dir of the run is made in (covered as a whole)
 
 
 def run_suite(
@@ -98,14 +100,18 @@ def run_suite(
     progress: Callable[[TrialResult], None] | None = None,
     setup: Setup | None = None,
 ) -> SuiteResult:
-    setup = setup or Setup()
+    root = Path(tempfile.mkdtemp(prefix=PREFIX))
+    setup = replace(setup or Setup(), root=root)
     done: list[TaskResult] = []
-    for t in tasks:
-        if setup.stop:
-            break
-        done.append(
-            run_task(t, agent, k=k, parallel=parallel, args=args or [], keep=keep, progress=progress, setup=setup)
-        )
+    try:
+        for t in tasks:
+            if setup.stop:
+                break
+            done.append(
+                run_task(t, agent, k=k, parallel=parallel, args=args or [], keep=keep, progress=progress, setup=setup)
+            )
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
     incomplete = bool(setup.stop) or len(done) < len(tasks)
     return SuiteResult(
         agent=agent,
@@ -232,7 +238,8 @@ class Trial:
         self.setup = setup or Setup()
         self.attacked = attacked and bool(task.canaries)
         self.keep = keep  # a directory for the trial's record (`emulator record diff` compares two) and logs
-        self.state = Path(tempfile.mkdtemp(prefix="pxt-emulator-eval-"))
+        root = self.setup.root
+        self.state = Path(tempfile.mkdtemp(prefix="trial-", dir=root) if root else tempfile.mkdtemp(prefix=PREFIX))
         self.work = self.state / "work"  # the agent's own directory (EMULATOR_TRIAL_DIR), outside its sandbox's view
         self.started = time.monotonic()
         self.kit: Testkit | None = None
@@ -308,7 +315,7 @@ class Trial:
         """What runs the agent: its shell command, inside the sandbox when there is one."""
         if not self.who.sandboxed:
             return agent
-        hidden = [self.task.path, *self.setup.cover, self.state]
+        hidden = [self.task.path, *self.setup.cover, self.setup.root or self.state]  # every trial's state, or its own
         return sandbox.command(
             agent, scratch=self.work, relay=self.state / "relay", ports=self.ports, cwd=Path.cwd(), cover=hidden
         )
