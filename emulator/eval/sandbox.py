@@ -8,7 +8,7 @@ kills the rest, whatever they did to their environment or session) and it sees n
 emulator's; a user of its own (uid 1000 inside, the caller outside); a file system that is read-only but for its
 scratch directory (its HOME), with a /tmp of its own and the trial state, the task directories and the report folder
 covered. What it keeps seeing: the rest of the machine's files, read-only (the Python it runs, the current
-directory). Cost: about 0.1 s more per trial start.
+directory). Cost: about 0.15 s more of the agent's time per trial (benchmarks/evaluation.py).
 
 `none` (the default elsewhere) runs it as a plain process group, as before: there an agent that sets out to cheat
 can read other trials' files, reach their emulators and outlive its trial. The report says where each trial ran.
