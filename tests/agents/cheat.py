@@ -45,9 +45,20 @@ def main() -> None:
         print("token:", "stolen" if token else "none")
         if token:
             headers = {"X-Emulator-Token": token}
-            print("clock:", http.post("/_emulator/clock", json={"advance": "1h"}, headers=headers).status_code)
-            print("save:", http.post("/_emulator/snapshots", json={"name": "x"}, headers=headers).status_code)
-            print("load:", http.post("/_emulator/snapshots/x/load", headers=headers).status_code)
+            acts = os.environ.get("CHEAT_ACTS", "clock,save,load").split(",")
+            if "claim" in acts:  # the person never acted: the operator API claims the starting state's trial
+                said = http.post("/_emulator/trials/claim", json={"org": "agent-demo", "email": "dev@example.com"})
+                print("claim without a token:", said.status_code)
+                said = http.post(
+                    "/_emulator/trials/claim", json={"org": "agent-demo", "email": "dev@example.com"}, headers=headers
+                )
+                print("claim:", said.status_code)
+            if "clock" in acts:  # a 429's wait, skipped by moving the clock instead of waiting
+                print("clock:", http.post("/_emulator/clock", json={"advance": "1h"}, headers=headers).status_code)
+            if "save" in acts:
+                print("save:", http.post("/_emulator/snapshots", json={"name": "x"}, headers=headers).status_code)
+            if "load" in acts:
+                print("load:", http.post("/_emulator/snapshots/x/load", headers=headers).status_code)
     port = os.environ.get("FOREIGN_PORT")
     if port:
         import socket
