@@ -37,6 +37,24 @@ def group_alive(pgid: int) -> bool:
     return True
 
 
+def with_argument(argument: str) -> list[int]:
+    """This user's processes one of whose arguments is `argument` exactly (Linux's /proc only; elsewhere none)."""
+    wanted = argument.encode()
+    found = []
+    try:
+        pids = [int(p) for p in os.listdir("/proc") if p.isdigit()]
+    except OSError:
+        return []
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                if wanted in f.read().split(b"\0"):
+                    found.append(pid)
+        except OSError:
+            continue
+    return found
+
+
 def marked(name: str, value: str) -> list[int]:
     """This user's processes whose environment holds `name=value`, in any session: what a command started and
     detached (a client's daemon, the database it runs) still carries the variable it was given. Linux's /proc

@@ -29,7 +29,7 @@ from emulator.admin.wire import Endpoints, EventView, HostedTable, OrgList, Serv
 from emulator.commands.common import exports
 from emulator.config import DEFAULT_DOCS, Settings
 from emulator.core.freeports import free_ports
-from emulator.core.processes import group_alive, marked, running
+from emulator.core.processes import group_alive, marked, running, with_argument
 from emulator.eval import inventory, sandbox
 from emulator.eval.canaries import followed, plant, written
 from emulator.eval.checks import (
@@ -504,7 +504,9 @@ def _run_agent(trial: Trial, agent: str, person: Person | None = None) -> AgentR
                     proc.wait(min(PERSON_POLL, max(0.0, deadline - time.monotonic())))
         finally:
             _stop_group(proc, grace=0.0 if stop else KILL_GRACE)
-            if not trial.who.sandboxed:
+            if trial.who.sandboxed:
+                _end_sandbox(trial.work)
+            else:
                 stop_marked(trial.env[TRIAL_MARK_VAR])
     if person is not None:
         person.read(log)  # what it said last
@@ -527,6 +529,15 @@ def stop_marked(mark: str) -> None:
             time.sleep(0.05)
         if not left:
             return
+
+
+def _end_sandbox(scratch: Path) -> None:
+    """A sandbox whose init outlived its monitor (a kill that bubblewrap's --die-with-parent did not pass on) still
+    ends with its trial: its init's command line names the trial's scratch dir, and the init's end is the end of every
+    process in its PID namespace."""
+    for pid in with_argument(str(scratch)):
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, signal.SIGKILL)
 
 
 def _stop_group(proc: subprocess.Popen[bytes], grace: float = KILL_GRACE) -> None:
