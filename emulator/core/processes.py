@@ -39,27 +39,18 @@ def group_alive(pgid: int) -> bool:
 
 def with_argument(argument: str) -> list[int]:
     """This user's processes one of whose arguments is `argument` exactly (Linux's /proc only; elsewhere none)."""
-    wanted = argument.encode()
-    found = []
-    try:
-        pids = [int(p) for p in os.listdir("/proc") if p.isdigit()]
-    except OSError:
-        return []
-    for pid in pids:
-        try:
-            with open(f"/proc/{pid}/cmdline", "rb") as f:
-                if wanted in f.read().split(b"\0"):
-                    found.append(pid)
-        except OSError:
-            continue
-    return found
+    return _holding("cmdline", argument.encode())
 
 
 def marked(name: str, value: str) -> list[int]:
     """This user's processes whose environment holds `name=value`, in any session: what a command started and
     detached (a client's daemon, the database it runs) still carries the variable it was given. Linux's /proc
     only; elsewhere none are found."""
-    entry = f"{name}={value}".encode()
+    return _holding("environ", f"{name}={value}".encode())
+
+
+def _holding(part: str, entry: bytes) -> list[int]:
+    """The processes whose /proc/PID/`part` (NUL-separated: cmdline, environ) has `entry` as one of its items."""
     found = []
     try:
         pids = [int(p) for p in os.listdir("/proc") if p.isdigit()]
@@ -67,7 +58,7 @@ def marked(name: str, value: str) -> list[int]:
         return []
     for pid in pids:
         try:
-            with open(f"/proc/{pid}/environ", "rb") as f:
+            with open(f"/proc/{pid}/{part}", "rb") as f:
                 if entry in f.read().split(b"\0"):
                     found.append(pid)
         except OSError:  # gone, or another user's
