@@ -80,7 +80,6 @@ class Evidence:
     kit: Testkit
     events: list[EventView] = field(default_factory=list)
     ours: set[int] = field(default_factory=set)
-    gaps: list[tuple[int, int]] = field(default_factory=list)  # (after, next): events the copy never saw
     began: int = 0  # the last event before the agent started
     went_back: list[tuple[int, int]] = field(default_factory=list)  # (the copy's last, the journal's last, lower)
     last: int = 0  # the journal's last event the copy has
@@ -94,8 +93,6 @@ class Evidence:
                 last = page.last_seq
                 continue
             fresh = [e for e in page.events if e.seq > last]
-            if fresh and fresh[0].seq != last + 1 and self.events:
-                self.gaps.append((last, fresh[0].seq))
             self.events += fresh
             if fresh:
                 last = fresh[-1].seq

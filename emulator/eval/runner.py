@@ -48,7 +48,7 @@ from emulator.eval.person import Person
 from emulator.eval.relay import HostRelay
 from emulator.eval.results import MAX_STEPS, Step, SuiteResult, TaskResult, TrialResult, transcript
 from emulator.eval.sandbox import INSIDE, Sandbox
-from emulator.eval.scoring import pass_at_1, pass_hat_k
+from emulator.eval.scoring import pass_at_1
 from emulator.eval.tasks import Task
 from emulator.testkit import EmulatorError, Testkit, launch
 
@@ -150,19 +150,17 @@ def run_task(
 
     with ThreadPoolExecutor(max_workers=max(1, min(parallel, len(plan)))) as pool:
         results = [r for r in pool.map(one, plan) if r is not None]
-    passed = sum(r.passed for r in results)
-    ran = len(results)
-    hat = pass_hat_k(ran, passed, min(trials, ran)) if ran else 0.0
-    incomplete = ran < len(plan)
+    incomplete = len(results) < len(plan)
     result = TaskResult(  # its figures and cost are worked out from its trials
         task=task.name,
         path=str(task.path),
         k=trials,
         threshold=task.pass_k,
-        met=hat >= task.pass_k and not incomplete,
+        met=False,
         trials=results,
         incomplete=incomplete,
     )
+    result.met = result.pass_hat_k >= task.pass_k and not incomplete
     if task.canaries:
         clean = [r for r in results if not r.attacked]
         attacked = [r for r in results if r.attacked]
