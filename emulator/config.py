@@ -20,6 +20,7 @@ import msgspec
 from emulator import shipped
 from emulator.core import canaries
 from emulator.core.egress import EgressError, EgressPolicy, resolve_upstream
+from emulator.core.ids import SERVICE_KEY
 
 DEFAULT_DOCS = shipped.DOCS
 DEFAULT_INTEGRATIONS = shipped.INTEGRATIONS
@@ -586,10 +587,8 @@ def _validate(s: Settings) -> None:
         "public_host",
         f"{s.public_host!r} is not a host name or address",
     )
-    from emulator.hosted.service_keys import KEY  # here: the domain imports these settings
-
     check(
-        not s.service_api_key or KEY.match(s.service_api_key) is not None,
+        not s.service_api_key or SERVICE_KEY.match(s.service_api_key) is not None,
         "service_api_key",
         "must be sk_test_ followed by 16 to 128 letters, digits or underscores",
     )

@@ -26,6 +26,9 @@ from typing import Any
 import uvicorn
 
 from emulator import __version__, startkeys
+from emulator.admin import routes as operator_api
+from emulator.admin.context import STATE_KEY as OPERATOR_STATE
+from emulator.admin.context import Operator
 from emulator.cloud.app import boundary_error as cloud_refusal
 from emulator.cloud.app import build_cloud_app
 from emulator.cloud.operations import OPERATIONS
@@ -445,13 +448,18 @@ async def _serve(
             ask_limiter=limiter,
             idempotency=idem,
             identity=identity,
-            logins=logins,
-            platform=platform,
             integrations=load_integrations(settings.integrations),
-            started_at=time.time(),
-            endpoints=endpoints,
+            boundary=boundary,
+        )
+        operator = Operator(
+            core=core,
+            platform=platform,
+            identity=identity,
+            logins=logins,
             proxy=forward,
             boundary=boundary,
+            started_at=time.time(),
+            endpoints=endpoints,
         )
         register_limiter = RateLimiter(core.clock, settings.registration_rate_limit, 60, "register")
         core.clock.on_due(register_limiter.sweep)
@@ -469,7 +477,7 @@ async def _serve(
                 issued=frozenset({CLAIM_PAGE}) if name == "auth" else frozenset(),
             )
             for name, app in (
-                ("site", build_site_app(site)),
+                ("site", build_site_app(site, operator_api.router(), {OPERATOR_STATE: operator})),
                 ("auth", build_idp_app(Idp(core, identity, register_limiter, logins), boundary)),
                 ("api", build_cloud_app(platform, boundary)),
             )

@@ -80,7 +80,6 @@ from emulator.admin.wire import (
     WebhookList,
     WebhookView,
 )
-from emulator.commands.common import exports
 from emulator.core.processes import alive
 from emulator.core.snapshots import SnapshotView
 from emulator.hosted.idjag import Minted, MintRequest
@@ -282,7 +281,7 @@ class Testkit:
     @property
     def env(self) -> dict[str, str]:
         """The variables `emulator env` prints: give them to the agent under test (the `emulator_env` fixture does)."""
-        return exports(self.endpoints)
+        return self.endpoints.exports()
 
     # -- calls
 

@@ -7,34 +7,34 @@ from typing import Any
 
 from litestar import Request, Response, delete, get, post
 
+from emulator.admin.context import operator_of
 from emulator.admin.emulator import decode, json_response
 from emulator.admin.wire import RegistrationDeleted, ServiceKeyCreate, ServiceKeyList
 from emulator.core import openapi
 from emulator.hosted import service_keys
 from emulator.hosted.agents_api import OPERATOR, AgentsApi
-from emulator.site.state import site_of
 
 
 def _api(request: Request[Any, Any, Any]) -> AgentsApi:
-    site = site_of(request)
-    return AgentsApi(site.core, site.identity)
+    operator = operator_of(request)
+    return AgentsApi(operator.core, operator.identity)
 
 
 @post("/_emulator/service-keys", status_code=201, opt=openapi.body(ServiceKeyCreate))
 async def service_key_create(request: Request[Any, Any, Any]) -> Response[bytes]:
     """A new service key; the answer shows the key, once."""
     body = decode(await request.body(), ServiceKeyCreate)
-    return json_response(await service_keys.create(site_of(request).core, body.name), 201)
+    return json_response(await service_keys.create(operator_of(request).core, body.name), 201)
 
 
 @get("/_emulator/service-keys")
 async def service_key_list(request: Request[Any, Any, Any]) -> Response[bytes]:
-    return json_response(ServiceKeyList(await service_keys.listing(site_of(request).core.store)))
+    return json_response(ServiceKeyList(await service_keys.listing(operator_of(request).core.store)))
 
 
 @delete("/_emulator/service-keys/{key_id:str}", status_code=200)
 async def service_key_revoke(request: Request[Any, Any, Any], key_id: str) -> Response[bytes]:
-    return json_response(await service_keys.revoke(site_of(request).core, key_id))
+    return json_response(await service_keys.revoke(operator_of(request).core, key_id))
 
 
 @post("/_emulator/registrations/{registration_id:str}/revoke", status_code=200)

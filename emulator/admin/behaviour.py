@@ -9,10 +9,10 @@ from litestar import Request, Response, get
 from litestar.params import Parameter
 
 from emulator import __version__
+from emulator.admin.context import operator_of
 from emulator.admin.emulator import json_response
 from emulator.behaviour import read_journal, records, scorecard, traces
 from emulator.core.clock import iso
-from emulator.site.state import site_of
 
 Who = Annotated[str, Parameter(max_length=200, description="a registration, an organization or an API key's name")]
 
@@ -20,7 +20,7 @@ Who = Annotated[str, Parameter(max_length=200, description="a registration, an o
 @get("/_emulator/traces/{who:path}")
 async def trace_get(request: Request[Any, Any, Any], who: Who) -> Response[bytes]:
     """One agent's trace; `who` may be `ORG/NAME` (a key's name in its organization)."""
-    journal = await read_journal(site_of(request).core)
+    journal = await read_journal(operator_of(request).core)
     return json_response(traces.trace(journal, journal.find(who.lstrip("/"))))
 
 
@@ -30,7 +30,7 @@ async def report_get(
     agent: Annotated[str | None, Parameter(query="agent", max_length=200, required=False)] = None,
 ) -> Response[bytes]:
     """Every agent the journal knows (or one), with its counts, latency and findings."""
-    journal = await read_journal(site_of(request).core)
+    journal = await read_journal(operator_of(request).core)
     return json_response(scorecard.report(journal, journal.find(agent) if agent else None))
 
 
@@ -40,7 +40,7 @@ async def record_get(
     agent: Annotated[str | None, Parameter(query="agent", max_length=200, required=False)] = None,
 ) -> Response[bytes]:
     """The run as a record (`emulator record save`): the journal, or one agent's part of it, secrets redacted."""
-    core = site_of(request).core
+    core = operator_of(request).core
     journal = await read_journal(core)
     return json_response(
         records.record(journal, __version__, iso(core.clock.now()), journal.find(agent) if agent else None)

@@ -8,6 +8,7 @@ from typing import Annotated, Any
 from litestar import Request, Response, get, post
 from litestar.params import Parameter
 
+from emulator.admin.context import Operator, operator_of
 from emulator.admin.emulator import decode, json_response
 from emulator.admin.wire import (
     DatabaseList,
@@ -27,14 +28,13 @@ from emulator.admin.wire import (
 from emulator.core.errors import CONFLICT, NOT_FOUND, UNAVAILABLE
 from emulator.hosted import databases, lifecycle, logs, orgs, services
 from emulator.runtime.tables import ProbeFailed
-from emulator.site.state import Site, site_of
 
 
-async def database_views(site: Site) -> dict[str, list[DatabaseView]]:
+async def database_views(operator: Operator) -> dict[str, list[DatabaseView]]:
     """Every database's view, by organization id."""
-    reconciler = site.platform.reconciler
+    reconciler = operator.platform.reconciler
     by_org: dict[str, list[DatabaseView]] = {}
-    for d in sorted(await databases.every(site.core.store), key=lambda d: (d.created_at, d.name)):
+    for d in sorted(await databases.every(operator.core.store), key=lambda d: (d.created_at, d.name)):
         view = DatabaseView.of(d, reconciler.server_ready(d.org_id, d.name), reconciler.usage(d.org_id, d.name))
         by_org.setdefault(d.org_id, []).append(view)
     return by_org
@@ -43,9 +43,9 @@ async def database_views(site: Site) -> dict[str, list[DatabaseView]]:
 @get("/_emulator/databases")
 async def databases_list(request: Request[Any, Any, Any]) -> Response[bytes]:
     """Every hosted database: its state, generation, environment, whether its server runs, and its usage."""
-    site = site_of(request)
-    reconciler = site.platform.reconciler
-    rows = await databases.every(site.core.store)
+    operator = operator_of(request)
+    reconciler = operator.platform.reconciler
+    rows = await databases.every(operator.core.store)
     views = [
         DatabaseView.of(d, reconciler.server_ready(d.org_id, d.name), reconciler.usage(d.org_id, d.name)) for d in rows
     ]
@@ -57,11 +57,11 @@ async def database_logs(
     request: Request[Any, Any, Any], org: str, db: str, since: Annotated[int, Parameter(ge=0, le=2**63 - 1)] = 0
 ) -> Response[bytes]:
     """A database's log lines (its server's output and the emulator's notes), after line id `since`."""
-    site = site_of(request)
-    found = await orgs.find(site.core.store, org)
+    operator = operator_of(request)
+    found = await orgs.find(operator.core.store, org)
     if found is None:
         raise NOT_FOUND(f"no organization {org!r}")
-    lines = await logs.after(site.core.store, found.id, db, since)
+    lines = await logs.after(operator.core.store, found.id, db, since)
     return json_response(LogLines([LogLineView(x.id, x.ts_ms, x.service or None, x.line) for x in lines]))
 
 
@@ -71,7 +71,7 @@ async def database_tables(
 ) -> Response[bytes]:
     """The database's tables, each with its columns, row count and first `rows` rows, as its own pixeltable reads
     them beside its running server (409 when it does not run: start it first)."""
-    platform = site_of(request).platform
+    platform = operator_of(request).platform
     owner = await platform.org(org)
     if await databases.get(platform.core.store, owner.id, db) is None:
         raise NOT_FOUND(f"no database {db!r} in {owner.slug}")
@@ -89,7 +89,7 @@ async def service_call(request: Request[Any, Any, Any], org: str, db: str) -> Re
     """The operator's request to a running service, straight to it (no credential; not an agent's request, so it
     is not journaled as one): what it answered."""
     call = decode(await request.body(), ServiceCall)
-    platform = site_of(request).platform
+    platform = operator_of(request).platform
     owner = await platform.org(org)
     held = await services.of_database(platform.core.store, owner.id, db)
     found = next((s for s in held.values() if s.label == call.service), None)
@@ -104,7 +104,7 @@ async def service_call(request: Request[Any, Any, Any], org: str, db: str) -> Re
 
 
 async def _verb(request: Request[Any, Any, Any], org: str, db: str, verb: str) -> Response[bytes]:
-    platform = site_of(request).platform
+    platform = operator_of(request).platform
     owner = await platform.org(org)
     receipt = await lifecycle.database_verb(platform.core, platform.reconciler, owner.id, owner.slug, db, verb)
     return json_response(VerbAccepted(owner.slug, db, verb, receipt))
@@ -124,16 +124,16 @@ async def database_start(request: Request[Any, Any, Any], org: str, db: str) -> 
 @get("/_emulator/services")
 async def services_list(request: Request[Any, Any, Any]) -> Response[bytes]:
     """Every hosted service instance, with its state and, while its gateway runs, its endpoint."""
-    site = site_of(request)
-    reconciler = site.platform.reconciler
-    rows = await services.every(site.core.store)
+    operator = operator_of(request)
+    reconciler = operator.platform.reconciler
+    rows = await services.every(operator.core.store)
     return json_response(ServiceList([ServiceView.of(s, reconciler.endpoint(s) or None) for s in rows]))
 
 
 @get("/_emulator/usage")
 async def usage_list(request: Request[Any, Any, Any]) -> Response[bytes]:
     """What every hosted database's workloads used (CPU seconds, peak memory), read now; deleted ones included."""
-    usage = await site_of(request).platform.reconciler.usage_now()
+    usage = await operator_of(request).platform.reconciler.usage_now()
     return json_response(
         UsageList([DatabaseUsageView(org=u.slug, db=u.db, usage=UsageView.of(u), running=u.running) for u in usage])
     )

@@ -8,11 +8,11 @@ from typing import Any
 
 from litestar import Request, Response, post
 
+from emulator.admin.context import operator_of
 from emulator.admin.emulator import json_response
 from emulator.core import openapi
 from emulator.core.errors import BAD_REQUEST
 from emulator.hosted import declared
-from emulator.site.state import site_of
 
 TOML = "application/toml"  # the one body type the boundary lets through for this path
 _UNPRINTABLE = re.compile(r"[\x00-\x1f\x7f]")
@@ -35,13 +35,13 @@ def file_name(raw: str | None) -> str:
 )
 async def apply(request: Request[Any, Any, Any]) -> Response[bytes]:
     """Apply the declared state in the body; `?name=` is the file name refusals point into (`FILE:LINE: …`)."""
-    site = site_of(request)
+    operator = operator_of(request)
     name = file_name(request.query_params.get("name"))
     try:
         text = (await request.body()).decode()
     except UnicodeDecodeError:
         raise BAD_REQUEST(f"{name}: not UTF-8 text (a TOML file is)") from None
-    applied = await declared.apply(site.core, site.platform.box, site.identity, text, name)
+    applied = await declared.apply(operator.core, operator.platform.box, operator.identity, text, name)
     return json_response(applied)
 
 

@@ -12,13 +12,13 @@ from litestar import Request, Response, get, post
 from litestar.response import Stream
 
 from emulator import __version__
+from emulator.admin.context import operator_of
 from emulator.admin.wire import ClockMove, ClockView, EventView, LimitsView, RuntimeView, StatusView
 from emulator.config import parse_when
 from emulator.core import jsonbody, openapi
 from emulator.core.clock import MAX_TIME, parse_duration
 from emulator.core.errors import BAD_REQUEST
 from emulator.runtime.choose import build_cache_root
-from emulator.site.state import site_of
 from emulator.tunnel.tlsfiles import TlsFiles
 
 _encode = msgspec.json.Encoder().encode
@@ -40,25 +40,25 @@ def decode(body: bytes, type_: Any) -> Any:
 async def ca_certificate(request: Request[Any, Any, Any]) -> Response[bytes]:
     """The local CA's certificate (not its key), for a client on another machine or outside the emulator's container:
     `emulator env --url` makes its own bundle with it (the client's system CAs and this one)."""
-    s = site_of(request).core.settings
+    s = operator_of(request).core.settings
     pem = await asyncio.to_thread(TlsFiles(s.state_dir / "tls", s.cloud_domain).ca_cert_path.read_bytes)
     return Response(pem, media_type="application/x-pem-file")
 
 
 @get("/_emulator/status")
 async def status(request: Request[Any, Any, Any]) -> Response[bytes]:
-    site = site_of(request)
-    s = site.core.settings
-    reconciler = site.platform.reconciler
+    operator = operator_of(request)
+    s = operator.core.settings
+    reconciler = operator.platform.reconciler
     return json_response(
         StatusView(
             version=__version__,
-            endpoints=site.endpoints,
-            clock=ClockView.of(site.core.clock.state()),
+            endpoints=operator.endpoints,
+            clock=ClockView.of(operator.core.clock.state()),
             state_dir=str(s.state_dir),
             docs=str(s.docs),
-            events=site.core.bus.last_seq,
-            switches=site.core.switches.snapshot(),
+            events=operator.core.bus.last_seq,
+            switches=operator.core.switches.snapshot(),
             runtime=RuntimeView(
                 reconciler.kind,
                 list(reconciler.unenforced),
@@ -67,7 +67,7 @@ async def status(request: Request[Any, Any, Any]) -> Response[bytes]:
                 s.keeps_spares,
                 str(cache) if (cache := build_cache_root(s)) else None,
             ),
-            proxy=site.proxy.status(),
+            proxy=operator.proxy.status(),
             limits=LimitsView(s.ask_rate_limit, s.ask_rate_window, s.idempotency_ttl),
         )
     )
@@ -75,12 +75,12 @@ async def status(request: Request[Any, Any, Any]) -> Response[bytes]:
 
 @get("/_emulator/clock")
 async def clock_get(request: Request[Any, Any, Any]) -> Response[bytes]:
-    return json_response(ClockView.of(site_of(request).core.clock.state()))
+    return json_response(ClockView.of(operator_of(request).core.clock.state()))
 
 
 @post("/_emulator/clock", status_code=200, opt=openapi.body(ClockMove))
 async def clock_move(request: Request[Any, Any, Any]) -> Response[bytes]:
-    core = site_of(request).core
+    core = operator_of(request).core
     move = decode(await request.body(), ClockMove)
     try:
         advance = parse_duration(str(move.advance)) if move.advance is not None else None
@@ -124,7 +124,7 @@ def _kinds(request: Request[Any, Any, Any]) -> tuple[str, ...]:
 @get("/_emulator/journal", opt=openapi.query(since=int, kinds=str, limit=int))
 async def journal(request: Request[Any, Any, Any]) -> Response[bytes]:
     """Events after `since` (default 0), oldest first, at most `limit` (default 500, max 5000)."""
-    core = site_of(request).core
+    core = operator_of(request).core
     try:
         limit = min(5000, max(1, int(request.query_params.get("limit", "500"))))
     except ValueError:
@@ -136,7 +136,7 @@ async def journal(request: Request[Any, Any, Any]) -> Response[bytes]:
 @get("/_emulator/events", opt=openapi.query(since=int, kinds=str))
 async def events(request: Request[Any, Any, Any]) -> Stream:
     """Live SSE feed: history after `since` / `Last-Event-ID` first (if given), then new events."""
-    core = site_of(request).core
+    core = operator_of(request).core
     since, kinds = _since(request), _kinds(request)
 
     async def frames() -> AsyncIterator[bytes]:
@@ -153,12 +153,12 @@ async def events(request: Request[Any, Any, Any]) -> Stream:
 
 @get("/_emulator/switches")
 async def switches_get(request: Request[Any, Any, Any]) -> Response[bytes]:
-    return json_response(site_of(request).core.switches.snapshot())
+    return json_response(operator_of(request).core.switches.snapshot())
 
 
 @post("/_emulator/switches", status_code=200, opt=openapi.body(dict[str, bool]))
 async def switches_set(request: Request[Any, Any, Any]) -> Response[bytes]:
-    switches = site_of(request).core.switches
+    switches = operator_of(request).core.switches
     body = decode(await request.body(), dict[str, bool])
     for name, value in body.items():
         switches.set(name, value)

@@ -8,6 +8,7 @@ from urllib.parse import parse_qs, urlsplit
 
 from litestar import Request, Response, get, post
 
+from emulator.admin.context import operator_of
 from emulator.admin.emulator import decode, json_response
 from emulator.admin.wire import (
     ClaimDecided,
@@ -40,7 +41,6 @@ from emulator.hosted.identity import (
     valid_email,
 )
 from emulator.hosted.idjag import MintRequest
-from emulator.site.state import site_of
 
 
 def _attempt_token(claim: str | None) -> str | None:
@@ -50,7 +50,7 @@ def _attempt_token(claim: str | None) -> str | None:
 
 
 async def _decide(request: Request[Any, Any, Any], approve: bool) -> Response[bytes]:
-    identity = site_of(request).identity
+    identity = operator_of(request).identity
     body = decode(await request.body(), ClaimDecision)
     attempt = await identity.attempt_for(token=_attempt_token(body.claim), registration=body.registration)
     code = await identity.decide(attempt, body.email, approve)
@@ -74,7 +74,7 @@ async def claims_deny(request: Request[Any, Any, Any]) -> Response[bytes]:
 
 @get("/_emulator/registrations")
 async def registrations_list(request: Request[Any, Any, Any]) -> Response[bytes]:
-    core = site_of(request).core
+    core = operator_of(request).core
     rows = await core.store.fetchall(
         "SELECT r.*, (SELECT slug FROM orgs o WHERE o.id = r.trial_org_id) AS trial, "
         "(SELECT COUNT(*) FROM access_tokens t WHERE t.registration_id = r.id) AS tokens, "
@@ -111,13 +111,13 @@ async def registrations_list(request: Request[Any, Any, Any]) -> Response[bytes]
 @post("/_emulator/logins/approve", status_code=200, opt=openapi.body(LoginDecision))
 async def logins_approve(request: Request[Any, Any, Any]) -> Response[bytes]:
     body = decode(await request.body(), LoginDecision)
-    await site_of(request).logins.decide(body.user_code, body.email, not body.deny)
+    await operator_of(request).logins.decide(body.user_code, body.email, not body.deny)
     return json_response(LoginDecided(body.user_code.upper(), body.email.strip(), not body.deny))
 
 
 @get("/_emulator/logins")
 async def logins_pending(request: Request[Any, Any, Any]) -> Response[bytes]:
-    core = site_of(request).core
+    core = operator_of(request).core
     rows = await core.store.fetchall(
         "SELECT user_code, state, email, expires_at FROM device_logins WHERE state = 'pending' AND expires_at > ? "
         "ORDER BY created_at",
@@ -130,17 +130,17 @@ async def logins_pending(request: Request[Any, Any, Any]) -> Response[bytes]:
 async def id_jag_mint(request: Request[Any, Any, Any]) -> Response[bytes]:
     """An ID-JAG from the upstream issuer the emulator plays, for a test person: what the person's own identity
     provider would give the agent by token exchange. Every field can make a bad one on purpose."""
-    site = site_of(request)
+    operator = operator_of(request)
     ask = decode(await request.body(), MintRequest)
     if not valid_email(ask.email):
         raise BAD_REQUEST("email must be an e-mail address")
-    return json_response(site.identity.upstream.mint(ask, site.core.clock.now()), status=201)
+    return json_response(operator.identity.upstream.mint(ask, operator.core.clock.now()), status=201)
 
 
 @get("/_emulator/claims")
 async def claims_pending(request: Request[Any, Any, Any]) -> Response[bytes]:
     """Claim attempts a person can still act on: `pending` (not yet approved) or `confirmed` (code shown)."""
-    core = site_of(request).core
+    core = operator_of(request).core
     rows = await core.store.fetchall(
         "SELECT a.registration_id, a.login_hint, a.state, a.email, a.expires_at FROM claim_attempts a "
         "JOIN registrations r ON r.id = a.registration_id WHERE r.status = 'registered' "
@@ -160,7 +160,7 @@ async def claims_pending(request: Request[Any, Any, Any]) -> Response[bytes]:
 @get("/_emulator/users")
 async def users_list(request: Request[Any, Any, Any]) -> Response[bytes]:
     """Every person who signed in, with their organizations and roles and their `pxt login` sessions."""
-    core = site_of(request).core
+    core = operator_of(request).core
     users = await users_overview(core.store, core.clock.now())
     return json_response(UserList([_user_view(u) for u in users]))
 

@@ -7,51 +7,51 @@ from typing import Any
 
 from litestar import Request, Response, get, post
 
+from emulator.admin.context import Operator, operator_of
 from emulator.admin.databases import database_views
 from emulator.admin.emulator import decode, json_response
 from emulator.admin.wire import KeyList, OrgList, OrgView, TrialClaim, TrialClaimed, TrialList
 from emulator.core import openapi
 from emulator.core.errors import NOT_FOUND
 from emulator.hosted import keys, orgs, trials
-from emulator.site.state import Site, site_of
 
 
-async def org_views(site: Site, *, trials_only: bool = False) -> list[OrgView]:
-    now = site.core.clock.now()
-    by_org = await database_views(site)
+async def org_views(operator: Operator, *, trials_only: bool = False) -> list[OrgView]:
+    now = operator.core.clock.now()
+    by_org = await database_views(operator)
     return [
         OrgView.of(s.org, s.api_keys, s.admins, by_org.get(s.org.id, []), now)
-        for s in await orgs.summaries(site.core.store, trials_only=trials_only)
+        for s in await orgs.summaries(operator.core.store, trials_only=trials_only)
     ]
 
 
 @get("/_emulator/orgs")
 async def orgs_list(request: Request[Any, Any, Any]) -> Response[bytes]:
     """Every organization (trial or not) with its API key names, admins and databases."""
-    site = site_of(request)
-    return json_response(OrgList(site.core.clock.now(), await org_views(site)))
+    operator = operator_of(request)
+    return json_response(OrgList(operator.core.clock.now(), await org_views(operator)))
 
 
 @get("/_emulator/trials")
 async def trials_list(request: Request[Any, Any, Any]) -> Response[bytes]:
-    return json_response(TrialList(await org_views(site_of(request), trials_only=True)))
+    return json_response(TrialList(await org_views(operator_of(request), trials_only=True)))
 
 
 @post("/_emulator/trials/claim", status_code=200, opt=openapi.body(TrialClaim))
 async def trials_claim(request: Request[Any, Any, Any]) -> Response[bytes]:
-    site = site_of(request)
+    operator = operator_of(request)
     body = decode(await request.body(), TrialClaim)
-    org = await orgs.find(site.core.store, body.org)
+    org = await orgs.find(operator.core.store, body.org)
     if org is None:
         raise NOT_FOUND(f"no organization {body.org!r} (an unclaimed trial is deleted after 48 h)")
-    slug = await trials.claim(site.core, site.identity, org.id, body.email)
+    slug = await trials.claim(operator.core, operator.identity, org.id, body.email)
     return json_response(TrialClaimed(slug, body.email.strip(), "claimed"))
 
 
 @get("/_emulator/keys")
 async def keys_list(request: Request[Any, Any, Any]) -> Response[bytes]:
     """Every API key by organization and name (never its secret): type, grants, created, last used, revoked."""
-    core = site_of(request).core
+    core = operator_of(request).core
     await core.bus.flush()  # last used and revoked are read from the journal
     return json_response(KeyList(await keys.listing(core.store)))
 

@@ -10,42 +10,42 @@ from litestar import Request, Response, delete, get, post
 from litestar.background_tasks import BackgroundTask
 from litestar.response import File
 
+from emulator.admin.context import operator_of
 from emulator.admin.emulator import decode, json_response
 from emulator.admin.wire import ResetRequest, ResetView, SnapshotDeleted, SnapshotList, SnapshotLoaded, SnapshotSave
 from emulator.core import openapi
 from emulator.core.boundary import IMPORT_TYPES
 from emulator.core.snapshots import MAX_IMPORT_BYTES, SnapshotView, check_name
-from emulator.site.state import site_of
 
 
 @get("/_emulator/snapshots")
 async def snapshots_list(request: Request[Any, Any, Any]) -> Response[bytes]:
-    return json_response(SnapshotList(await site_of(request).core.snapshots.list()))
+    return json_response(SnapshotList(await operator_of(request).core.snapshots.list()))
 
 
 @post("/_emulator/snapshots", status_code=201, opt=openapi.body(SnapshotSave))
 async def snapshot_save(request: Request[Any, Any, Any]) -> Response[bytes]:
     body = decode(await request.body(), SnapshotSave)
-    view = await site_of(request).core.snapshots.save(check_name(body.name))
+    view = await operator_of(request).core.snapshots.save(check_name(body.name))
     return json_response(view, 201)
 
 
 @post("/_emulator/snapshots/{name:str}/load", status_code=200)
 async def snapshot_load(request: Request[Any, Any, Any], name: str) -> Response[bytes]:
-    core = site_of(request).core
+    core = operator_of(request).core
     seconds = await core.snapshots.load(name)
     return json_response(SnapshotLoaded(name, seconds, core.clock.state().iso))
 
 
 @delete("/_emulator/snapshots/{name:str}", status_code=200)
 async def snapshot_delete(request: Request[Any, Any, Any], name: str) -> Response[bytes]:
-    await site_of(request).core.snapshots.delete(name)
+    await operator_of(request).core.snapshots.delete(name)
     return json_response(SnapshotDeleted(name))
 
 
 @get("/_emulator/snapshots/{name:str}/export")
 async def snapshot_export(request: Request[Any, Any, Any], name: str) -> File:
-    packed = await site_of(request).core.snapshots.export(name)
+    packed = await operator_of(request).core.snapshots.export(name)
     return File(
         packed,
         media_type="application/gzip",
@@ -69,7 +69,7 @@ async def snapshot_export(request: Request[Any, Any, Any], name: str) -> File:
     },
 )
 async def snapshot_import(request: Request[Any, Any, Any]) -> Response[bytes]:
-    snapshots = site_of(request).core.snapshots
+    snapshots = operator_of(request).core.snapshots
     name = request.query_params.get("name")
     if name is not None:
         check_name(name)
@@ -85,7 +85,7 @@ async def snapshot_import(request: Request[Any, Any, Any]) -> Response[bytes]:
 async def reset(request: Request[Any, Any, Any]) -> Response[bytes]:
     """Everything a run made is gone, without a restart (see Core.reset)."""
     body = decode(await request.body() or b"{}", ResetRequest)
-    core = site_of(request).core
+    core = operator_of(request).core
     seconds = await core.reset(body.to)
     return json_response(ResetView(reset=True, to=body.to, seconds=seconds, clock=core.clock.state().iso))
 

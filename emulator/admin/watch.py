@@ -7,16 +7,16 @@ from typing import Any
 
 from litestar import Request, Response, get, post
 
+from emulator.admin.context import operator_of
 from emulator.admin.emulator import decode, json_response
 from emulator.admin.wire import SecretList, WatchSet, WatchView
 from emulator.core import openapi
 from emulator.core.errors import BAD_REQUEST
 from emulator.hosted import secrets
-from emulator.site.state import site_of
 
 
 def _view(request: Request[Any, Any, Any]) -> WatchView:
-    watch = site_of(request).core.bus.watch
+    watch = operator_of(request).core.bus.watch
     return WatchView(names=watch.names, canary_hosts=list(watch.canary_hosts))
 
 
@@ -25,7 +25,7 @@ async def watch_set(request: Request[Any, Any, Any]) -> Response[bytes]:
     """Watch these values (by name) and answer these canary hosts from now on, instead of what was set before."""
     body = decode(await request.body(), WatchSet)
     try:
-        site_of(request).core.bus.watch.configure(body.values, body.canary_hosts)
+        operator_of(request).core.bus.watch.configure(body.values, body.canary_hosts)
     except ValueError as e:
         raise BAD_REQUEST(str(e)) from None
     return json_response(_view(request))
@@ -39,8 +39,8 @@ async def watch_get(request: Request[Any, Any, Any]) -> Response[bytes]:
 @get("/_emulator/secrets")
 async def secrets_list(request: Request[Any, Any, Any]) -> Response[bytes]:
     """Every organization's secrets: where and by what name, and whether each equals the watched value of its name."""
-    site = site_of(request)
-    listed = await secrets.listing(site.core, site.platform.box, site.core.bus.watch.equals)
+    operator = operator_of(request)
+    listed = await secrets.listing(operator.core, operator.platform.box, operator.core.bus.watch.equals)
     return json_response(SecretList(listed))
 
 

@@ -8,31 +8,31 @@ from typing import Annotated, Any
 from litestar import Request, Response, delete, get, post
 from litestar.params import Parameter
 
+from emulator.admin.context import operator_of
 from emulator.admin.emulator import decode, json_response
 from emulator.admin.wire import DeliveryList, WebhookAdd, WebhookList
 from emulator.core import openapi
 from emulator.hosted import webhooks
-from emulator.site.state import site_of
 
 
 @post("/_emulator/webhooks", status_code=201, opt=openapi.body(WebhookAdd))
 async def webhooks_add(request: Request[Any, Any, Any]) -> Response[bytes]:
     """Add an endpoint; the answer shows its signing secret, the only time it is shown."""
-    site = site_of(request)
+    operator = operator_of(request)
     spec = decode(await request.body(), WebhookAdd)
-    return json_response(await webhooks.add(site.core, site.platform.box, spec), 201)
+    return json_response(await webhooks.add(operator.core, operator.platform.box, spec), 201)
 
 
 @get("/_emulator/webhooks")
 async def webhooks_list(request: Request[Any, Any, Any]) -> Response[bytes]:
-    return json_response(WebhookList(await webhooks.every(site_of(request).core.store)))
+    return json_response(WebhookList(await webhooks.every(operator_of(request).core.store)))
 
 
 @get("/_emulator/webhooks/deliveries", opt=openapi.query(endpoint=str, event=str))
 async def webhooks_deliveries(request: Request[Any, Any, Any]) -> Response[bytes]:
     """Every delivery (of one endpoint `?endpoint=we_…`, of one event `?event=event_…`) with each try."""
     q = request.query_params
-    found = await webhooks.deliveries(site_of(request).core.store, q.get("endpoint"), q.get("event"))
+    found = await webhooks.deliveries(operator_of(request).core.store, q.get("endpoint"), q.get("event"))
     return json_response(DeliveryList(found))
 
 
@@ -41,7 +41,7 @@ async def webhooks_remove(
     request: Request[Any, Any, Any], endpoint_id: Annotated[str, Parameter(max_length=64)]
 ) -> Response[bytes]:
     """Remove an endpoint: its pending deliveries go with it."""
-    return json_response(await webhooks.remove(site_of(request).core, endpoint_id))
+    return json_response(await webhooks.remove(operator_of(request).core, endpoint_id))
 
 
 HANDLERS = [webhooks_add, webhooks_list, webhooks_deliveries, webhooks_remove]

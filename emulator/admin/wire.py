@@ -70,6 +70,25 @@ class Endpoints(msgspec.Struct, kw_only=True):
     runtime: str
     s3: str
 
+    def exports(self) -> dict[str, str]:
+        """The environment that points clients at this emulator (what `emulator env` prints, `emulator exec` sets,
+        the test kit and an evaluation's agents get)."""
+        return {
+            "EMULATOR_URL": self.site,
+            "EMULATOR_AUTH_URL": self.auth,
+            # What the unmodified pixeltable client reads: `pxt new` asks the site for a trial, and every
+            # later command sends the trial's key to the control plane.
+            "PIXELTABLE_SITE_URL": self.site,
+            "PIXELTABLE_API_URL": self.api,
+            # Hosted databases: <org>-<db>.<domain> through the emulator's CONNECT proxy (no /etc/hosts edit),
+            # over TLS that the emulator's local CA signs (the bundle also holds the system's CAs).
+            "PIXELTABLE_CLOUD_HOST": self.tunnel,
+            "HTTPS_PROXY": self.proxy,
+            "NO_PROXY": "127.0.0.1,localhost,::1",
+            "SSL_CERT_FILE": self.ca_bundle,
+            "REQUESTS_CA_BUNDLE": self.ca_bundle,
+        }
+
 
 class EndpointsFile(Endpoints, kw_only=True):
     """`<state dir>/endpoints.json`, written once the emulator serves: where it is, and who serves it."""

@@ -102,21 +102,3 @@ def fetch_or_exit(view: type[T], url: str, body: Body = None, timeout: float = 1
         raise SystemExit(f"emulator: {e}") from None
 
 
-def exports(found: Endpoints) -> dict[str, str]:
-    """The environment that points clients at the emulator whose endpoints are `found` (what `emulator env`
-    prints and `emulator exec` sets)."""
-    return {
-        "EMULATOR_URL": found.site,
-        "EMULATOR_AUTH_URL": found.auth,
-        # What the unmodified pixeltable client reads: `pxt new` asks the site for a trial, and every
-        # later command sends the trial's key to the control plane.
-        "PIXELTABLE_SITE_URL": found.site,
-        "PIXELTABLE_API_URL": found.api,
-        # Hosted databases: <org>-<db>.<domain> through the emulator's CONNECT proxy (no /etc/hosts edit),
-        # over TLS that the emulator's local CA signs (the bundle also holds the system's CAs).
-        "PIXELTABLE_CLOUD_HOST": found.tunnel,
-        "HTTPS_PROXY": found.proxy,
-        "NO_PROXY": "127.0.0.1,localhost,::1",
-        "SSL_CERT_FILE": found.ca_bundle,
-        "REQUESTS_CA_BUNDLE": found.ca_bundle,
-    }

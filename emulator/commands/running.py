@@ -388,7 +388,7 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 
 def cmd_env(args: argparse.Namespace) -> int:
-    exports = common.exports(common.endpoints(args))
+    exports = common.endpoints(args).exports()
     for name, value in exports.items():
         print(f"export {name}={value}")
     return 0

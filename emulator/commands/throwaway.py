@@ -18,8 +18,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from emulator.commands.common import exports
-
 
 def register(sub: Any) -> dict[str, Callable[[argparse.Namespace], int]]:
     p = sub.add_parser(
@@ -72,7 +70,7 @@ def cmd_exec(args: argparse.Namespace) -> int:
     try:
         if not args.quiet:
             print(f"emulator: up at {found.site} (state {state}); running {' '.join(command)}", file=sys.stderr)
-        child_env = {**env, **exports(found), "EMULATOR_STATE_DIR": str(state)}
+        child_env = {**env, **found.exports(), "EMULATOR_STATE_DIR": str(state)}
         try:
             code = subprocess.call(command, env=child_env)
         except FileNotFoundError:

@@ -39,7 +39,6 @@ import httpx
 from testcontainers.core.container import DockerContainer
 
 from emulator.admin.client import Locator
-from emulator.commands.common import exports
 from emulator.core.freeports import free_ports
 from emulator.testkit import Testkit
 
@@ -265,7 +264,7 @@ class PxtEmulatorContainer(DockerContainer):
     def client_env(self) -> dict[str, str]:
         """What `emulator env --url` prints for it: the variables that point a client on this machine at it."""
         with _token(self.admin_token):
-            return exports(Locator(url=self.url).endpoints())
+            return Locator(url=self.url).endpoints().exports()
 
     def testkit(self) -> Testkit:
         with _token(self.admin_token):

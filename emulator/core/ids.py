@@ -5,8 +5,13 @@ from __future__ import annotations
 import hashlib
 import hmac
 import random
+import re
 import secrets
 from typing import Any
+
+# A service key as WorkOS shapes a test environment's: `sk_test_` and an opaque tail (the emulator makes 48 hex digits).
+# Here, below both the settings that may fix one and the identity provider that makes them.
+SERVICE_KEY = re.compile(r"^sk_test_[A-Za-z0-9_]{16,128}$")
 
 _CROCKFORD = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
 

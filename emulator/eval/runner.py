@@ -26,7 +26,6 @@ import httpx
 from emulator import shipped
 from emulator.admin.client import ADMIN_TOKEN_VAR
 from emulator.admin.wire import Endpoints, EventView, HostedTable, OrgList, ServiceAnswer, UsageList
-from emulator.commands.common import exports
 from emulator.config import DEFAULT_DOCS, Settings
 from emulator.core.freeports import free_ports
 from emulator.core.processes import group_alive, marked, running, with_argument
@@ -282,7 +281,7 @@ class Trial:
         (self.work / "instruction.md").write_text(self.task.instruction)
         shutil.copyfile(found.ca_bundle, self.work / "ca-bundle.pem")
         seen_as = INSIDE if self.who.sandboxed else self.work
-        client = exports(found)
+        client = found.exports()
         client["SSL_CERT_FILE"] = client["REQUESTS_CA_BUNDLE"] = str(seen_as / "ca-bundle.pem")
         self.env = {
             **{k: v for k, v in os.environ.items() if not k.startswith(("EMULATOR_", "PIXELTABLE_"))},

@@ -17,13 +17,11 @@ import msgspec
 from emulator.core.clock import iso
 from emulator.core.context import Core
 from emulator.core.errors import BAD_REQUEST, ENTITY_NOT_FOUND
-from emulator.core.ids import secret_hash
+from emulator.core.ids import SERVICE_KEY, secret_hash
 from emulator.core.store import Db, many, one, run
 from emulator.hosted.records import Outcome
 
 PREFIX = "sk_test_"
-# A key as WorkOS shapes a test environment's: `sk_test_` and an opaque tail (this emulator makes 48 hex digits).
-KEY = re.compile(r"^sk_test_[A-Za-z0-9_]{16,128}$")
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9 ._-]{0,63}$")
 SETTINGS_KEY_ID = "settings"  # who a call with the `service_api_key` setting's key is, in the journal
 
@@ -36,7 +34,7 @@ def check_name(name: str) -> str:
 
 def check_key(key: str) -> str:
     """A fixed key (a declared state's, the setting's) must look like the keys this provider makes."""
-    if not KEY.match(key):
+    if not SERVICE_KEY.match(key):
         raise BAD_REQUEST("a service key is sk_test_ followed by 16 to 128 letters, digits or underscores")
     return key
 

@@ -6,14 +6,10 @@ from typing import Any
 
 import msgspec
 from litestar import Response, Router, get
-from litestar.connection import ASGIConnection
 from litestar.datastructures import State
-from litestar.handlers.base import BaseRouteHandler
 from litestar.types import ASGIApp, Receive, Scope, Send
 
-from emulator.admin import routes as admin
 from emulator.core import openapi
-from emulator.core.boundary import asgi_headers
 from emulator.core.faultgate import FaultGate
 from emulator.core.webapp import App
 from emulator.site import ask, discovery, mcp, pages, trials
@@ -50,18 +46,9 @@ class Liveness:
         await self.app(scope, receive, send)
 
 
-def operator_guard(connection: ASGIConnection[Any, Any, Any, Any], _: BaseRouteHandler) -> None:
-    """The boundary once more, at the operator router, on the path as routed: whatever spelling reached a handler,
-    it answers only with the admin token and within the Host, Origin and body rules (the gate decides first; this
-    is the rule's second line, where no spelling can go around it)."""
-    site: Site = connection.app.state["site"]
-    scope = connection.scope
-    refusal = site.boundary.check(scope.get("method", "GET"), scope["path"], asgi_headers(scope["headers"]))
-    if refusal is not None:
-        raise refusal
-
-
-def build_site_app(site: Site) -> Any:
+def build_site_app(site: Site, mounted: Router, mounted_state: dict[str, object]) -> Any:
+    """The site's app, with the operator API (`mounted`, its router) on the same origin: the site knows nothing of
+    it but its router and what its handlers read from the app's state (`mounted_state`)."""
     app = App(
         route_handlers=[
             health,
@@ -69,11 +56,11 @@ def build_site_app(site: Site) -> Any:
             *mcp.HANDLERS,
             *discovery.HANDLERS,
             *trials.HANDLERS,
-            Router("/", route_handlers=admin.HANDLERS, guards=[operator_guard]),
+            mounted,
             *pages.HANDLERS,
         ],
         exception_handlers=EXCEPTION_HANDLERS,
-        state=State({"site": site}),
+        state=State({"site": site, **mounted_state}),
         request_max_body_size=site.core.settings.http_max_body_bytes,  # routes that take archives set their own
         openapi_config=openapi.openapi_config(
             "Pixeltable Cloud emulator: site",

@@ -15,12 +15,9 @@ from emulator.core.boundary import Boundary
 from emulator.core.clientip import client_ip
 from emulator.core.context import Core
 from emulator.hosted.identity import Identity
-from emulator.hosted.logins import Logins
-from emulator.hosted.platform import Platform
 from emulator.site.idempotency import Idempotency
 from emulator.site.ratelimit import RateLimiter
 from emulator.site.search import DocsIndex
-from emulator.tunnel.forward import ForwardProxy
 
 
 class Integration(msgspec.Struct, frozen=True, omit_defaults=True):
@@ -52,13 +49,8 @@ class Site:
     ask_limiter: RateLimiter
     idempotency: Idempotency
     identity: Identity
-    logins: Logins  # the `pxt login` sign-ins
-    platform: Platform  # the hosted platform (trials, and the admin API's views and acts)
-    proxy: ForwardProxy  # the exported proxy's forward half, for status
     boundary: Boundary  # the local-only boundary, which the site's gate applies
     integrations: list[Integration] = field(default_factory=list)
-    started_at: float = 0.0
-    endpoints: dict[str, str] = field(default_factory=dict)
 
     def client_ip(self, request: Request[Any, Any, Any]) -> str:
         return client_ip(request, self.core.settings.trust_forwarded)
