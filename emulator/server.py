@@ -44,19 +44,22 @@ from emulator.core.listening import Listening
 from emulator.core.payloads import EmulatorStarted
 from emulator.core.private import private_dir, write_private
 from emulator.core.runlog import EventLog
+from emulator.core.secretbox import SecretBox
 from emulator.core.served import RequestJournal
 from emulator.core.snapshots import EXIT, START, Part
 from emulator.core.tasks import cancel
 from emulator.core.watch import Watch
-from emulator.hosted import databases, declared, trials, webhooks
+from emulator.hosted import databases, declared, trials
 from emulator.hosted.auth import Authenticator
 from emulator.hosted.blobs import Blobs
-from emulator.hosted.identity import CLAIM_PAGE, Identity, Urls
+from emulator.hosted.keys import trial_key
 from emulator.hosted.logins import Logins
 from emulator.hosted.platform import Platform
 from emulator.hosted.reconciler import Reconciler
-from emulator.hosted.secretbox import SecretBox
-from emulator.hosted.signing import Signer
+from emulator.identity import webhooks
+from emulator.identity.agents_api import AgentsApi
+from emulator.identity.identity import CLAIM_PAGE, Identity, Urls
+from emulator.identity.signing import Signer
 from emulator.idp.routes import Idp, build_idp_app
 from emulator.idp.routes import boundary_error as idp_refusal
 from emulator.media import selfcheck
@@ -390,6 +393,7 @@ async def _serve(
         limiter = RateLimiter(core.clock, settings.ask_rate_limit, settings.ask_rate_window, "ask")
         signer = Signer.of(settings.state_dir)
         identity = Identity(core, signer, urls)
+        agents = AgentsApi(core, identity, trial_key)  # the service side's agents API
         logins = Logins(identity)
         auth = Authenticator(core, signer, urls.api)
         box = SecretBox.of(settings.state_dir)
@@ -455,6 +459,7 @@ async def _serve(
             core=core,
             platform=platform,
             identity=identity,
+            agents=agents,
             logins=logins,
             proxy=forward,
             boundary=boundary,
@@ -478,7 +483,7 @@ async def _serve(
             )
             for name, app in (
                 ("site", build_site_app(site, operator_api.router(), {OPERATOR_STATE: operator})),
-                ("auth", build_idp_app(Idp(core, identity, register_limiter, logins), boundary)),
+                ("auth", build_idp_app(Idp(core, identity, register_limiter, logins, agents), boundary)),
                 ("api", build_cloud_app(platform, boundary)),
             )
         }

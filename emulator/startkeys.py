@@ -19,8 +19,8 @@ if TYPE_CHECKING:
 
 def ensure(state_dir: Path, domain: str) -> None:
     """Make what is missing and check what is there, in this process (in the order the start always made them)."""
-    from emulator.hosted.secretbox import SecretBox
-    from emulator.hosted.signing import Signer
+    from emulator.core.secretbox import SecretBox
+    from emulator.identity.signing import Signer
     from emulator.tunnel.ca import LocalCA
 
     Signer.load_or_create(state_dir)

@@ -82,7 +82,7 @@ from emulator.admin.wire import (
 )
 from emulator.core.processes import alive
 from emulator.core.snapshots import SnapshotView
-from emulator.hosted.idjag import Minted, MintRequest
+from emulator.identity.idjag import Minted, MintRequest
 
 if TYPE_CHECKING:  # loaded when first used: a pytest run that never asks for them does not import the domain
     from emulator.behaviour.scorecard import Report

@@ -188,7 +188,7 @@ async def test_revocation(emu: Emulator) -> None:
 def test_a_checked_signature_is_remembered_for_the_same_key_only(tmp_path) -> None:
     """The signer remembers tokens it verified (an agent presents the same one many times): the claims it hands out
     are frozen, and a new key (a loaded snapshot's) forgets them all, so an old token is refused again."""
-    from emulator.hosted.signing import AgentClaims, InvalidToken, Signer
+    from emulator.identity.signing import AgentClaims, InvalidToken, Signer
 
     signer = Signer.load_or_create(tmp_path / "a")
     sent = AgentClaims(

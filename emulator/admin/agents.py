@@ -11,13 +11,12 @@ from emulator.admin.context import operator_of
 from emulator.admin.emulator import decode, json_response
 from emulator.admin.wire import RegistrationDeleted, ServiceKeyCreate, ServiceKeyList
 from emulator.core import openapi
-from emulator.hosted import service_keys
-from emulator.hosted.agents_api import OPERATOR, AgentsApi
+from emulator.identity import service_keys
+from emulator.identity.agents_api import OPERATOR, AgentsApi
 
 
 def _api(request: Request[Any, Any, Any]) -> AgentsApi:
-    operator = operator_of(request)
-    return AgentsApi(operator.core, operator.identity)
+    return operator_of(request).agents
 
 
 @post("/_emulator/service-keys", status_code=201, opt=openapi.body(ServiceKeyCreate))

@@ -10,9 +10,10 @@ from litestar import Request
 
 from emulator.core.boundary import Boundary
 from emulator.core.context import Core
-from emulator.hosted.identity import Identity
 from emulator.hosted.logins import Logins
 from emulator.hosted.platform import Platform
+from emulator.identity.agents_api import AgentsApi
+from emulator.identity.identity import Identity
 from emulator.tunnel.forward import ForwardProxy
 
 STATE_KEY = "operator"  # where the site app's state holds it
@@ -23,6 +24,7 @@ class Operator:
     core: Core
     platform: Platform  # the hosted platform's views and acts
     identity: Identity
+    agents: AgentsApi  # the service side's agents API (revoking and deleting a registration)
     logins: Logins  # the `pxt login` sign-ins the operator decides
     proxy: ForwardProxy  # the exported proxy's forward half, for status
     boundary: Boundary  # the admin token and the Host, Origin and body rules the operator guard applies

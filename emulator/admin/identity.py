@@ -30,8 +30,8 @@ from emulator.admin.wire import (
 from emulator.core import openapi
 from emulator.core.clock import iso
 from emulator.core.errors import BAD_REQUEST
-from emulator.hosted.agent_events import status_of
-from emulator.hosted.identity import (
+from emulator.identity.agent_events import status_of
+from emulator.identity.identity import (
     POST_CLAIM_SCOPES,
     PRE_CLAIM_SCOPES,
     LatestClaim,
@@ -40,7 +40,7 @@ from emulator.hosted.identity import (
     users_overview,
     valid_email,
 )
-from emulator.hosted.idjag import MintRequest
+from emulator.identity.idjag import MintRequest
 
 
 def _attempt_token(claim: str | None) -> str | None:

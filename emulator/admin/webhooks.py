@@ -1,5 +1,5 @@
 """`/_emulator/webhooks`: the endpoints the registration events are delivered to, and the delivery log (each
-delivery with every try). The rules and the sender are hosted/webhooks.py's."""
+delivery with every try). The rules and the sender are identity/webhooks.py's."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from emulator.admin.context import operator_of
 from emulator.admin.emulator import decode, json_response
 from emulator.admin.wire import DeliveryList, WebhookAdd, WebhookList
 from emulator.core import openapi
-from emulator.hosted import webhooks
+from emulator.identity import webhooks
 
 
 @post("/_emulator/webhooks", status_code=201, opt=openapi.body(WebhookAdd))

@@ -12,20 +12,20 @@ from emulator.core.events import Event
 from emulator.core.faults import FaultList as FaultList  # the faults resource's types are core's, which answers
 from emulator.core.faults import FaultRuleView as FaultRuleView  # with them; named here with the other wire types
 from emulator.core.snapshots import SnapshotView
-from emulator.hosted.agents_api import AgentRegistrationView as AgentRegistrationView  # revoke's answer
 from emulator.hosted.keys import KeyView as KeyView  # the domain lists keys as these
 from emulator.hosted.records import Database, Org, Receipt, Service
 from emulator.hosted.secrets import SecretView as SecretView  # the domain lists secrets as these (never a value)
-from emulator.hosted.service_keys import ServiceKeyCreated as ServiceKeyCreated  # its key shown once
-from emulator.hosted.service_keys import ServiceKeyView as ServiceKeyView  # never a key or its hash
-from emulator.hosted.webhooks import AttemptView as AttemptView  # the webhooks' views are the domain's
-from emulator.hosted.webhooks import DeliveryList as DeliveryList
-from emulator.hosted.webhooks import DeliveryView as DeliveryView
-from emulator.hosted.webhooks import WebhookAdd as WebhookAdd
-from emulator.hosted.webhooks import WebhookCreated as WebhookCreated
-from emulator.hosted.webhooks import WebhookList as WebhookList
-from emulator.hosted.webhooks import WebhookRemoved as WebhookRemoved
-from emulator.hosted.webhooks import WebhookView as WebhookView
+from emulator.identity.agents_api import AgentRegistrationView as AgentRegistrationView  # revoke's answer
+from emulator.identity.service_keys import ServiceKeyCreated as ServiceKeyCreated  # its key shown once
+from emulator.identity.service_keys import ServiceKeyView as ServiceKeyView  # never a key or its hash
+from emulator.identity.webhooks import AttemptView as AttemptView  # the webhooks' views are the domain's
+from emulator.identity.webhooks import DeliveryList as DeliveryList
+from emulator.identity.webhooks import DeliveryView as DeliveryView
+from emulator.identity.webhooks import WebhookAdd as WebhookAdd
+from emulator.identity.webhooks import WebhookCreated as WebhookCreated
+from emulator.identity.webhooks import WebhookList as WebhookList
+from emulator.identity.webhooks import WebhookRemoved as WebhookRemoved
+from emulator.identity.webhooks import WebhookView as WebhookView
 from emulator.runtime.metering import DatabaseUsage
 from emulator.runtime.tables import HostedTable as HostedTable  # the runtime reads a database's tables as these
 from emulator.tunnel.forward import ProxyStatus

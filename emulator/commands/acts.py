@@ -11,7 +11,7 @@ from emulator.admin.wire import ClaimDecision, LoginDecision, TrialClaim
 from emulator.commands import common
 from emulator.commands.common import add_json, add_locator, call_or_exit, print_json, shown_whole
 from emulator.core.clock import parse_duration
-from emulator.hosted.idjag import MintRequest
+from emulator.identity.idjag import MintRequest
 
 
 def register(sub: Any) -> dict[str, Callable[[argparse.Namespace], int]]:

@@ -100,5 +100,3 @@ def fetch_or_exit(view: type[T], url: str, body: Body = None, timeout: float = 1
         return fetch(view, url, body, timeout, method)
     except (EmulatorError, Unreachable) as e:
         raise SystemExit(f"emulator: {e}") from None
-
-

@@ -1,5 +1,5 @@
 """`emulator webhook add|list|remove|deliveries`: where a running emulator sends the registration events, and how
-each delivery went (the rules and the sender are emulator/hosted/webhooks.py's)."""
+each delivery went (the rules and the sender are emulator/identity/webhooks.py's)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import msgspec
 from emulator.admin.wire import DeliveryList, DeliveryView, WebhookAdd, WebhookCreated, WebhookList, WebhookRemoved
 from emulator.commands import common
 from emulator.commands.common import add_json, add_locator, call_or_exit, print_json, shown_whole
-from emulator.hosted.agent_events import EVENTS
+from emulator.identity.agent_events import EVENTS
 
 
 def register(sub: Any) -> dict[str, Callable[[argparse.Namespace], int]]:

@@ -18,7 +18,7 @@ from emulator.core.errors import BAD_REQUEST, FORBIDDEN, UNAUTHORIZED, ApiError
 from emulator.core.store import one
 from emulator.hosted import keys, orgs
 from emulator.hosted.keys import GRANT
-from emulator.hosted.signing import ACCESS_TOKEN_TYP, InvalidToken, SessionClaims, Signer
+from emulator.identity.signing import ACCESS_TOKEN_TYP, InvalidToken, SessionClaims, Signer
 
 
 @dataclass(frozen=True)

@@ -32,11 +32,11 @@ from emulator.core.clock import MAX_TIME, iso, parse_duration
 from emulator.core.context import Core
 from emulator.core.errors import BAD_REQUEST, ApiError
 from emulator.core.payloads import StateApplied
-from emulator.core.store import Db
-from emulator.hosted import databases, keys, orgs, plans, secrets, service_keys, webhooks
-from emulator.hosted.identity import Identity, valid_email
-from emulator.hosted.records import Outcome
-from emulator.hosted.secretbox import SecretBox
+from emulator.core.secretbox import SecretBox
+from emulator.core.store import Db, Outcome
+from emulator.hosted import databases, keys, orgs, plans, secrets
+from emulator.identity import service_keys, webhooks
+from emulator.identity.identity import Identity, valid_email
 
 MAX_BYTES = 4 * 1024 * 1024  # a declared state is a hand-written file; secrets hold at most 1 MiB per organization
 _CLAIM_LINK = re.compile(r"^tcl_[A-Za-z0-9_-]{16,128}$")  # a trial's claim link token, as trials make them

@@ -19,8 +19,9 @@ from emulator.core.errors import BAD_REQUEST, CONFLICT, FORBIDDEN, NOT_FOUND
 from emulator.core.ids import key_fingerprint, secret_hash
 from emulator.core.kinds import Kind
 from emulator.core.payloads import CloudKeyCreated, CloudKeyDeleted, CloudKeyUpdated
-from emulator.core.store import Db, many, one, run
-from emulator.hosted.records import ApiKey, Org, Outcome, fetch_all, fetch_one, record
+from emulator.core.store import Db, Outcome, many, one, run
+from emulator.hosted.records import ApiKey, Org, fetch_all, fetch_one, record
+from emulator.identity.agents_api import TrialKey
 
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 # A key's secret as the product shapes it: `pxtk_` and an opaque tail (this emulator makes 48 hex digits). The
@@ -125,6 +126,18 @@ async def live_owner(db: Db, secret: str) -> tuple[Org, ApiKey] | None:
         return found
     reg = await one(db, "SELECT revoked_at FROM registrations WHERE id = ?", (found[1].created_by,))
     return found if reg is not None and reg["revoked_at"] is None else None
+
+
+async def trial_key(db: Db, secret: str) -> TrialKey | None:
+    """A live key issued to an agent registration, as the identity provider's agents API asks of it (the key's
+    registration and, while its trial is unclaimed, when the trial lapses); None for any other key or none."""
+    found = await live_owner(db, secret)
+    if found is None:
+        return None
+    org, key = found
+    if org.registration_id is None or key.created_by != org.registration_id:
+        return None  # a key, but not one an agent was given
+    return TrialKey(org.registration_id, org.expires_at if org.state == "unclaimed" else None)
 
 
 async def named(db: Db, org_id: str, name: str) -> ApiKey | None:

@@ -9,12 +9,12 @@ from dataclasses import dataclass
 from emulator.core.address import Address
 from emulator.core.context import Core
 from emulator.core.errors import NOT_FOUND
+from emulator.core.secretbox import SecretBox
 from emulator.hosted import databases, orgs
 from emulator.hosted.auth import Authenticator, Caller, require
 from emulator.hosted.blobs import Blobs
 from emulator.hosted.reconciler import Reconciler
 from emulator.hosted.records import Org
-from emulator.hosted.secretbox import SecretBox
 from emulator.media.store import MediaStore
 
 

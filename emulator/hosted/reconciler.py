@@ -34,6 +34,7 @@ from emulator.core.payloads import (
     ServiceResized,
     ServiceStateChanged,
 )
+from emulator.core.secretbox import SecretBox
 from emulator.core.tasks import cancel
 from emulator.hosted import databases, logs, plans, receipts, secrets, services
 from emulator.hosted.auth import Authenticator
@@ -41,7 +42,6 @@ from emulator.hosted.blobs import Blobs
 from emulator.hosted.databases import DbChange
 from emulator.hosted.receipts import settled
 from emulator.hosted.records import AsSent, Database, DatabaseResources, ReceiptError, Service, service_label
-from emulator.hosted.secretbox import SecretBox
 from emulator.hosted.states import ACCEPTS_UPDATE, OBSERVED, BuildOutcome, DbState, Phase, ServiceState
 from emulator.runtime.environments import BuildFailed
 from emulator.runtime.metering import DatabaseUsage

@@ -13,7 +13,6 @@ from emulator.core.store import Db, many, one
 from emulator.hosted.states import BuildOutcome, DbState, Phase, ServiceState
 
 # What a declared state did to one row: made it, changed it, or found it as declared.
-Outcome = Literal["created", "updated", "unchanged"]
 
 AsSent = dict[str, Any]
 """A JSON object kept as the client sent it (a database target, a project fingerprint, a service mutation): the

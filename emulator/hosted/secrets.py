@@ -15,9 +15,8 @@ import msgspec
 from emulator.core.context import Core
 from emulator.core.errors import BAD_REQUEST, NOT_FOUND
 from emulator.core.payloads import CloudSecretDeleted, CloudSecretSet
-from emulator.core.store import Db, many, one, run
-from emulator.hosted.records import Outcome
-from emulator.hosted.secretbox import SecretBox
+from emulator.core.secretbox import SecretBox
+from emulator.core.store import Db, Outcome, many, one, run
 
 _KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
 # A value reaches a process as one environment variable, and Linux refuses one over 128 KiB (and an environment

@@ -28,10 +28,11 @@ from emulator.core.errors import (
 from emulator.core.ids import key_fingerprint
 from emulator.core.kinds import Kind
 from emulator.core.payloads import TrialClaimed, TrialCreated, TrialExpired
-from emulator.hosted import agent_events, keys, orgs
-from emulator.hosted.agent_events import ApiKeyIssued, CredentialIssuedData
-from emulator.hosted.identity import Identity, valid_email
+from emulator.hosted import keys, orgs
 from emulator.hosted.records import Org
+from emulator.identity import agent_events
+from emulator.identity.agent_events import ApiKeyIssued, CredentialIssuedData
+from emulator.identity.identity import Identity, valid_email
 
 
 @dataclass(frozen=True)

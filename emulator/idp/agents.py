@@ -1,5 +1,5 @@
 """The identity provider's agents API (`/agents/*`), which a service calls about the agents that reach it, with its
-service key (`Authorization: Bearer sk_test_…`); thin over `emulator.hosted.agents_api`.
+service key (`Authorization: Bearer sk_test_…`); thin over `emulator.identity.agents_api`.
 
 Errors are WorkOS's: a JSON object with `message` and `code` (`error` repeats the code), which the `workos` SDK
 turns into AuthenticationError (401), BadRequestError (400), AuthorizationError (403), NotFoundError (404),
@@ -15,8 +15,8 @@ from litestar import Request, Response, get, patch, post
 
 from emulator.core import jsonbody, openapi
 from emulator.core.errors import BAD_REQUEST, UNAUTHORIZED, ApiError
-from emulator.hosted import service_keys
-from emulator.hosted.agents_api import AgentsApi, AttemptLink, CredentialCheck
+from emulator.identity import service_keys
+from emulator.identity.agents_api import AgentsApi, AttemptLink, CredentialCheck
 
 _encode = msgspec.json.Encoder().encode
 
@@ -43,7 +43,7 @@ async def _api(request: Request[Any, Any, Any]) -> tuple[AgentsApi, str]:
     key_id = await service_keys.authenticate(idp.core, key.strip())
     if key_id is None:
         raise UNAUTHORIZED("the service key is not valid (unknown or revoked)")
-    return AgentsApi(idp.core, idp.identity), key_id
+    return idp.agents, key_id
 
 
 async def _body(request: Request[Any, Any, Any], kind: type[Any]) -> Any:

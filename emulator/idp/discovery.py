@@ -8,8 +8,8 @@ from __future__ import annotations
 import msgspec
 from msgspec import UNSET, UnsetType
 
-from emulator.hosted.identity import JWT_BEARER, POST_CLAIM_SCOPES, Identity, Urls
-from emulator.hosted.idjag import ID_JAG_TYPE, TOKEN_EXCHANGE
+from emulator.identity.identity import JWT_BEARER, POST_CLAIM_SCOPES, Identity, Urls
+from emulator.identity.idjag import ID_JAG_TYPE, TOKEN_EXCHANGE
 
 API_CATALOG_PROFILE = "https://www.rfc-editor.org/info/rfc9727"
 

@@ -38,7 +38,9 @@ from emulator.core.errors import (
 from emulator.core.faultgate import FaultGate
 from emulator.core.prerouted import raw_headers, read_body, send_whole, small_body
 from emulator.core.webapp import App
-from emulator.hosted.identity import (
+from emulator.hosted.logins import Logins
+from emulator.identity.agents_api import AgentsApi
+from emulator.identity.identity import (
     CLAIM_PAGE,
     JWT_BEARER,
     POST_CLAIM_SCOPES,
@@ -53,8 +55,7 @@ from emulator.hosted.identity import (
     Scopes,
     why_closed,
 )
-from emulator.hosted.idjag import UPSTREAM_PATH, TokenExchange
-from emulator.hosted.logins import Logins
+from emulator.identity.idjag import UPSTREAM_PATH, TokenExchange
 from emulator.idp import agents, discovery, login
 from emulator.site.errors import http_detail, incomplete_body, last_resort
 from emulator.site.ratelimit import RateLimiter
@@ -70,6 +71,7 @@ class Idp:
     identity: Identity
     limiter: RateLimiter
     logins: Logins
+    agents: AgentsApi  # the service side's agents API (`/agents/*`)
 
     def client_ip(self, request: Request[Any, Any, Any]) -> str:
         return client_ip(request, self.core.settings.trust_forwarded)
@@ -384,7 +386,7 @@ async def oidc(request: Request[Any, Any, Any]) -> Response[bytes]:
     )
 
 
-# --- the upstream identity provider the emulator also plays (hosted/idjag.py) ----------------------------------
+# --- the upstream identity provider the emulator also plays (identity/idjag.py) ----------------------------------
 
 
 @get(f"{UPSTREAM_PATH}/.well-known/jwks.json")

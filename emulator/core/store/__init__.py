@@ -1,3 +1,8 @@
+from typing import Literal
+
 from emulator.core.store.db import Db, Store, many, one, run
 
-__all__ = ["Db", "Store", "many", "one", "run"]
+# What a declaration did to one record (the declared state's apply, a key's or a webhook's upsert).
+Outcome = Literal["created", "updated", "unchanged"]
+
+__all__ = ["Db", "Outcome", "Store", "many", "one", "run"]

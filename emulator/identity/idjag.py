@@ -35,7 +35,7 @@ from emulator.core.errors import (
     ApiError,
 )
 from emulator.core.ids import Ids
-from emulator.hosted.signing import ASSERTION_TYP, Claims, InvalidToken, Jwks, Signer
+from emulator.identity.signing import ASSERTION_TYP, Claims, InvalidToken, Jwks, Signer
 
 ID_JAG_TYPE = "urn:ietf:params:oauth:token-type:id-jag"
 ID_TOKEN_TYPE = "urn:ietf:params:oauth:token-type:id_token"

@@ -9,6 +9,7 @@ trial key stop working on every origin (each origin's one credential check reads
 from __future__ import annotations
 
 import sqlite3
+from collections.abc import Awaitable, Callable
 from typing import Literal
 
 import aiosqlite
@@ -30,9 +31,9 @@ from emulator.core.ids import secret_hash
 from emulator.core.kinds import Kind
 from emulator.core.payloads import IdpClaimConfirmed, IdpRevoked
 from emulator.core.store import Db, one
-from emulator.hosted import agent_events, keys
-from emulator.hosted.agent_events import RegistrationRef, Status, agent_identity_id, claim_id, status_of
-from emulator.hosted.identity import ATTEMPT_COLUMNS, Identity, hint_refusal, valid_email, why_closed
+from emulator.identity import agent_events
+from emulator.identity.agent_events import RegistrationRef, Status, agent_identity_id, claim_id, status_of
+from emulator.identity.identity import ATTEMPT_COLUMNS, Identity, hint_refusal, valid_email, why_closed
 
 OPERATOR = "operator"  # who revoked, when it was not a service key
 MAX_EXTERNAL_ID = 255
@@ -72,6 +73,19 @@ class CredentialValidation(msgspec.Struct):
 
 
 INVALID = CredentialValidation(False, None, None)
+
+
+class TrialKey(msgspec.Struct, frozen=True):
+    """What the control plane says of a live API key an agent registration was given (its trial's): the
+    registration, and when the trial lapses while unclaimed (None once claimed)."""
+
+    registration_id: str
+    expires_at: float | None
+
+
+# The control plane's own check of a key presented as a credential (hosted/keys.trial_key), handed in by the
+# composition root: the identity package sits below the hosted platform and imports none of it.
+TrialKeys = Callable[[Db, str], Awaitable[TrialKey | None]]
 
 
 class OrganizationRef(msgspec.Struct):
@@ -137,9 +151,10 @@ def _closed(attempt: sqlite3.Row, now: float) -> ApiError | None:
 
 
 class AgentsApi:
-    def __init__(self, core: Core, identity: Identity) -> None:
+    def __init__(self, core: Core, identity: Identity, trial_keys: TrialKeys) -> None:
         self.core = core
         self.identity = identity
+        self.trial_keys = trial_keys
 
     # --- credentials (read-only) ------------------------------------------------------------------
 
@@ -154,16 +169,13 @@ class AgentsApi:
             if body.audience is not None and body.audience != self.identity.urls.site:
                 return INVALID
             return CredentialValidation(True, grant.registration_id, iso(grant.expires_at))
-        found = await keys.live_owner(self.core.store, body.credential)  # the control plane's own check
+        found = await self.trial_keys(self.core.store, body.credential)  # the control plane's own check
         if found is None:
-            return INVALID
-        org, key = found
-        if org.registration_id is None or key.created_by != org.registration_id:
-            return INVALID  # a key, but not one an agent was given
-        expires = org.expires_at if org.state == "unclaimed" else None
+            return INVALID  # no live key, or not one an agent was given
+        expires = found.expires_at
         if expires is not None and expires <= self.core.clock.now():
             return INVALID
-        return CredentialValidation(True, org.registration_id, iso(expires) if expires is not None else None)
+        return CredentialValidation(True, found.registration_id, iso(expires) if expires is not None else None)
 
     # --- the person's approval, played by the service -----------------------------------------------
 
@@ -276,7 +288,7 @@ class AgentsApi:
 
     async def delete(self, reg_id: str) -> None:
         """The operator deletes a registration with what hangs on it (its tokens and claim attempts, by cascade); its
-        trial stays, and the trial's key stops working (keys.live_owner)."""
+        trial stays, and the trial's key stops working (hosted/keys.live_owner)."""
         async with self.core.store.transaction() as conn:
             cur = await conn.execute("DELETE FROM registrations WHERE id = ?", (reg_id,))
             if cur.rowcount == 0:

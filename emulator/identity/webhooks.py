@@ -32,11 +32,10 @@ from emulator.core.context import Core
 from emulator.core.errors import BAD_REQUEST, NOT_FOUND
 from emulator.core.listening import Listening, resolve
 from emulator.core.payloads import WebhookDelivered, WebhookFailed
-from emulator.core.store import Db, many, one
+from emulator.core.secretbox import SecretBox
+from emulator.core.store import Db, Outcome, many, one
 from emulator.core.tasks import cancel
-from emulator.hosted.agent_events import EVENTS, envelope
-from emulator.hosted.records import Outcome
-from emulator.hosted.secretbox import SecretBox
+from emulator.identity.agent_events import EVENTS, envelope
 
 if TYPE_CHECKING:
     import aiosqlite

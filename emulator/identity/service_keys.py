@@ -18,8 +18,7 @@ from emulator.core.clock import iso
 from emulator.core.context import Core
 from emulator.core.errors import BAD_REQUEST, ENTITY_NOT_FOUND
 from emulator.core.ids import SERVICE_KEY, secret_hash
-from emulator.core.store import Db, many, one, run
-from emulator.hosted.records import Outcome
+from emulator.core.store import Db, Outcome, many, one, run
 
 PREFIX = "sk_test_"
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9 ._-]{0,63}$")

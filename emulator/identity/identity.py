@@ -62,8 +62,8 @@ from emulator.core.payloads import (
     IdpUserCreated,
 )
 from emulator.core.store import Store
-from emulator.hosted import agent_events
-from emulator.hosted.agent_events import (
+from emulator.identity import agent_events
+from emulator.identity.agent_events import (
     AccessTokenIssued,
     ClaimAttemptData,
     ClaimCompletedData,
@@ -71,8 +71,8 @@ from emulator.hosted.agent_events import (
     CredentialIssuedData,
     RegistrationRef,
 )
-from emulator.hosted.idjag import SKEW, Upstream
-from emulator.hosted.signing import ACCESS_TOKEN_TYP, ASSERTION_TYP, AgentClaims, InvalidToken, Signer
+from emulator.identity.idjag import SKEW, Upstream
+from emulator.identity.signing import ACCESS_TOKEN_TYP, ASSERTION_TYP, AgentClaims, InvalidToken, Signer
 
 JWT_BEARER = "urn:ietf:params:oauth:grant-type:jwt-bearer"
 # Anonymous registrations get two read-only scopes: one public, one free tier.
