@@ -39,6 +39,7 @@ from emulator.core.faultgate import FaultGate
 from emulator.core.prerouted import raw_headers, read_body, send_whole, small_body
 from emulator.core.webapp import App
 from emulator.hosted.logins import Logins
+from emulator.identity import discovery
 from emulator.identity.agents_api import AgentsApi
 from emulator.identity.identity import (
     CLAIM_PAGE,
@@ -56,7 +57,7 @@ from emulator.identity.identity import (
     why_closed,
 )
 from emulator.identity.idjag import UPSTREAM_PATH, TokenExchange
-from emulator.idp import agents, discovery, login
+from emulator.idp import agents, login
 from emulator.site.errors import http_detail, incomplete_body, last_resort
 from emulator.site.ratelimit import RateLimiter
 

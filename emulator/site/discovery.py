@@ -7,7 +7,7 @@ from typing import Any
 import msgspec
 from litestar import Request, Response, get, route
 
-from emulator.idp import discovery
+from emulator.identity import discovery
 from emulator.site.state import site_of
 
 _encode = msgspec.json.Encoder().encode
