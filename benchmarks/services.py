@@ -166,7 +166,7 @@ def journal(site: str, since: int, kinds: str) -> tuple[list[dict[str, Any]], in
 
 
 def state_tag(state_dir: Path) -> str:
-    """The label value the Docker launcher gives this state directory's containers (emulator/runtime/docker.py)."""
+    """The label value the Docker launcher gives this state directory's containers (emulator/runtime/containers.py)."""
     return hashlib.sha256(str(state_dir.resolve()).encode()).hexdigest()[:10]
 
 

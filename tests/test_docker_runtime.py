@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 
 from emulator.runtime import disks, egress
-from emulator.runtime.docker import docker_client
+from emulator.runtime.containers import docker_client
 from emulator.runtime.engine import Engine
 from emulator.runtime.images import BUILDER_LABEL
 from tests.conftest import BASE_IMAGE

@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 import sys
 
-from emulator.runtime.docker import container_usage
+from emulator.runtime.containers import container_usage
 from emulator.runtime.metering import Meter
 from emulator.runtime.process import ProcessTree
 from emulator.runtime.workload import Usage

@@ -3,7 +3,8 @@ blob uploads and archive downloads, and `/.well-known/pixeltable-auth` for `pxt 
 
 Errors are what the pixeltable client parses: a plain-text body `"<HTTP reason phrase> : <details>"`,
 plus `X-Pixeltable-Error-Code` (`PLAN_LIMIT`, `PAYMENT_REQUIRED`, `STORE_FULL`) where a plan refuses
-something. Every successful answer is a JSON object (the client always parses one).
+something; any other refusal (an injected 503, say) is told by its status and that status's phrase, as the
+client reads it. Every successful answer is a JSON object (the client always parses one).
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from emulator.cloud.operations import OPERATIONS, SCOPED
 from emulator.cloud.requests import KEPT_AS_SENT
 from emulator.core import jsonbody, openapi
 from emulator.core.boundary import Boundary, BoundaryGate
-from emulator.core.errors import BAD_REQUEST, INTERNAL, ApiError
+from emulator.core.errors import BAD_REQUEST, INTERNAL, ApiError, code_for
 from emulator.core.faultgate import FaultGate, drop
 from emulator.core.payloads import CloudCall
 from emulator.core.webapp import App
@@ -49,7 +50,7 @@ def http_error(request: Request[Any, Any, Any], exc: HTTPException) -> Response[
         return plain_error(request, cut)
     status = exc.status_code if exc.status_code < 500 else 500
     detail = "the management API is one POST to this URL" if status in (404, 405) else http_detail(exc)
-    return plain_error(request, ApiError(status, "bad_request", detail))
+    return plain_error(request, ApiError(status, code_for(status), detail))
 
 
 def internal_error(request: Request[Any, Any, Any], exc: Exception) -> Response[str]:

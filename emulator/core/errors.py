@@ -1,9 +1,12 @@
 """One error type for every refusal, and the catalogue of refusals: each kind named once with its status and code.
 
 Each surface renders an error in the format its clients parse, and shows its code only as far as they read one:
-the site's envelope has four codes and says `bad_request` for any other (`site/errors.py`), the control plane
-names only a plan's (`cloud/app.py`), the identity provider every code (OAuth's and the registration protocol's),
-pages and the gateways none.
+the site's envelope (and the operator API's) shows every code but narrows a 400 to the spec's four (`site/errors.py`),
+the control plane names only a plan's (`cloud/app.py`; any other refusal is its status's phrase), the identity
+provider every code (OAuth's, the registration protocol's and WorkOS's), pages and the gateways none.
+
+A code belongs to one status: no two statuses share one, and a refusal known only by its status (the framework's
+own, an injected fault) shows that status's code (`code_for`). tests/test_error_catalogue.py walks the catalogue.
 """
 
 from __future__ import annotations
@@ -55,14 +58,13 @@ NOT_FOUND = Failure(404, "not_found")
 METHOD_NOT_ALLOWED = Failure(405, "method_not_allowed")
 REQUEST_TIMEOUT = Failure(408, "request_timeout")  # a request not whole by its deadline (core/httpserver.py)
 CONFLICT = Failure(409, "conflict")
-# A claim link or sign-in code that is no more: its code is the site's nearest of its four (the operator's acts).
-GONE = Failure(410, "not_found")
+GONE = Failure(410, "gone")  # a claim link or sign-in code that is no more
 TOO_LARGE = Failure(413, "too_large")
 UNSUPPORTED_MEDIA_TYPE = Failure(415, "unsupported_media_type")
 UNPROCESSABLE = Failure(422, "unprocessable")
 RATE_LIMITED = Failure(429, "rate_limited")
 INTERNAL = Failure(500, "internal")
-UNAVAILABLE = Failure(503, "unavailable")
+UNAVAILABLE = Failure(503, "service_unavailable")
 INSUFFICIENT_STORAGE = Failure(507, "insufficient_storage")
 
 # The code of a refusal known only by its status (the framework's own, an injected fault): the catalogue's for it.
@@ -75,6 +77,7 @@ _BY_STATUS = {
         NOT_FOUND,
         METHOD_NOT_ALLOWED,
         CONFLICT,
+        GONE,
         REQUEST_TIMEOUT,
         TOO_LARGE,
         UNSUPPORTED_MEDIA_TYPE,

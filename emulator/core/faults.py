@@ -2,9 +2,10 @@
 
 A rule matches requests by origin, path, method or control-plane `operation_type` and fires on the Nth
 match, N times, or with a seeded probability (a `random.Random(seed)` of its own, so a run repeats). When it
-fires it answers a chosen status in the origin's own error format (with `Retry-After` where asked), adds
-latency, or drops the connection; each firing is a `fault.fired` journal event. Hosted rules make the next
-`db update` fail, or its environment build; killing a workload is done once, when the rule is added.
+fires it answers a chosen status in the origin's own error format with that status's own code (`code_for`: 503
+is `service_unavailable`) and `Retry-After` where asked, adds latency, or drops the connection; each firing is a
+`fault.fired` journal event. Hosted rules make the next `db update` fail, or its environment build; killing a
+workload is done once, when the rule is added.
 
 A hold keeps the next N requests to a path waiting, after their admission (rate limit, idempotency claim),
 until released: how a test sees what clients get while a request is still running (the 409 of a concurrent

@@ -21,7 +21,7 @@ def make_launcher(settings: Settings, root: Path, forward: list[int]) -> Launche
     cache = build_cache(settings)
     if settings.runtime == "process":
         return ProcessLauncher(root, cache)
-    from emulator.runtime.docker import DockerLauncher
+    from emulator.runtime.containers import DockerLauncher
 
     engine = Engine.from_env()
     if engine is None or not engine.answers():

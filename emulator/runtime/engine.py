@@ -1,9 +1,9 @@
 """The Docker engine's HTTP API, for what `emulator up` asks it at start: does it answer, which base image is here,
-this state dir's leftover containers, the emulator's network (docker.py, egress.py, choose.py).
+this state dir's leftover containers, the emulator's network (containers.py, egress.py, choose.py).
 
 Over the engine's Unix socket (the default, and what scripts/setup-docker.sh sets up) with the standard library:
 docker-py with requests and urllib3 is 7 MiB resident and 40 ms to import, which an emulator that never starts a
-database in a container should not carry; docker.py's `LazyClient` imports it at the first workload. An engine that
+database in a container should not carry; containers.py's `LazyClient` imports it at the first workload. An engine that
 DOCKER_HOST names otherwise (TCP, SSH, TLS) is reached through docker-py's own session, as before.
 """
 

@@ -43,7 +43,7 @@ from emulator.runtime.sibling import HostHelper, Sibling
 from emulator.runtime.sockets import LISTEN_PRIVATE, SocketDir
 from emulator.runtime.workload import Log, Metered, Resources, Size, Spec, Usage, release_spare
 
-log = logging.getLogger("emulator.runtime.docker")
+log = logging.getLogger("emulator.runtime.containers")
 PORT = 8000
 DATA = "/data"
 HELPER_SOURCE = Path(__file__).resolve().parent / "pod_helper.py"  # copied into the state dir, mounted from there
