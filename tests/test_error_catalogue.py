@@ -87,7 +87,7 @@ def _oauth(e: ApiError) -> Shown:
 
 
 def _device_oauth(e: ApiError) -> Shown:
-    r = login._oauth_error(NO_REQUEST, e)
+    r = login.oauth_error(NO_REQUEST, e)
     return r.status_code, [_json(r)["error"]]
 
 
@@ -237,6 +237,18 @@ def idp_code(r: httpx.Response) -> list[str]:
     return [body["code"], body["error"]]
 
 
+def oauth_code(r: httpx.Response) -> list[str]:
+    """OAuth's format (RFC 6749 §5.2), as the token endpoint answers its own refusals: the gate's answer too."""
+    assert r.json() == {"error": "service_unavailable", "error_description": "down for a test"}
+    return [r.json()["error"]]
+
+
+def trial_message(r: httpx.Response) -> list[str]:
+    """The trial endpoint's own format, `{"message"}`, which names no code: the status is the code it shows."""
+    assert r.json() == {"message": "down for a test"}
+    return ["service_unavailable"]
+
+
 def cloud_code(r: httpx.Response) -> list[str]:
     assert r.headers["content-type"].startswith("text/plain")
     assert r.text == "Service Unavailable : down for a test"  # the status's phrase: the code it shows
@@ -248,9 +260,11 @@ def cloud_code(r: httpx.Response) -> list[str]:
     ("origin", "method", "path", "read"),
     [
         ("site", "GET", "/ask?q=tables", site_code),
-        ("site", "POST", "/api/v1/trial-orgs", site_code),
+        ("site", "POST", "/api/v1/trial-orgs", trial_message),
         ("auth", "POST", "/agent/identity", idp_code),
-        ("auth", "POST", "/oauth2/token", idp_code),
+        ("auth", "POST", "/oauth2/token", oauth_code),
+        ("auth", "POST", "/oauth2/revoke", oauth_code),
+        ("auth", "POST", "/user_management/authenticate", oauth_code),
         ("auth", "GET", "/agents/registrations/reg_1", idp_code),
         ("api", "POST", "/", cloud_code),
     ],

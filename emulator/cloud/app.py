@@ -23,7 +23,7 @@ from emulator.cloud.context import platform_of
 from emulator.cloud.operations import OPERATIONS, SCOPED
 from emulator.cloud.requests import KEPT_AS_SENT
 from emulator.core import jsonbody, openapi
-from emulator.core.boundary import Boundary, BoundaryGate
+from emulator.core.boundary import Boundary, BoundaryGate, by_path
 from emulator.core.errors import BAD_REQUEST, INTERNAL, ApiError, code_for
 from emulator.core.faultgate import FaultGate, drop
 from emulator.core.payloads import CloudCall
@@ -147,4 +147,5 @@ def build_cloud_app(platform: Platform, boundary: Boundary) -> BoundaryGate:
         logging_config=None,
         debug=False,
     )
-    return BoundaryGate(FaultGate(app, "api", platform.core.faults, boundary_error), boundary, boundary_error)
+    render = by_path(boundary_error, {})
+    return BoundaryGate(FaultGate(app, "api", platform.core.faults, render), boundary, render)

@@ -259,7 +259,19 @@ def asgi_headers(raw: Iterable[tuple[bytes, bytes]]) -> dict[str, str]:
     return headers
 
 
-Render = Callable[[ApiError], tuple[bytes, bytes]]  # a refusal → (content type, body) in the origin's format
+Format = Callable[[ApiError], tuple[bytes, bytes]]  # a refusal → (content type, body) in one error format
+Render = Callable[[ApiError, str], tuple[bytes, bytes]]  # a refusal and the path it refuses → (content type, body)
+
+
+def by_path(default: Format, special: Mapping[str, Format]) -> Render:
+    """An origin's rendering of a refusal made before its router (the boundary's, a fault's): in the origin's own
+    format, except on the paths whose routes answer errors in another (OAuth's endpoints, the trial endpoint), which
+    get that route's format, so a client reads a gate's refusal as it reads the route's own."""
+
+    def render(exc: ApiError, path: str) -> tuple[bytes, bytes]:
+        return special.get(path, default)(exc)
+
+    return render
 _CORS_READABLE = ("/.well-known/",)  # what any page may read from the identity provider: metadata, JWKS
 
 
@@ -279,7 +291,7 @@ class BoundaryGate:
             scope["method"], scope["path"], scope.get("raw_path"), asgi_headers(scope["headers"])
         )
         if refusal is not None:
-            kind, body = self.render(refusal)
+            kind, body = self.render(refusal, routed or scope["path"])
             head = [(b"content-type", kind), (b"content-length", str(len(body)).encode())]
             head += [(k.lower().encode(), v.encode()) for k, v in refusal.headers.items()]
             await send({"type": "http.response.start", "status": refusal.status, "headers": head})

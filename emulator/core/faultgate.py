@@ -42,6 +42,6 @@ class FaultGate:
             await drop(scope)
         else:
             error = verdict.error()
-            kind, body = self.render(error)
+            kind, body = self.render(error, scope["path"])
             retry = [] if verdict.retry_after is None else [(b"retry-after", str(verdict.retry_after).encode())]
             await send_whole(send, error.status, retry, kind, body)

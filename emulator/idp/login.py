@@ -37,7 +37,7 @@ def _logins(request: Request[Any, Any, Any]) -> Logins:
     return request.app.state["idp"].logins
 
 
-def _oauth_error(_: Request[Any, Any, Any], exc: ApiError) -> Response[dict[str, str]]:
+def oauth_error(_: Request[Any, Any, Any], exc: ApiError) -> Response[dict[str, str]]:
     return Response(
         {"error": exc.code, "error_description": exc.message},
         status_code=exc.status,
@@ -48,7 +48,7 @@ def _oauth_error(_: Request[Any, Any, Any], exc: ApiError) -> Response[dict[str,
 @post(
     "/user_management/authorize/device",
     status_code=200,
-    exception_handlers={ApiError: _oauth_error},
+    exception_handlers={ApiError: oauth_error},
     opt=openapi.body(DeviceAuthorization, openapi.FORM),
 )
 async def authorize_device(request: Request[Any, Any, Any]) -> DeviceCode:
@@ -61,7 +61,7 @@ async def authorize_device(request: Request[Any, Any, Any]) -> DeviceCode:
 @post(
     "/user_management/authenticate",
     status_code=200,
-    exception_handlers={ApiError: _oauth_error},
+    exception_handlers={ApiError: oauth_error},
     opt=openapi.body(Authentication, openapi.FORM),
 )
 async def authenticate(request: Request[Any, Any, Any]) -> Response[Session]:

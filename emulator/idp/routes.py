@@ -21,7 +21,7 @@ from litestar.types import ASGIApp, Receive, Scope, Send
 from msgspec import UNSET, UnsetType
 
 from emulator.core import html, jsonbody, openapi
-from emulator.core.boundary import Boundary, BoundaryGate
+from emulator.core.boundary import Boundary, BoundaryGate, Render, by_path
 from emulator.core.clientip import client_ip
 from emulator.core.context import Core
 from emulator.core.errors import (
@@ -148,7 +148,7 @@ def registration_error(_: Request[Any, Any, Any], exc: ApiError) -> Response[byt
 
 
 def oauth_error(_: Request[Any, Any, Any], exc: ApiError) -> Response[bytes]:
-    return _json({"error": exc.code, "error_description": exc.message}, exc.status, {**_NO_STORE, **exc.headers})
+    return _json_bytes(exc.status, {**_NO_STORE, **exc.headers}, oauth_bytes(exc)[1])
 
 
 def page_error(_: Request[Any, Any, Any], exc: ApiError) -> Response[str]:
@@ -575,6 +575,25 @@ def boundary_error(exc: ApiError) -> tuple[bytes, bytes]:
     return b"application/json", _encode({"code": exc.code, "message": exc.message, "error": exc.code})
 
 
+def oauth_bytes(exc: ApiError) -> tuple[bytes, bytes]:
+    """A refusal in OAuth's error format (RFC 6749 §5.2), as the OAuth endpoints' own handlers answer."""
+    return b"application/json", _encode({"error": exc.code, "error_description": exc.message})
+
+
+def gate_render() -> Render:
+    """How the gates before the router (the boundary's, the faults') answer on each path: in OAuth's format where
+    the route answers its errors so (read off the routes' own exception handlers), else in the provider's."""
+    oauth = (oauth_error, login.oauth_error)
+    special = {
+        path: oauth_bytes
+        for handler in (*HANDLERS, *login.HANDLERS)
+        if (handler.exception_handlers or {}).get(ApiError) in oauth
+        for path in handler.paths
+    }
+    special[token.paths.copy().pop()] = oauth_bytes  # token_answer's errors are OAuth's; no handler says so
+    return by_path(boundary_error, special)
+
+
 def build_idp_app(idp: Idp, boundary: Boundary) -> BoundaryGate:
     app = App(
         route_handlers=[*HANDLERS, *login.HANDLERS, *agents.HANDLERS],
@@ -588,5 +607,6 @@ def build_idp_app(idp: Idp, boundary: Boundary) -> BoundaryGate:
         logging_config=None,
         debug=False,
     )
-    faulted = FaultGate(TokenFastPath(app, idp), "auth", idp.core.faults, boundary_error)
-    return BoundaryGate(faulted, boundary, boundary_error)
+    render = gate_render()
+    faulted = FaultGate(TokenFastPath(app, idp), "auth", idp.core.faults, render)
+    return BoundaryGate(faulted, boundary, render)

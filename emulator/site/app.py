@@ -10,6 +10,7 @@ from litestar.datastructures import State
 from litestar.types import ASGIApp, Receive, Scope, Send
 
 from emulator.core import openapi
+from emulator.core.boundary import by_path
 from emulator.core.faultgate import FaultGate
 from emulator.core.webapp import App
 from emulator.site import ask, discovery, mcp, pages, trials
@@ -71,5 +72,7 @@ def build_site_app(site: Site, mounted: Router, mounted_state: dict[str, object]
         debug=False,
     )
     fast = Liveness(ask.AskFastPath(app, site))  # /health and POST /ask before the router
-    faulted = FaultGate(fast, "site", site.core.faults, boundary_error)
+    # a fault on the trial endpoint answers in that endpoint's format, as its own refusals do
+    render = by_path(boundary_error, dict.fromkeys(trials.create_trial.paths, trials.message_bytes))
+    faulted = FaultGate(fast, "site", site.core.faults, render)
     return SiteGate(faulted, site.core.settings, site.boundary)

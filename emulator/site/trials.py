@@ -40,6 +40,11 @@ class Message(msgspec.Struct):
     message: str
 
 
+def message_bytes(exc: ApiError) -> tuple[bytes, bytes]:
+    """A refusal in the trial endpoint's format (`{"message"}`), as its gates answer it too."""
+    return b"application/json", _encode(Message(exc.message))
+
+
 def message_error(request: Request[Any, Any, Any], exc: ApiError) -> Response[bytes]:
     headers = dict(exc.headers)
     if exc.status == 401:
@@ -48,9 +53,7 @@ def message_error(request: Request[Any, Any, Any], exc: ApiError) -> Response[by
         headers["WWW-Authenticate"] = (
             f'Bearer resource_metadata="{site.base_url}/.well-known/oauth-protected-resource"{detail}'
         )
-    return Response(
-        _encode(Message(exc.message)), status_code=exc.status, media_type="application/json", headers=headers
-    )
+    return Response(message_bytes(exc)[1], status_code=exc.status, media_type="application/json", headers=headers)
 
 
 @post(
