@@ -43,6 +43,7 @@ from emulator.core.httpserver import Refuse, timed_protocol
 from emulator.core.listening import Listening
 from emulator.core.payloads import EmulatorStarted
 from emulator.core.private import private_dir, write_private
+from emulator.core.ratelimit import RateLimiter
 from emulator.core.runlog import EventLog
 from emulator.core.secretbox import SecretBox
 from emulator.core.served import RequestJournal
@@ -68,7 +69,6 @@ from emulator.runtime.choose import make_launcher
 from emulator.site.app import build_site_app
 from emulator.site.errors import boundary_error as site_refusal
 from emulator.site.idempotency import Idempotency
-from emulator.site.ratelimit import RateLimiter
 from emulator.site.search import DocsIndex
 from emulator.site.state import Site, load_integrations
 from emulator.tunnel.forward import ForwardProxy

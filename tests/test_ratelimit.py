@@ -7,7 +7,7 @@ import re
 import httpx
 
 from emulator.core.clock import Clock
-from emulator.site.ratelimit import RateLimiter
+from emulator.core.ratelimit import RateLimiter
 from tests.conftest import Emulator
 
 RATELIMIT = re.compile(r'^"ask";r=(\d+);t=(\d+)$')

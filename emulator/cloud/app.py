@@ -26,11 +26,11 @@ from emulator.core import jsonbody, openapi
 from emulator.core.boundary import Boundary, BoundaryGate, by_path
 from emulator.core.errors import BAD_REQUEST, INTERNAL, ApiError, code_for
 from emulator.core.faultgate import FaultGate, drop
+from emulator.core.httperrors import http_detail, incomplete_body, last_resort
 from emulator.core.payloads import CloudCall
 from emulator.core.webapp import App
 from emulator.hosted.auth import require_unrestricted
 from emulator.hosted.platform import Platform
-from emulator.site.errors import http_detail, incomplete_body, last_resort
 
 _encode = msgspec.json.Encoder().encode
 PLAN_CODES = ("PLAN_LIMIT", "PAYMENT_REQUIRED", "STORE_FULL")

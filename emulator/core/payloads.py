@@ -145,7 +145,7 @@ class DocsIndexed(Payload, frozen=True, kw_only=True):
 
 
 class Credentials(msgspec.Struct, frozen=True, kw_only=True):
-    """Who a request says it is (core.served), never a secret: what `http.request` and `gateway.request` carry."""
+    """Who a request says it is (core.credentials), never a secret: what `http.request` and `gateway.request` carry."""
 
     key: str | None = None  # an API key's fingerprint
     reg: str | None = None  # the registration an agent's token or assertion names

@@ -23,9 +23,9 @@ from http import HTTPStatus
 
 from emulator.core import canaries
 from emulator.core.address import Address
+from emulator.core.credentials import credentials, secret_in_query
 from emulator.core.faults import Verdict
 from emulator.core.payloads import CanaryPlanted, GatewayRequest
-from emulator.core.served import credentials, secret_in_query
 from emulator.core.watch import Watch
 
 log = logging.getLogger("emulator.gateway")

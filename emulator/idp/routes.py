@@ -36,7 +36,9 @@ from emulator.core.errors import (
     code_for,
 )
 from emulator.core.faultgate import FaultGate
+from emulator.core.httperrors import http_detail, incomplete_body, last_resort
 from emulator.core.prerouted import raw_headers, read_body, send_whole, small_body
+from emulator.core.ratelimit import RateLimiter
 from emulator.core.webapp import App
 from emulator.hosted.logins import Logins
 from emulator.identity import discovery
@@ -58,8 +60,6 @@ from emulator.identity.identity import (
 )
 from emulator.identity.idjag import UPSTREAM_PATH, TokenExchange
 from emulator.idp import agents, login
-from emulator.site.errors import http_detail, incomplete_body, last_resort
-from emulator.site.ratelimit import RateLimiter
 
 _encode = msgspec.json.Encoder().encode
 _NO_STORE = {"Cache-Control": "no-store", "Pragma": "no-cache"}

@@ -27,9 +27,10 @@ from litestar.types import Receive, Scope, Send
 from emulator.core import jsonbody, openapi
 from emulator.core.clientip import scope_client_ip
 from emulator.core.errors import INVALID_JSON, RATE_LIMITED, ApiError
+from emulator.core.httperrors import last_resort
 from emulator.core.payloads import SiteAsk
 from emulator.core.prerouted import raw_headers, read_body, send_whole, small_body
-from emulator.site.errors import INTERNAL, bad_request, error_bytes, last_resort
+from emulator.site.errors import INTERNAL, bad_request, error_bytes
 from emulator.site.idempotency import Answer, fingerprint, guarded, read_key
 from emulator.site.state import Site, site_of
 

@@ -8,15 +8,11 @@ branches on the code reads what happened (the README's fidelity notes say so).
 
 from __future__ import annotations
 
-import logging
-import math
-import time
-from pathlib import Path
 from typing import Any
 
 import msgspec
 from litestar import Request, Response
-from litestar.exceptions import HTTPException, InternalServerException
+from litestar.exceptions import HTTPException
 
 from emulator.core.errors import (
     BAD_REQUEST,
@@ -24,12 +20,9 @@ from emulator.core.errors import (
     NOT_FOUND,
     ApiError,
     code_for,
-    disk_full,
-    full_disk,
 )
 from emulator.core.errors import INTERNAL as _INTERNAL
-
-log = logging.getLogger("emulator")
+from emulator.core.httperrors import http_detail, incomplete_body, last_resort
 
 CODES = ("bad_request", "rate_limited", "not_found", "invalid_json")
 
@@ -94,53 +87,6 @@ def on_http_error(request: Request[Any, Any, Any], exc: HTTPException) -> Respon
     if status >= 500:
         return on_internal_error(request, exc)
     return error_response(ApiError(status, code_for(status), http_detail(exc)))
-
-
-def http_detail(exc: HTTPException) -> str:
-    """Litestar's refusal as a sentence; a parameter that failed validation is named, with what was wrong."""
-    if exc.status_code == 413:
-        return (
-            "the request body is larger than this endpoint takes (the http_max_body_bytes setting; snapshot "
-            "imports and blob uploads have their own bounds)"
-        )
-    extra = exc.extra if isinstance(exc.extra, list) else []
-    problems = [
-        f"{p['key']} ({getattr(p.get('source'), 'value', p.get('source')) or 'parameter'}): {p['message']}"
-        for p in extra
-        if isinstance(p, dict) and "key" in p and "message" in p
-    ]
-    return f"{exc.detail}: {'; '.join(problems)}" if problems else str(exc.detail)
-
-
-def log_internal_error(method: str, path: str, exc: Exception) -> None:
-    """Every origin's last resort: the traceback goes to the log, never into a response."""
-    log.error("unhandled error on %s %s", method, path, exc_info=exc)
-
-
-_full_said = [-math.inf]  # when the log last said the disk is full (once a minute, not once a request)
-
-
-def last_resort(method: str, path: str, exc: Exception, state_dir: Path, otherwise: ApiError) -> ApiError:
-    """What every origin answers for an exception no rule raised: 507 naming the state dir when its disk is full
-    (each origin renders it in its clients' format; the log says so once a minute, without a traceback), else
-    `otherwise` (a 500) with the traceback in the log."""
-    if disk_full(exc):
-        if time.monotonic() - _full_said[0] > 60:
-            _full_said[0] = time.monotonic()
-            log.warning(
-                "the disk of the state dir %s is full: writes are refused with 507 until it has room", state_dir
-            )
-        return full_disk(state_dir)
-    log_internal_error(method, path, exc)
-    return otherwise
-
-
-def incomplete_body(exc: HTTPException) -> ApiError | None:
-    """Litestar's refusal of a body that never arrived whole (the client went away, or the connection's deadline
-    closed it): the client's doing, a 400 with no traceback. None for any other refusal."""
-    if isinstance(exc, InternalServerException) and "disconnected prematurely" in str(exc.detail):
-        return BAD_REQUEST("the request's body did not arrive whole: the client went away or was slow")
-    return None
 
 
 def on_internal_error(request: Request[Any, Any, Any], exc: Exception) -> Response[bytes]:

@@ -14,9 +14,9 @@ from emulator.config import ConfigError
 from emulator.core.boundary import Boundary
 from emulator.core.clientip import client_ip
 from emulator.core.context import Core
+from emulator.core.ratelimit import RateLimiter
 from emulator.identity.identity import Identity
 from emulator.site.idempotency import Idempotency
-from emulator.site.ratelimit import RateLimiter
 from emulator.site.search import DocsIndex
 
 
