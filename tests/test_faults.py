@@ -104,12 +104,26 @@ async def test_drop_closes_the_connection_without_an_answer(fe: Emulator) -> Non
 
 
 async def test_the_identity_provider_answers_in_its_own_format(fe: Emulator) -> None:
+    """Its registration format on its own paths, and OAuth's on the OAuth endpoints, as their routes answer."""
     add(fe, origin="auth", path="/oauth2/*", status=429, retry_after=3)
+    add(fe, origin="auth", path="/agent/identity", status=429, retry_after=3)
     async with fe.client() as c:
         r = await c.post(fe.auth + "/oauth2/token", data={"grant_type": "client_credentials"})
-    assert r.status_code == 429 and r.headers["retry-after"] == "3"
-    body = r.json()
-    assert body["code"] == "rate_limited" and body["error"] == "rate_limited" and "message" in body
+        assert r.status_code == 429 and r.headers["retry-after"] == "3"
+        body = r.json()
+        assert (
+            body["error"] == "rate_limited"
+            and body["error_description"]
+            and set(body)
+            == {
+                "error",
+                "error_description",
+            }
+        )
+        r = await c.post(fe.auth + "/agent/identity", json={"type": "anonymous"})
+        assert r.status_code == 429 and r.headers["retry-after"] == "3"
+        body = r.json()
+        assert body["code"] == "rate_limited" and body["error"] == "rate_limited" and "message" in body
 
 
 async def test_an_operation_type_fails_in_the_control_planes_format(fe: Emulator) -> None:
