@@ -17,7 +17,7 @@ from emulator.core.boundary import asgi_headers
 from emulator.core.faultgate import FaultGate
 from emulator.core.webapp import App
 from emulator.site import ask, discovery, mcp, pages, trials
-from emulator.site.errors import EXCEPTION_HANDLERS, boundary_error
+from emulator.site.errors import ENVELOPE, EXCEPTION_HANDLERS, boundary_error
 from emulator.site.gate import SiteGate
 from emulator.site.state import Site
 
@@ -79,6 +79,7 @@ def build_site_app(site: Site) -> Any:
             "Pixeltable Cloud emulator: site",
             "The public agent API (/ask, /mcp), discovery, the trial endpoint, docs pages and the emulator's "
             "/_emulator control API.",
+            errors=[ENVELOPE, trials.REFUSAL],
         ),
         logging_config=None,
         debug=False,
