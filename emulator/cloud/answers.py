@@ -8,7 +8,7 @@ objects (`AsSent`): the client defines them and the emulator keeps what it was s
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import msgspec
 
@@ -183,10 +183,16 @@ class Usage(Answer):
     included_usd: float = 0.0
     stops_at_limit: bool = True
     limit_reached_at: None = None
-    meters: list[Any] = msgspec.field(default_factory=list)
+    # None: nothing is metered. Items are objects in the product; the schema says so (a bare array has no `items`,
+    # which client generators refuse).
+    meters: Annotated[list[Any], msgspec.Meta(extra_json_schema={"items": {"type": "object"}})] = msgspec.field(
+        default_factory=list
+    )
 
 
-class ServiceGeneration(Answer):
+class ServiceGenerationAnswer(Answer):
+    """(Named apart from the request's ServiceGeneration: the OpenAPI document has one schema per name.)"""
+
     service_name: str
     base_path: str
     generation: int
@@ -194,7 +200,7 @@ class ServiceGeneration(Answer):
 
 class Generations(Answer):
     database: int
-    services: list[ServiceGeneration]
+    services: list[ServiceGenerationAnswer]
 
 
 class Upload(Answer):

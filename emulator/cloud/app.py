@@ -24,7 +24,20 @@ from emulator.cloud.operations import OPERATIONS, SCOPED
 from emulator.cloud.requests import KEPT_AS_SENT
 from emulator.core import jsonbody, openapi
 from emulator.core.boundary import Boundary, BoundaryGate, by_path
-from emulator.core.errors import BAD_REQUEST, INTERNAL, ApiError, code_for
+from emulator.core.contract import error_shape, errors
+from emulator.core.errors import (
+    BAD_REQUEST,
+    CLIENT_TOO_OLD,
+    CONFLICT,
+    FORBIDDEN,
+    INTERNAL,
+    NOT_FOUND,
+    PLAN_LIMIT,
+    STORE_FULL,
+    UNAUTHORIZED,
+    ApiError,
+    code_for,
+)
 from emulator.core.faultgate import FaultGate, drop
 from emulator.core.httperrors import http_detail, incomplete_body, last_resort
 from emulator.core.payloads import CloudCall
@@ -61,10 +74,34 @@ def internal_error(request: Request[Any, Any, Any], exc: Exception) -> Response[
 _FAILED = INTERNAL("the control plane failed; see the emulator's log")
 
 
+# The control plane's refusals as the OpenAPI document shows them.
+PLAIN = error_shape(
+    str,
+    plain_error,
+    http_error,
+    internal_error,
+    media_type="text/plain",
+    headers={"X-Pixeltable-Error-Code": "where a plan refuses: " + ", ".join(PLAN_CODES)},
+    description='a refusal: "<HTTP reason phrase> : <details>"',
+)
+
+
+def operations_answer() -> openapi.Body:
+    """The management API's answer as the document shows it: one of the operations' answer types (their handlers'
+    return annotations). A client tries them in turn and keeps the first that reads, and an answer type's fields
+    are all required (answers.py sends every one): so those with more fields come first, where a reader of
+    fewer would also take them."""
+    kinds = list(dict.fromkeys(kind for op in OPERATIONS.values() for kind in op.answers))
+    schemas, components = openapi.schema_of(*kinds)
+    fields = {kind: len(components[kind.__name__].get("required", ())) for kind in kinds}
+    order = sorted(range(len(kinds)), key=lambda i: -fields[kinds[i]])
+    return openapi.Body({openapi.JSON: {"schema": {"oneOf": [schemas[i] for i in order]}}}, components)
+
+
 def operations_body() -> openapi.Body:
     """The management API's body as the document shows it: one object per operation, told apart by its
     `operation_type` (the request types of emulator.cloud.requests, which the handler decodes strictly)."""
-    kinds = list(dict.fromkeys(kind for kind, _ in OPERATIONS.values()))
+    kinds = list(dict.fromkeys(op.request for op in OPERATIONS.values()))
     checked, components = openapi.schema_of(*kinds, *KEPT_AS_SENT.values())
     as_checked = dict(zip(KEPT_AS_SENT, checked[len(kinds) :], strict=True))
     variants = []
@@ -83,10 +120,11 @@ def operations_body() -> openapi.Body:
     "/",
     status_code=200,
     exception_handlers={ApiError: plain_error},
-    opt=openapi.custom_body(operations_body()),
+    opt={**openapi.custom_body(operations_body()), **openapi.custom_answer(operations_answer())},
     security=[{"api_key": []}, {"bearer": []}],
+    responses=errors(BAD_REQUEST, CLIENT_TOO_OLD, UNAUTHORIZED, PLAN_LIMIT, STORE_FULL, FORBIDDEN, NOT_FOUND, CONFLICT),
 )
-async def management(request: Request[Any, Any, Any]) -> Response[bytes]:
+async def management(request: Request[Any, Any, Any]) -> msgspec.Struct:
     platform = platform_of(request)
     caller = await platform.auth.from_headers(request.headers)
     try:
@@ -100,7 +138,7 @@ async def management(request: Request[Any, Any, Any]) -> Response[bytes]:
     found = OPERATIONS.get(op)
     if found is None:
         raise BAD_REQUEST(f"unknown operation_type {op!r}")
-    kind, handler = found
+    kind, handler = found.request, found.run
     verdict = await platform.core.faults.request("api", "POST", request.url.path, operation_type=op)
     if verdict is not None:
         if verdict.drop:
@@ -117,7 +155,7 @@ async def management(request: Request[Any, Any, Any]) -> Response[bytes]:
         caller.org,
         CloudCall(operation=op, credential=caller.credential, key=caller.key_name, email=caller.email),
     )
-    return Response(_encode(result), media_type="application/json")
+    return result
 
 
 @get("/.well-known/pixeltable-auth")
@@ -143,6 +181,7 @@ def build_cloud_app(platform: Platform, boundary: Boundary) -> BoundaryGate:
         openapi_config=openapi.openapi_config(
             "Pixeltable Cloud emulator: control plane",
             "The management API (one POST to `/`, the operation in `operation_type`), blob uploads and downloads.",
+            errors=[PLAIN],
         ),
         logging_config=None,
         debug=False,

@@ -1,14 +1,16 @@
 """The management API's operations: each takes its decoded request, asks the platform (emulator.hosted), and
 shapes the answer the client reads. Rules live in the domain; this module only translates.
 
-To add an operation: a request type in requests.py, a function here, and a line in OPERATIONS.
+To add an operation: a request type in requests.py, an answer type in answers.py, a function here (its return
+annotation is the answer the OpenAPI document shows), and a line in OPERATIONS.
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
-from typing import Any
+from types import UnionType
+from typing import Any, NamedTuple, get_args, get_type_hints
 
 import msgspec
 
@@ -256,7 +258,9 @@ async def prepare_update(p: Platform, caller: Caller, req: rq.PrepareUpdate) -> 
     return a.PlanAnswer(
         generations=a.Generations(
             database=plan.row.generation if plan.row else 0,
-            services=[a.ServiceGeneration(service_name=n, base_path=b, generation=g) for b, n, g in plan.services],
+            services=[
+                a.ServiceGenerationAnswer(service_name=n, base_path=b, generation=g) for b, n, g in plan.services
+            ],
         ),
         report=a.DatabaseReport.of(plan.row) if plan.row else a.DatabaseReport.new(change.db),
         services=plan.specs,
@@ -357,35 +361,49 @@ SCOPED = frozenset(
     }
 )
 
-OPERATIONS: dict[str, tuple[type[rq.Request], Handler]] = {
-    "list_orgs": (rq.Empty, list_orgs),
-    "create_org": (rq.CreateOrg, create_org),
-    "create_key": (rq.CreateKey, create_key),
-    "list_keys": (rq.Empty, list_keys),
-    "update_key": (rq.UpdateKey, update_key),
-    "delete_key": (rq.KeyName, delete_key),
-    "set_secret": (rq.SetSecret, set_secret),
-    "delete_secret": (rq.DeleteSecret, delete_secret),
-    "list_all_secrets": (rq.ListSecrets, list_all_secrets),
-    "get_db": (rq.DbScoped, get_db),
-    "list_dbs": (rq.OrgScoped, list_dbs),
-    "get_receipts": (rq.GetReceipts, get_receipts),
-    "get_archive": (rq.DbScoped, get_archive),
-    "get_logs": (rq.GetLogs, get_logs),
-    "get_usage": (rq.Empty, get_usage),
-    "prepare_update": (rq.PrepareUpdate, prepare_update),
-    "submit_update": (rq.SubmitUpdate, submit_update),
-    "start_db": (rq.DbScoped, _db_verb("start")),
-    "stop_db": (rq.DbScoped, _db_verb("stop")),
-    "restart_db": (rq.DbScoped, _db_verb("restart")),
-    "delete_db": (rq.DbScoped, _db_verb("delete")),
-    "retry": (rq.Retry, retry),
-    "list_services": (rq.ListServices, list_services),
-    "stop_service": (rq.ServiceRef, _service_verb("stop")),
-    "restart_service": (rq.ServiceRef, _service_verb("restart")),
-    "delete_service": (rq.ServiceRef, _service_verb("delete")),
-    "report_service_instance": (rq.ReportServiceInstance, report_service_instance),
-    "get_bucket_credentials": (rq.BucketCredentialsRequest, media.get_bucket_credentials),
-    "get_presigned_url": (rq.PresignedUrlRequest, media.get_presigned_url),
-    "get_presigned_urls": (rq.PresignedUrlsRequest, media.get_presigned_urls),
+
+class Operation(NamedTuple):
+    """One management operation: the request type it decodes strictly, and its handler."""
+
+    request: type[rq.Request]
+    run: Handler
+
+    @property
+    def answers(self) -> tuple[type[msgspec.Struct], ...]:
+        """The answer types its handler declares (its return annotation: one type, or a union)."""
+        declared = get_type_hints(self.run)["return"]
+        return get_args(declared) if isinstance(declared, UnionType) else (declared,)
+
+
+OPERATIONS: dict[str, Operation] = {
+    "list_orgs": Operation(rq.Empty, list_orgs),
+    "create_org": Operation(rq.CreateOrg, create_org),
+    "create_key": Operation(rq.CreateKey, create_key),
+    "list_keys": Operation(rq.Empty, list_keys),
+    "update_key": Operation(rq.UpdateKey, update_key),
+    "delete_key": Operation(rq.KeyName, delete_key),
+    "set_secret": Operation(rq.SetSecret, set_secret),
+    "delete_secret": Operation(rq.DeleteSecret, delete_secret),
+    "list_all_secrets": Operation(rq.ListSecrets, list_all_secrets),
+    "get_db": Operation(rq.DbScoped, get_db),
+    "list_dbs": Operation(rq.OrgScoped, list_dbs),
+    "get_receipts": Operation(rq.GetReceipts, get_receipts),
+    "get_archive": Operation(rq.DbScoped, get_archive),
+    "get_logs": Operation(rq.GetLogs, get_logs),
+    "get_usage": Operation(rq.Empty, get_usage),
+    "prepare_update": Operation(rq.PrepareUpdate, prepare_update),
+    "submit_update": Operation(rq.SubmitUpdate, submit_update),
+    "start_db": Operation(rq.DbScoped, _db_verb("start")),
+    "stop_db": Operation(rq.DbScoped, _db_verb("stop")),
+    "restart_db": Operation(rq.DbScoped, _db_verb("restart")),
+    "delete_db": Operation(rq.DbScoped, _db_verb("delete")),
+    "retry": Operation(rq.Retry, retry),
+    "list_services": Operation(rq.ListServices, list_services),
+    "stop_service": Operation(rq.ServiceRef, _service_verb("stop")),
+    "restart_service": Operation(rq.ServiceRef, _service_verb("restart")),
+    "delete_service": Operation(rq.ServiceRef, _service_verb("delete")),
+    "report_service_instance": Operation(rq.ReportServiceInstance, report_service_instance),
+    "get_bucket_credentials": Operation(rq.BucketCredentialsRequest, media.get_bucket_credentials),
+    "get_presigned_url": Operation(rq.PresignedUrlRequest, media.get_presigned_url),
+    "get_presigned_urls": Operation(rq.PresignedUrlsRequest, media.get_presigned_urls),
 }

@@ -11,11 +11,14 @@ from __future__ import annotations
 
 import base64
 import re
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar, overload
 
 import msgspec
 
 MAX_DEPTH = 64  # no body or token the emulator takes nests deeper than a handful of levels
+
+T = TypeVar("T")
 
 
 class NotJson(ValueError):
@@ -53,7 +56,13 @@ def check_depth(data: bytes | str) -> None:
         raise NotJson(f"JSON nested deeper than {MAX_DEPTH} levels (or its brackets do not pair)")
 
 
+@overload
+def decode(body: bytes | str) -> object: ...
+@overload
+def decode(body: bytes | str, type: type[T]) -> T: ...
 def decode(body: bytes | str, type: Any = Any) -> Any:
+    """`body` decoded strictly as `type` (msgspec's rules: no extra coercion), after the depth bound; without a type,
+    any JSON value (`object`: the caller narrows it). NotJson for anything else, with msgspec's words for it."""
     check_depth(body)
     try:
         return msgspec.json.decode(body, type=type)
@@ -63,14 +72,32 @@ def decode(body: bytes | str, type: Any = Any) -> Any:
         raise NotJson("JSON nested too deeply") from None
 
 
+def decoder(type_: type[T], refuse: Callable[[str], Exception], *, empty: bytes = b"null") -> Callable[[bytes], T]:
+    """A request body's reader: `decode(body, type_)`, an empty body read as `empty`, and what NotJson says raised as
+    `refuse(message)`, the origin's own refusal (its error format and words). What routes' typed bodies go through
+    (core/contract.body)."""
+
+    def read(body: bytes) -> T:
+        try:
+            return decode(body or empty, type_)
+        except NotJson as e:
+            raise refuse(str(e)) from None
+
+    return read
+
+
 def b64url(part: str) -> bytes:
     """A base64url segment of a JWS (unpadded), decoded; ValueError (binascii.Error) when it is not one."""
     return base64.urlsafe_b64decode(part + "=" * (-len(part) % 4))
 
 
-def token_parts(token: str) -> tuple[Any, Any] | None:
-    """The header and claims of a compact JWS (three dot-separated parts), decoded as JSON with the depth bound,
-    the signature unchecked; None when it is not three parts. NotJson when a part is not base64url JSON."""
+JsonObject = dict[str, object]
+
+
+def token_parts(token: str) -> tuple[JsonObject, JsonObject] | None:
+    """The header and claims of a compact JWS (three dot-separated parts), decoded as JSON objects with the depth
+    bound, the signature unchecked; None when it is not three parts. NotJson when a part is not a base64url JSON
+    object."""
     parts = token.split(".")
     if len(parts) != 3:
         return None
@@ -78,7 +105,7 @@ def token_parts(token: str) -> tuple[Any, Any] | None:
         header, claims = b64url(parts[0]), b64url(parts[1])
     except ValueError as e:
         raise NotJson(f"not base64url: {e}") from None
-    return decode(header), decode(claims)
+    return decode(header, JsonObject), decode(claims, JsonObject)
 
 
 def check_token(token: str) -> None:

@@ -8,30 +8,43 @@ ConflictError (409).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TypeVar
 
 import msgspec
 from litestar import Request, Response, get, patch, post
 
 from emulator.core import jsonbody, openapi
+from emulator.core.contract import error_shape
 from emulator.core.errors import BAD_REQUEST, UNAUTHORIZED, ApiError
 from emulator.identity import service_keys
 from emulator.identity.agents_api import AgentsApi, AttemptLink, CredentialCheck
 
 _encode = msgspec.json.Encoder().encode
+T = TypeVar("T")
 
 
 def _json(value: Any, status: int = 200) -> Response[bytes]:
     return Response(_encode(value), status_code=status, media_type="application/json")
 
 
+class WorkosError(msgspec.Struct):
+    """WorkOS's error body (`error` repeats `code`)."""
+
+    message: str
+    code: str
+    error: str
+
+
 def workos_error(_: Request[Any, Any, Any], exc: ApiError) -> Response[bytes]:
     return Response(
-        _encode({"message": exc.message, "code": exc.code, "error": exc.code}),
+        _encode(WorkosError(exc.message, exc.code, exc.code)),
         status_code=exc.status,
         media_type="application/json",
         headers=exc.headers or None,
     )
+
+
+WORKOS = error_shape(WorkosError, workos_error, description="a refusal, WorkOS's")
 
 
 async def _api(request: Request[Any, Any, Any]) -> tuple[AgentsApi, str]:
@@ -46,11 +59,12 @@ async def _api(request: Request[Any, Any, Any]) -> tuple[AgentsApi, str]:
     return idp.agents, key_id
 
 
-async def _body(request: Request[Any, Any, Any], kind: type[Any]) -> Any:
-    try:
-        return jsonbody.decode(await request.body() or b"null", kind)
-    except jsonbody.NotJson as e:
-        raise BAD_REQUEST(f"the body is not a valid request: {e}") from None
+def _refused(problem: str) -> ApiError:
+    return BAD_REQUEST(f"the body is not a valid request: {problem}")
+
+
+async def _body(request: Request[Any, Any, Any], kind: type[T]) -> T:
+    return jsonbody.decoder(kind, _refused)(await request.body())
 
 
 @post(

@@ -9,7 +9,7 @@ Error formats follow each endpoint's clients: registration endpoints answer `{co
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, Protocol, TypeVar
 from urllib.parse import parse_qs
 
 import msgspec
@@ -20,13 +20,18 @@ from litestar.exceptions import HTTPException
 from litestar.types import ASGIApp, Receive, Scope, Send
 from msgspec import UNSET, UnsetType
 
-from emulator.core import html, jsonbody, openapi
+from emulator.core import contract, html, jsonbody, openapi
 from emulator.core.boundary import Boundary, BoundaryGate, Render, by_path
 from emulator.core.clientip import client_ip
 from emulator.core.context import Core
+from emulator.core.contract import error_shape
 from emulator.core.errors import (
+    ANONYMOUS_REGISTRATION_DISABLED,
+    INTERACTION_REQUIRED,
     INVALID_GRANT,
+    INVALID_REFRESH_TOKEN,
     INVALID_REQUEST,
+    LOGIN_REQUIRED,
     NOT_FOUND,
     RATE_LIMIT_EXCEEDED,
     SERVER_ERROR,
@@ -54,6 +59,8 @@ from emulator.identity.identity import (
     Closed,
     Identity,
     NeedsInteraction,
+    Refreshed,
+    Registered,
     Registration,
     Scopes,
     why_closed,
@@ -64,6 +71,7 @@ from emulator.idp import agents, login
 _encode = msgspec.json.Encoder().encode
 _NO_STORE = {"Cache-Control": "no-store", "Pragma": "no-cache"}
 _FAILED = "the identity provider failed; see its log"
+T_co = TypeVar("T_co", covariant=True)
 
 
 @dataclass
@@ -147,8 +155,15 @@ def registration_error(_: Request[Any, Any, Any], exc: ApiError) -> Response[byt
     return _json(RegistrationError.of(exc), exc.status, exc.headers)
 
 
+class OAuthError(msgspec.Struct):
+    """An `/oauth2/*` error, RFC 6749's."""
+
+    error: str
+    error_description: str
+
+
 def oauth_error(_: Request[Any, Any, Any], exc: ApiError) -> Response[bytes]:
-    return _json_bytes(exc.status, {**_NO_STORE, **exc.headers}, oauth_bytes(exc)[1])
+    return _json(OAuthError(exc.code, exc.message), exc.status, {**_NO_STORE, **exc.headers})
 
 
 def page_error(_: Request[Any, Any, Any], exc: ApiError) -> Response[str]:
@@ -173,13 +188,25 @@ def http_error(request: Request[Any, Any, Any], exc: HTTPException) -> Response[
     return registration_error(request, ApiError(status, code, http_detail(exc)))
 
 
+# The error bodies as the OpenAPI document shows them, by the handlers that write them.
+REGISTRATION = error_shape(
+    RegistrationError,
+    registration_error,
+    http_error,
+    internal_error,
+    headers={"Retry-After": "on a 429: seconds to wait", "WWW-Authenticate": "on an ID-JAG's 401: AgentAuth"},
+    description="a refusal, as WorkOS and the pixeltable client read it",
+)
+OAUTH = error_shape(OAuthError, oauth_error, description="a refusal, RFC 6749's")
+
+
 # --- registration ---------------------------------------------------------------------------------
 
 
-async def _json_object(request: Request[Any, Any, Any]) -> dict[str, object]:
+def _object_of(raw: bytes) -> dict[str, object]:
     """The body as a JSON object, its members still unread: each endpoint's type decodes it."""
     try:
-        body = jsonbody.decode(await request.body() or b"null")
+        body = jsonbody.decode(raw or b"null")
     except jsonbody.NotJson as e:
         raise INVALID_REQUEST(f"the body is not valid JSON: {e}") from None
     if not isinstance(body, dict):
@@ -187,23 +214,46 @@ async def _json_object(request: Request[Any, Any, Any]) -> dict[str, object]:
     return body
 
 
+async def _json_object(request: Request[Any, Any, Any]) -> dict[str, object]:
+    return _object_of(await request.body())
+
+
+class _FromObject(Protocol[T_co]):
+    """A registration endpoint's body type: read from the JSON object, each field refused in its own words."""
+
+    def of(self, raw: dict[str, object], /) -> T_co: ...
+
+
+def registration_body(type_: _FromObject[T_co]) -> openapi.BodyDependency:
+    """`dependencies={name: registration_body(T)}`: the handler's parameter `name: T` is its body (core/contract.py)."""
+    return contract.body(type_, lambda raw: type_.of(_object_of(raw)))
+
+
 @post(
     "/agent/identity",
     status_code=200,
     exception_handlers={ApiError: registration_error},
-    opt=openapi.body(Registration),
+    dependencies={"registration": registration_body(Registration)},
+    responses=contract.errors(
+        INVALID_REQUEST,
+        INVALID_REFRESH_TOKEN,
+        INVALID_GRANT,
+        LOGIN_REQUIRED,
+        INTERACTION_REQUIRED,
+        ANONYMOUS_REGISTRATION_DISABLED,
+        RATE_LIMIT_EXCEEDED,
+    ),
 )
-async def register(request: Request[Any, Any, Any]) -> Response[bytes]:
+async def register(request: Request[Any, Any, Any], registration: Registration) -> Registered | Refreshed:
     idp = idp_of(request)
-    body = Registration.of(await _json_object(request))
-    if body.type != "refresh":
+    if registration.type != "refresh":
         quota = idp.limiter.hit(idp.client_ip(request))
         if not quota.allowed:
             raise RATE_LIMIT_EXCEEDED(
                 f"too many registrations from this address; try again in {quota.reset} seconds",
                 headers={"Retry-After": str(quota.reset)},
             )
-    return _json(await idp.identity.register(body, idp.client_ip(request)))
+    return await idp.identity.register(registration, idp.client_ip(request))
 
 
 @post(
@@ -287,7 +337,7 @@ async def token_answer(idp: Idp, ctype: str, authorization: str, body: bytes) ->
             raise INVALID_GRANT("refresh tokens go to /agent/identity with type refresh")
         return 200, _NO_STORE, _encode(await idp.identity.exchange(assertion, _one(form, "scope")))
     except ApiError as exc:
-        body = _encode({"error": exc.code, "error_description": exc.message})
+        body = _encode(OAuthError(exc.code, exc.message))
         return exc.status, {**_NO_STORE, **exc.headers}, body
 
 
@@ -577,7 +627,7 @@ def boundary_error(exc: ApiError) -> tuple[bytes, bytes]:
 
 def oauth_bytes(exc: ApiError) -> tuple[bytes, bytes]:
     """A refusal in OAuth's error format (RFC 6749 §5.2), as the OAuth endpoints' own handlers answer."""
-    return b"application/json", _encode({"error": exc.code, "error_description": exc.message})
+    return b"application/json", _encode(OAuthError(exc.code, exc.message))
 
 
 def gate_render() -> Render:
@@ -603,6 +653,7 @@ def build_idp_app(idp: Idp, boundary: Boundary) -> BoundaryGate:
         openapi_config=openapi.openapi_config(
             "Pixeltable Cloud emulator: identity provider",
             "Agent registration and claims, OAuth token and revocation, discovery, pxt login.",
+            errors=[REGISTRATION, OAUTH, agents.WORKOS],
         ),
         logging_config=None,
         debug=False,

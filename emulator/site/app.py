@@ -14,7 +14,7 @@ from emulator.core.boundary import by_path
 from emulator.core.faultgate import FaultGate
 from emulator.core.webapp import App
 from emulator.site import ask, discovery, mcp, pages, trials
-from emulator.site.errors import EXCEPTION_HANDLERS, boundary_error
+from emulator.site.errors import ENVELOPE, EXCEPTION_HANDLERS, boundary_error
 from emulator.site.gate import SiteGate
 from emulator.site.state import Site
 
@@ -67,6 +67,7 @@ def build_site_app(site: Site, mounted: Router, mounted_state: dict[str, object]
             "Pixeltable Cloud emulator: site",
             "The public agent API (/ask, /mcp), discovery, the trial endpoint, docs pages and the emulator's "
             "/_emulator control API.",
+            errors=[ENVELOPE, trials.REFUSAL],
         ),
         logging_config=None,
         debug=False,

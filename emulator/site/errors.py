@@ -14,6 +14,7 @@ import msgspec
 from litestar import Request, Response
 from litestar.exceptions import HTTPException
 
+from emulator.core.contract import error_shape
 from emulator.core.errors import (
     BAD_REQUEST,
     METHOD_NOT_ALLOWED,
@@ -102,3 +103,14 @@ EXCEPTION_HANDLERS: dict[Any, Any] = {
     HTTPException: on_http_error,
     Exception: on_internal_error,
 }
+
+
+# The envelope as the OpenAPI document shows it: what these handlers write, on the site and the operator API.
+ENVELOPE = error_shape(
+    ErrorBody,
+    on_api_error,
+    on_http_error,
+    on_internal_error,
+    headers={"Retry-After": "on a 429 or 503: seconds to wait"},
+    description="a refusal, in the site's envelope",
+)

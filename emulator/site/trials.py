@@ -12,7 +12,17 @@ from litestar import Request, Response, get, post
 
 from emulator.core import html, openapi
 from emulator.core.clock import iso
-from emulator.core.errors import INVALID_TOKEN, NOT_FOUND, UNAUTHORIZED, ApiError
+from emulator.core.contract import error_shape, errors
+from emulator.core.errors import (
+    CONFLICT,
+    FORBIDDEN,
+    INVALID_TOKEN,
+    NOT_FOUND,
+    RATE_LIMITED,
+    UNAUTHORIZED,
+    UNAVAILABLE,
+    ApiError,
+)
 from emulator.hosted import plans, trials
 from emulator.hosted.records import Org
 from emulator.site.state import site_of
@@ -56,13 +66,23 @@ def message_error(request: Request[Any, Any, Any], exc: ApiError) -> Response[by
     return Response(message_bytes(exc)[1], status_code=exc.status, media_type="application/json", headers=headers)
 
 
+# The trial endpoint's refusals as the OpenAPI document shows them.
+REFUSAL = error_shape(
+    Message,
+    message_error,
+    headers={"WWW-Authenticate": "on a 401: Bearer, with the resource metadata's URL"},
+    description="a refusal, as the trial spec words it",
+)
+
+
 @post(
     "/api/v1/trial-orgs",
     status_code=201,
     exception_handlers={ApiError: message_error},
     security=[{"bearer": []}],
+    responses=errors(UNAUTHORIZED, INVALID_TOKEN, FORBIDDEN, CONFLICT, UNAVAILABLE, RATE_LIMITED),
 )
-async def create_trial(request: Request[Any, Any, Any]) -> Response[bytes]:
+async def create_trial(request: Request[Any, Any, Any]) -> Response[TrialOrg]:
     site = site_of(request)
     scheme, _, token = request.headers.get("authorization", "").partition(" ")
     if scheme.lower() != "bearer" or not token.strip():
@@ -83,9 +103,7 @@ async def create_trial(request: Request[Any, Any, Any]) -> Response[bytes]:
         claim_url=f"{site.base_url}/claim/{made.claim_token}",
         expires_at=iso(made.expires_at),
     )
-    return Response(
-        _encode(trial), status_code=201, media_type="application/json", headers={"Cache-Control": "no-store"}
-    )
+    return Response(trial, status_code=201, headers={"Cache-Control": "no-store"})
 
 
 def _page_error(_: Request[Any, Any, Any], exc: ApiError) -> Response[str]:
