@@ -10,9 +10,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable
 from types import UnionType
-from typing import Any, NamedTuple, get_args, get_type_hints
-
-import msgspec
+from typing import Any, Generic, NamedTuple, TypeVar, get_args, get_type_hints
 
 from emulator.cloud import answers as a
 from emulator.cloud import media
@@ -24,7 +22,10 @@ from emulator.hosted.auth import Caller
 from emulator.hosted.platform import Platform
 from emulator.hosted.records import Database, Receipt, service_label
 
-Handler = Callable[[Platform, Caller, Any], Awaitable[msgspec.Struct]]
+R = TypeVar("R", bound=rq.Request)
+A = TypeVar("A", bound=a.Answer)
+Handler = Callable[[Platform, Caller, R], Awaitable[A]]
+"""An operation's function: its request decoded as R, its answer an A (an answers.Answer, or a union of them)."""
 
 
 # --- organizations ------------------------------------------------------------------------------------------
@@ -278,7 +279,7 @@ async def submit_update(p: Platform, caller: Caller, req: rq.SubmitUpdate) -> a.
     return a.Receipts(receipts=await _settling(p, org_id, accepted))
 
 
-def _db_verb(verb: str) -> Handler:
+def _db_verb(verb: str) -> Handler[rq.DbScoped, a.ReceiptAnswer]:
     """`start_db`, `stop_db`, `restart_db`, `delete_db`: one lifecycle rule, four verbs."""
 
     async def handle(p: Platform, caller: Caller, req: rq.DbScoped) -> a.ReceiptAnswer:
@@ -314,7 +315,7 @@ async def list_services(p: Platform, caller: Caller, req: rq.ListServices) -> a.
     return a.Instances(instances=[a.ServiceInstanceRecord.of(s, p.reconciler.endpoint(s)) for s in found.values()])
 
 
-def _service_verb(verb: str) -> Handler:
+def _service_verb(verb: str) -> Handler[rq.ServiceRef, a.ServiceAnswer | a.ServiceDeleted]:
     """`stop_service`, `restart_service`, `delete_service`: the same lifecycle rule as a database's."""
 
     async def handle(p: Platform, caller: Caller, req: rq.ServiceRef) -> a.ServiceAnswer | a.ServiceDeleted:
@@ -362,20 +363,21 @@ SCOPED = frozenset(
 )
 
 
-class Operation(NamedTuple):
-    """One management operation: the request type it decodes strictly, and its handler."""
+class Operation(NamedTuple, Generic[R, A]):
+    """One management operation: the request type it decodes strictly, and its function, which takes that type and
+    answers an A (the type checker holds the two together)."""
 
-    request: type[rq.Request]
-    run: Handler
+    request: type[R]
+    run: Handler[R, A]
 
     @property
-    def answers(self) -> tuple[type[msgspec.Struct], ...]:
-        """The answer types its handler declares (its return annotation: one type, or a union)."""
+    def answers(self) -> tuple[type[a.Answer], ...]:
+        """The answer types its function declares (its return annotation: one type, or a union)."""
         declared = get_type_hints(self.run)["return"]
         return get_args(declared) if isinstance(declared, UnionType) else (declared,)
 
 
-OPERATIONS: dict[str, Operation] = {
+OPERATIONS: dict[str, Operation[Any, Any]] = {
     "list_orgs": Operation(rq.Empty, list_orgs),
     "create_org": Operation(rq.CreateOrg, create_org),
     "create_key": Operation(rq.CreateKey, create_key),
