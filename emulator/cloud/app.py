@@ -150,13 +150,12 @@ async def _call(request: Request[Any, Any, Any], caller: Caller) -> Call:
         raise BAD_REQUEST(f"the body is not valid JSON: {e}") from None
     if not isinstance(body, dict) or not isinstance(body.get("operation_type"), str):
         raise BAD_REQUEST("the body must be a JSON object with an operation_type")
-    fields: jsonbody.JsonObject = body
-    refuse_old_client(fields)  # before the lookup and the strict decoding, whose refusals would not say why
-    op = str(fields["operation_type"])
+    refuse_old_client(body)  # before the lookup and the strict decoding, whose refusals would not say why
+    op = str(body["operation_type"])
     found = OPERATIONS.get(op)
     if found is None:
         raise BAD_REQUEST(f"unknown operation_type {op!r}")
-    return Call(caller, op, found, fields)
+    return Call(caller, op, found, body)
 
 
 @post(
