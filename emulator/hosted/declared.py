@@ -35,6 +35,7 @@ from emulator.core.payloads import StateApplied
 from emulator.core.secretbox import SecretBox
 from emulator.core.store import Db, Outcome
 from emulator.hosted import databases, keys, orgs, plans, secrets
+from emulator.hosted.states import MemberRole
 from emulator.identity import service_keys, webhooks
 from emulator.identity.identity import Identity, valid_email
 
@@ -70,7 +71,7 @@ class OrgDecl(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
 class UserDecl(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     email: str
     orgs: list[str] = []  # member of these organizations
-    role: Literal["admin", "member"] = "admin"
+    role: MemberRole = MemberRole.ADMIN
 
 
 class RegistrationDecl(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):

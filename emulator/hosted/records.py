@@ -10,7 +10,7 @@ import msgspec
 from msgspec import UNSET, UnsetType
 
 from emulator.core.store import Db, many, one
-from emulator.hosted.states import BuildOutcome, DbState, Phase, ServiceState
+from emulator.hosted.states import BuildOutcome, DbState, OrgState, Phase, ServiceState
 
 # What a declared state did to one row: made it, changed it, or found it as declared.
 
@@ -68,7 +68,7 @@ class Org(msgspec.Struct, kw_only=True):
     slug: str
     display_name: str | None = None
     trial: bool
-    state: str  # "unclaimed" | "claimed" | "active"
+    state: OrgState
     registration_id: str | None = None
     network: str | None = None
     expires_at: float | None = None

@@ -30,6 +30,7 @@ from emulator.core.kinds import Kind
 from emulator.core.payloads import TrialClaimed, TrialCreated, TrialExpired
 from emulator.hosted import keys, orgs
 from emulator.hosted.records import Org
+from emulator.hosted.states import MemberRole, OrgState
 from emulator.identity import agent_events
 from emulator.identity.agent_events import ApiKeyIssued, CredentialIssuedData
 from emulator.identity.identity import Identity, valid_email
@@ -133,13 +134,13 @@ async def claim(core: Core, identity: Identity, org_id: str, email: str) -> str:
     now = core.clock.now()
     async with core.store.transaction() as conn:
         org = await orgs.get(conn, org_id)
-        if org is None or (org.state == "unclaimed" and (org.expires_at or 0) <= now):
+        if org is None or (org.state == OrgState.UNCLAIMED and (org.expires_at or 0) <= now):
             raise NOT_FOUND("this trial no longer exists (unclaimed trials are deleted after 48 hours)")
-        if org.state != "unclaimed":
+        if org.state != OrgState.UNCLAIMED:
             raise CONFLICT(f"the organization {org.slug} is already claimed")
         user_id = await identity.ensure_user(conn, email, now)
         await orgs.claim(conn, org_id, now)
-        await orgs.add_member(conn, org_id, user_id, "admin")
+        await orgs.add_member(conn, org_id, user_id, MemberRole.ADMIN)
         # The person now owns what the agent made: its registration is claimed too, so it gets no more trials.
         if org.registration_id:
             await Identity.claim_with_trial(conn, org.registration_id, email, now)

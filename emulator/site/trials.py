@@ -25,6 +25,7 @@ from emulator.core.errors import (
 )
 from emulator.hosted import plans, trials
 from emulator.hosted.records import Org
+from emulator.hosted.states import OrgState
 from emulator.site.state import site_of
 
 _encode = msgspec.json.Encoder().encode
@@ -134,7 +135,7 @@ def _claim_form(org: Org, token: str, email: str = "", error: str = "", status: 
 async def claim_page(request: Request[Any, Any, Any], token: str) -> Response[str]:
     core = site_of(request).core
     org = await trials.by_claim_token(core, token)
-    if org.state == "unclaimed" and (org.expires_at or 0) <= core.clock.now():  # its deletion is due
+    if org.state == OrgState.UNCLAIMED and (org.expires_at or 0) <= core.clock.now():  # its deletion is due
         raise NOT_FOUND(f"this trial expired at {html.readable(org.expires_at or 0)}")
     return _claim_form(org, token)
 
