@@ -31,16 +31,9 @@ from emulator.core import openapi
 from emulator.core.clock import iso
 from emulator.core.errors import BAD_REQUEST
 from emulator.identity.agent_events import status_of
-from emulator.identity.identity import (
-    POST_CLAIM_SCOPES,
-    PRE_CLAIM_SCOPES,
-    LatestClaim,
-    UserOverview,
-    latest_claims,
-    users_overview,
-    valid_email,
-)
 from emulator.identity.idjag import MintRequest
+from emulator.identity.views import LatestClaim, UserOverview, latest_claims, users_overview
+from emulator.identity.wire import POST_CLAIM_SCOPES, PRE_CLAIM_SCOPES, valid_email
 
 
 def _attempt_token(claim: str | None) -> str | None:

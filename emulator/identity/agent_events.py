@@ -3,8 +3,8 @@ created_at}`, with the `data` shapes of the `workos` SDK's models (10.x, `common
 
 An event is journaled once the transaction of the change it reports committed (`publish`); when a webhook endpoint
 takes it, it is also written in that transaction (`record`) with one pending delivery for each such endpoint (an
-outbox: a delivery cannot be lost between the change and its sending). The webhook sender (webhooks.py) takes it
-from there.
+outbox: a delivery cannot be lost between the change and its sending; deliveries.py writes them). The webhook sender
+(sender.py) takes it from there.
 """
 
 from __future__ import annotations
@@ -31,6 +31,8 @@ from emulator.core.payloads import (
     AgentRegistrationRefreshed,
     AgentRegistrationRevoked,
 )
+from emulator.identity import deliveries as deliveries_
+from emulator.identity.deliveries import NewDelivery
 
 _JOURNALED = {
     Kind.AGENT_REGISTRATION_CREATED: AgentRegistrationCreated,
@@ -194,15 +196,11 @@ class Recorded:
 
 _ENDPOINTS = "SELECT id, events FROM webhook_endpoints WHERE disabled_at IS NULL"
 _EVENT = "INSERT INTO agent_events (id, event, registration_id, data, created_at) VALUES (?, ?, ?, ?, ?)"
-_DELIVERY = (
-    "INSERT INTO webhook_deliveries (id, endpoint_id, event_id, state, attempts, next_at, created_at) "
-    "VALUES (?, ?, ?, 'pending', 0, ?, ?)"
-)
 
 
 def _rows(
     core: Core, kind: Kind, registration_id: str, data: EventData, endpoints: list[sqlite3.Row]
-) -> tuple[Recorded, tuple[str, str, str, str, float], list[tuple[str, str, str, float, float]]]:
+) -> tuple[Recorded, tuple[str, str, str, str, float], list[NewDelivery]]:
     """The event's row and its deliveries' (one per endpoint that takes its kind)."""
     if kind not in _JOURNALED:
         raise ValueError(f"{kind} is not a registration event")
@@ -241,7 +239,7 @@ async def record(conn: aiosqlite.Connection, core: Core, kind: Kind, registratio
     if not deliveries:
         return recorded
     written = await conn.execute(_EVENT, event)
-    await conn.executemany(_DELIVERY, deliveries)
+    await deliveries_.enqueue(conn, deliveries)
     below = _prune_below(written.lastrowid, core.settings.journal_cap)
     if below is not None:
         await conn.execute(_PRUNE, (below,))
@@ -254,7 +252,7 @@ def record_sync(db: sqlite3.Connection, core: Core, kind: Kind, registration_id:
     if not deliveries:
         return recorded
     written = db.execute(_EVENT, event)
-    db.executemany(_DELIVERY, deliveries)
+    deliveries_.enqueue_sync(db, deliveries)
     below = _prune_below(written.lastrowid, core.settings.journal_cap)
     if below is not None:
         db.execute(_PRUNE, (below,))

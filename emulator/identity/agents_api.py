@@ -31,9 +31,11 @@ from emulator.core.ids import secret_hash
 from emulator.core.kinds import Kind
 from emulator.core.payloads import IdpClaimConfirmed, IdpRevoked
 from emulator.core.store import Db, one
-from emulator.identity import agent_events
+from emulator.identity import agent_events, registrations, tokens, users
 from emulator.identity.agent_events import RegistrationRef, Status, agent_identity_id, claim_id, status_of
-from emulator.identity.identity import ATTEMPT_COLUMNS, Identity, hint_refusal, valid_email, why_closed
+from emulator.identity.claims import ATTEMPT_COLUMNS, hint_refusal, why_closed
+from emulator.identity.identity import Identity
+from emulator.identity.wire import valid_email
 
 OPERATOR = "operator"  # who revoked, when it was not a service key
 MAX_EXTERNAL_ID = 255
@@ -201,7 +203,7 @@ class AgentsApi:
             if refused is not None:
                 raise refused
             # Every refusal before anything is written: a person made here and then refused would be journaled.
-            user_id, email = await self._find_user(conn, email, external_id)
+            user_id, email = await users.find_external(conn, email, external_id)
             refused = hint_refusal(attempt, email)  # the e-mail of the user the external_id names
             if refused is not None:
                 raise refused
@@ -214,33 +216,14 @@ class AgentsApi:
                 )
             if body.organization_id is not None and body.organization_id not in {o.id for o in organizations}:
                 raise FORBIDDEN(f"the user is not a member of the organization {body.organization_id}")
-            if user_id is None or (await self._external_id(conn, user_id)) is None:
-                user_id = await self.identity.ensure_user(conn, email, now)
-                await conn.execute("UPDATE users SET external_id = ? WHERE id = ?", (external_id, user_id))
-            code = await self.identity.settle(conn, attempt, email, True, now)
-            reg = await Identity.registration(conn, attempt["registration_id"])
+            if user_id is None or (await users.external_id_of(conn, user_id)) is None:
+                user_id = await self.identity.users.ensure_user(conn, email, now)
+                await users.set_external_id(conn, user_id, external_id)
+            code = await self.identity.claims.settle(conn, attempt, email, True, now)
+            reg = await registrations.registration(conn, attempt["registration_id"])
         assert code is not None and reg is not None
         self.core.bus.publish(reg["id"], IdpClaimConfirmed(email=email))
         return ClaimView(reg["id"], status_of(reg, now), code, organizations)
-
-    @staticmethod
-    async def _find_user(conn: aiosqlite.Connection, email: str, external_id: str) -> tuple[str | None, str]:
-        """The service's user, written nothing: by external_id, else by e-mail (to be given that external_id), else
-        none yet (to be made). Returns (user id or None, the user's e-mail)."""
-        found = await one(conn, "SELECT id, email FROM users WHERE external_id = ?", (external_id,))
-        if found is not None:
-            return str(found["id"]), str(found["email"])
-        by_email = await one(conn, "SELECT id, external_id FROM users WHERE email = ?", (email,))
-        if by_email is None:
-            return None, email
-        if by_email["external_id"] is not None:
-            raise CONFLICT(f"the user {email} is linked to another external_id")
-        return str(by_email["id"]), email
-
-    @staticmethod
-    async def _external_id(conn: aiosqlite.Connection, user_id: str) -> str | None:
-        found = await one(conn, "SELECT external_id FROM users WHERE id = ?", (user_id,))
-        return None if found is None else found["external_id"]
 
     @staticmethod
     async def _organizations(conn: aiosqlite.Connection, user_id: str) -> list[OrganizationRef]:
@@ -262,21 +245,13 @@ class AgentsApi:
         now = self.core.clock.now()
         recorded: agent_events.Recorded | None = None
         async with self.core.store.transaction() as conn:
-            reg = await Identity.registration(conn, reg_id)
+            reg = await registrations.registration(conn, reg_id)
             if reg is None:
                 raise ENTITY_NOT_FOUND(f"no agent registration {reg_id}")
             if reg["revoked_at"] is None:
-                await conn.execute(
-                    "UPDATE registrations SET revoked_at = ?, updated_at = ? WHERE id = ?", (now, now, reg_id)
-                )
-                await conn.execute(
-                    "UPDATE access_tokens SET revoked_at = ? WHERE registration_id = ? AND revoked_at IS NULL",
-                    (now, reg_id),
-                )
-                await conn.execute(
-                    "UPDATE refresh_tokens SET spent_at = ? WHERE registration_id = ? AND spent_at IS NULL",
-                    (now, reg_id),
-                )
+                await registrations.revoke(conn, reg_id, now)
+                await tokens.revoke_access(conn, reg_id, now)
+                await tokens.spend_refresh(conn, reg_id, now)
                 recorded = await agent_events.record(
                     conn, self.core, Kind.AGENT_REGISTRATION_REVOKED, reg_id, RegistrationRef(reg_id)
                 )
@@ -290,8 +265,7 @@ class AgentsApi:
         """The operator deletes a registration with what hangs on it (its tokens and claim attempts, by cascade); its
         trial stays, and the trial's key stops working (hosted/keys.live_owner)."""
         async with self.core.store.transaction() as conn:
-            cur = await conn.execute("DELETE FROM registrations WHERE id = ?", (reg_id,))
-            if cur.rowcount == 0:
+            if not await registrations.delete(conn, reg_id):
                 raise ENTITY_NOT_FOUND(f"no agent registration {reg_id}")
             recorded = await agent_events.record(
                 conn, self.core, Kind.AGENT_REGISTRATION_DELETED, reg_id, RegistrationRef(reg_id)

@@ -41,7 +41,10 @@ from emulator.core.webapp import App
 from emulator.hosted.logins import Logins
 from emulator.identity import discovery
 from emulator.identity.agents_api import AgentsApi
-from emulator.identity.identity import (
+from emulator.identity.claims import Closed, why_closed
+from emulator.identity.identity import Identity
+from emulator.identity.idjag import UPSTREAM_PATH, TokenExchange
+from emulator.identity.wire import (
     CLAIM_PAGE,
     JWT_BEARER,
     POST_CLAIM_SCOPES,
@@ -49,14 +52,10 @@ from emulator.identity.identity import (
     ClaimCompletion,
     ClaimOffer,
     ClaimStart,
-    Closed,
-    Identity,
     NeedsInteraction,
     Registration,
     Scopes,
-    why_closed,
 )
-from emulator.identity.idjag import UPSTREAM_PATH, TokenExchange
 from emulator.idp import agents, login
 from emulator.site.errors import http_detail, incomplete_body, last_resort
 from emulator.site.ratelimit import RateLimiter
