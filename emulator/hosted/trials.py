@@ -64,11 +64,11 @@ async def create(core: Core, registration_id: str, ip: str) -> NewTrial:
         reg = await registrations.registration(conn, registration_id)
         if reg is None:
             raise INVALID_TOKEN("the registration behind this token no longer exists")
-        if reg["status"] == "claimed":
+        if reg.status == "claimed":
             raise FORBIDDEN(
                 "this registration was claimed: it works in its person's organization (pxt login) and gets no trial",
             )
-        if reg["trial_org_id"] is not None:
+        if reg.trial_org_id is not None:
             raise CONFLICT("this registration already has a trial; register again for another")
         if not core.switches["cloud_reachable"]:
             raise UNAVAILABLE("the cloud could not be reached; try again later")

@@ -33,6 +33,7 @@ from emulator.core.payloads import (
 )
 from emulator.identity import deliveries as deliveries_
 from emulator.identity.deliveries import NewDelivery
+from emulator.identity.records import RegistrationRecord
 
 _JOURNALED = {
     Kind.AGENT_REGISTRATION_CREATED: AgentRegistrationCreated,
@@ -70,14 +71,14 @@ def method_of(kind: str) -> str:
     return "id_jag" if kind == "identity_assertion" else kind
 
 
-def status_of(reg: sqlite3.Row, now: float) -> Status:
+def status_of(reg: RegistrationRecord, now: float) -> Status:
     """A registration's status as the service side reads it: `revoked`; `verified` once claimed (an ID-JAG's is
     claimed when made); `expired` when its claim window closed unclaimed; else `unverified`."""
-    if reg["revoked_at"] is not None:
+    if reg.revoked_at is not None:
         return "revoked"
-    if reg["status"] == "claimed":
+    if reg.status == "claimed":
         return "verified"
-    if reg["claim_expires_at"] <= now:
+    if reg.claim_expires_at <= now:
         return "expired"
     return "unverified"
 
@@ -167,18 +168,18 @@ class Envelope(msgspec.Struct, kw_only=True):
     created_at: str
 
 
-def registration_data(reg: sqlite3.Row, user_id: str | None, now: float) -> RegistrationData:
+def registration_data(reg: RegistrationRecord, user_id: str | None, now: float) -> RegistrationData:
     """A registration as the events and the service side's API show it."""
-    created = iso(reg["created_at"])
+    created = iso(reg.created_at)
     return RegistrationData(
-        id=reg["id"],
-        agent_identity=AgentIdentityData(agent_identity_id(reg["id"]), user_id),
-        organization_id=reg["trial_org_id"],
+        id=reg.id,
+        agent_identity=AgentIdentityData(agent_identity_id(reg.id), user_id),
+        organization_id=reg.trial_org_id,
         status=status_of(reg, now),
-        kind=reg["type"],
-        method=method_of(reg["type"]),
+        kind=reg.type,
+        method=method_of(reg.type),
         created_at=created,
-        updated_at=iso(reg["updated_at"]) if reg["updated_at"] is not None else created,
+        updated_at=iso(reg.updated_at) if reg.updated_at is not None else created,
     )
 
 

@@ -5,7 +5,6 @@ only. Every time is the emulator's clock."""
 
 from __future__ import annotations
 
-import sqlite3
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -31,8 +30,10 @@ from emulator.core.errors import (
 from emulator.core.ids import secret_hash
 from emulator.core.kinds import Kind
 from emulator.core.payloads import IdpClaimConfirmed, IdpClaimDenied, IdpClaimStarted
+from emulator.core.store import fetch_one
 from emulator.identity import agent_events
 from emulator.identity.agent_events import ClaimAttemptData
+from emulator.identity.records import AttemptRecord, OpenAttempt, RegistrationRecord
 from emulator.identity.users import Users
 from emulator.identity.wire import CLAIM_PAGE, Attempt, ClaimStart, ClaimStarted, Urls, claim_token_refused, valid_email
 
@@ -78,18 +79,19 @@ class Claims:
         )
         return Attempt(f"{self.urls.auth}{CLAIM_PAGE}?token={token}", iso(exp)), started
 
-    async def registration_by_claim_token(self, conn: aiosqlite.Connection, token: str | None) -> sqlite3.Row:
+    async def registration_by_claim_token(self, conn: aiosqlite.Connection, token: str | None) -> RegistrationRecord:
         if not token:
             raise claim_token_refused(token)
-        async with conn.execute("SELECT * FROM registrations WHERE claim_token_hash = ?", (secret_hash(token),)) as cur:
-            reg = await cur.fetchone()
+        reg = await fetch_one(
+            conn, RegistrationRecord, "SELECT * FROM registrations WHERE claim_token_hash = ?", (secret_hash(token),)
+        )
         if reg is None:
             raise INVALID_CLAIM_TOKEN("the claim token is not one this provider issued")
-        if reg["revoked_at"] is not None:
+        if reg.revoked_at is not None:
             raise CLAIM_REVOKED("this registration was revoked; register again")
-        if reg["status"] == "claimed":
+        if reg.status == "claimed":
             raise ALREADY_CLAIMED("this registration is already claimed")
-        if reg["claim_expires_at"] <= self.core.clock.now():
+        if reg.claim_expires_at <= self.core.clock.now():
             raise CLAIM_EXPIRED("the claim window of this registration has closed")
         return reg
 
@@ -104,16 +106,17 @@ class Claims:
         now = self.core.clock.now()
         async with self.core.store.transaction() as conn:
             reg = await self.registration_by_claim_token(conn, body.claim_token)
-            hint = (login_hint or reg["login_hint"] or "").strip() or None
-            if reg["upstream_iss"] is not None and (hint or "").lower() != reg["login_hint"].lower():
+            hint = (login_hint or reg.login_hint or "").strip() or None
+            # an ID-JAG's registration names its e-mail (login_hint) whenever it names its upstream issuer
+            if reg.upstream_iss is not None and (hint or "").lower() != str(reg.login_hint).lower():
                 # its claim links the ID-JAG's upstream identity: only the account of the ID-JAG's e-mail may take it
-                raise INVALID_LOGIN_HINT(f"this registration's claim is for {reg['login_hint']}, the ID-JAG's e-mail")
-            attempt, started = await self.new_attempt(conn, reg["id"], hint, now)
-        self.core.bus.publish(reg["id"], IdpClaimStarted(login_hint=hint))
+                raise INVALID_LOGIN_HINT(f"this registration's claim is for {reg.login_hint}, the ID-JAG's e-mail")
+            attempt, started = await self.new_attempt(conn, reg.id, hint, now)
+        self.core.bus.publish(reg.id, IdpClaimStarted(login_hint=hint))
         agent_events.publish(self.core.bus, started)
-        return ClaimStarted(reg["id"], "service_auth", attempt)
+        return ClaimStarted(reg.id, "service_auth", attempt)
 
-    async def attempt_for(self, *, token: str | None = None, registration: str | None = None) -> sqlite3.Row:
+    async def attempt_for(self, *, token: str | None = None, registration: str | None = None) -> OpenAttempt:
         """The current attempt, by the token of its verification URI or by registration id."""
         if token:
             where, arg = "a.token_hash = ?", secret_hash(token)
@@ -121,7 +124,9 @@ class Claims:
             where, arg = "a.registration_id = ? AND a.state != 'superseded'", registration
         else:
             raise BAD_REQUEST("name the claim: its verification_uri or its registration id")
-        row = await self.core.store.fetchone(
+        row = await fetch_one(
+            self.core.store,
+            OpenAttempt,
             f"SELECT {ATTEMPT_COLUMNS} FROM claim_attempts a "
             f"JOIN registrations r ON r.id = a.registration_id WHERE {where} ORDER BY a.created_at DESC LIMIT 1",
             (arg,),
@@ -130,7 +135,7 @@ class Claims:
             raise NOT_FOUND("no pending claim matches")
         return row
 
-    async def decide(self, attempt: sqlite3.Row, email: str, approve: bool) -> str | None:
+    async def decide(self, attempt: OpenAttempt, email: str, approve: bool) -> str | None:
         """The person signed in as `email` approves (→ the user code, shown once) or denies the claim. Denying
         needs no e-mail: a person asked about an agent they do not know must not have to sign in to refuse it."""
         email = email.strip()
@@ -140,21 +145,22 @@ class Claims:
         async with self.core.store.transaction() as conn:
             # The attempt as it is now, in this transaction: a newer claim or a revocation committed since the page
             # read it closes it.
-            async with conn.execute(
+            current = await fetch_one(
+                conn,
+                OpenAttempt,
                 f"SELECT {ATTEMPT_COLUMNS} FROM claim_attempts a JOIN registrations r ON r.id = a.registration_id "
                 "WHERE a.id = ?",
-                (attempt["id"],),
-            ) as cur:
-                current = await cur.fetchone()
+                (attempt.id,),
+            )
             if current is None:  # its registration was deleted meanwhile
                 raise GONE("this claim is no more: its agent was deleted")
             code = await self.settle(conn, current, email, approve, now)
         decided = IdpClaimConfirmed if approve else IdpClaimDenied
-        self.core.bus.publish(attempt["registration_id"], decided(email=email or None))
+        self.core.bus.publish(attempt.registration_id, decided(email=email or None))
         return code
 
     async def settle(
-        self, conn: aiosqlite.Connection, attempt: sqlite3.Row, email: str, approve: bool, now: float
+        self, conn: aiosqlite.Connection, attempt: OpenAttempt, email: str, approve: bool, now: float
     ) -> str | None:
         """The decision on a claim attempt inside the caller's transaction: the claim page's, the operator's and the
         service side's (`link_external_user`) alike. The caller journals it once committed."""
@@ -174,20 +180,21 @@ class Claims:
                 email or None,
                 secret_hash(code) if code else None,
                 now + self._s.attempt_ttl if code else None,
-                attempt["id"],
+                attempt.id,
             ),
         )
         return code
 
     @staticmethod
-    async def latest(conn: aiosqlite.Connection, reg_id: str) -> sqlite3.Row | None:
+    async def latest(conn: aiosqlite.Connection, reg_id: str) -> AttemptRecord | None:
         """The registration's current attempt (a superseded one never is)."""
-        async with conn.execute(
+        return await fetch_one(
+            conn,
+            AttemptRecord,
             "SELECT * FROM claim_attempts WHERE registration_id = ? AND state != 'superseded' "
             "ORDER BY created_at DESC LIMIT 1",
             (reg_id,),
-        ) as cur:
-            return await cur.fetchone()
+        )
 
     @staticmethod
     async def complete(conn: aiosqlite.Connection, attempt_id: str) -> None:
@@ -204,9 +211,9 @@ class Closed:
     text: str
 
 
-def hint_refusal(attempt: sqlite3.Row, email: str) -> ApiError | None:
+def hint_refusal(attempt: AttemptRecord, email: str) -> ApiError | None:
     """A claim for a named person (its login_hint) is decided only as that person (e-mail, in any case)."""
-    hint = attempt["login_hint"]
+    hint = attempt.login_hint
     if hint and email and hint.lower() != email.strip().lower():
         return FORBIDDEN(f"this claim is for {hint}; sign in with that account")
     return None
@@ -218,23 +225,23 @@ ATTEMPT_COLUMNS = (
 )
 
 
-def why_closed(attempt: sqlite3.Row, now: float, readable: Callable[[float], str] = iso) -> Closed | None:
+def why_closed(attempt: OpenAttempt, now: float, readable: Callable[[float], str] = iso) -> Closed | None:
     """Whether a claim link still takes a decision. It works once: approved or denied, it is used."""
-    if attempt["registration_revoked_at"] is not None:
+    if attempt.registration_revoked_at is not None:
         return Closed(410, "This agent was revoked", "The service revoked this agent; it must register again.")
-    if attempt["state"] == "superseded":
+    if attempt.state == "superseded":
         return Closed(
             410, "This claim link was replaced", "The agent started a newer claim: use the newest link it gives you."
         )
-    if attempt["state"] == "completed" or attempt["registration_status"] == "claimed":
+    if attempt.state == "completed" or attempt.registration_status == "claimed":
         return Closed(409, "This claim link was already used", "The agent is already linked to an account.")
-    if attempt["state"] in ("confirmed", "denied"):
-        done = "approved" if attempt["state"] == "confirmed" else "denied"
-        who = f" as {attempt['email']}" if attempt["email"] else ""
+    if attempt.state in ("confirmed", "denied"):
+        done = "approved" if attempt.state == "confirmed" else "denied"
+        who = f" as {attempt.email}" if attempt.email else ""
         again = (
             " Its user code was shown once; the agent starts a new claim for a new one." if done == "approved" else ""
         )
         return Closed(409, "This claim link was already used", f"It was {done}{who}; it works once.{again}")
-    if attempt["expires_at"] <= now:
-        return Closed(410, "This claim link expired", f"It was valid until {readable(attempt['expires_at'])}.")
+    if attempt.expires_at <= now:
+        return Closed(410, "This claim link expired", f"It was valid until {readable(attempt.expires_at)}.")
     return None

@@ -8,7 +8,6 @@ refresh_tokens, idjag_jtis: assertions, the jwt-bearer exchange, the site's chec
 
 from __future__ import annotations
 
-import sqlite3
 from typing import Literal
 
 import aiosqlite
@@ -16,6 +15,7 @@ import aiosqlite
 from emulator.core.context import Core
 from emulator.identity.claims import Claims
 from emulator.identity.idjag import Upstream
+from emulator.identity.records import OpenAttempt
 from emulator.identity.registrations import Registrations
 from emulator.identity.signing import Signer
 from emulator.identity.tokens import Tokens
@@ -79,10 +79,10 @@ class Identity:
 
     # --- the person's side --------------------------------------------------------------------------
 
-    async def attempt_for(self, *, token: str | None = None, registration: str | None = None) -> sqlite3.Row:
+    async def attempt_for(self, *, token: str | None = None, registration: str | None = None) -> OpenAttempt:
         return await self.claims.attempt_for(token=token, registration=registration)
 
-    async def decide(self, attempt: sqlite3.Row, email: str, approve: bool) -> str | None:
+    async def decide(self, attempt: OpenAttempt, email: str, approve: bool) -> str | None:
         return await self.claims.decide(attempt, email, approve)
 
     async def ensure_user(self, conn: aiosqlite.Connection, email: str, now: float) -> str:

@@ -5,7 +5,6 @@ tokens are stored as hashes only. Every time is the emulator's clock."""
 
 from __future__ import annotations
 
-import sqlite3
 from typing import Literal
 
 import aiosqlite
@@ -32,10 +31,12 @@ from emulator.core.errors import (
 from emulator.core.ids import secret_hash
 from emulator.core.kinds import Kind
 from emulator.core.payloads import IdpClaimed, IdpIdjagRefused, IdpRegistered
+from emulator.core.store import fetch_one, many
 from emulator.identity import agent_events, tokens, users
 from emulator.identity.agent_events import ClaimCompletedData, ClaimedBy, RegistrationRef
 from emulator.identity.claims import Claims
 from emulator.identity.idjag import Upstream
+from emulator.identity.records import RegistrationRecord
 from emulator.identity.tokens import Tokens
 from emulator.identity.users import Users
 from emulator.identity.wire import (
@@ -207,7 +208,7 @@ class Registrations:
         """`agent.registration.created` for a registration just written."""
         reg = await registration(conn, reg_id)
         assert reg is not None
-        user = await users.user_id(conn, reg["claimed_email"]) if reg["claimed_email"] else None
+        user = await users.user_id(conn, reg.claimed_email) if reg.claimed_email else None
         data = agent_events.registration_data(reg, user, self.core.clock.now())
         return await agent_events.record(conn, self.core, Kind.AGENT_REGISTRATION_CREATED, reg_id, data)
 
@@ -218,56 +219,63 @@ class Registrations:
         now = self.core.clock.now()
         async with self.core.store.transaction() as conn:
             reg = await self.claims.registration_by_claim_token(conn, body.claim_token)
-            attempt = await Claims.latest(conn, reg["id"])
+            attempt = await Claims.latest(conn, reg.id)
             if attempt is None:
                 raise CLAIM_NOT_CONFIRMED("no claim was started; POST /agent/identity/claim")
-            if attempt["state"] == "denied":
+            if attempt.state == "denied":
                 raise CLAIM_DENIED("the person denied this claim")
-            if attempt["state"] == "pending":
-                if attempt["expires_at"] <= now:
+            if attempt.state == "pending":
+                if attempt.expires_at <= now:
                     raise CLAIM_EXPIRED("the claim link expired; start a new claim")
                 raise CLAIM_NOT_CONFIRMED(
                     "the person has not confirmed yet: they sign in at the verification_uri and read you the code",
                 )
-            if attempt["code_expires_at"] <= now:
+            # a confirmed attempt (the one state left: a completed one's registration is claimed) has its code and
+            # the e-mail it was confirmed as
+            assert attempt.code_expires_at is not None and attempt.email is not None
+            if attempt.code_expires_at <= now:
                 raise USER_CODE_EXPIRED("the user code expired; start a new claim")
-            if secret_hash(code) != attempt["user_code_hash"]:
+            if secret_hash(code) != attempt.user_code_hash:
                 raise INVALID_USER_CODE("that is not the code shown on the claim page")
-            email = attempt["email"]
-            await Claims.complete(conn, attempt["id"])
+            email = attempt.email
+            await Claims.complete(conn, attempt.id)
             await conn.execute(
                 "UPDATE registrations SET status = 'claimed', claimed_email = ?, claimed_at = ?, updated_at = ? "
                 "WHERE id = ?",
-                (email, now, now, reg["id"]),
+                (email, now, now, reg.id),
             )
             # The pre-claim tokens of an anonymous registration stop working; the new assertion replaces them.
-            await tokens.revoke_access(conn, reg["id"], now)
-            refresh, refresh_exp = await self.tokens.new_refresh_token(conn, reg["id"], now)
+            await tokens.revoke_access(conn, reg.id, now)
+            refresh, refresh_exp = await self.tokens.new_refresh_token(conn, reg.id, now)
             user_id = await self.users.ensure_user(conn, email, now)
             # The claim an ID-JAG's interaction_required started links the upstream identity to its own e-mail's
             # account only (its attempts are pinned to it; this is the last guard).
-            if reg["upstream_iss"] is not None and email.lower() == (reg["login_hint"] or "").lower():
-                await users.link_upstream(conn, reg["upstream_iss"], reg["upstream_sub"], user_id, now)
+            if (
+                reg.upstream_iss is not None
+                and reg.upstream_sub is not None
+                and email.lower() == (reg.login_hint or "").lower()
+            ):
+                await users.link_upstream(conn, reg.upstream_iss, reg.upstream_sub, user_id, now)
             completed = await agent_events.record(
                 conn,
                 self.core,
                 Kind.AGENT_REGISTRATION_CLAIM_COMPLETED,
-                reg["id"],
+                reg.id,
                 ClaimCompletedData(
-                    id=agent_events.claim_id(reg["id"]),
-                    agent_registration_id=reg["id"],
-                    completed_by_attempt_id=attempt["id"],
-                    claimed_by=ClaimedBy(user_id, reg["trial_org_id"]),
+                    id=agent_events.claim_id(reg.id),
+                    agent_registration_id=reg.id,
+                    completed_by_attempt_id=attempt.id,
+                    claimed_by=ClaimedBy(user_id, reg.trial_org_id),
                     completed_at=iso(now),
-                    created_at=iso(reg["created_at"]),
+                    created_at=iso(reg.created_at),
                     updated_at=iso(now),
                 ),
             )
-        assertion, exp = self.tokens.assertion(reg["id"], reg["type"], email)
-        self.core.bus.publish(reg["id"], IdpClaimed(email=email, assertion_expires_at=exp))
+        assertion, exp = self.tokens.assertion(reg.id, reg.type, email)
+        self.core.bus.publish(reg.id, IdpClaimed(email=email, assertion_expires_at=exp))
         agent_events.publish(self.core.bus, completed)
         renewal = RefreshToken(refresh, iso(refresh_exp))
-        return Claimed(reg["id"], "claimed", Grant(assertion=assertion, expires_at=iso(exp), refresh_token=renewal))
+        return Claimed(reg.id, "claimed", Grant(assertion=assertion, expires_at=iso(exp), refresh_token=renewal))
 
     async def expire_unclaimed(self, now: float) -> None:
         """A due job: `agent.registration.expired`, once, for each registration whose claim window closed unclaimed
@@ -276,8 +284,7 @@ class Registrations:
         if await self.core.store.fetchone(f"SELECT 1 FROM registrations WHERE {due} LIMIT 1", (now,)) is None:
             return  # the usual answer, without a write transaction
         async with self.core.store.transaction() as conn:  # read again and written in one transaction
-            async with conn.execute(f"SELECT id FROM registrations WHERE {due}", (now,)) as cur:
-                ids = [str(r["id"]) for r in await cur.fetchall()]
+            ids = [str(r[0]) for r in await many(conn, f"SELECT id FROM registrations WHERE {due}", (now,))]
             events = []
             for reg_id in ids:
                 await conn.execute(
@@ -344,10 +351,10 @@ class Registrations:
             )
             outcome = "created"
         else:
-            window = reg["claim_expires_at"]
+            window = reg.claim_expires_at
             if exact or window <= now:
                 window = now + self._s.claim_ttl
-            claimed_at = (reg["claimed_at"] or now) if claimed_email else None
+            claimed_at = (reg.claimed_at or now) if claimed_email else None
             want = (
                 kind,
                 login_hint,
@@ -355,25 +362,22 @@ class Registrations:
                 claimed_email,
                 claimed_at,
                 trial_org_id,
-                token_hash or reg["claim_token_hash"],
+                token_hash or reg.claim_token_hash,
                 window,
                 upstream_iss,
                 upstream_sub,
             )
-            have = tuple(
-                reg[c]
-                for c in (
-                    "type",
-                    "login_hint",
-                    "status",
-                    "claimed_email",
-                    "claimed_at",
-                    "trial_org_id",
-                    "claim_token_hash",
-                    "claim_expires_at",
-                    "upstream_iss",
-                    "upstream_sub",
-                )
+            have = (
+                reg.type,
+                reg.login_hint,
+                reg.status,
+                reg.claimed_email,
+                reg.claimed_at,
+                reg.trial_org_id,
+                reg.claim_token_hash,
+                reg.claim_expires_at,
+                reg.upstream_iss,
+                reg.upstream_sub,
             )
             if want != have:
                 await conn.execute(
@@ -391,9 +395,8 @@ class Registrations:
 # --- a registration's row, read and written inside the caller's transaction (trials, declared states, the agents API)
 
 
-async def registration(conn: aiosqlite.Connection, registration_id: str) -> sqlite3.Row | None:
-    async with conn.execute("SELECT * FROM registrations WHERE id = ?", (registration_id,)) as cur:
-        return await cur.fetchone()
+async def registration(conn: aiosqlite.Connection, registration_id: str) -> RegistrationRecord | None:
+    return await fetch_one(conn, RegistrationRecord, "SELECT * FROM registrations WHERE id = ?", (registration_id,))
 
 
 async def attach_trial(conn: aiosqlite.Connection, registration_id: str, org_id: str) -> None:

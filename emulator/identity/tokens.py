@@ -24,9 +24,11 @@ from emulator.core.errors import (
 from emulator.core.ids import secret_hash
 from emulator.core.kinds import Kind
 from emulator.core.payloads import IdpRefreshed, IdpTokenIssued, IdpTokenRevoked
+from emulator.core.store import fetch_one, record
 from emulator.identity import agent_events
 from emulator.identity.agent_events import AccessTokenIssued, CredentialIssuedData, RegistrationRef
 from emulator.identity.idjag import SKEW
+from emulator.identity.records import HeldRefreshToken, RefreshTokenRecord, RegistrationRecord, TokenCheck
 from emulator.identity.signing import ACCESS_TOKEN_TYP, ASSERTION_TYP, AgentClaims, InvalidToken, Signer
 from emulator.identity.wire import (
     POST_CLAIM_SCOPES,
@@ -90,17 +92,18 @@ class Tokens:
         jti = self.core.ids.ident("at_")
         exp = now + self._s.access_token_ttl
 
-        def record(db: sqlite3.Connection) -> tuple[sqlite3.Row, list[str], agent_events.Recorded]:
+        def write(db: sqlite3.Connection) -> tuple[RegistrationRecord, list[str], agent_events.Recorded]:
             # The registration's state and the token's record in one transaction: a claim or a deletion
             # committed in between cannot leave a token of the state before it.
-            reg = db.execute("SELECT * FROM registrations WHERE id = ?", (claims.sub,)).fetchone()
-            if reg is None:
+            row = db.execute("SELECT * FROM registrations WHERE id = ?", (claims.sub,)).fetchone()
+            if row is None:
                 raise INVALID_GRANT("the registration no longer exists; register again")
-            if reg["revoked_at"] is not None:
+            reg = record(row, RegistrationRecord)
+            if reg.revoked_at is not None:
                 raise INVALID_GRANT("the registration was revoked; register again")
-            if reg["status"] == "claimed" and claims.email is UNSET:
+            if reg.status == "claimed" and claims.email is UNSET:
                 raise INVALID_GRANT("this registration was claimed; use the assertion the claim returned")
-            granted = POST_CLAIM_SCOPES if reg["status"] == "claimed" else PRE_CLAIM_SCOPES
+            granted = POST_CLAIM_SCOPES if reg.status == "claimed" else PRE_CLAIM_SCOPES
             scopes = granted
             if scope:
                 scopes = scope.split()
@@ -111,36 +114,34 @@ class Tokens:
                     )
             db.execute(
                 "INSERT INTO access_tokens (jti, registration_id, scope, issued_at, expires_at) VALUES (?, ?, ?, ?, ?)",
-                (jti, reg["id"], " ".join(scopes), now, exp),
+                (jti, reg.id, " ".join(scopes), now, exp),
             )
             issued = CredentialIssuedData(
                 id=jti,
-                agent_registration_id=reg["id"],
+                agent_registration_id=reg.id,
                 detail=AccessTokenIssued(jti, iso(exp)),
                 created_at=iso(now),
                 updated_at=iso(now),
             )
-            event = agent_events.record_sync(
-                db, self.core, Kind.AGENT_REGISTRATION_CREDENTIAL_ISSUED, reg["id"], issued
-            )
+            event = agent_events.record_sync(db, self.core, Kind.AGENT_REGISTRATION_CREDENTIAL_ISSUED, reg.id, issued)
             return reg, scopes, event
 
-        reg, scopes, event = await self.core.store.write(record)
+        reg, scopes, event = await self.core.store.write(write)
         token = self.signer.sign(
             ACCESS_TOKEN_TYP,
             AgentClaims(
                 iss=self.urls.auth,
                 aud=self.urls.site,
-                sub=reg["id"],
-                client_id=reg["id"],
+                sub=reg.id,
+                client_id=reg.id,
                 scope=" ".join(scopes),
                 jti=jti,
                 iat=int(now),
                 exp=int(exp),
-                registration_type=reg["type"],
+                registration_type=reg.type,
             ),
         )
-        self.core.bus.publish(reg["id"], IdpTokenIssued(scope=" ".join(scopes), expires_at=iso(exp)))
+        self.core.bus.publish(reg.id, IdpTokenIssued(scope=" ".join(scopes), expires_at=iso(exp)))
         agent_events.publish(self.core.bus, event)
         return AccessToken(token, "Bearer", self._s.access_token_ttl, " ".join(scopes))
 
@@ -163,17 +164,19 @@ class Tokens:
             raise INVALID_TOKEN("the access token was not issued for this site")
         if claims.exp <= self.core.clock.now():
             raise INVALID_TOKEN("the access token has expired; exchange the assertion again")
-        row = await self.core.store.fetchone(
+        row = await fetch_one(
+            self.core.store,
+            TokenCheck,
             "SELECT t.revoked_at, r.type, r.revoked_at AS registration_revoked_at FROM access_tokens t "
             "JOIN registrations r ON r.id = t.registration_id WHERE t.jti = ?",
             (claims.jti,),
         )
-        if row is not None and row["registration_revoked_at"] is not None:
+        if row is not None and row.registration_revoked_at is not None:
             raise INVALID_TOKEN("the registration was revoked; register again")
-        if row is None or row["revoked_at"] is not None:
+        if row is None or row.revoked_at is not None:
             raise INVALID_TOKEN("the access token was revoked; exchange the assertion again")
         scope = claims.scope if isinstance(claims.scope, str) else ""
-        return AccessGrant(claims.jti, claims.sub, row["type"], scope.split(), float(claims.exp))
+        return AccessGrant(claims.jti, claims.sub, row.type, scope.split(), float(claims.exp))
 
     async def revoke(self, token: str) -> None:
         """RFC 7009: revoke an access token or a refresh token; unknown tokens are quietly ignored."""
@@ -202,34 +205,36 @@ class Tokens:
             raise INVALID_REQUEST("type refresh needs refresh_token")
         now = self.core.clock.now()
         async with self.core.store.transaction() as conn:
-            async with conn.execute(
+            row = await fetch_one(
+                conn,
+                HeldRefreshToken,
                 "SELECT t.*, r.status, r.revoked_at FROM refresh_tokens t JOIN registrations r "
                 "ON r.id = t.registration_id WHERE t.hash = ?",
                 (secret_hash(value),),
-            ) as cur:
-                row = await cur.fetchone()
-            if row is not None and row["revoked_at"] is not None:
+            )
+            if row is not None and row.revoked_at is not None:
                 raise INVALID_REFRESH_TOKEN("the registration was revoked; register again")
-            if row is None or row["spent_at"] is not None or row["expires_at"] <= now:
+            if row is None or row.spent_at is not None or row.expires_at <= now:
                 raise INVALID_REFRESH_TOKEN(
                     "the refresh token is unknown, expired or already used (refresh tokens rotate: "
                     "use the one the last refresh returned)",
                 )
-            await conn.execute("UPDATE refresh_tokens SET spent_at = ? WHERE hash = ?", (now, row["hash"]))
-            new_value, new_exp = await self.new_refresh_token(conn, row["registration_id"], now)
-            async with conn.execute("SELECT * FROM registrations WHERE id = ?", (row["registration_id"],)) as c:
-                reg = await c.fetchone()
+            await conn.execute("UPDATE refresh_tokens SET spent_at = ? WHERE hash = ?", (now, row.hash))
+            new_value, new_exp = await self.new_refresh_token(conn, row.registration_id, now)
+            reg = await fetch_one(
+                conn, RegistrationRecord, "SELECT * FROM registrations WHERE id = ?", (row.registration_id,)
+            )
             if reg is None:  # deleted with its tokens (ON DELETE CASCADE): not reachable with a live token
                 raise INVALID_REFRESH_TOKEN("the registration no longer exists")
             refreshed = await agent_events.record(
-                conn, self.core, Kind.AGENT_REGISTRATION_REFRESHED, reg["id"], RegistrationRef(reg["id"])
+                conn, self.core, Kind.AGENT_REGISTRATION_REFRESHED, reg.id, RegistrationRef(reg.id)
             )
-        claimed_email = reg["claimed_email"] if reg["status"] == "claimed" else None
-        assertion, exp = self.assertion(reg["id"], reg["type"], claimed_email)
-        self.core.bus.publish(reg["id"], IdpRefreshed(assertion_expires_at=exp))
+        claimed_email = reg.claimed_email if reg.status == "claimed" else None
+        assertion, exp = self.assertion(reg.id, reg.type, claimed_email)
+        self.core.bus.publish(reg.id, IdpRefreshed(assertion_expires_at=exp))
         agent_events.publish(self.core.bus, refreshed)
         renewal = RefreshToken(new_value, iso(new_exp))
-        return Refreshed(reg["id"], "refresh", Grant(assertion=assertion, expires_at=iso(exp), refresh_token=renewal))
+        return Refreshed(reg.id, "refresh", Grant(assertion=assertion, expires_at=iso(exp), refresh_token=renewal))
 
     async def new_refresh_token(self, conn: aiosqlite.Connection, reg_id: str, now: float) -> tuple[str, float]:
         value = self.core.ids.token("art_", 24)
@@ -244,14 +249,15 @@ class Tokens:
         self, conn: aiosqlite.Connection, reg_id: str, value: str, now: float, exact: bool
     ) -> bool:
         """A fixed refresh token, unspent (a declared state); whether anything changed."""
-        async with conn.execute("SELECT * FROM refresh_tokens WHERE hash = ?", (secret_hash(value),)) as cur:
-            row = await cur.fetchone()
-        if row is not None and row["registration_id"] != reg_id:
+        row = await fetch_one(
+            conn, RefreshTokenRecord, "SELECT * FROM refresh_tokens WHERE hash = ?", (secret_hash(value),)
+        )
+        if row is not None and row.registration_id != reg_id:
             raise BAD_REQUEST("this refresh token is already another registration's")
         exp = now + self._s.refresh_token_ttl
-        if row is not None and not exact and row["expires_at"] > now:
-            exp = row["expires_at"]
-        if row is not None and row["spent_at"] is None and row["expires_at"] == exp:
+        if row is not None and not exact and row.expires_at > now:
+            exp = row.expires_at
+        if row is not None and row.spent_at is None and row.expires_at == exp:
             return False
         await conn.execute(
             "INSERT INTO refresh_tokens (hash, registration_id, expires_at) VALUES (?, ?, ?) "

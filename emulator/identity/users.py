@@ -9,7 +9,8 @@ import aiosqlite
 from emulator.core.context import Core
 from emulator.core.errors import CONFLICT
 from emulator.core.payloads import IdpUserCreated
-from emulator.core.store import one
+from emulator.core.store import fetch_one
+from emulator.identity.records import UserRef
 
 
 class Users:
@@ -17,20 +18,18 @@ class Users:
         self.core = core
 
     async def ensure_user(self, conn: aiosqlite.Connection, email: str, now: float) -> str:
-        async with conn.execute("SELECT id FROM users WHERE email = ?", (email,)) as cur:
-            row = await cur.fetchone()
-        if row:
-            return str(row["id"])
-        user_id = self.core.ids.ident("user_")
-        await conn.execute("INSERT INTO users (id, email, created_at) VALUES (?, ?, ?)", (user_id, email, now))
-        self.core.bus.publish(user_id, IdpUserCreated(email=email))
-        return user_id
+        found = await user_id(conn, email)
+        if found is not None:
+            return found
+        made = self.core.ids.ident("user_")
+        await conn.execute("INSERT INTO users (id, email, created_at) VALUES (?, ?, ?)", (made, email, now))
+        self.core.bus.publish(made, IdpUserCreated(email=email))
+        return made
 
 
 async def user_id(conn: aiosqlite.Connection, email: str) -> str | None:
-    async with conn.execute("SELECT id FROM users WHERE email = ?", (email,)) as cur:
-        row = await cur.fetchone()
-    return str(row["id"]) if row else None
+    row = await fetch_one(conn, UserRef, "SELECT id FROM users WHERE email = ?", (email,))
+    return row.id if row else None
 
 
 async def link_upstream(conn: aiosqlite.Connection, iss: str, sub: str, user: str, now: float) -> None:
@@ -44,12 +43,13 @@ async def link_upstream(conn: aiosqlite.Connection, iss: str, sub: str, user: st
 
 async def linked_email(conn: aiosqlite.Connection, iss: str, sub: str) -> tuple[bool, str | None]:
     """Whether the upstream identity (iss, sub) is linked to a person, and that person's e-mail."""
-    async with conn.execute(
+    linked = await fetch_one(
+        conn,
+        UserRef,
         "SELECT u.id, u.email FROM identity_links l JOIN users u ON u.id = l.user_id WHERE l.iss = ? AND l.sub = ?",
         (iss, sub),
-    ) as cur:
-        linked = await cur.fetchone()
-    return (True, linked["email"]) if linked else (False, None)
+    )
+    return (True, linked.email) if linked else (False, None)
 
 
 # --- a service's users (the agents API): found by their external id, else by e-mail ------------------------------
@@ -58,20 +58,20 @@ async def linked_email(conn: aiosqlite.Connection, iss: str, sub: str) -> tuple[
 async def find_external(conn: aiosqlite.Connection, email: str, external_id: str) -> tuple[str | None, str]:
     """The service's user, written nothing: by external_id, else by e-mail (to be given that external_id), else
     none yet (to be made). Returns (user id or None, the user's e-mail)."""
-    found = await one(conn, "SELECT id, email FROM users WHERE external_id = ?", (external_id,))
+    found = await fetch_one(conn, UserRef, "SELECT id, email FROM users WHERE external_id = ?", (external_id,))
     if found is not None:
-        return str(found["id"]), str(found["email"])
-    by_email = await one(conn, "SELECT id, external_id FROM users WHERE email = ?", (email,))
+        return found.id, str(found.email)
+    by_email = await fetch_one(conn, UserRef, "SELECT id, external_id FROM users WHERE email = ?", (email,))
     if by_email is None:
         return None, email
-    if by_email["external_id"] is not None:
+    if by_email.external_id is not None:
         raise CONFLICT(f"the user {email} is linked to another external_id")
-    return str(by_email["id"]), email
+    return by_email.id, email
 
 
 async def external_id_of(conn: aiosqlite.Connection, user: str) -> str | None:
-    found = await one(conn, "SELECT external_id FROM users WHERE id = ?", (user,))
-    return None if found is None else found["external_id"]
+    found = await fetch_one(conn, UserRef, "SELECT id, external_id FROM users WHERE id = ?", (user,))
+    return None if found is None else found.external_id
 
 
 async def set_external_id(conn: aiosqlite.Connection, user: str, external_id: str) -> None:
