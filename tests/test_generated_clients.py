@@ -20,10 +20,10 @@ from typing import Any
 import httpx
 import msgspec
 import pytest
-from emulator.identity.identity import Registered
 
 from emulator.admin.wire import ClockView
 from emulator.cloud import answers
+from emulator.identity.identity import Registered
 from emulator.site.trials import TrialOrg
 from tests.conftest import Emulator, next_ip
 

@@ -30,17 +30,12 @@ from emulator.admin.wire import (
 from emulator.core import openapi
 from emulator.core.clock import iso
 from emulator.core.errors import BAD_REQUEST
+from emulator.core.store import record
 from emulator.identity.agent_events import status_of
-from emulator.identity.identity import (
-    POST_CLAIM_SCOPES,
-    PRE_CLAIM_SCOPES,
-    LatestClaim,
-    UserOverview,
-    latest_claims,
-    users_overview,
-    valid_email,
-)
 from emulator.identity.idjag import MintRequest
+from emulator.identity.records import RegistrationRecord
+from emulator.identity.views import LatestClaim, UserOverview, latest_claims, users_overview
+from emulator.identity.wire import POST_CLAIM_SCOPES, PRE_CLAIM_SCOPES, valid_email
 
 
 def _attempt_token(claim: str | None) -> str | None:
@@ -54,10 +49,10 @@ async def _decide(request: Request[Any, Any, Any], approve: bool) -> Response[by
     body = decode(await request.body(), ClaimDecision)
     attempt = await identity.attempt_for(token=_attempt_token(body.claim), registration=body.registration)
     code = await identity.decide(attempt, body.email, approve)
-    answer = ClaimDecided(attempt["registration_id"], body.email.strip(), approve)
+    answer = ClaimDecided(attempt.registration_id, body.email.strip(), approve)
     if code:
-        decided = await identity.attempt_for(registration=attempt["registration_id"])
-        answer.user_code, answer.expires_at = code, iso(decided["code_expires_at"] or decided["expires_at"])
+        decided = await identity.attempt_for(registration=attempt.registration_id)
+        answer.user_code, answer.expires_at = code, iso(decided.code_expires_at or decided.expires_at)
     return json_response(answer)
 
 
@@ -100,7 +95,7 @@ async def registrations_list(request: Request[Any, Any, Any]) -> Response[bytes]
                     created_at=iso(r["created_at"]),
                     claim=_claim_view(claims.get(r["id"])),
                     revoked_at=iso(r["revoked_at"]) if r["revoked_at"] is not None else None,
-                    service_status=status_of(r, now),
+                    service_status=status_of(record(r, RegistrationRecord), now),
                 )
                 for r in rows
             ]

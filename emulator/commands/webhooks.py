@@ -1,5 +1,5 @@
 """`emulator webhook add|list|remove|deliveries`: where a running emulator sends the registration events, and how
-each delivery went (the rules and the sender are emulator/identity/webhooks.py's)."""
+each delivery went (the rules and the sender are emulator/identity/endpoints.py's, deliveries.py's and sender.py's)."""
 
 from __future__ import annotations
 

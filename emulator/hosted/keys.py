@@ -19,8 +19,8 @@ from emulator.core.errors import BAD_REQUEST, CONFLICT, FORBIDDEN, NOT_FOUND
 from emulator.core.ids import key_fingerprint, secret_hash
 from emulator.core.kinds import Kind
 from emulator.core.payloads import CloudKeyCreated, CloudKeyDeleted, CloudKeyUpdated
-from emulator.core.store import Db, Outcome, many, one, run
-from emulator.hosted.records import ApiKey, Org, fetch_all, fetch_one, record
+from emulator.core.store import Db, Outcome, fetch_all, fetch_one, many, one, record, run
+from emulator.hosted.records import ApiKey, Org
 from emulator.hosted.states import OrgState
 from emulator.identity.agents_api import TrialKey
 

@@ -16,9 +16,9 @@ from emulator.core.context import Core
 from emulator.core.errors import BAD_REQUEST, CONFLICT
 from emulator.core.ids import secret_hash
 from emulator.core.payloads import CloudOrgCreated
-from emulator.core.store import Db, Outcome, many, one, run
+from emulator.core.store import Db, Outcome, fetch_all, fetch_one, many, one, record, run
 from emulator.hosted import databases, plans
-from emulator.hosted.records import Org, fetch_all, fetch_one, record
+from emulator.hosted.records import Org
 from emulator.hosted.states import MemberRole, OrgState
 
 ORG_NAME = re.compile(r"^[a-z0-9](?:[a-z0-9-]{0,27}[a-z0-9])?$")

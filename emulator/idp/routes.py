@@ -48,7 +48,10 @@ from emulator.core.webapp import App
 from emulator.hosted.logins import Logins
 from emulator.identity import discovery
 from emulator.identity.agents_api import AgentsApi
-from emulator.identity.identity import (
+from emulator.identity.claims import Closed, why_closed
+from emulator.identity.identity import Identity
+from emulator.identity.idjag import UPSTREAM_PATH, TokenExchange
+from emulator.identity.wire import (
     CLAIM_PAGE,
     JWT_BEARER,
     POST_CLAIM_SCOPES,
@@ -56,16 +59,12 @@ from emulator.identity.identity import (
     ClaimCompletion,
     ClaimOffer,
     ClaimStart,
-    Closed,
-    Identity,
     NeedsInteraction,
     Refreshed,
     Registered,
     Registration,
     Scopes,
-    why_closed,
 )
-from emulator.identity.idjag import UPSTREAM_PATH, TokenExchange
 from emulator.idp import agents, login
 
 _encode = msgspec.json.Encoder().encode
@@ -503,13 +502,13 @@ async def _claim_form(
     idp = idp_of(request)
     reg = await idp.core.store.fetchone(
         "SELECT id, type, login_hint, client_ip, created_at FROM registrations WHERE id = ?",
-        (attempt["registration_id"],),
+        (attempt.registration_id,),
     )
-    kind = attempt["registration_type"]
-    kind_text = "anonymous agent" if kind == "anonymous" else f"agent signing in for {attempt['login_hint'] or ''}"
+    kind = attempt.registration_type
+    kind_text = "anonymous agent" if kind == "anonymous" else f"agent signing in for {attempt.login_hint or ''}"
     added = [s for s in POST_CLAIM_SCOPES if kind != "anonymous" or s not in PRE_CLAIM_SCOPES]
     rows = [
-        ("Agent", f"<code>{html.escape(attempt['registration_id'])}</code>"),
+        ("Agent", f"<code>{html.escape(attempt.registration_id)}</code>"),
         ("Kind", f"{html.escape(kind)} ({html.escape(kind_text)})"),
     ]
     if reg is not None:
@@ -517,9 +516,9 @@ async def _claim_form(
         rows.append(("Registered", f"{html.when(reg['created_at'])}{origin}"))
     rows += [
         ("Asks for", "access to your account: " + ", ".join(f"<code>{html.escape(s)}</code>" for s in added)),
-        ("Link valid until", html.when(attempt["expires_at"])),
+        ("Link valid until", html.when(attempt.expires_at)),
     ]
-    hint = attempt["login_hint"]
+    hint = attempt.login_hint
     body = (
         "<p>An AI agent asks to be linked to your Pixeltable account.</p>"
         + html.facts(rows)
@@ -542,7 +541,7 @@ async def claim_page(request: Request[Any, Any, Any], token: str = "") -> Respon
     closed = why_closed(attempt, idp.core.clock.now(), html.readable)
     if closed is not None:
         return _closed_page(closed)
-    return await _claim_form(request, attempt, token, attempt["login_hint"] or "")
+    return await _claim_form(request, attempt, token, attempt.login_hint or "")
 
 
 @post(
@@ -566,7 +565,7 @@ async def claim_decide(request: Request[Any, Any, Any]) -> Response[str]:
     if code is None:
         return html.page("Claim denied", "<p>The agent is not linked to your account. You can close this page.</p>")
     decided = await idp.identity.attempt_for(token=token)
-    until = decided["code_expires_at"] or decided["expires_at"]
+    until = decided.code_expires_at or decided.expires_at
     return html.page(
         "Read this code to the agent",
         f"<p>Signed in as {html.escape(email.strip())}. Give the agent this code:</p>"
