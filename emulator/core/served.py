@@ -37,13 +37,14 @@ from msgspec import UNSET
 from emulator.core import jsonbody
 from emulator.core.events import Caused, caused
 from emulator.core.ids import key_fingerprint
+from emulator.core.operatorpath import ADMIN_PREFIX
 from emulator.core.payloads import Credentials, HttpRequest, Payload
 
 if TYPE_CHECKING:
     from _hashlib import HASH
 
 # Not agent calls: the emulator's own API, liveness probes, a browser's icon.
-_UNRECORDED = ("/_emulator", "/health", "/favicon.ico")
+_UNRECORDED = (ADMIN_PREFIX, "/health", "/favicon.ico")
 # Query parameters that carry a credential when an agent puts one in a URL.
 _SECRET_PARAMS = frozenset(
     {"key", "api_key", "apikey", "x-api-key", "token", "access_token", "id_token", "refresh_token", "assertion"}
