@@ -8,6 +8,7 @@ from typing import Annotated, Any
 from litestar import Request, Response, delete, get, post
 from litestar.params import Parameter
 
+from emulator.admin import ops
 from emulator.admin.context import operator_of
 from emulator.admin.emulator import decode, json_response
 from emulator.admin.wire import DeliveryList, WebhookAdd, WebhookList
@@ -15,7 +16,7 @@ from emulator.core import openapi
 from emulator.identity import deliveries, endpoints
 
 
-@post("/_emulator/webhooks", status_code=201, opt=openapi.body(WebhookAdd))
+@post(ops.WEBHOOK_ADD.path, status_code=201, opt=openapi.body(WebhookAdd))
 async def webhooks_add(request: Request[Any, Any, Any]) -> Response[bytes]:
     """Add an endpoint; the answer shows its signing secret, the only time it is shown."""
     operator = operator_of(request)
@@ -23,12 +24,12 @@ async def webhooks_add(request: Request[Any, Any, Any]) -> Response[bytes]:
     return json_response(await endpoints.add(operator.core, operator.platform.box, spec), 201)
 
 
-@get("/_emulator/webhooks")
+@get(ops.WEBHOOKS.path)
 async def webhooks_list(request: Request[Any, Any, Any]) -> Response[bytes]:
     return json_response(WebhookList(await endpoints.every(operator_of(request).core.store)))
 
 
-@get("/_emulator/webhooks/deliveries", opt=openapi.query(endpoint=str, event=str))
+@get(ops.WEBHOOK_DELIVERIES.path, opt=openapi.query(endpoint=str, event=str))
 async def webhooks_deliveries(request: Request[Any, Any, Any]) -> Response[bytes]:
     """Every delivery (of one endpoint `?endpoint=we_…`, of one event `?event=event_…`) with each try."""
     q = request.query_params
@@ -36,7 +37,7 @@ async def webhooks_deliveries(request: Request[Any, Any, Any]) -> Response[bytes
     return json_response(DeliveryList(found))
 
 
-@delete("/_emulator/webhooks/{endpoint_id:str}", status_code=200)
+@delete(ops.WEBHOOK_REMOVE.path, status_code=200)
 async def webhooks_remove(
     request: Request[Any, Any, Any], endpoint_id: Annotated[str, Parameter(max_length=64)]
 ) -> Response[bytes]:
