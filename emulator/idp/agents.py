@@ -18,7 +18,7 @@ from litestar.di import Provide
 from litestar.handlers.base import BaseRouteHandler
 from litestar.types import Scope
 
-from emulator.core import contract, jsonbody
+from emulator.core import contract, jsonbody, openapi
 from emulator.core.contract import error_shape
 from emulator.core.errors import BAD_REQUEST, CONFLICT, ENTITY_NOT_FOUND, FORBIDDEN, UNAUTHORIZED, ApiError
 from emulator.identity import service_keys
@@ -86,7 +86,7 @@ def _refused(problem: str) -> ApiError:
     return BAD_REQUEST(f"the body is not a valid request: {problem}")
 
 
-def _body(kind: type[Any]) -> Any:
+def _body(kind: type[msgspec.Struct]) -> openapi.BodyDependency:
     return contract.body(kind, jsonbody.decoder(kind, _refused))
 
 

@@ -364,7 +364,7 @@ async def token(request: Request[Any, Any, Any], grant: TokenForm) -> Response[A
 class TokenFastPath:
     """ASGI: `POST /oauth2/token` answered before Litestar's router and response building (a third of an
     exchange's CPU): token exchanges are what agents and load tests send most. Inside the boundary and fault gates
-    and the request journal, with the route's own answer (token_answer); a body without a small Content-Length
+    and the request journal, with the route's own answer (token_form, exchange); a body without a small Content-Length
     goes on to the route."""
 
     def __init__(self, app: ASGIApp, idp: Idp) -> None:
