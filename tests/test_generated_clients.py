@@ -4,12 +4,14 @@ the origin's error model, and the bytes on the wire are msgspec's encoding of th
 handlers returned structs).
 
 Converted so far (issue 44, step 3.2): the operator's clock move, the identity provider's registration, the site's
-trial and the control plane's `POST /`; the rest follow in 3.3, and this test with them.
+trial and the control plane's `POST /`; the rest follow in 3.3, and this test with them. The identity provider's are
+all converted (its flow: register, token, claim, discovery).
 """
 
 from __future__ import annotations
 
 import importlib
+import re
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -23,7 +25,8 @@ import pytest
 
 from emulator.admin.wire import ClockView
 from emulator.cloud import answers
-from emulator.identity.identity import Registered
+from emulator.identity.discovery import AuthorizationServer
+from emulator.identity.wire import AccessToken, ClaimStarted, Registered
 from emulator.site.trials import TrialOrg
 from tests.conftest import Emulator, next_ip
 
@@ -92,7 +95,7 @@ def test_the_operators_clock_move_answers_a_clock_view_and_refuses_in_the_envelo
 def test_the_identity_providers_registration_answers_registered_and_refuses_in_its_format(
     generated: str, emu: Emulator
 ) -> None:
-    (register,) = _import("gen_auth.api.default", "agent_identity_register")
+    (register,) = _import("gen_auth.api.default", "register")
     registration, registered, registration_error, registration_type = _import(
         "gen_auth.models", "registration", "registered", "registration_error", "registration_type"
     )
@@ -109,6 +112,67 @@ def test_the_identity_providers_registration_answers_registered_and_refuses_in_i
     assert refused.status_code == 400 and isinstance(refused.parsed, registration_error.RegistrationError)
     assert (refused.parsed.code, refused.parsed.error) == ("invalid_request", "invalid_request")
     assert refused.parsed.message == "type refresh needs refresh_token"
+
+
+def test_the_identity_providers_flow_through_its_generated_client(generated: str, emu: Emulator) -> None:
+    """Register, exchange the assertion for an access token (a form), start the claim, and read the discovery
+    document: each answer the generated model, its bytes msgspec's; a refusal the route's own error model."""
+    register, token, start_claim, metadata = _import(
+        "gen_auth.api.default", "register", "token", "start_claim", "authorization_server_metadata"
+    )
+    registration, registration_type, token_form, grant_type, access_token, o_auth_error = _import(
+        "gen_auth.models",
+        "registration",
+        "registration_type",
+        "token_form",
+        "token_form_grant_type",
+        "access_token",
+        "o_auth_error",
+    )
+    claim_start, claim_start_type, claim_started, registration_error, authorization_server = _import(
+        "gen_auth.models",
+        "claim_start",
+        "claim_start_type",
+        "claim_started",
+        "registration_error",
+        "authorization_server",
+    )
+    bearer = grant_type.TokenFormGrantType(JWT_BEARER)
+    with _client("gen_auth", emu.auth) as c:
+        reg = register.sync(client=c, body=registration.Registration(registration_type.RegistrationType("anonymous")))
+        assert reg is not None and not isinstance(reg, registration_error.RegistrationError)
+        assertion = reg.identity.assertion
+
+        exchanged = token.sync_detailed(client=c, body=token_form.TokenForm(grant_type=bearer, assertion=assertion))
+        assert exchanged.status_code == 200 and isinstance(exchanged.parsed, access_token.AccessToken)
+        assert exchanged.parsed.token_type == "Bearer" and exchanged.parsed.expires_in > 0
+        assert exchanged.headers["cache-control"] == "no-store"
+        _same_bytes(exchanged.content, AccessToken)
+
+        refused = token.sync_detailed(client=c, body=token_form.TokenForm(grant_type=bearer, assertion=""))
+        assert refused.status_code == 400 and isinstance(refused.parsed, o_auth_error.OAuthError)
+        assert refused.parsed.error == "invalid_request"
+        assert refused.parsed.error_description == "assertion is required (the registration's identity.assertion)"
+
+        started = start_claim.sync_detailed(
+            client=c,
+            body=claim_start.ClaimStart(
+                type_=claim_start_type.ClaimStartType("service_auth"), claim_token=reg.claim.token
+            ),
+        )
+        assert started.status_code == 200 and isinstance(started.parsed, claim_started.ClaimStarted)
+        assert started.parsed.id == reg.id and started.parsed.attempt.verification_uri.startswith(emu.auth + "/claim")
+        _same_bytes(started.content, ClaimStarted)
+        unknown = start_claim.sync_detailed(
+            client=c, body=claim_start.ClaimStart(type_=claim_start_type.ClaimStartType("service_auth"), claim_token="")
+        )
+        assert unknown.status_code == 400 and isinstance(unknown.parsed, registration_error.RegistrationError)
+        assert (unknown.parsed.code, unknown.parsed.message) == ("invalid_request", "claim_token is required")
+
+        document = metadata.sync_detailed(client=c)
+        assert isinstance(document.parsed, authorization_server.AuthorizationServer)
+        assert document.parsed.issuer == emu.auth and document.parsed.token_endpoint == emu.auth + "/oauth2/token"
+        _same_bytes(document.content, AuthorizationServer)
 
 
 def _access_token(emu: Emulator) -> str:
@@ -175,3 +239,37 @@ def test_the_documents_declare_no_default_litestar_error_on_the_converted_operat
                 (media,) = response["content"].values()
                 assert "status_code" not in str(media["schema"]), (origin, path, status)
                 assert media["schema"] != {"type": "string"} or not status.startswith("2"), (origin, path, status)
+
+
+def test_every_identity_provider_operation_declares_its_answer_and_its_errors(generated: str) -> None:
+    """Each 2xx of the auth document is a JSON object (a struct's schema), a page (text/html) or, for revocation, an
+    empty 200; the signposts (paths that only refuse) declare that refusal and no 2xx; every error is the body the
+    route's handler writes, never Litestar's default."""
+    document = msgspec.json.decode((Path(generated) / "auth.json").read_bytes())
+    schemas = document["components"]["schemas"]
+    kinds: dict[str, list[str]] = {}
+    for path, item in document["paths"].items():
+        for method, operation in item.items():
+            responses = operation["responses"]
+            assert "default" in responses, (method, path)
+            for status, response in responses.items():
+                assert "status_code" not in str(response), (method, path, status)
+            ok = [response for status, response in responses.items() if status.startswith("2")]
+            if not ok:
+                kind = "signpost"
+            elif "content" not in ok[0]:
+                kind = "empty"
+            elif "text/html" in ok[0]["content"]:
+                kind = "page"
+            else:
+                schema = ok[0]["content"]["application/json"]["schema"]
+                referred = [
+                    schemas[ref.rsplit("/", 1)[1]] for ref in re.findall(r"#/components/schemas/\w+", str(schema))
+                ]
+                assert referred and all(one["type"] == "object" for one in referred), (method, path, schema)
+                kind = "object"
+            kinds.setdefault(kind, []).append(f"{method.upper()} {path}")
+    assert kinds["empty"] == ["POST /oauth2/revoke"]
+    assert sorted(kinds["page"]) == ["GET /claim", "GET /device", "POST /claim", "POST /device"]
+    assert len(kinds["signpost"]) == 6 and "GET /oauth2/authorize" in kinds["signpost"]
+    assert len(kinds["object"]) == 16 and "POST /oauth2/token" in kinds["object"]
