@@ -28,7 +28,7 @@ from litestar.types import Receive, Scope, Send
 from emulator.core import jsonbody, openapi
 from emulator.core.clientip import scope_client_ip
 from emulator.core.contract import errors
-from emulator.core.errors import BAD_REQUEST, INVALID_JSON, RATE_LIMITED, ApiError
+from emulator.core.errors import BAD_REQUEST, CONFLICT, INVALID_JSON, RATE_LIMITED, UNPROCESSABLE, ApiError
 from emulator.core.httperrors import last_resort
 from emulator.core.payloads import SiteAsk
 from emulator.core.prerouted import raw_headers, read_body, send_whole, small_body
@@ -427,10 +427,20 @@ def _answer_shapes() -> openapi.Body:
 
 
 _QUERY_TEXT = Annotated[str, msgspec.Meta(max_length=MAX_QUERY, description="the question (or its alias `q`)")]
-_ASK = {
-    **openapi.query(query=_QUERY_TEXT, q=_QUERY_TEXT, streaming=bool, query_id=uuid.UUID),
-    **openapi.custom_answer(_answer_shapes()),
-}
+
+
+def _opt(*headers: openapi.Parameter) -> dict[str, object]:
+    """/ask's parameters (the query string's, and `headers`) and answer, for the document."""
+    params = openapi.query(query=_QUERY_TEXT, q=_QUERY_TEXT, streaming=bool, query_id=uuid.UUID)
+    for listed in params.values():
+        listed.extend(headers)
+    return {**params, **openapi.custom_answer(_answer_shapes())}
+
+
+_PREFER = openapi.Parameter(name="Prefer", in_="header", required=False, schema={"type": "string"})
+_KEY = openapi.Parameter(
+    name="Idempotency-Key", in_="header", required=False, schema={"type": "string", "minLength": 1, "maxLength": 256}
+)
 _ASK_ERRORS = errors(BAD_REQUEST, INVALID_JSON, RATE_LIMITED)
 # The call, read as AskFastPath reads it; on POST, the body the document shows (AskRequest) comes in it.
 _CALL = Provide(_read_call)
@@ -438,12 +448,18 @@ _CALL = Provide(_read_call)
 _POSTED_CALL = openapi.BodyDependency(_read_call, _ASK_BODY)
 
 
-@get(["/ask"], dependencies={"call": _CALL}, responses=_ASK_ERRORS, opt=_ASK)
+@get(["/ask"], dependencies={"call": _CALL}, responses=_ASK_ERRORS, opt=_opt(_PREFER))
 async def ask_get(request: Request[Any, Any, Any], call: AskCall) -> Response[bytes] | Stream:
     return await _ask(site_of(request), call)
 
 
-@post(["/ask"], status_code=200, dependencies={"call": _POSTED_CALL}, responses=_ASK_ERRORS, opt=_ASK)
+@post(
+    ["/ask"],
+    status_code=200,
+    dependencies={"call": _POSTED_CALL},
+    responses=errors(BAD_REQUEST, INVALID_JSON, CONFLICT, UNPROCESSABLE, RATE_LIMITED),  # and replays' conflicts
+    opt=_opt(_PREFER, _KEY),
+)
 async def ask_post(request: Request[Any, Any, Any], call: AskCall) -> Response[bytes] | Stream:
     return await _ask(site_of(request), call)
 
