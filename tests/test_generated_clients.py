@@ -3,9 +3,10 @@ operations that declare their answer and errors (core/contract.py) come back as 
 the origin's error model, and the bytes on the wire are msgspec's encoding of the answer's type (as before the
 handlers returned structs).
 
-Converted so far (issue 44, step 3.2): the operator's clock move, the identity provider's registration, the site's
-trial and the control plane's `POST /`; the rest follow in 3.3, and this test with them. The identity provider's are
-all converted (its flow: register, token, claim, discovery).
+Converted so far (issue 44, steps 3.2 and 3.3): the operator's clock move, every identity-provider operation (its
+flow: register, token, claim, discovery), every site operation outside /_emulator (the trial and its claim page,
+/ask, /mcp, discovery, pages, /health) and the control plane's `POST /`; the rest follow in 3.3, and this test with
+them.
 """
 
 from __future__ import annotations
@@ -27,6 +28,8 @@ from emulator.admin.wire import ClockView
 from emulator.cloud import answers
 from emulator.identity.discovery import AuthorizationServer
 from emulator.identity.wire import AccessToken, ClaimStarted, Registered
+from emulator.site.ask import AskSuccess
+from emulator.site.mcp import DocsSearched
 from emulator.site.trials import TrialOrg
 from tests.conftest import Emulator, next_ip
 
@@ -219,6 +222,105 @@ def test_a_trial_and_the_control_plane_answer_their_models(generated: str, emu: 
         )
     assert refused.status_code in (400, 404) and isinstance(refused.parsed, str)
     assert refused.parsed.startswith(("Bad Request : ", "Not Found : "))
+
+
+def test_the_sites_trial_claim_ask_and_mcp_answer_their_models_and_refuse_in_its_formats(
+    generated: str, emu: Emulator
+) -> None:
+    (create, claim_page, claim_submit, ask_get, ask_post, mcp_post) = _import(
+        "gen_site.api.default",
+        "api_v1_trial_orgs_create_trial",
+        "claim_token_claim_page",
+        "claim_token_claim_submit",
+        "ask_ask_get",
+        "ask_ask_post",
+        "mcp_mcp_post",
+    )
+    trial_org, claim_form, ask_success, ask_request, error_body, json_rpc_request, docs_searched = _import(
+        "gen_site.models",
+        "trial_org",
+        "claim_form",
+        "ask_success",
+        "ask_request",
+        "error_body",
+        "json_rpc_request",
+        "docs_searched",
+    )
+    # The trial, then its claim page (HTML for a person) and the claim, through the same client.
+    with _client("gen_site", emu.url, token=_access_token(emu)) as c:
+        made = create.sync_detailed(client=c)
+        assert made.status_code == 201 and isinstance(made.parsed, trial_org.TrialOrg)
+        token = made.parsed.claim_url.rsplit("/", 1)[1]
+        page = claim_page.sync_detailed(token, client=c)
+        assert page.status_code == 200 and page.headers["content-type"].startswith("text/html")
+        assert made.parsed.org in page.content.decode()
+        claimed = claim_submit.sync_detailed(token, client=c, body=claim_form.ClaimForm(email="owner@example.com"))
+        assert claimed.status_code == 200 and f"You own {made.parsed.org}" in claimed.content.decode()
+        gone = claim_page.sync_detailed(token, client=c)  # claimed: the link is spent, said on a page
+        assert gone.status_code == 404 and "this claim link is not valid" in gone.content.decode()
+
+    with _client("gen_site", emu.url) as c:  # an address of its own: a fresh /ask rate window
+        asked = ask_get.sync_detailed(client=c, query="create a table")
+        assert asked.status_code == 200 and isinstance(asked.parsed, ask_success.AskSuccess)
+        assert asked.parsed.query == "create a table" and asked.parsed.results and asked.parsed.field_meta.site
+        assert asked.parsed.results[0].url.startswith(emu.url)
+        _same_bytes(asked.content, AskSuccess)
+        posted = ask_post.sync_detailed(client=c, body=ask_request.AskRequest(query="trial"))
+        assert posted.status_code == 200 and isinstance(posted.parsed, ask_success.AskSuccess)
+        too_long = ask_get.sync_detailed(client=c, query="x" * 2001)
+        assert too_long.status_code == 400 and isinstance(too_long.parsed, error_body.ErrorBody)
+        assert too_long.parsed.error.code == "bad_request"
+        assert too_long.parsed.error.message == "`query` is 2001 characters long; the limit is 2000"
+        limited = None
+        for _ in range(12):  # 10 a minute per address; the clock is frozen, so the window does not roll over
+            limited = ask_get.sync_detailed(client=c, query="trial")
+            if limited.status_code != 200:
+                break
+        assert limited is not None and limited.status_code == 429 and isinstance(limited.parsed, error_body.ErrorBody)
+        assert limited.parsed.error.code == "rate_limited" and limited.parsed.error.retryable is True
+        assert limited.parsed.retry_after == int(limited.headers["retry-after"])
+
+        call = json_rpc_request.JsonRpcRequest.from_dict(
+            {
+                "jsonrpc": "2.0",
+                "id": 7,
+                "method": "tools/call",
+                "params": {"name": "search_docs", "arguments": {"query": "trial"}},
+            }
+        )
+        found = mcp_post.sync_detailed(client=c, body=call)
+        assert found.status_code == 200 and isinstance(found.parsed, docs_searched.DocsSearched), found.content
+        assert found.parsed.id == 7 and found.parsed.result.structured_content.results
+        _same_bytes(found.content, DocsSearched)
+
+
+def test_every_site_operation_declares_its_answer_and_its_errors_bodies(generated: str) -> None:
+    """Outside /_emulator (the operator API's lane): each 2xx is a JSON object, an event stream of a described event,
+    or a page; no operation shows Litestar's default error; every one has a `default` refusal."""
+    document = msgspec.json.decode((Path(generated) / "site.json").read_bytes())
+    schemas = document["components"]["schemas"]
+    operations = [
+        (path, method, operation)
+        for path, item in document["paths"].items()
+        if not path.startswith("/_emulator")
+        for method, operation in item.items()
+    ]
+    assert len(operations) >= 25
+    for path, method, operation in operations:
+        responses = operation["responses"]
+        assert "default" in responses and "status_code" not in str(responses), (method, path)
+        ok = next(response for status, response in responses.items() if status.startswith("2"))
+        for media, content in ok.get("content", {}).items():
+            schema = content["schema"]
+            if media.startswith("text/event-stream"):
+                assert schema == {"$ref": "#/components/schemas/AskEvent"}, (method, path)
+                assert {"$ref": "#/components/schemas/AskBegin"} in schemas["AskEvent"]["anyOf"]
+            elif media.startswith(("text/html", "text/markdown", "text/plain")):
+                assert schema == {"type": "string"}, (method, path)
+            else:
+                named = schema["$ref"].rsplit("/", 1)[1] if "$ref" in schema else None
+                assert (named and schemas[named]["type"] == "object") or "oneOf" in schema, (method, path, media)
+        assert ok.get("content") or method == "head" or "202" in responses, (method, path)
 
 
 def test_the_documents_declare_no_default_litestar_error_on_the_converted_operations(
