@@ -57,10 +57,11 @@ from emulator.hosted.keys import trial_key
 from emulator.hosted.logins import Logins
 from emulator.hosted.platform import Platform
 from emulator.hosted.reconciler import Reconciler
-from emulator.identity import webhooks
 from emulator.identity.agents_api import AgentsApi
-from emulator.identity.identity import CLAIM_PAGE, Identity, Urls
+from emulator.identity.identity import Identity
+from emulator.identity.sender import Sender
 from emulator.identity.signing import Signer
+from emulator.identity.wire import CLAIM_PAGE, Urls
 from emulator.idp.routes import Idp, build_idp_app
 from emulator.idp.routes import boundary_error as idp_refusal
 from emulator.media import selfcheck
@@ -376,7 +377,7 @@ async def _serve(
     docs = DocsIndex(core, settings.docs)
     platform: Platform | None = None
     tunnel: TunnelServer | None = None
-    sender: webhooks.Sender | None = None
+    sender: Sender | None = None
     event_log = EventLog(core.bus)
     runtime_root = settings.state_dir / "runtime"
     way_home = [s.getsockname()[1] for s in (socks["api"], s3_sock)]
@@ -546,7 +547,7 @@ async def _serve(
         core.start_ticker()
         event_log.start()
         # registration events to the webhook endpoints, from now on
-        sender = webhooks.Sender(core, box, settings.webhook_try_timeout)
+        sender = Sender(core, box, settings.webhook_try_timeout)
         sender.start()
         core.bus.publish(
             None,

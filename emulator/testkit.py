@@ -29,19 +29,19 @@ from datetime import datetime
 from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
-from urllib.parse import quote
 
 import httpx
 import msgspec
 
-from emulator.admin.client import admin_headers, local_bundle
+from emulator.admin import client, ops
+from emulator.admin.client import Client, Httpx, Unreachable, admin_headers, local_bundle
+from emulator.admin.ops import Call
 from emulator.admin.wire import (
     AgentRegistrationView,
     ClaimDecided,
     ClaimDecision,
     ClockMove,
     ClockView,
-    DeliveryList,
     DeliveryView,
     Endpoints,
     EndpointsFile,
@@ -51,33 +51,26 @@ from emulator.admin.wire import (
     FaultRuleView,
     FaultsReleased,
     HostedTable,
-    JournalPage,
     LoginDecided,
     LoginDecision,
-    LoginList,
     RegistrationDeleted,
     ResetRequest,
     ResetView,
-    SecretList,
     SecretView,
     ServiceAnswer,
     ServiceCall,
     ServiceKeyCreate,
     ServiceKeyCreated,
-    ServiceKeyList,
     ServiceKeyView,
-    SnapshotList,
     SnapshotLoaded,
     SnapshotSave,
     StatusView,
-    TableList,
     TrialClaim,
     TrialClaimed,
     WatchSet,
     WatchView,
     WebhookAdd,
     WebhookCreated,
-    WebhookList,
     WebhookView,
 )
 from emulator.core.processes import alive
@@ -90,6 +83,7 @@ if TYPE_CHECKING:  # loaded when first used: a pytest run that never asks for th
     from emulator.hosted.declared import Applied
 
 T = TypeVar("T")
+A = TypeVar("A")
 
 START_TIMEOUT = 120.0  # seconds; a cold start that imports hosted data can take a while
 STOP_TIMEOUT = 60.0
@@ -98,13 +92,12 @@ ORIGINS = ("site", "auth", "api", "tunnel", "s3")
 REUSE_FILE = "testkit-reuse.json"  # in a reused state dir: the flags it was started with and its pid
 
 
-class EmulatorError(Exception):
-    """The emulator answered a call with an error (its status and message), or could not be started."""
+class EmulatorError(client.EmulatorError):
+    """The emulator answered a call with an error (its status, code and message; the text names the call), or
+    could not be started."""
 
-    def __init__(self, message: str, status: int | None = None) -> None:
-        super().__init__(message)
-        self.status = status
-        self.message = message
+    def __init__(self, message: str, status: int | None = None, code: str = "") -> None:
+        super().__init__(status, code, message)
 
 
 class _Reused(msgspec.Struct):
@@ -201,6 +194,7 @@ class Testkit:
         # environment's.
         headers = {"X-Emulator-Token": admin_token} if admin_token else admin_headers()
         self._http = httpx.Client(base_url=self.url, timeout=120, trust_env=False, headers=headers)
+        self._client = Client(self.url, Httpx(self._http))
         self.clock = Clock(self)
         self.acts = Acts(self)
         self.faults = Faults(self)
@@ -219,12 +213,11 @@ class Testkit:
         """An emulator someone else started (`EMULATOR_URL`); `stop()` leaves it running."""
         with httpx.Client(timeout=10, trust_env=False, headers=admin_headers()) as http:
             try:
-                r = http.get(url.rstrip("/") + "/_emulator/status")
-            except httpx.HTTPError as e:
+                status = Client(url, Httpx(http)).run(ops.STATUS.call())
+            except Unreachable as e:
                 raise EmulatorError(f"no emulator answers at {url}: {e}") from None
-        if r.status_code != 200:
-            raise EmulatorError(f"{url} is not an emulator's site (GET /_emulator/status: {r.status_code})")
-        status = msgspec.json.decode(r.content, type=StatusView)
+            except client.EmulatorError as e:
+                raise EmulatorError(f"{url} is not an emulator's site (GET {ops.STATUS.path}: {e.status})") from None
         found = msgspec.convert(status.endpoints, Endpoints)
         if not Path(found.ca_bundle).is_file():  # its files are another machine's (a container's): a bundle of ours
             found = msgspec.structs.replace(found, ca_bundle=str(local_bundle(url.rstrip("/"))))
@@ -285,9 +278,17 @@ class Testkit:
 
     # -- calls
 
+    def run(self, call: Call[A]) -> A:
+        """One operation of the operator API (`kit.run(ops.ORGS.call())`): its answer as the op's type, or
+        EmulatorError whose text names the call, its status and the emulator's message."""
+        try:
+            return self._client.run(call)
+        except client.EmulatorError as e:
+            raise EmulatorError(f"{call.method} {call.path}: {e.status} {e.message}", e.status, e.code) from None
+
     def call(self, method: str, path: str, body: Any = None, **kw: Any) -> Any:
         """`/_emulator` (or any site path) with a JSON body; the decoded answer as plain JSON (or the bytes of
-        another type), or EmulatorError with its message. The methods below answer typed views instead."""
+        another type), or EmulatorError with its message. The methods below answer typed views instead (`run`)."""
         r = self._send(method, path, body, **kw)
         if r.headers.get("content-type", "").startswith("application/json"):
             return r.json()
@@ -314,13 +315,13 @@ class Testkit:
         return r
 
     def status(self) -> StatusView:
-        return self.answer(StatusView, "GET", "/_emulator/status")
+        return self.run(ops.STATUS.call())
 
     def tables(self, org: str, db: str = "main", rows: int = 20) -> list[HostedTable]:
         """A running hosted database's tables, as its own pixeltable reads them: each with its columns (name →
         type), its row count and its first `rows` rows. EmulatorError (409) when the database does not run."""
-        path = f"/_emulator/databases/{quote(org)}/{quote(db)}/tables"
-        return self.answer(TableList, "GET", path, params={"rows": rows}, timeout=HOSTED_READ_TIMEOUT).tables
+        call = ops.DATABASE_TABLES.call(org=org, db=db, query={"rows": rows})
+        return self.run(call.within(HOSTED_READ_TIMEOUT)).tables
 
     def call_service(
         self, org: str, service: str, path: str, json: Any = None, *, db: str = "main", method: str = "POST"
@@ -328,31 +329,21 @@ class Testkit:
         """A request to a running service, as the operator (straight to it, no credential, not journaled as an
         agent's): what it answered, whatever the status."""
         call = ServiceCall(service, path, method, msgspec.Raw(msgspec.json.encode(json)))
-        where = f"/_emulator/services/{quote(org)}/{quote(db)}/call"
-        return self.answer(ServiceAnswer, "POST", where, call, timeout=HOSTED_READ_TIMEOUT)
+        return self.run(ops.SERVICE_CALL.call(call, org=org, db=db).within(HOSTED_READ_TIMEOUT))
 
     def reset(self, to: Literal["empty", "start"] = "empty") -> ResetView:
         """Back to an empty state (`to="empty"`) or to the state the emulator started from (`to="start"`)."""
-        answer = self.answer(ResetView, "POST", "/_emulator/reset", ResetRequest(to))
+        answer = self.run(ops.RESET.call(ResetRequest(to)))
         self.mark = self.last_seq()
         return answer
 
     def apply(self, state: Path | str, name: str | None = None) -> Applied:
         """Make the emulator hold a declared state: a TOML file, or its text (see fixtures/world.toml)."""
-        from emulator.hosted.declared import Applied
-
         if isinstance(state, Path):
             text, name = state.read_text("utf-8"), name or str(state)
         else:
             text = state
-        return self.answer(
-            Applied,
-            "POST",
-            "/_emulator/apply",
-            content=text.encode(),
-            params={"name": name or "state"},
-            headers={"Content-Type": "application/toml"},
-        )
+        return self.run(ops.APPLY.call(text.encode(), query={"name": name or "state"}))
 
     # -- the journal
 
@@ -361,7 +352,7 @@ class Testkit:
         self.mark = self.last_seq()
 
     def last_seq(self) -> int:
-        return self.answer(JournalPage, "GET", "/_emulator/journal", params={"limit": 1, "since": 2**62}).last_seq
+        return self.run(ops.JOURNAL.call(query={"limit": 1, "since": 2**62})).last_seq
 
     def events(self, kinds: str | Sequence[str] = (), since: int | None = None) -> list[EventView]:
         """Events since the current test began (or `since`), oldest first; `kinds` are prefixes (`"trial"`)."""
@@ -369,9 +360,7 @@ class Testkit:
         out: list[EventView] = []
         after = self.mark if since is None else since
         while True:
-            r = self._http.get("/_emulator/journal", params={"since": after, "kinds": prefixes, "limit": 5000})
-            r.raise_for_status()
-            page = msgspec.json.decode(r.content, type=JournalPage)
+            page = self.run(ops.JOURNAL.call(query={"since": after, "kinds": prefixes, "limit": 5000}))
             out += page.events
             if len(page.events) < 5000:
                 return out
@@ -422,19 +411,17 @@ class Testkit:
 
     def trace(self, who: str) -> Trace:
         """One agent's trace: a registration id, an organization or an API key's name (`ORG/NAME`)."""
-        from emulator.behaviour.traces import Trace
-
-        return self.answer(Trace, "GET", "/_emulator/traces/" + quote(who, safe="/"))
+        return self.run(ops.TRACE.call(who=who))
 
     def watch(self, values: dict[str, str], canary_hosts: Sequence[str] = ()) -> WatchView:
         """Watch these values (name → value: each one seen in an agent's request is a `secret.sighted` event, and
         never journaled itself) and answer these canary hosts in the proxy (`canary.request`), instead of what was
         watched before. The values stay in the emulator's memory."""
-        return self.answer(WatchView, "POST", "/_emulator/watch", WatchSet(values, list(canary_hosts)))
+        return self.run(ops.WATCH_SET.call(WatchSet(values, list(canary_hosts))))
 
     def secrets(self) -> list[SecretView]:
         """Every organization's secrets by name (never a value), each compared with the watched value of its name."""
-        return self.answer(SecretList, "GET", "/_emulator/secrets").secrets
+        return self.run(ops.SECRETS.call()).secrets
 
     # -- registration events' webhooks
 
@@ -442,29 +429,26 @@ class Testkit:
         """An endpoint the registration events are delivered to (every event, or those named), signed with `secret`
         (or one the emulator makes): the answer shows the secret, the only time it is shown."""
         body = WebhookAdd(url=url, events=list(events) if events is not None else None, secret=secret)
-        return self.answer(WebhookCreated, "POST", "/_emulator/webhooks", body)
+        return self.run(ops.WEBHOOK_ADD.call(body))
 
     def webhooks(self) -> list[WebhookView]:
-        return self.answer(WebhookList, "GET", "/_emulator/webhooks").webhooks
+        return self.run(ops.WEBHOOKS.call()).webhooks
 
     def remove_webhook(self, endpoint_id: str) -> None:
         """The endpoint goes, and its pending deliveries with it."""
-        self.call("DELETE", f"/_emulator/webhooks/{quote(endpoint_id, safe='')}")
+        self.run(ops.WEBHOOK_REMOVE.call(endpoint_id=endpoint_id))
 
     def webhook_deliveries(self, endpoint: str | None = None, event: str | None = None) -> list[DeliveryView]:
         """Each delivery (of one endpoint, of one event) with its state and every try."""
-        params = {k: v for k, v in (("endpoint", endpoint), ("event", event)) if v is not None}
-        return self.answer(DeliveryList, "GET", "/_emulator/webhooks/deliveries", params=params).deliveries
+        return self.run(ops.WEBHOOK_DELIVERIES.call(query={"endpoint": endpoint, "event": event})).deliveries
 
     def report(self, agent: str | None = None) -> Report:
         """The scorecard of every agent in the journal, or of one."""
-        from emulator.behaviour.scorecard import Report
-
-        return self.answer(Report, "GET", "/_emulator/report", params={"agent": agent} if agent else {})
+        return self.run(ops.REPORT.call(query={"agent": agent}))
 
     def record(self, agent: str | None = None) -> bytes:
         """The run as a record, as `emulator record save` writes it (`emulator record diff` compares two)."""
-        return self._send("GET", "/_emulator/record", params={"agent": agent} if agent else {}).content
+        return self.run(ops.RECORD.call(query={"agent": agent}).answered_as(bytes))
 
     def assert_clean(self, agent: str | None = None, allow: Sequence[str] = ()) -> None:
         """That the agent (or every agent) broke no scorecard rule, save those in `allow`; an AssertionError
@@ -523,7 +507,7 @@ class Clock:
         return datetime.fromisoformat(self.state().iso.replace("Z", "+00:00"))
 
     def state(self) -> ClockView:
-        return self._kit.answer(ClockView, "GET", "/_emulator/clock")
+        return self._kit.run(ops.CLOCK.call())
 
     def advance(self, duration: str | float) -> ClockView:
         """`"48h"`, `"90s"`, `"2d"` or seconds; every job that falls due runs before this returns."""
@@ -539,7 +523,7 @@ class Clock:
         return self._move(ClockMove(freeze=False))
 
     def _move(self, move: ClockMove) -> ClockView:
-        return self._kit.answer(ClockView, "POST", "/_emulator/clock", move)
+        return self._kit.run(ops.CLOCK_MOVE.call(move))
 
 
 def _instant(value: str | datetime) -> str:
@@ -555,54 +539,52 @@ class Acts:
     def approve_claim(self, claim: str, email: str) -> str:
         """Approve an agent's claim (its `verification_uri`, or its registration id); returns the user code the
         person reads to the agent."""
-        decided = self._kit.answer(ClaimDecided, "POST", "/_emulator/claims/approve", _claim(claim, email))
+        decided = self._kit.run(ops.CLAIM_APPROVE.call(_claim(claim, email)))
         if decided.user_code is None:
             raise EmulatorError(f"the approval of {claim} showed no user code")
         return decided.user_code
 
     def deny_claim(self, claim: str, email: str = "person@example.com") -> ClaimDecided:
-        return self._kit.answer(ClaimDecided, "POST", "/_emulator/claims/deny", _claim(claim, email))
+        return self._kit.run(ops.CLAIM_DENY.call(_claim(claim, email)))
 
     def id_jag(self, email: str, **claims: Any) -> Minted:
         """An ID-JAG for the person `email` from the upstream issuer the emulator plays (what their own identity
         provider gives the agent by token exchange); `claims` make a bad one on purpose (see `MintRequest`:
         email_verified, auth_age, auth_time, expires_in, audience, jti, typ, sub, client_id, scope)."""
-        return self._kit.answer(Minted, "POST", "/_emulator/id-jag", MintRequest(email=email, **claims))
+        return self._kit.run(ops.ID_JAG.call(MintRequest(email=email, **claims)))
 
     def claim_trial(self, org: str, email: str) -> TrialClaimed:
         """The person opens the trial's `claim_url` and claims it: it no longer expires."""
-        return self._kit.answer(TrialClaimed, "POST", "/_emulator/trials/claim", TrialClaim(org, email))
+        return self._kit.run(ops.TRIAL_CLAIM.call(TrialClaim(org, email)))
 
     def approve_login(self, email: str, user_code: str | None = None, deny: bool = False) -> LoginDecided:
         """Approve (or deny) a `pxt login` sign-in: the one pending, or the one with this code."""
         if user_code is None:
-            pending = self._kit.answer(LoginList, "GET", "/_emulator/logins").pending
+            pending = self._kit.run(ops.LOGINS.call()).pending
             if len(pending) != 1:
                 raise EmulatorError(f"{len(pending)} sign-ins are pending; name the user code")
             user_code = pending[0].user_code
         body = LoginDecision(user_code, email, deny)
-        return self._kit.answer(LoginDecided, "POST", "/_emulator/logins/approve", body)
+        return self._kit.run(ops.LOGIN_APPROVE.call(body))
 
     # -- the service side: its keys, and the operator's revocation of an agent
 
     def create_service_key(self, name: str) -> ServiceKeyCreated:
         """A service key for the agents API (`WorkOSClient(api_key=made.key, …)`): its `key` is shown here once."""
-        return self._kit.answer(ServiceKeyCreated, "POST", "/_emulator/service-keys", ServiceKeyCreate(name))
+        return self._kit.run(ops.SERVICE_KEY_CREATE.call(ServiceKeyCreate(name)))
 
     def service_keys(self) -> list[ServiceKeyView]:
-        return self._kit.answer(ServiceKeyList, "GET", "/_emulator/service-keys").service_keys
+        return self._kit.run(ops.SERVICE_KEYS.call()).service_keys
 
     def revoke_service_key(self, key_id: str) -> ServiceKeyView:
-        return self._kit.answer(ServiceKeyView, "DELETE", f"/_emulator/service-keys/{quote(key_id, safe='')}")
+        return self._kit.run(ops.SERVICE_KEY_REVOKE.call(key_id=key_id))
 
     def revoke_registration(self, registration_id: str) -> AgentRegistrationView:
         """Revoke an agent registration as the operator: nothing issued from it works any more."""
-        path = f"/_emulator/registrations/{quote(registration_id, safe='')}/revoke"
-        return self._kit.answer(AgentRegistrationView, "POST", path)
+        return self._kit.run(ops.REGISTRATION_REVOKE.call(registration_id=registration_id))
 
     def delete_registration(self, registration_id: str) -> RegistrationDeleted:
-        path = f"/_emulator/registrations/{quote(registration_id, safe='')}"
-        return self._kit.answer(RegistrationDeleted, "DELETE", path)
+        return self._kit.run(ops.REGISTRATION_DELETE.call(registration_id=registration_id))
 
 
 def _claim(claim: str, email: str) -> ClaimDecision:
@@ -623,11 +605,11 @@ class Faults:
         they are: the emulator checks them); answers the stored rule with its `id`. A hold is `hold()`'s."""
         if "hold" in rule:
             raise TypeError("faults.add(hold=...): a hold is no rule; use faults.hold(path, count)")
-        return self._kit.answer(FaultRuleView, "POST", "/_emulator/faults", rule)
+        return self._kit.run(ops.FAULT_ADD.call(rule))
 
     def hold(self, path: str, count: int = 1) -> FaultList:
         """Hold the next `count` requests to `path` until `release()` (the older form of a fault)."""
-        return self._kit.answer(FaultList, "POST", "/_emulator/faults", {"hold": path, "count": count})
+        return self._kit.run(ops.FAULT_ADD.call({"hold": path, "count": count}).answered_as(FaultList))
 
     @contextlib.contextmanager
     def injected(self, **rule: Any) -> Iterator[FaultRuleView]:
@@ -637,17 +619,20 @@ class Faults:
             yield added
         finally:
             with contextlib.suppress(EmulatorError):  # it may have fired its count and gone
-                self._kit.call("DELETE", f"/_emulator/faults/{added.id}")
+                self._kit.run(ops.FAULT_REMOVE.call(rule_id=added.id))
 
     def list(self) -> list[FaultRuleView]:
-        return self._kit.answer(FaultList, "GET", "/_emulator/faults").rules
+        return self._kit.run(ops.FAULTS.call()).rules
 
     def clear(self, rule_id: str | None = None) -> None:
-        self._kit.call("DELETE", "/_emulator/faults" + (f"/{rule_id}" if rule_id else ""))
+        if rule_id:
+            self._kit.run(ops.FAULT_REMOVE.call(rule_id=rule_id))
+        else:
+            self._kit.run(ops.FAULTS_CLEAR.call())
 
     def release(self) -> FaultsReleased:
         """Let held requests go on."""
-        return self._kit.answer(FaultsReleased, "POST", "/_emulator/faults/release", FaultRelease())
+        return self._kit.run(ops.FAULTS_RELEASE.call(FaultRelease()))
 
 
 class Snapshots:
@@ -657,35 +642,26 @@ class Snapshots:
         self._kit = kit
 
     def save(self, name: str) -> SnapshotView:
-        return self._kit.answer(SnapshotView, "POST", "/_emulator/snapshots", SnapshotSave(name))
+        return self._kit.run(ops.SNAPSHOT_SAVE.call(SnapshotSave(name)))
 
     def load(self, name: str) -> SnapshotLoaded:
-        answer = self._kit.answer(SnapshotLoaded, "POST", f"/_emulator/snapshots/{name}/load", {})
+        answer = self._kit.run(ops.SNAPSHOT_LOAD.call(name=name))
         self._kit.mark = self._kit.last_seq()
         return answer
 
     def list(self) -> list[SnapshotView]:
-        return self._kit.answer(SnapshotList, "GET", "/_emulator/snapshots").snapshots
+        return self._kit.run(ops.SNAPSHOTS.call()).snapshots
 
     def delete(self, name: str) -> None:
-        self._kit.call("DELETE", f"/_emulator/snapshots/{name}")
+        self._kit.run(ops.SNAPSHOT_DELETE.call(name=name))
 
     def export(self, name: str, target: Path) -> Path:
-        with self._kit._http.stream("GET", f"/_emulator/snapshots/{name}/export") as r:
-            if r.status_code >= 400:
-                r.read()
-                raise EmulatorError(f"export {name}: {r.status_code} {r.text}", r.status_code)
-            with open(target, "wb") as out:
-                for chunk in r.iter_bytes():
-                    out.write(chunk)
+        call = ops.SNAPSHOT_EXPORT.call(name=name)
+        try:
+            self._kit._client.download(call, target)
+        except client.EmulatorError as e:
+            raise EmulatorError(f"export {name}: {e.status} {e.message}", e.status, e.code) from None
         return target
 
     def import_file(self, source: Path, name: str | None = None) -> SnapshotView:
-        return self._kit.answer(
-            SnapshotView,
-            "POST",
-            "/_emulator/snapshots/import",
-            content=source.read_bytes(),
-            params={"name": name} if name else None,
-            headers={"Content-Type": "application/gzip"},
-        )
+        return self._kit.run(ops.SNAPSHOT_IMPORT.call(source.read_bytes(), query={"name": name}))

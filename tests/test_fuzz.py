@@ -156,7 +156,9 @@ def schemathesis(e: Emulator, url: str, *args: str) -> None:
         cmd,
         capture_output=True,
         text=True,
-        timeout=240,
+        # a guard against a hang, not a speed bound: the run is bounded by its examples, and the site's 80-odd
+        # operations took 144 s on a 2-core machine at a load of 10 (2026-11-28)
+        timeout=600,
         stdin=subprocess.DEVNULL,
         cwd=e.state_dir.parent,
         env={**os.environ, **hooks},

@@ -3,8 +3,10 @@ operations that declare their answer and errors (core/contract.py) come back as 
 the origin's error model, and the bytes on the wire are msgspec's encoding of the answer's type (as before the
 handlers returned structs).
 
-Converted so far (issue 44, step 3.2): the operator's clock move, the identity provider's registration, the site's
-trial and the control plane's `POST /`; the rest follow in 3.3, and this test with them.
+Converted so far (issue 44, steps 3.2 and 3.3): the operator's clock move, every identity-provider operation (its
+flow: register, token, claim, discovery), every site operation outside /_emulator (the trial and its claim page,
+/ask, /mcp, discovery, pages, /health) and the control plane's `POST /`; the rest follow in 3.3, and this test with
+them.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import base64
 import hashlib
 import importlib
 import io
+import re
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -26,7 +29,10 @@ import pytest
 
 from emulator.admin.wire import ClockView
 from emulator.cloud import answers
-from emulator.identity.identity import Registered
+from emulator.identity.discovery import AuthorizationServer
+from emulator.identity.wire import AccessToken, ClaimStarted, Registered
+from emulator.site.ask import AskSuccess
+from emulator.site.mcp import DocsSearched
 from emulator.site.trials import TrialOrg
 from tests.conftest import Emulator, next_ip
 
@@ -95,7 +101,7 @@ def test_the_operators_clock_move_answers_a_clock_view_and_refuses_in_the_envelo
 def test_the_identity_providers_registration_answers_registered_and_refuses_in_its_format(
     generated: str, emu: Emulator
 ) -> None:
-    (register,) = _import("gen_auth.api.default", "agent_identity_register")
+    (register,) = _import("gen_auth.api.default", "register")
     registration, registered, registration_error, registration_type = _import(
         "gen_auth.models", "registration", "registered", "registration_error", "registration_type"
     )
@@ -112,6 +118,67 @@ def test_the_identity_providers_registration_answers_registered_and_refuses_in_i
     assert refused.status_code == 400 and isinstance(refused.parsed, registration_error.RegistrationError)
     assert (refused.parsed.code, refused.parsed.error) == ("invalid_request", "invalid_request")
     assert refused.parsed.message == "type refresh needs refresh_token"
+
+
+def test_the_identity_providers_flow_through_its_generated_client(generated: str, emu: Emulator) -> None:
+    """Register, exchange the assertion for an access token (a form), start the claim, and read the discovery
+    document: each answer the generated model, its bytes msgspec's; a refusal the route's own error model."""
+    register, token, start_claim, metadata = _import(
+        "gen_auth.api.default", "register", "token", "start_claim", "authorization_server_metadata"
+    )
+    registration, registration_type, token_form, grant_type, access_token, o_auth_error = _import(
+        "gen_auth.models",
+        "registration",
+        "registration_type",
+        "token_form",
+        "token_form_grant_type",
+        "access_token",
+        "o_auth_error",
+    )
+    claim_start, claim_start_type, claim_started, registration_error, authorization_server = _import(
+        "gen_auth.models",
+        "claim_start",
+        "claim_start_type",
+        "claim_started",
+        "registration_error",
+        "authorization_server",
+    )
+    bearer = grant_type.TokenFormGrantType(JWT_BEARER)
+    with _client("gen_auth", emu.auth) as c:
+        reg = register.sync(client=c, body=registration.Registration(registration_type.RegistrationType("anonymous")))
+        assert reg is not None and not isinstance(reg, registration_error.RegistrationError)
+        assertion = reg.identity.assertion
+
+        exchanged = token.sync_detailed(client=c, body=token_form.TokenForm(grant_type=bearer, assertion=assertion))
+        assert exchanged.status_code == 200 and isinstance(exchanged.parsed, access_token.AccessToken)
+        assert exchanged.parsed.token_type == "Bearer" and exchanged.parsed.expires_in > 0
+        assert exchanged.headers["cache-control"] == "no-store"
+        _same_bytes(exchanged.content, AccessToken)
+
+        refused = token.sync_detailed(client=c, body=token_form.TokenForm(grant_type=bearer, assertion=""))
+        assert refused.status_code == 400 and isinstance(refused.parsed, o_auth_error.OAuthError)
+        assert refused.parsed.error == "invalid_request"
+        assert refused.parsed.error_description == "assertion is required (the registration's identity.assertion)"
+
+        started = start_claim.sync_detailed(
+            client=c,
+            body=claim_start.ClaimStart(
+                type_=claim_start_type.ClaimStartType("service_auth"), claim_token=reg.claim.token
+            ),
+        )
+        assert started.status_code == 200 and isinstance(started.parsed, claim_started.ClaimStarted)
+        assert started.parsed.id == reg.id and started.parsed.attempt.verification_uri.startswith(emu.auth + "/claim")
+        _same_bytes(started.content, ClaimStarted)
+        unknown = start_claim.sync_detailed(
+            client=c, body=claim_start.ClaimStart(type_=claim_start_type.ClaimStartType("service_auth"), claim_token="")
+        )
+        assert unknown.status_code == 400 and isinstance(unknown.parsed, registration_error.RegistrationError)
+        assert (unknown.parsed.code, unknown.parsed.message) == ("invalid_request", "claim_token is required")
+
+        document = metadata.sync_detailed(client=c)
+        assert isinstance(document.parsed, authorization_server.AuthorizationServer)
+        assert document.parsed.issuer == emu.auth and document.parsed.token_endpoint == emu.auth + "/oauth2/token"
+        _same_bytes(document.content, AuthorizationServer)
 
 
 def _access_token(emu: Emulator) -> str:
@@ -158,6 +225,105 @@ def test_a_trial_and_the_control_plane_answer_their_models(generated: str, emu: 
         )
     assert refused.status_code in (400, 404) and isinstance(refused.parsed, str)
     assert refused.parsed.startswith(("Bad Request : ", "Not Found : "))
+
+
+def test_the_sites_trial_claim_ask_and_mcp_answer_their_models_and_refuse_in_its_formats(
+    generated: str, emu: Emulator
+) -> None:
+    (create, claim_page, claim_submit, ask_get, ask_post, mcp_post) = _import(
+        "gen_site.api.default",
+        "api_v1_trial_orgs_create_trial",
+        "claim_token_claim_page",
+        "claim_token_claim_submit",
+        "ask_ask_get",
+        "ask_ask_post",
+        "mcp_mcp_post",
+    )
+    trial_org, claim_form, ask_success, ask_request, error_body, json_rpc_request, docs_searched = _import(
+        "gen_site.models",
+        "trial_org",
+        "claim_form",
+        "ask_success",
+        "ask_request",
+        "error_body",
+        "json_rpc_request",
+        "docs_searched",
+    )
+    # The trial, then its claim page (HTML for a person) and the claim, through the same client.
+    with _client("gen_site", emu.url, token=_access_token(emu)) as c:
+        made = create.sync_detailed(client=c)
+        assert made.status_code == 201 and isinstance(made.parsed, trial_org.TrialOrg)
+        token = made.parsed.claim_url.rsplit("/", 1)[1]
+        page = claim_page.sync_detailed(token, client=c)
+        assert page.status_code == 200 and page.headers["content-type"].startswith("text/html")
+        assert made.parsed.org in page.content.decode()
+        claimed = claim_submit.sync_detailed(token, client=c, body=claim_form.ClaimForm(email="owner@example.com"))
+        assert claimed.status_code == 200 and f"You own {made.parsed.org}" in claimed.content.decode()
+        gone = claim_page.sync_detailed(token, client=c)  # claimed: the link is spent, said on a page
+        assert gone.status_code == 404 and "this claim link is not valid" in gone.content.decode()
+
+    with _client("gen_site", emu.url) as c:  # an address of its own: a fresh /ask rate window
+        asked = ask_get.sync_detailed(client=c, query="create a table")
+        assert asked.status_code == 200 and isinstance(asked.parsed, ask_success.AskSuccess)
+        assert asked.parsed.query == "create a table" and asked.parsed.results and asked.parsed.field_meta.site
+        assert asked.parsed.results[0].url.startswith(emu.url)
+        _same_bytes(asked.content, AskSuccess)
+        posted = ask_post.sync_detailed(client=c, body=ask_request.AskRequest(query="trial"))
+        assert posted.status_code == 200 and isinstance(posted.parsed, ask_success.AskSuccess)
+        too_long = ask_get.sync_detailed(client=c, query="x" * 2001)
+        assert too_long.status_code == 400 and isinstance(too_long.parsed, error_body.ErrorBody)
+        assert too_long.parsed.error.code == "bad_request"
+        assert too_long.parsed.error.message == "`query` is 2001 characters long; the limit is 2000"
+        limited = None
+        for _ in range(12):  # 10 a minute per address; the clock is frozen, so the window does not roll over
+            limited = ask_get.sync_detailed(client=c, query="trial")
+            if limited.status_code != 200:
+                break
+        assert limited is not None and limited.status_code == 429 and isinstance(limited.parsed, error_body.ErrorBody)
+        assert limited.parsed.error.code == "rate_limited" and limited.parsed.error.retryable is True
+        assert limited.parsed.retry_after == int(limited.headers["retry-after"])
+
+        call = json_rpc_request.JsonRpcRequest.from_dict(
+            {
+                "jsonrpc": "2.0",
+                "id": 7,
+                "method": "tools/call",
+                "params": {"name": "search_docs", "arguments": {"query": "trial"}},
+            }
+        )
+        found = mcp_post.sync_detailed(client=c, body=call)
+        assert found.status_code == 200 and isinstance(found.parsed, docs_searched.DocsSearched), found.content
+        assert found.parsed.id == 7 and found.parsed.result.structured_content.results
+        _same_bytes(found.content, DocsSearched)
+
+
+def test_every_site_operation_declares_its_answer_and_its_errors_bodies(generated: str) -> None:
+    """Outside /_emulator (the operator API's lane): each 2xx is a JSON object, an event stream of a described event,
+    or a page; no operation shows Litestar's default error; every one has a `default` refusal."""
+    document = msgspec.json.decode((Path(generated) / "site.json").read_bytes())
+    schemas = document["components"]["schemas"]
+    operations = [
+        (path, method, operation)
+        for path, item in document["paths"].items()
+        if not path.startswith("/_emulator")
+        for method, operation in item.items()
+    ]
+    assert len(operations) >= 25
+    for path, method, operation in operations:
+        responses = operation["responses"]
+        assert "default" in responses and "status_code" not in str(responses), (method, path)
+        ok = next(response for status, response in responses.items() if status.startswith("2"))
+        for media, content in ok.get("content", {}).items():
+            schema = content["schema"]
+            if media.startswith("text/event-stream"):
+                assert schema == {"$ref": "#/components/schemas/AskEvent"}, (method, path)
+                assert {"$ref": "#/components/schemas/AskBegin"} in schemas["AskEvent"]["anyOf"]
+            elif media.startswith(("text/html", "text/markdown", "text/plain")):
+                assert schema == {"type": "string"}, (method, path)
+            else:
+                named = schema["$ref"].rsplit("/", 1)[1] if "$ref" in schema else None
+                assert (named and schemas[named]["type"] == "object") or "oneOf" in schema, (method, path, media)
+        assert ok.get("content") or method == "head" or "202" in responses, (method, path)
 
 
 def test_the_documents_declare_no_default_litestar_error_on_the_converted_operations(
@@ -282,3 +448,37 @@ def test_every_control_plane_operation_declares_its_answer_and_its_text_errors(g
                 else:
                     assert (where, status) == (("put", "/blobs/{org_id}/{sha256}"), "412")
             assert "default" in operation["responses"], where
+
+
+def test_every_identity_provider_operation_declares_its_answer_and_its_errors(generated: str) -> None:
+    """Each 2xx of the auth document is a JSON object (a struct's schema), a page (text/html) or, for revocation, an
+    empty 200; the signposts (paths that only refuse) declare that refusal and no 2xx; every error is the body the
+    route's handler writes, never Litestar's default."""
+    document = msgspec.json.decode((Path(generated) / "auth.json").read_bytes())
+    schemas = document["components"]["schemas"]
+    kinds: dict[str, list[str]] = {}
+    for path, item in document["paths"].items():
+        for method, operation in item.items():
+            responses = operation["responses"]
+            assert "default" in responses, (method, path)
+            for status, response in responses.items():
+                assert "status_code" not in str(response), (method, path, status)
+            ok = [response for status, response in responses.items() if status.startswith("2")]
+            if not ok:
+                kind = "signpost"
+            elif "content" not in ok[0]:
+                kind = "empty"
+            elif "text/html" in ok[0]["content"]:
+                kind = "page"
+            else:
+                schema = ok[0]["content"]["application/json"]["schema"]
+                referred = [
+                    schemas[ref.rsplit("/", 1)[1]] for ref in re.findall(r"#/components/schemas/\w+", str(schema))
+                ]
+                assert referred and all(one["type"] == "object" for one in referred), (method, path, schema)
+                kind = "object"
+            kinds.setdefault(kind, []).append(f"{method.upper()} {path}")
+    assert kinds["empty"] == ["POST /oauth2/revoke"]
+    assert sorted(kinds["page"]) == ["GET /claim", "GET /device", "POST /claim", "POST /device"]
+    assert len(kinds["signpost"]) == 6 and "GET /oauth2/authorize" in kinds["signpost"]
+    assert len(kinds["object"]) == 16 and "POST /oauth2/token" in kinds["object"]

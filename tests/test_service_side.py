@@ -359,6 +359,9 @@ async def test_malformed_bodies_are_400(emu: Emulator, workos: WorkOSClient) -> 
             r = await c.post(emu.auth + "/agents/credentials/validate", content=body, headers=key)
             assert r.status_code == 400, body
             assert r.json()["code"] == "bad_request" and r.json()["message"]
+            # without a key, the same body is the 401: the key is checked before any body is read
+            anonymous = await c.post(emu.auth + "/agents/credentials/validate", content=body)
+            assert anonymous.status_code == 401 and anonymous.json()["code"] == "unauthorized", body
         extra = {"type": "api_key", "credential": "x", "surprise": 1}
         r = await c.post(emu.auth + "/agents/credentials/validate", json=extra, headers=key)
         assert r.status_code == 400 and "surprise" in r.json()["message"]

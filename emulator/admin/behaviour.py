@@ -9,6 +9,7 @@ from litestar import Request, Response, get
 from litestar.params import Parameter
 
 from emulator import __version__
+from emulator.admin import ops
 from emulator.admin.context import operator_of
 from emulator.admin.emulator import json_response
 from emulator.behaviour import read_journal, records, scorecard, traces
@@ -17,14 +18,14 @@ from emulator.core.clock import iso
 Who = Annotated[str, Parameter(max_length=200, description="a registration, an organization or an API key's name")]
 
 
-@get("/_emulator/traces/{who:path}")
+@get(ops.TRACE.path)
 async def trace_get(request: Request[Any, Any, Any], who: Who) -> Response[bytes]:
     """One agent's trace; `who` may be `ORG/NAME` (a key's name in its organization)."""
     journal = await read_journal(operator_of(request).core)
     return json_response(traces.trace(journal, journal.find(who.lstrip("/"))))
 
 
-@get("/_emulator/report")
+@get(ops.REPORT.path)
 async def report_get(
     request: Request[Any, Any, Any],
     agent: Annotated[str | None, Parameter(query="agent", max_length=200, required=False)] = None,
@@ -34,7 +35,7 @@ async def report_get(
     return json_response(scorecard.report(journal, journal.find(agent) if agent else None))
 
 
-@get("/_emulator/record")
+@get(ops.RECORD.path)
 async def record_get(
     request: Request[Any, Any, Any],
     agent: Annotated[str | None, Parameter(query="agent", max_length=200, required=False)] = None,

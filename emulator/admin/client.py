@@ -1,9 +1,12 @@
-"""The one client of `/_emulator`, for the `emulator` command and the dashboard: finding a running emulator,
-calling it, and turning its errors into a message a person reads.
+"""The one client of `/_emulator`: finding a running emulator, calling one of its operations (admin/ops.py), and
+turning its errors into an `EmulatorError` a person reads.
+
+A call is `ops.X.call(...)`, run by a client over one of three transports: `Client` with urllib (the CLI: standard
+library only, so a command starts fast) or with an httpx client (the test kit, evaluation), and `AsyncClient` over
+httpx for the dashboard (with the live event stream). Each decodes the answer as the op's answer type.
 
 The emulator is found by an explicit URL (`--url`, `EMULATOR_URL`) or by `endpoints.json` in its state dir. The
-file is read again before every reconnect, so a restarted emulator that picked new ports is found again. The
-CLI calls synchronously (standard library only, so a command starts fast); the dashboard uses the async client.
+file is read again before every reconnect, so a restarted emulator that picked new ports is found again.
 """
 
 from __future__ import annotations
@@ -17,11 +20,12 @@ import urllib.request
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal, TypeVar
-from urllib.parse import quote
+from typing import TYPE_CHECKING, Any, BinaryIO, Literal, Protocol, TypeVar
 
 import msgspec
 
+from emulator.admin import ops
+from emulator.admin.ops import Call
 from emulator.admin.wire import (
     ClaimDecided,
     ClaimDecision,
@@ -39,7 +43,6 @@ from emulator.admin.wire import (
     LoginDecided,
     LoginDecision,
     LoginList,
-    LogLines,
     LogLineView,
     OrgList,
     RegistrationList,
@@ -62,21 +65,206 @@ from emulator.behaviour.traces import Trace
 from emulator.core import statelock
 from emulator.core.snapshots import SnapshotView
 
-T = TypeVar("T")
+if TYPE_CHECKING:
+    import httpx
 
-Body = msgspec.Struct | dict[str, bool] | None  # what an act sends: its wire type (the switches: name → on)
-NO_BODY: dict[str, bool] = {}  # an act that takes no body sends an empty object
+A = TypeVar("A")
 
 # Seconds a snapshot save or load, or a reset, may take (each copies every hosted database's files).
 SLOW = 900.0
+TIMEOUT = 10.0  # seconds an operation may take, unless its call says otherwise
 
 
 class EmulatorError(Exception):
-    """The emulator answered with an error (its message is what a person should read)."""
+    """The emulator answered with an error: its status, its error code and its message (what a person should
+    read, and the exception's text). `status` None: no answer came to read (a file to send was missing)."""
+
+    def __init__(self, status: int | None, code: str, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.code = code
+        self.message = message
+
+    @classmethod
+    def of(cls, status: int, body: bytes) -> EmulatorError:
+        """From an error answer: the operator's envelope `{"error": {"code", "message"}}`, else the body itself."""
+        text = body.decode(errors="replace")
+        try:
+            error = json.loads(text)["error"]
+            return cls(status, str(error.get("code", "")), str(error["message"]))
+        except (ValueError, KeyError, TypeError, AttributeError):
+            return cls(status, "", text.strip() or f"HTTP {status}")
 
 
 class Unreachable(Exception):
     """The emulator is not running, or not where endpoints.json says."""
+
+
+ADMIN_TOKEN_VAR = "EMULATOR_ADMIN_TOKEN"
+
+
+def admin_headers() -> dict[str, str]:
+    """What every /_emulator call carries: the admin token, when the emulator was given one (admin_token)."""
+    token = os.environ.get(ADMIN_TOKEN_VAR, "")
+    return {"X-Emulator-Token": token} if token else {}
+
+
+# --- the transports: one request of a call, its answer's bytes (or EmulatorError / Unreachable) ---------------
+
+
+class Transport(Protocol):
+    def send(self, site: str, call: Call[Any]) -> bytes: ...
+
+    def download(self, site: str, call: Call[Any], into: BinaryIO) -> None: ...
+
+
+class Urllib:
+    """The standard library's HTTP: what the CLI calls with (no import of httpx, so a command starts fast)."""
+
+    def __init__(self, headers: dict[str, str] | None = None) -> None:
+        self.headers = admin_headers() if headers is None else headers
+
+    def _open(self, site: str, call: Call[Any], body: bytes | BinaryIO | None, timeout: float | None) -> Any:
+        url = site + call.target
+        headers = dict(self.headers)
+        if call.media is not None:
+            headers["Content-Type"] = call.media
+        if isinstance(call.content, Path):
+            headers["Content-Length"] = str(call.content.stat().st_size)
+        if call.stream:
+            headers["Accept"] = "text/event-stream"
+        req = urllib.request.Request(url, data=body, headers=headers, method=call.method)
+        try:
+            return urllib.request.urlopen(req, timeout=timeout)
+        except urllib.error.HTTPError as e:
+            raise EmulatorError.of(e.code, e.read()) from None
+        except (urllib.error.URLError, OSError) as e:
+            raise Unreachable(f"cannot reach {url} ({e}); is it running?") from None
+
+    def send(self, site: str, call: Call[Any]) -> bytes:
+        timeout = call.timeout or TIMEOUT
+        if isinstance(call.content, Path):
+            try:
+                f = open(call.content, "rb")  # closed below, after the answer
+            except FileNotFoundError:
+                raise EmulatorError(None, "", f"{call.content}: no such file") from None
+            with f, self._open(site, call, f, timeout) as resp:
+                return self._read(site, call, resp)
+        with self._open(site, call, call.content, timeout) as resp:
+            return self._read(site, call, resp)
+
+    @staticmethod
+    def _read(site: str, call: Call[Any], resp: Any) -> bytes:
+        try:
+            return resp.read()
+        except OSError as e:
+            raise Unreachable(f"cannot reach {site + call.target} ({e}); is it running?") from None
+
+    def download(self, site: str, call: Call[Any], into: BinaryIO) -> None:
+        with self._open(site, call, None, call.timeout or 600) as resp:
+            try:
+                shutil.copyfileobj(resp, into, 1024 * 1024)
+            except OSError as e:
+                raise Unreachable(f"cannot reach {site + call.target} ({e}); is it running?") from None
+
+    def lines(self, site: str, call: Call[Any]) -> Iterator[bytes]:
+        """An event stream's lines as they come, until it ends."""
+        resp = self._open(site, call, None, None)
+        try:
+            with resp:
+                yield from resp
+        except OSError as e:
+            raise Unreachable(str(e)) from None
+
+
+class Httpx:
+    """A synchronous httpx client's HTTP (its pool, its headers): the test kit's and evaluation's."""
+
+    def __init__(self, http: httpx.Client) -> None:
+        import httpx
+
+        self._httpx = httpx
+        self.http = http
+
+    def _request(self, site: str, call: Call[Any]) -> httpx.Request:
+        content = call.content.read_bytes() if isinstance(call.content, Path) else call.content
+        headers = {"Content-Type": call.media} if call.media is not None else None
+        return self.http.build_request(
+            call.method,
+            site + call.path,
+            params=call.query,
+            content=content,
+            headers=headers,
+            timeout=call.timeout if call.timeout is not None else self.http.timeout,
+        )
+
+    def send(self, site: str, call: Call[Any]) -> bytes:
+        try:
+            r = self.http.send(self._request(site, call))
+        except self._httpx.TransportError as e:
+            raise Unreachable(f"cannot reach {site} ({type(e).__name__}: {e})") from e
+        if r.status_code >= 400:
+            raise EmulatorError.of(r.status_code, r.content)
+        return r.content
+
+    def download(self, site: str, call: Call[Any], into: BinaryIO) -> None:
+        try:
+            r = self.http.send(self._request(site, call), stream=True)
+            try:
+                if r.status_code >= 400:
+                    raise EmulatorError.of(r.status_code, r.read())
+                for chunk in r.iter_bytes():
+                    into.write(chunk)
+            finally:
+                r.close()
+        except self._httpx.TransportError as e:
+            raise Unreachable(f"cannot reach {site} ({type(e).__name__}: {e})") from e
+
+
+# --- the clients ----------------------------------------------------------------------------------------------
+
+
+class Client:
+    """Runs ops' calls on one emulator's site, synchronously."""
+
+    def __init__(self, site: str, transport: Transport | None = None) -> None:
+        self.site = site.rstrip("/")
+        self.transport: Transport = transport or Urllib()
+
+    def run(self, call: Call[A]) -> A:
+        """The call's answer, decoded as its op's answer type."""
+        return call.decode(self.raw(call))
+
+    def raw(self, call: Call[Any]) -> bytes:
+        """The answer's bytes as they came."""
+        return self.transport.send(self.site, call)
+
+    def plain(self, call: Call[Any]) -> Any:
+        """The answer as plain JSON (what `--json` prints as it came)."""
+        return json.loads(self.raw(call) or b"null")
+
+    def download(self, call: Call[Any], target: Path) -> int:
+        """The answer (a file) into `target`, written whole or not at all; its size."""
+        tmp = target.with_name(f".{target.name}.part")
+        try:
+            # An export holds the emulator's keys: the file is the user's alone, as the state dir is.
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            with os.fdopen(fd, "wb") as f:
+                self.transport.download(self.site, call, f)
+            tmp.replace(target)
+        except OSError as e:
+            raise Unreachable(f"cannot write {target} ({e})") from None
+        finally:
+            tmp.unlink(missing_ok=True)
+        return target.stat().st_size
+
+    def follow(self, call: Call[EventView]) -> Iterator[EventView]:
+        """The events of an event stream (ops.EVENTS), decoded, until it ends (Unreachable if it breaks)."""
+        transport = self.transport if isinstance(self.transport, Urllib) else Urllib()
+        for raw in transport.lines(self.site, call):
+            line = raw.decode().rstrip("\n")
+            if line.startswith("data: "):
+                yield msgspec.json.decode(line[6:], type=EventView)
 
 
 @dataclass(frozen=True)
@@ -104,7 +292,7 @@ class Locator:
     def endpoints(self) -> Endpoints:
         """Where every origin is: endpoints.json's, or the status's of an emulator named by URL (a call)."""
         if self.url:
-            found = msgspec.convert(fetch(StatusView, self.site() + "/_emulator/status").endpoints, Endpoints)
+            found = msgspec.convert(Client(self.site()).run(ops.STATUS.call()).endpoints, Endpoints)
             # Its CA bundle is a file of its machine (or container): a bundle of this machine's, with its CA.
             return msgspec.structs.replace(found, ca_bundle=str(local_bundle(self.site())))
         return self.running()
@@ -112,6 +300,10 @@ class Locator:
     def site(self) -> str:
         """The site's URL, without a call."""
         return (self.url or self.running().site).rstrip("/")
+
+    def client(self) -> Client:
+        """A client of the site (found now), over urllib."""
+        return Client(self.site())
 
     def describe(self) -> str:
         return self.url or str(self.state_dir)
@@ -122,15 +314,7 @@ def local_bundle(site: str) -> Path:
     per-user cache, named by its content (so a second emulator, or a new CA, gets a file of its own)."""
     from emulator.tunnel.tlsfiles import client_bundle
 
-    req = urllib.request.Request(site + "/_emulator/ca.pem", headers=admin_headers())
-    try:
-        with urllib.request.urlopen(req, timeout=10) as resp:
-            ca = resp.read()
-    except urllib.error.HTTPError as e:
-        raise EmulatorError(error_message(e.code, e.read().decode(errors="replace"))) from None
-    except (urllib.error.URLError, OSError) as e:
-        raise Unreachable(f"cannot reach {site} ({e}); is it running?") from None
-    bundle = client_bundle(ca)
+    bundle = client_bundle(Client(site).run(ops.CA_PEM.call()))
     folder = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "pxt-emulator" / "ca"
     folder.mkdir(parents=True, exist_ok=True)
     target = folder / f"bundle-{hashlib.sha256(bundle).hexdigest()[:16]}.pem"
@@ -141,99 +325,11 @@ def local_bundle(site: str) -> Path:
     return target
 
 
-def error_message(status: int, body: str) -> str:
-    """What a person should read of an error answer: the message of the emulator's error envelope, else the body."""
-    try:
-        return str(json.loads(body)["error"]["message"])
-    except (ValueError, KeyError, TypeError):
-        return body.strip() or f"HTTP {status}"
+class AsyncClient:
+    """Runs ops' calls asynchronously over httpx (one connection pool), and reads the live event stream; finds the
+    site through its locator again after a connection fails."""
 
-
-def call(url: str, body: Body = None, timeout: float = 10, method: str | None = None) -> Any:
-    """One synchronous call (a POST when there is a body, unless `method` says otherwise): the answer as plain
-    JSON (what `--json` prints as it came), or EmulatorError / Unreachable."""
-    return json.loads(_send(url, body, timeout, method) or b"null")
-
-
-def fetch(view: type[T], url: str, body: Body = None, timeout: float = 10, method: str | None = None) -> T:
-    """`call`, its answer decoded as `view` (its type in emulator.admin.wire)."""
-    return msgspec.json.decode(_send(url, body, timeout, method), type=view)
-
-
-ADMIN_TOKEN_VAR = "EMULATOR_ADMIN_TOKEN"
-
-
-def admin_headers() -> dict[str, str]:
-    """What every /_emulator call carries: the admin token, when the emulator was given one (admin_token)."""
-    token = os.environ.get(ADMIN_TOKEN_VAR, "")
-    return {"X-Emulator-Token": token} if token else {}
-
-
-def _send(url: str, body: Body, timeout: float, method: str | None) -> bytes:
-    data = msgspec.json.encode(body) if body is not None else None
-    headers = {"Content-Type": "application/json", **admin_headers()}
-    req = urllib.request.Request(url, data=data, headers=headers, method=method)
-    try:
-        with urllib.request.urlopen(req, timeout=timeout) as resp:
-            return resp.read()
-    except urllib.error.HTTPError as e:
-        raise EmulatorError(error_message(e.code, e.read().decode(errors="replace"))) from None
-    except (urllib.error.URLError, OSError) as e:
-        raise Unreachable(f"cannot reach {url} ({e}); is it running?") from None
-
-
-def download(url: str, target: Path, timeout: float = 600) -> int:
-    """GET `url` into the file `target` (written whole or not at all); returns its size."""
-    tmp = target.with_name(f".{target.name}.part")
-    try:
-        # An export holds the emulator's keys: the file is the user's alone, as the state dir is.
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        req = urllib.request.Request(url, headers=admin_headers())
-        with urllib.request.urlopen(req, timeout=timeout) as resp, os.fdopen(fd, "wb") as f:
-            shutil.copyfileobj(resp, f, 1024 * 1024)
-        tmp.replace(target)
-    except urllib.error.HTTPError as e:
-        raise EmulatorError(error_message(e.code, e.read().decode(errors="replace"))) from None
-    except (urllib.error.URLError, OSError) as e:
-        raise Unreachable(f"cannot reach {url} ({e}); is it running?") from None
-    finally:
-        tmp.unlink(missing_ok=True)
-    return target.stat().st_size
-
-
-def upload(url: str, source: Path, media_type: str, timeout: float = 600) -> Any:
-    """POST the file `source` as the body (streamed); the decoded answer."""
-    try:
-        with open(source, "rb") as f:
-            headers = {"Content-Type": media_type, "Content-Length": str(source.stat().st_size), **admin_headers()}
-            req = urllib.request.Request(url, data=f, headers=headers, method="POST")
-            with urllib.request.urlopen(req, timeout=timeout) as resp:
-                return json.loads(resp.read() or b"null")
-    except urllib.error.HTTPError as e:
-        raise EmulatorError(error_message(e.code, e.read().decode(errors="replace"))) from None
-    except FileNotFoundError:
-        raise EmulatorError(f"{source}: no such file") from None
-    except (urllib.error.URLError, OSError) as e:
-        raise Unreachable(f"cannot reach {url} ({e}); is it running?") from None
-
-
-def follow(url: str) -> Iterator[EventView]:
-    """The events of an `/_emulator/events` stream, decoded, until it ends (Unreachable if it breaks)."""
-    req = urllib.request.Request(url, headers={"Accept": "text/event-stream", **admin_headers()})
-    try:
-        with urllib.request.urlopen(req) as resp:
-            for raw in resp:
-                line = raw.decode().rstrip("\n")
-                if line.startswith("data: "):
-                    yield msgspec.json.decode(line[6:], type=EventView)
-    except (urllib.error.URLError, OSError) as e:
-        raise Unreachable(str(e)) from None
-
-
-class EmulatorClient:
-    """The dashboard's client: async, one connection pool, the live event stream."""
-
-    def __init__(self, locator: Locator, timeout: float = 10.0) -> None:
+    def __init__(self, locator: Locator, timeout: float = TIMEOUT) -> None:
         import httpx  # here, not at the top: the CLI's commands use this module without it, and start faster
 
         self._httpx = httpx
@@ -259,151 +355,34 @@ class EmulatorClient:
     async def close(self) -> None:
         await self._http.aclose()
 
-    async def _request(
-        self, answer: type[T], method: str, path: str, body: Body = None, within: float | None = None
-    ) -> T:
-        """One call with `body` (the wire type the endpoint takes), its answer decoded as `answer` (its view)."""
-        content = None if body is None else msgspec.json.encode(body)
-        headers = None if body is None else {"Content-Type": "application/json"}
+    async def run(self, call: Call[A]) -> A:
+        """The call's answer, decoded as its op's answer type."""
+        content = call.content.read_bytes() if isinstance(call.content, Path) else call.content
         try:
             r = await self._http.request(
-                method,
-                self.site + path,
+                call.method,
+                self.site + call.path,
+                params=call.query,
                 content=content,
-                headers=headers,
-                timeout=within if within is not None else self._http.timeout,
+                headers={"Content-Type": call.media} if call.media is not None else None,
+                timeout=call.timeout if call.timeout is not None else self._http.timeout,
             )
         except self._httpx.TransportError as e:
             self.relocate()
             raise Unreachable(f"cannot reach {self._site or self.locator.describe()} ({type(e).__name__})") from e
         if r.status_code >= 400:
-            raise EmulatorError(error_message(r.status_code, r.text))
-        return msgspec.json.decode(r.content, type=answer)
+            raise EmulatorError.of(r.status_code, r.content)
+        return call.decode(r.content)
 
-    async def _get(self, answer: type[T], path: str) -> T:
-        return await self._request(answer, "GET", path)
+    async def follow(self, call: Call[EventView]) -> AsyncIterator[EventView]:
+        """An event stream's events (ops.EVENTS): the journal's backlog first, then live events.
 
-    async def _post(self, answer: type[T], path: str, body: Body = None, within: float | None = None) -> T:
-        """`within`: seconds the answer may take, when not the client's usual."""
-        return await self._request(answer, "POST", path, body if body is not None else NO_BODY, within)
-
-    async def _delete(self, answer: type[T], path: str) -> T:
-        return await self._request(answer, "DELETE", path)
-
-    # --- snapshots ----------------------------------------------------------------------------
-
-    async def status(self) -> StatusView:
-        return await self._get(StatusView, "/_emulator/status")
-
-    async def registrations(self) -> RegistrationList:
-        return await self._get(RegistrationList, "/_emulator/registrations")
-
-    async def claims(self) -> ClaimList:
-        """Claim attempts a person can still act on."""
-        return await self._get(ClaimList, "/_emulator/claims")
-
-    async def logins(self) -> LoginList:
-        """`pxt login` sign-ins waiting for the person."""
-        return await self._get(LoginList, "/_emulator/logins")
-
-    async def orgs(self) -> OrgList:
-        """Every organization (trials among them) with its keys, admins and databases."""
-        return await self._get(OrgList, "/_emulator/orgs")
-
-    async def services(self) -> ServiceList:
-        return await self._get(ServiceList, "/_emulator/services")
-
-    async def users(self) -> UserList:
-        """People who signed in, their organizations and roles, and their `pxt login` sessions."""
-        return await self._get(UserList, "/_emulator/users")
-
-    async def keys(self) -> KeyList:
-        """Every API key by organization and name (never its secret), revoked ones included."""
-        return await self._get(KeyList, "/_emulator/keys")
-
-    async def webhooks(self) -> WebhookList:
-        """The endpoints the registration events go to (never a secret)."""
-        return await self._get(WebhookList, "/_emulator/webhooks")
-
-    async def webhook_deliveries(self) -> DeliveryList:
-        """Every delivery with its state and each try."""
-        return await self._get(DeliveryList, "/_emulator/webhooks/deliveries")
-
-    async def switches(self) -> dict[str, bool]:
-        return await self._get(dict[str, bool], "/_emulator/switches")
-
-    async def report(self) -> Report:
-        """Every agent the journal knows, with its counts, latency and scorecard."""
-        return await self._get(Report, "/_emulator/report")
-
-    async def trace(self, who: str) -> Trace:
-        return await self._get(Trace, "/_emulator/traces/" + quote(who, safe=""))
-
-    async def faults(self) -> FaultList:
-        return await self._get(FaultList, "/_emulator/faults")
-
-    async def snapshots(self) -> SnapshotList:
-        return await self._get(SnapshotList, "/_emulator/snapshots")
-
-    async def db_logs(self, org: str, db: str, since: int = 0) -> list[LogLineView]:
-        path = f"/_emulator/databases/{quote(org)}/{quote(db)}/logs?since={since}"
-        return (await self._get(LogLines, path)).lines
-
-    # --- acts (each is also an `emulator` command) --------------------------------------------
-
-    async def advance_clock(self, duration: str) -> ClockView:
-        return await self._post(ClockView, "/_emulator/clock", ClockMove(advance=duration))
-
-    async def claim_trial(self, org: str, email: str) -> TrialClaimed:
-        return await self._post(TrialClaimed, "/_emulator/trials/claim", TrialClaim(org, email))
-
-    async def approve_claim(self, registration: str, email: str) -> ClaimDecided:
-        body = ClaimDecision(email, registration=registration)
-        return await self._post(ClaimDecided, "/_emulator/claims/approve", body)
-
-    async def deny_claim(self, registration: str, email: str) -> ClaimDecided:
-        return await self._post(ClaimDecided, "/_emulator/claims/deny", ClaimDecision(email, registration=registration))
-
-    async def set_switch(self, name: str, value: bool) -> dict[str, bool]:
-        return await self._post(dict[str, bool], "/_emulator/switches", {name: value})
-
-    async def approve_login(self, user_code: str, email: str) -> LoginDecided:
-        return await self._post(LoginDecided, "/_emulator/logins/approve", LoginDecision(user_code, email))
-
-    async def db_verb(self, org: str, db: str, verb: str) -> VerbAccepted:
-        return await self._post(VerbAccepted, f"/_emulator/databases/{quote(org)}/{quote(db)}/{verb}")
-
-    async def remove_fault(self, rule_id: str) -> FaultRemoved:
-        return await self._delete(FaultRemoved, f"/_emulator/faults/{quote(rule_id, safe='')}")
-
-    async def clear_faults(self) -> FaultsCleared:
-        return await self._delete(FaultsCleared, "/_emulator/faults")
-
-    async def save_snapshot(self, name: str) -> SnapshotView:
-        return await self._post(SnapshotView, "/_emulator/snapshots", SnapshotSave(name), within=SLOW)
-
-    async def load_snapshot(self, name: str) -> SnapshotLoaded:
-        return await self._post(SnapshotLoaded, f"/_emulator/snapshots/{quote(name, safe='')}/load", within=SLOW)
-
-    async def delete_snapshot(self, name: str) -> SnapshotDeleted:
-        return await self._delete(SnapshotDeleted, f"/_emulator/snapshots/{quote(name, safe='')}")
-
-    async def reset(self, to: Literal["empty", "start"] = "empty") -> ResetView:
-        return await self._post(ResetView, "/_emulator/reset", ResetRequest(to), within=SLOW)
-
-    # --- the live feed ------------------------------------------------------------------------
-
-    async def events(self, since: int) -> AsyncIterator[EventView]:
-        """The SSE stream from event `since` on: the journal's backlog first, then live events.
-
-        Ends when the emulator closes the stream (it does so when it stops); raises Unreachable when
-        the connection cannot be made or breaks.
+        Ends when the emulator closes the stream (it does so when it stops); raises Unreachable when the connection
+        cannot be made or breaks.
         """
-        timeout = self._httpx.Timeout(10.0, read=None)  # the stream is quiet while nothing happens
+        timeout = self._httpx.Timeout(TIMEOUT, read=None)  # the stream is quiet while nothing happens
         try:
-            async with self._http.stream(
-                "GET", f"{self.site}/_emulator/events", params={"since": since}, timeout=timeout
-            ) as r:
+            async with self._http.stream(call.method, self.site + call.path, params=call.query, timeout=timeout) as r:
                 if r.status_code != 200:
                     raise Unreachable(f"the event stream answered HTTP {r.status_code}")
                 data: list[str] = []
@@ -416,3 +395,112 @@ class EmulatorClient:
         except (self._httpx.TransportError, self._httpx.StreamError) as e:
             self.relocate()
             raise Unreachable(f"the event stream broke ({type(e).__name__})") from e
+
+
+class EmulatorClient(AsyncClient):
+    """The dashboard's client: what it reads and does, each one op."""
+
+    # --- what it shows --------------------------------------------------------------------------
+
+    async def status(self) -> StatusView:
+        return await self.run(ops.STATUS.call())
+
+    async def registrations(self) -> RegistrationList:
+        return await self.run(ops.REGISTRATIONS.call())
+
+    async def claims(self) -> ClaimList:
+        """Claim attempts a person can still act on."""
+        return await self.run(ops.CLAIMS.call())
+
+    async def logins(self) -> LoginList:
+        """`pxt login` sign-ins waiting for the person."""
+        return await self.run(ops.LOGINS.call())
+
+    async def orgs(self) -> OrgList:
+        """Every organization (trials among them) with its keys, admins and databases."""
+        return await self.run(ops.ORGS.call())
+
+    async def services(self) -> ServiceList:
+        return await self.run(ops.SERVICES.call())
+
+    async def users(self) -> UserList:
+        """People who signed in, their organizations and roles, and their `pxt login` sessions."""
+        return await self.run(ops.USERS.call())
+
+    async def keys(self) -> KeyList:
+        """Every API key by organization and name (never its secret), revoked ones included."""
+        return await self.run(ops.KEYS.call())
+
+    async def webhooks(self) -> WebhookList:
+        """The endpoints the registration events go to (never a secret)."""
+        return await self.run(ops.WEBHOOKS.call())
+
+    async def webhook_deliveries(self) -> DeliveryList:
+        """Every delivery with its state and each try."""
+        return await self.run(ops.WEBHOOK_DELIVERIES.call())
+
+    async def switches(self) -> dict[str, bool]:
+        return await self.run(ops.SWITCHES.call())
+
+    async def report(self) -> Report:
+        """Every agent the journal knows, with its counts, latency and scorecard."""
+        return await self.run(ops.REPORT.call())
+
+    async def trace(self, who: str) -> Trace:
+        return await self.run(ops.TRACE.call(who=who))
+
+    async def faults(self) -> FaultList:
+        return await self.run(ops.FAULTS.call())
+
+    async def snapshots(self) -> SnapshotList:
+        return await self.run(ops.SNAPSHOTS.call())
+
+    async def db_logs(self, org: str, db: str, since: int = 0) -> list[LogLineView]:
+        return (await self.run(ops.DATABASE_LOGS.call(org=org, db=db, query={"since": since}))).lines
+
+    # --- acts (each is also an `emulator` command) --------------------------------------------
+
+    async def advance_clock(self, duration: str) -> ClockView:
+        return await self.run(ops.CLOCK_MOVE.call(ClockMove(advance=duration)))
+
+    async def claim_trial(self, org: str, email: str) -> TrialClaimed:
+        return await self.run(ops.TRIAL_CLAIM.call(TrialClaim(org, email)))
+
+    async def approve_claim(self, registration: str, email: str) -> ClaimDecided:
+        return await self.run(ops.CLAIM_APPROVE.call(ClaimDecision(email, registration=registration)))
+
+    async def deny_claim(self, registration: str, email: str) -> ClaimDecided:
+        return await self.run(ops.CLAIM_DENY.call(ClaimDecision(email, registration=registration)))
+
+    async def set_switch(self, name: str, value: bool) -> dict[str, bool]:
+        return await self.run(ops.SWITCHES_SET.call({name: value}))
+
+    async def approve_login(self, user_code: str, email: str) -> LoginDecided:
+        return await self.run(ops.LOGIN_APPROVE.call(LoginDecision(user_code, email)))
+
+    async def db_verb(self, org: str, db: str, verb: str) -> VerbAccepted:
+        return await self.run(ops.DATABASE_VERBS[verb].call(org=org, db=db))
+
+    async def remove_fault(self, rule_id: str) -> FaultRemoved:
+        return await self.run(ops.FAULT_REMOVE.call(rule_id=rule_id))
+
+    async def clear_faults(self) -> FaultsCleared:
+        return await self.run(ops.FAULTS_CLEAR.call())
+
+    async def save_snapshot(self, name: str) -> SnapshotView:
+        return await self.run(ops.SNAPSHOT_SAVE.call(SnapshotSave(name)).within(SLOW))
+
+    async def load_snapshot(self, name: str) -> SnapshotLoaded:
+        return await self.run(ops.SNAPSHOT_LOAD.call(name=name).within(SLOW))
+
+    async def delete_snapshot(self, name: str) -> SnapshotDeleted:
+        return await self.run(ops.SNAPSHOT_DELETE.call(name=name))
+
+    async def reset(self, to: Literal["empty", "start"] = "empty") -> ResetView:
+        return await self.run(ops.RESET.call(ResetRequest(to)).within(SLOW))
+
+    # --- the live feed ------------------------------------------------------------------------
+
+    def events(self, since: int) -> AsyncIterator[EventView]:
+        """The live feed from event `since` on: the journal's backlog first, then live events."""
+        return self.follow(ops.EVENTS.call(query={"since": since}))

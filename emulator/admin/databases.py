@@ -8,6 +8,7 @@ from typing import Annotated, Any
 from litestar import Request, Response, get, post
 from litestar.params import Parameter
 
+from emulator.admin import ops
 from emulator.admin.context import Operator, operator_of
 from emulator.admin.emulator import decode, json_response
 from emulator.admin.wire import (
@@ -40,7 +41,7 @@ async def database_views(operator: Operator) -> dict[str, list[DatabaseView]]:
     return by_org
 
 
-@get("/_emulator/databases")
+@get(ops.DATABASES.path)
 async def databases_list(request: Request[Any, Any, Any]) -> Response[bytes]:
     """Every hosted database: its state, generation, environment, whether its server runs, and its usage."""
     operator = operator_of(request)
@@ -52,7 +53,7 @@ async def databases_list(request: Request[Any, Any, Any]) -> Response[bytes]:
     return json_response(DatabaseList(reconciler.kind, list(reconciler.unenforced), views))
 
 
-@get("/_emulator/databases/{org:str}/{db:str}/logs")
+@get(ops.DATABASE_LOGS.path)
 async def database_logs(
     request: Request[Any, Any, Any], org: str, db: str, since: Annotated[int, Parameter(ge=0, le=2**63 - 1)] = 0
 ) -> Response[bytes]:
@@ -65,7 +66,7 @@ async def database_logs(
     return json_response(LogLines([LogLineView(x.id, x.ts_ms, x.service or None, x.line) for x in lines]))
 
 
-@get("/_emulator/databases/{org:str}/{db:str}/tables")
+@get(ops.DATABASE_TABLES.path)
 async def database_tables(
     request: Request[Any, Any, Any], org: str, db: str, rows: Annotated[int, Parameter(ge=0, le=1000)] = 20
 ) -> Response[bytes]:
@@ -84,7 +85,7 @@ async def database_tables(
     return json_response(TableList(owner.slug, db, found))
 
 
-@post("/_emulator/services/{org:str}/{db:str}/call", status_code=200)
+@post(ops.SERVICE_CALL.path, status_code=200)
 async def service_call(request: Request[Any, Any, Any], org: str, db: str) -> Response[bytes]:
     """The operator's request to a running service, straight to it (no credential; not an agent's request, so it
     is not journaled as one): what it answered."""
@@ -110,18 +111,18 @@ async def _verb(request: Request[Any, Any, Any], org: str, db: str, verb: str) -
     return json_response(VerbAccepted(owner.slug, db, verb, receipt))
 
 
-@post("/_emulator/databases/{org:str}/{db:str}/stop", status_code=200)
+@post(ops.DATABASE_STOP.path, status_code=200)
 async def database_stop(request: Request[Any, Any, Any], org: str, db: str) -> Response[bytes]:
     """What `pxt db stop` does, as the operator: the same generation, receipt and events."""
     return await _verb(request, org, db, "stop")
 
 
-@post("/_emulator/databases/{org:str}/{db:str}/start", status_code=200)
+@post(ops.DATABASE_START.path, status_code=200)
 async def database_start(request: Request[Any, Any, Any], org: str, db: str) -> Response[bytes]:
     return await _verb(request, org, db, "start")
 
 
-@get("/_emulator/services")
+@get(ops.SERVICES.path)
 async def services_list(request: Request[Any, Any, Any]) -> Response[bytes]:
     """Every hosted service instance, with its state and, while its gateway runs, its endpoint."""
     operator = operator_of(request)
@@ -130,7 +131,7 @@ async def services_list(request: Request[Any, Any, Any]) -> Response[bytes]:
     return json_response(ServiceList([ServiceView.of(s, reconciler.endpoint(s) or None) for s in rows]))
 
 
-@get("/_emulator/usage")
+@get(ops.USAGE.path)
 async def usage_list(request: Request[Any, Any, Any]) -> Response[bytes]:
     """What every hosted database's workloads used (CPU seconds, peak memory), read now; deleted ones included."""
     usage = await operator_of(request).platform.reconciler.usage_now()

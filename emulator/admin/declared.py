@@ -8,6 +8,7 @@ from typing import Any
 
 from litestar import Request, Response, post
 
+from emulator.admin import ops
 from emulator.admin.context import operator_of
 from emulator.admin.emulator import json_response
 from emulator.core import openapi
@@ -25,7 +26,7 @@ def file_name(raw: str | None) -> str:
 
 
 @post(
-    "/_emulator/apply",
+    ops.APPLY.path,
     status_code=200,
     request_max_body_size=declared.MAX_BYTES,
     opt={

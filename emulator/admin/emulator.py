@@ -12,6 +12,7 @@ from litestar import Request, Response, get, post
 from litestar.response import Stream
 
 from emulator import __version__
+from emulator.admin import ops
 from emulator.admin.context import operator_of
 from emulator.admin.wire import ClockMove, ClockView, EventView, LimitsView, RuntimeView, StatusView
 from emulator.config import parse_when
@@ -42,7 +43,7 @@ def operator_body(type_: type[T]) -> openapi.BodyDependency:
     return contract.body(type_, jsonbody.decoder(type_, BAD_REQUEST, empty=b"{}"))
 
 
-@get("/_emulator/ca.pem", media_type="application/x-pem-file")
+@get(ops.CA_PEM.path, media_type="application/x-pem-file")
 async def ca_certificate(request: Request[Any, Any, Any]) -> Response[bytes]:
     """The local CA's certificate (not its key), for a client on another machine or outside the emulator's container:
     `emulator env --url` makes its own bundle with it (the client's system CAs and this one)."""
@@ -51,7 +52,7 @@ async def ca_certificate(request: Request[Any, Any, Any]) -> Response[bytes]:
     return Response(pem, media_type="application/x-pem-file")
 
 
-@get("/_emulator/status")
+@get(ops.STATUS.path)
 async def status(request: Request[Any, Any, Any]) -> Response[bytes]:
     operator = operator_of(request)
     s = operator.core.settings
@@ -79,13 +80,13 @@ async def status(request: Request[Any, Any, Any]) -> Response[bytes]:
     )
 
 
-@get("/_emulator/clock")
+@get(ops.CLOCK.path)
 async def clock_get(request: Request[Any, Any, Any]) -> Response[bytes]:
     return json_response(ClockView.of(operator_of(request).core.clock.state()))
 
 
 @post(
-    "/_emulator/clock",
+    ops.CLOCK_MOVE.path,
     status_code=200,
     dependencies={"move": operator_body(ClockMove)},
     responses=contract.errors(BAD_REQUEST),
@@ -131,7 +132,7 @@ def _kinds(request: Request[Any, Any, Any]) -> tuple[str, ...]:
     return tuple(k.strip() for k in raw.split(",") if k.strip())
 
 
-@get("/_emulator/journal", opt=openapi.query(since=int, kinds=str, limit=int))
+@get(ops.JOURNAL.path, opt=openapi.query(since=int, kinds=str, limit=int))
 async def journal(request: Request[Any, Any, Any]) -> Response[bytes]:
     """Events after `since` (default 0), oldest first, at most `limit` (default 500, max 5000)."""
     core = operator_of(request).core
@@ -143,7 +144,7 @@ async def journal(request: Request[Any, Any, Any]) -> Response[bytes]:
     return json_response({"events": [EventView.of(e) for e in events], "last_seq": core.bus.last_seq})
 
 
-@get("/_emulator/events", opt=openapi.query(since=int, kinds=str))
+@get(ops.EVENTS.path, opt=openapi.query(since=int, kinds=str))
 async def events(request: Request[Any, Any, Any]) -> Stream:
     """Live SSE feed: history after `since` / `Last-Event-ID` first (if given), then new events."""
     core = operator_of(request).core
@@ -161,12 +162,12 @@ async def events(request: Request[Any, Any, Any]) -> Stream:
     return Stream(frames(), media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
 
 
-@get("/_emulator/switches")
+@get(ops.SWITCHES.path)
 async def switches_get(request: Request[Any, Any, Any]) -> Response[bytes]:
     return json_response(operator_of(request).core.switches.snapshot())
 
 
-@post("/_emulator/switches", status_code=200, opt=openapi.body(dict[str, bool]))
+@post(ops.SWITCHES_SET.path, status_code=200, opt=openapi.body(dict[str, bool]))
 async def switches_set(request: Request[Any, Any, Any]) -> Response[bytes]:
     switches = operator_of(request).core.switches
     body = decode(await request.body(), dict[str, bool])

@@ -9,6 +9,7 @@ import msgspec
 from litestar import Request, Response, delete, get, post
 from litestar.params import Parameter
 
+from emulator.admin import ops
 from emulator.admin.context import operator_of
 from emulator.admin.emulator import decode, json_response
 from emulator.admin.wire import FaultRelease, FaultsCleared
@@ -17,12 +18,12 @@ from emulator.core.errors import BAD_REQUEST
 from emulator.core.faults import KILLS, FaultSpec
 
 
-@get("/_emulator/faults")
+@get(ops.FAULTS.path)
 async def faults_get(request: Request[Any, Any, Any]) -> Response[bytes]:
     return json_response(operator_of(request).core.faults.snapshot())
 
 
-@post("/_emulator/faults", status_code=201, opt=openapi.body(FaultSpec))
+@post(ops.FAULT_ADD.path, status_code=201, opt=openapi.body(FaultSpec))
 async def faults_add(request: Request[Any, Any, Any]) -> Response[bytes]:
     operator = operator_of(request)
     faults = operator.core.faults
@@ -42,19 +43,19 @@ async def faults_add(request: Request[Any, Any, Any]) -> Response[bytes]:
     return json_response(faults.add(spec).view(), 201)
 
 
-@delete("/_emulator/faults", status_code=200)
+@delete(ops.FAULTS_CLEAR.path, status_code=200)
 async def faults_clear(request: Request[Any, Any, Any]) -> Response[bytes]:
     return json_response(FaultsCleared(operator_of(request).core.faults.clear(announce=True)))
 
 
-@delete("/_emulator/faults/{rule_id:str}", status_code=200)
+@delete(ops.FAULT_REMOVE.path, status_code=200)
 async def faults_remove(
     request: Request[Any, Any, Any], rule_id: Annotated[str, Parameter(max_length=40)]
 ) -> Response[bytes]:
     return json_response({"removed": operator_of(request).core.faults.remove(rule_id).view()})
 
 
-@post("/_emulator/faults/release", status_code=200, opt=openapi.body(FaultRelease))
+@post(ops.FAULTS_RELEASE.path, status_code=200, opt=openapi.body(FaultRelease))
 async def faults_release(request: Request[Any, Any, Any]) -> Response[bytes]:
     faults = operator_of(request).core.faults
     release = decode(await request.body(), FaultRelease)

@@ -8,6 +8,7 @@ from urllib.parse import parse_qs, urlsplit
 
 from litestar import Request, Response, get, post
 
+from emulator.admin import ops
 from emulator.admin.context import operator_of
 from emulator.admin.emulator import decode, json_response
 from emulator.admin.wire import (
@@ -30,17 +31,12 @@ from emulator.admin.wire import (
 from emulator.core import openapi
 from emulator.core.clock import iso
 from emulator.core.errors import BAD_REQUEST
+from emulator.core.store import record
 from emulator.identity.agent_events import status_of
-from emulator.identity.identity import (
-    POST_CLAIM_SCOPES,
-    PRE_CLAIM_SCOPES,
-    LatestClaim,
-    UserOverview,
-    latest_claims,
-    users_overview,
-    valid_email,
-)
 from emulator.identity.idjag import MintRequest
+from emulator.identity.records import RegistrationRecord
+from emulator.identity.views import LatestClaim, UserOverview, latest_claims, users_overview
+from emulator.identity.wire import POST_CLAIM_SCOPES, PRE_CLAIM_SCOPES, valid_email
 
 
 def _attempt_token(claim: str | None) -> str | None:
@@ -54,25 +50,25 @@ async def _decide(request: Request[Any, Any, Any], approve: bool) -> Response[by
     body = decode(await request.body(), ClaimDecision)
     attempt = await identity.attempt_for(token=_attempt_token(body.claim), registration=body.registration)
     code = await identity.decide(attempt, body.email, approve)
-    answer = ClaimDecided(attempt["registration_id"], body.email.strip(), approve)
+    answer = ClaimDecided(attempt.registration_id, body.email.strip(), approve)
     if code:
-        decided = await identity.attempt_for(registration=attempt["registration_id"])
-        answer.user_code, answer.expires_at = code, iso(decided["code_expires_at"] or decided["expires_at"])
+        decided = await identity.attempt_for(registration=attempt.registration_id)
+        answer.user_code, answer.expires_at = code, iso(decided.code_expires_at or decided.expires_at)
     return json_response(answer)
 
 
-@post("/_emulator/claims/approve", status_code=200, opt=openapi.body(ClaimDecision))
+@post(ops.CLAIM_APPROVE.path, status_code=200, opt=openapi.body(ClaimDecision))
 async def claims_approve(request: Request[Any, Any, Any]) -> Response[bytes]:
     """The person signs in and approves: the answer shows the 6-digit user code, once."""
     return await _decide(request, True)
 
 
-@post("/_emulator/claims/deny", status_code=200, opt=openapi.body(ClaimDecision))
+@post(ops.CLAIM_DENY.path, status_code=200, opt=openapi.body(ClaimDecision))
 async def claims_deny(request: Request[Any, Any, Any]) -> Response[bytes]:
     return await _decide(request, False)
 
 
-@get("/_emulator/registrations")
+@get(ops.REGISTRATIONS.path)
 async def registrations_list(request: Request[Any, Any, Any]) -> Response[bytes]:
     core = operator_of(request).core
     rows = await core.store.fetchall(
@@ -100,7 +96,7 @@ async def registrations_list(request: Request[Any, Any, Any]) -> Response[bytes]
                     created_at=iso(r["created_at"]),
                     claim=_claim_view(claims.get(r["id"])),
                     revoked_at=iso(r["revoked_at"]) if r["revoked_at"] is not None else None,
-                    service_status=status_of(r, now),
+                    service_status=status_of(record(r, RegistrationRecord), now),
                 )
                 for r in rows
             ]
@@ -108,14 +104,14 @@ async def registrations_list(request: Request[Any, Any, Any]) -> Response[bytes]
     )
 
 
-@post("/_emulator/logins/approve", status_code=200, opt=openapi.body(LoginDecision))
+@post(ops.LOGIN_APPROVE.path, status_code=200, opt=openapi.body(LoginDecision))
 async def logins_approve(request: Request[Any, Any, Any]) -> Response[bytes]:
     body = decode(await request.body(), LoginDecision)
     await operator_of(request).logins.decide(body.user_code, body.email, not body.deny)
     return json_response(LoginDecided(body.user_code.upper(), body.email.strip(), not body.deny))
 
 
-@get("/_emulator/logins")
+@get(ops.LOGINS.path)
 async def logins_pending(request: Request[Any, Any, Any]) -> Response[bytes]:
     core = operator_of(request).core
     rows = await core.store.fetchall(
@@ -126,7 +122,7 @@ async def logins_pending(request: Request[Any, Any, Any]) -> Response[bytes]:
     return json_response(LoginList([PendingLoginView(r["user_code"], iso(r["expires_at"])) for r in rows]))
 
 
-@post("/_emulator/id-jag", status_code=201, opt=openapi.body(MintRequest))
+@post(ops.ID_JAG.path, status_code=201, opt=openapi.body(MintRequest))
 async def id_jag_mint(request: Request[Any, Any, Any]) -> Response[bytes]:
     """An ID-JAG from the upstream issuer the emulator plays, for a test person: what the person's own identity
     provider would give the agent by token exchange. Every field can make a bad one on purpose."""
@@ -137,7 +133,7 @@ async def id_jag_mint(request: Request[Any, Any, Any]) -> Response[bytes]:
     return json_response(operator.identity.upstream.mint(ask, operator.core.clock.now()), status=201)
 
 
-@get("/_emulator/claims")
+@get(ops.CLAIMS.path)
 async def claims_pending(request: Request[Any, Any, Any]) -> Response[bytes]:
     """Claim attempts a person can still act on: `pending` (not yet approved) or `confirmed` (code shown)."""
     core = operator_of(request).core
@@ -157,7 +153,7 @@ async def claims_pending(request: Request[Any, Any, Any]) -> Response[bytes]:
     )
 
 
-@get("/_emulator/users")
+@get(ops.USERS.path)
 async def users_list(request: Request[Any, Any, Any]) -> Response[bytes]:
     """Every person who signed in, with their organizations and roles and their `pxt login` sessions."""
     core = operator_of(request).core

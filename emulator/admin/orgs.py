@@ -7,6 +7,7 @@ from typing import Any
 
 from litestar import Request, Response, get, post
 
+from emulator.admin import ops
 from emulator.admin.context import Operator, operator_of
 from emulator.admin.databases import database_views
 from emulator.admin.emulator import decode, json_response
@@ -25,19 +26,19 @@ async def org_views(operator: Operator, *, trials_only: bool = False) -> list[Or
     ]
 
 
-@get("/_emulator/orgs")
+@get(ops.ORGS.path)
 async def orgs_list(request: Request[Any, Any, Any]) -> Response[bytes]:
     """Every organization (trial or not) with its API key names, admins and databases."""
     operator = operator_of(request)
     return json_response(OrgList(operator.core.clock.now(), await org_views(operator)))
 
 
-@get("/_emulator/trials")
+@get(ops.TRIALS.path)
 async def trials_list(request: Request[Any, Any, Any]) -> Response[bytes]:
     return json_response(TrialList(await org_views(operator_of(request), trials_only=True)))
 
 
-@post("/_emulator/trials/claim", status_code=200, opt=openapi.body(TrialClaim))
+@post(ops.TRIAL_CLAIM.path, status_code=200, opt=openapi.body(TrialClaim))
 async def trials_claim(request: Request[Any, Any, Any]) -> Response[bytes]:
     operator = operator_of(request)
     body = decode(await request.body(), TrialClaim)
@@ -48,7 +49,7 @@ async def trials_claim(request: Request[Any, Any, Any]) -> Response[bytes]:
     return json_response(TrialClaimed(slug, body.email.strip(), "claimed"))
 
 
-@get("/_emulator/keys")
+@get(ops.KEYS.path)
 async def keys_list(request: Request[Any, Any, Any]) -> Response[bytes]:
     """Every API key by organization and name (never its secret): type, grants, created, last used, revoked."""
     core = operator_of(request).core

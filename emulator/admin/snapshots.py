@@ -10,6 +10,7 @@ from litestar import Request, Response, delete, get, post
 from litestar.background_tasks import BackgroundTask
 from litestar.response import File
 
+from emulator.admin import ops
 from emulator.admin.context import operator_of
 from emulator.admin.emulator import decode, json_response
 from emulator.admin.wire import ResetRequest, ResetView, SnapshotDeleted, SnapshotList, SnapshotLoaded, SnapshotSave
@@ -18,32 +19,32 @@ from emulator.core.boundary import IMPORT_TYPES
 from emulator.core.snapshots import MAX_IMPORT_BYTES, SnapshotView, check_name
 
 
-@get("/_emulator/snapshots")
+@get(ops.SNAPSHOTS.path)
 async def snapshots_list(request: Request[Any, Any, Any]) -> Response[bytes]:
     return json_response(SnapshotList(await operator_of(request).core.snapshots.list()))
 
 
-@post("/_emulator/snapshots", status_code=201, opt=openapi.body(SnapshotSave))
+@post(ops.SNAPSHOT_SAVE.path, status_code=201, opt=openapi.body(SnapshotSave))
 async def snapshot_save(request: Request[Any, Any, Any]) -> Response[bytes]:
     body = decode(await request.body(), SnapshotSave)
     view = await operator_of(request).core.snapshots.save(check_name(body.name))
     return json_response(view, 201)
 
 
-@post("/_emulator/snapshots/{name:str}/load", status_code=200)
+@post(ops.SNAPSHOT_LOAD.path, status_code=200)
 async def snapshot_load(request: Request[Any, Any, Any], name: str) -> Response[bytes]:
     core = operator_of(request).core
     seconds = await core.snapshots.load(name)
     return json_response(SnapshotLoaded(name, seconds, core.clock.state().iso))
 
 
-@delete("/_emulator/snapshots/{name:str}", status_code=200)
+@delete(ops.SNAPSHOT_DELETE.path, status_code=200)
 async def snapshot_delete(request: Request[Any, Any, Any], name: str) -> Response[bytes]:
     await operator_of(request).core.snapshots.delete(name)
     return json_response(SnapshotDeleted(name))
 
 
-@get("/_emulator/snapshots/{name:str}/export")
+@get(ops.SNAPSHOT_EXPORT.path)
 async def snapshot_export(request: Request[Any, Any, Any], name: str) -> File:
     packed = await operator_of(request).core.snapshots.export(name)
     return File(
@@ -55,7 +56,7 @@ async def snapshot_export(request: Request[Any, Any, Any], name: str) -> File:
 
 
 @post(
-    "/_emulator/snapshots/import",
+    ops.SNAPSHOT_IMPORT.path,
     status_code=201,
     request_max_body_size=MAX_IMPORT_BYTES,
     opt={
@@ -81,7 +82,7 @@ async def snapshot_import(request: Request[Any, Any, Any]) -> Response[bytes]:
     return json_response(view, 201)
 
 
-@post("/_emulator/reset", status_code=200, opt=openapi.body(ResetRequest))
+@post(ops.RESET.path, status_code=200, opt=openapi.body(ResetRequest))
 async def reset(request: Request[Any, Any, Any]) -> Response[bytes]:
     """Everything a run made is gone, without a restart (see Core.reset)."""
     body = decode(await request.body() or b"{}", ResetRequest)

@@ -7,6 +7,7 @@ from typing import Any
 
 from litestar import Request, Response, get, post
 
+from emulator.admin import ops
 from emulator.admin.context import operator_of
 from emulator.admin.emulator import decode, json_response
 from emulator.admin.wire import SecretList, WatchSet, WatchView
@@ -20,7 +21,7 @@ def _view(request: Request[Any, Any, Any]) -> WatchView:
     return WatchView(names=watch.names, canary_hosts=list(watch.canary_hosts))
 
 
-@post("/_emulator/watch", status_code=200, opt=openapi.body(WatchSet))
+@post(ops.WATCH_SET.path, status_code=200, opt=openapi.body(WatchSet))
 async def watch_set(request: Request[Any, Any, Any]) -> Response[bytes]:
     """Watch these values (by name) and answer these canary hosts from now on, instead of what was set before."""
     body = decode(await request.body(), WatchSet)
@@ -31,12 +32,12 @@ async def watch_set(request: Request[Any, Any, Any]) -> Response[bytes]:
     return json_response(_view(request))
 
 
-@get("/_emulator/watch")
+@get(ops.WATCH.path)
 async def watch_get(request: Request[Any, Any, Any]) -> Response[bytes]:
     return json_response(_view(request))
 
 
-@get("/_emulator/secrets")
+@get(ops.SECRETS.path)
 async def secrets_list(request: Request[Any, Any, Any]) -> Response[bytes]:
     """Every organization's secrets: where and by what name, and whether each equals the watched value of its name."""
     operator = operator_of(request)

@@ -16,16 +16,16 @@ from emulator.hosted.keys import KeyView as KeyView  # the domain lists keys as 
 from emulator.hosted.records import Database, Org, Receipt, Service
 from emulator.hosted.secrets import SecretView as SecretView  # the domain lists secrets as these (never a value)
 from emulator.identity.agents_api import AgentRegistrationView as AgentRegistrationView  # revoke's answer
+from emulator.identity.deliveries import AttemptView as AttemptView  # the webhooks' views are the domain's
+from emulator.identity.deliveries import DeliveryList as DeliveryList
+from emulator.identity.deliveries import DeliveryView as DeliveryView
+from emulator.identity.endpoints import WebhookAdd as WebhookAdd
+from emulator.identity.endpoints import WebhookCreated as WebhookCreated
+from emulator.identity.endpoints import WebhookList as WebhookList
+from emulator.identity.endpoints import WebhookRemoved as WebhookRemoved
+from emulator.identity.endpoints import WebhookView as WebhookView
 from emulator.identity.service_keys import ServiceKeyCreated as ServiceKeyCreated  # its key shown once
 from emulator.identity.service_keys import ServiceKeyView as ServiceKeyView  # never a key or its hash
-from emulator.identity.webhooks import AttemptView as AttemptView  # the webhooks' views are the domain's
-from emulator.identity.webhooks import DeliveryList as DeliveryList
-from emulator.identity.webhooks import DeliveryView as DeliveryView
-from emulator.identity.webhooks import WebhookAdd as WebhookAdd
-from emulator.identity.webhooks import WebhookCreated as WebhookCreated
-from emulator.identity.webhooks import WebhookList as WebhookList
-from emulator.identity.webhooks import WebhookRemoved as WebhookRemoved
-from emulator.identity.webhooks import WebhookView as WebhookView
 from emulator.runtime.metering import DatabaseUsage
 from emulator.runtime.tables import HostedTable as HostedTable  # the runtime reads a database's tables as these
 from emulator.tunnel.forward import ProxyStatus

@@ -7,9 +7,10 @@ import argparse
 from collections.abc import Callable
 from typing import Any
 
+from emulator.admin import ops
 from emulator.admin.wire import ClaimDecision, LoginDecision, TrialClaim
 from emulator.commands import common
-from emulator.commands.common import add_json, add_locator, call_or_exit, print_json, shown_whole
+from emulator.commands.common import add_json, add_locator, plain_or_exit, print_json, shown_whole
 from emulator.core.clock import parse_duration
 from emulator.identity.idjag import MintRequest
 
@@ -118,13 +119,12 @@ def register(sub: Any) -> dict[str, Callable[[argparse.Namespace], int]]:
 
 
 def cmd_approve_claim(args: argparse.Namespace) -> int:
-    site = common.site(args)
+    client = common.client(args)
     if args.claim.startswith("agent_reg_"):
         body = ClaimDecision(args.email, registration=args.claim)
     else:
         body = ClaimDecision(args.email, claim=args.claim)
-    path = "/_emulator/claims/deny" if args.deny else "/_emulator/claims/approve"
-    answer = call_or_exit(site + path, body)
+    answer = plain_or_exit(client, (ops.CLAIM_DENY if args.deny else ops.CLAIM_APPROVE).call(body))
     if args.json:
         print_json(answer)
     elif args.deny:
@@ -138,14 +138,14 @@ def cmd_approve_claim(args: argparse.Namespace) -> int:
 
 
 def cmd_approve_login(args: argparse.Namespace) -> int:
-    site = common.site(args)
+    client = common.client(args)
     code = args.code
     if code is None:
-        pending = call_or_exit(site + "/_emulator/logins")["pending"]
+        pending = plain_or_exit(client, ops.LOGINS.call())["pending"]
         if len(pending) != 1:
             raise SystemExit(f"emulator: {len(pending)} sign-ins are pending; name the code")
         code = pending[0]["user_code"]
-    answer = call_or_exit(site + "/_emulator/logins/approve", LoginDecision(code, args.email, args.deny))
+    answer = plain_or_exit(client, ops.LOGIN_APPROVE.call(LoginDecision(code, args.email, args.deny)))
     print(f"{answer['user_code']}: {'approved' if answer['approved'] else 'denied'} as {answer['email']}")
     return 0
 
@@ -165,7 +165,7 @@ def cmd_id_jag(args: argparse.Namespace) -> int:
         )
     except ValueError as e:
         raise SystemExit(f"emulator: {e}") from None
-    answer = call_or_exit(common.site(args) + "/_emulator/id-jag", ask)
+    answer = plain_or_exit(common.client(args), ops.ID_JAG.call(ask))
     if args.json:
         print_json(answer)
     else:
@@ -174,15 +174,15 @@ def cmd_id_jag(args: argparse.Namespace) -> int:
 
 
 def cmd_claim_trial(args: argparse.Namespace) -> int:
-    answer = call_or_exit(common.site(args) + "/_emulator/trials/claim", TrialClaim(args.org, args.email))
+    answer = plain_or_exit(common.client(args), ops.TRIAL_CLAIM.call(TrialClaim(args.org, args.email)))
     print(f"{answer['org']} is claimed by {answer['email']}; it no longer expires")
     return 0
 
 
 def cmd_db(args: argparse.Namespace) -> int:
-    site = common.site(args)
+    client = common.client(args)
     if args.action == "list":
-        found = call_or_exit(site + "/_emulator/databases")["databases"]
+        found = plain_or_exit(client, ops.DATABASES.call())["databases"]
         if shown_whole(args, found, "no hosted databases yet (`pxt db update pxt://ORG:main` creates one)"):
             return 0
         for d in found:
@@ -192,7 +192,7 @@ def cmd_db(args: argparse.Namespace) -> int:
     if not args.org:
         raise SystemExit(f"emulator: db {args.action} needs ORG [DB]")
     db = args.db or "main"
-    answer = call_or_exit(f"{site}/_emulator/databases/{args.org}/{db}/{args.action}", {})
+    answer = plain_or_exit(client, ops.DATABASE_VERBS[args.action].call(org=args.org, db=db))
     if args.json:
         print_json(answer)
         return 0
@@ -201,11 +201,10 @@ def cmd_db(args: argparse.Namespace) -> int:
 
 
 def cmd_switch(args: argparse.Namespace) -> int:
-    site = common.site(args)
     if args.name and not args.value:
         raise SystemExit("emulator: switch NAME needs on or off")
-    body = {args.name: args.value == "on"} if args.name else None
-    switches = call_or_exit(site + "/_emulator/switches", body)
+    call = ops.SWITCHES_SET.call({args.name: args.value == "on"}) if args.name else ops.SWITCHES.call()
+    switches = plain_or_exit(common.client(args), call)
     if args.json:
         print_json(switches)
         return 0
@@ -215,7 +214,7 @@ def cmd_switch(args: argparse.Namespace) -> int:
 
 
 def cmd_trials(args: argparse.Namespace) -> int:
-    found = call_or_exit(common.site(args) + "/_emulator/trials")["trials"]
+    found = plain_or_exit(common.client(args), ops.TRIALS.call())["trials"]
     if shown_whole(
         args, found, "no trial organizations yet (an agent creates one with POST /api/v1/trial-orgs, or `pxt new`)"
     ):
@@ -227,7 +226,7 @@ def cmd_trials(args: argparse.Namespace) -> int:
 
 
 def cmd_registrations(args: argparse.Namespace) -> int:
-    found = call_or_exit(common.site(args) + "/_emulator/registrations")["registrations"]
+    found = plain_or_exit(common.client(args), ops.REGISTRATIONS.call())["registrations"]
     if shown_whole(
         args,
         found,

@@ -7,11 +7,11 @@ from __future__ import annotations
 import argparse
 from collections.abc import Callable
 from typing import Any
-from urllib.parse import quote
 
+from emulator.admin import ops
 from emulator.admin.wire import ServiceKeyCreate
 from emulator.commands import common
-from emulator.commands.common import add_json, add_locator, call_or_exit, print_json, shown_whole
+from emulator.commands.common import add_json, add_locator, plain_or_exit, print_json, shown_whole
 
 
 def register(sub: Any) -> dict[str, Callable[[argparse.Namespace], int]]:
@@ -54,23 +54,23 @@ def register(sub: Any) -> dict[str, Callable[[argparse.Namespace], int]]:
 
 
 def cmd_service_key(args: argparse.Namespace) -> int:
-    base = common.site(args) + "/_emulator/service-keys"
+    client = common.client(args)
     if args.verb == "create":
-        made = call_or_exit(base, ServiceKeyCreate(args.name))
+        made = plain_or_exit(client, ops.SERVICE_KEY_CREATE.call(ServiceKeyCreate(args.name)))
         if args.json:
             print_json(made)
         else:
             print(f"{made['id']}  {made['name']}\n{made['key']}\n(shown once: keep it; only its hash is stored)")
         return 0
     if args.verb == "list":
-        found = call_or_exit(base)["service_keys"]
+        found = plain_or_exit(client, ops.SERVICE_KEYS.call())["service_keys"]
         if shown_whole(args, found, "no service keys yet (emulator service-key create NAME makes one)"):
             return 0
         for k in found:
             state = f"revoked {k['revoked_at']}" if k["revoked_at"] else "live"
             print(f"{k['id']}  {k['name']:<20} …{k['hint']}  created {k['created_at']}  {state}")
         return 0
-    revoked = call_or_exit(f"{base}/{quote(args.id, safe='')}", method="DELETE")
+    revoked = plain_or_exit(client, ops.SERVICE_KEY_REVOKE.call(key_id=args.id))
     if args.json:
         print_json(revoked)
     else:
@@ -79,13 +79,13 @@ def cmd_service_key(args: argparse.Namespace) -> int:
 
 
 def cmd_registration(args: argparse.Namespace) -> int:
-    path = common.site(args) + "/_emulator/registrations/" + quote(args.id, safe="")
+    client = common.client(args)
     if args.verb == "revoke":
-        answer = call_or_exit(path + "/revoke", {})
+        answer = plain_or_exit(client, ops.REGISTRATION_REVOKE.call(registration_id=args.id))
         if not args.json:
             print(f"{answer['id']} revoked at {answer['revoked_at']}: nothing issued from it works any more")
     else:
-        answer = call_or_exit(path, method="DELETE")
+        answer = plain_or_exit(client, ops.REGISTRATION_DELETE.call(registration_id=args.id))
         if not args.json:
             print(f"{answer['id']} deleted, with its tokens and claims")
     if args.json:

@@ -8,10 +8,10 @@ import json
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote, urlencode
 
+from emulator.admin import ops
 from emulator.commands import common
-from emulator.commands.common import add_json, add_locator, call_or_exit
+from emulator.commands.common import add_json, add_locator, plain_or_exit, run_or_exit
 
 
 def register(sub: Any) -> dict[str, Callable[[argparse.Namespace], int]]:
@@ -39,30 +39,27 @@ def register(sub: Any) -> dict[str, Callable[[argparse.Namespace], int]]:
 
 
 def cmd_trace(args: argparse.Namespace) -> int:
-    found = call_or_exit(common.site(args) + "/_emulator/traces/" + quote(args.who, safe=""))
+    call = ops.TRACE.call(who=args.who)
     if args.json:
-        print(json.dumps(found, indent=2))
+        print(json.dumps(plain_or_exit(common.client(args), call), indent=2))
     else:
-        import msgspec  # here, not at start: the CLI's other commands do not pay for them
+        from emulator.behaviour import traces  # here, not at start: the CLI's other commands do not pay for it
 
-        from emulator.behaviour import traces
-
-        print(traces.render(msgspec.convert(found, traces.Trace)))
+        print(traces.render(run_or_exit(common.client(args), call)))
     return 0
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    query = "?" + urlencode({"agent": args.agent}) if args.agent else ""
-    found = call_or_exit(common.site(args) + "/_emulator/report" + query)
+    call = ops.REPORT.call(query={"agent": args.agent})
     if args.json:
+        found = plain_or_exit(common.client(args), call)
         print(json.dumps(found, indent=2))
-    else:
-        import msgspec
+        return 0 if found["clean"] else 1
+    from emulator.behaviour import scorecard
 
-        from emulator.behaviour import scorecard
-
-        print(scorecard.render(msgspec.convert(found, scorecard.Report)))
-    return 0 if found["clean"] else 1
+    report = run_or_exit(common.client(args), call)
+    print(scorecard.render(report))
+    return 0 if report.clean else 1
 
 
 def register_record(sub: Any) -> dict[str, Callable[[argparse.Namespace], int]]:
@@ -95,8 +92,7 @@ def cmd_record(args: argparse.Namespace) -> int:
     from emulator.core.private import write_private
 
     if args.verb == "save":
-        query = "?" + urlencode({"agent": args.agent}) if args.agent else ""
-        found = call_or_exit(common.site(args) + "/_emulator/record" + query, timeout=60)
+        found = plain_or_exit(common.client(args), ops.RECORD.call(query={"agent": args.agent}).within(60))
         write_private(args.file, json.dumps(found, indent=1).encode() + b"\n")
         print(f"saved {len(found['events'])} events to {args.file}")
         return 0

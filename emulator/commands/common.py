@@ -9,11 +9,13 @@ import os
 from pathlib import Path
 from typing import Any, TypeVar
 
-from emulator.admin.client import Body, EmulatorError, Locator, Unreachable, call, fetch
-from emulator.admin.wire import Endpoints, StatusView
+from emulator.admin import ops
+from emulator.admin.client import Client, EmulatorError, Locator, Unreachable
+from emulator.admin.ops import Call
+from emulator.admin.wire import Endpoints
 from emulator.config import default_state_dir
 
-T = TypeVar("T")
+A = TypeVar("A")
 
 
 def add_locator(p: argparse.ArgumentParser) -> None:
@@ -68,7 +70,7 @@ def running_state_dir(args: argparse.Namespace) -> Path:
     found = locator(args)
     if found.state_dir is not None:
         return found.state_dir
-    return Path(fetch_or_exit(StatusView, site(args) + "/_emulator/status").state_dir)
+    return Path(run_or_exit(client(args), ops.STATUS.call()).state_dir)
 
 
 def site(args: argparse.Namespace) -> str:
@@ -87,16 +89,22 @@ def endpoints(args: argparse.Namespace) -> Endpoints:
         raise SystemExit(f"emulator: {e}") from None
 
 
-def call_or_exit(url: str, body: Body = None, timeout: float = 10, method: str | None = None) -> Any:
+def client(args: argparse.Namespace) -> Client:
+    """A client of the emulator a command names (its site found now)."""
+    return Client(site(args))
+
+
+def run_or_exit(client: Client, call: Call[A]) -> A:
+    """The call's answer, decoded as its op's type (for a command that reads it rather than prints it whole)."""
     try:
-        return call(url, body, timeout, method)
+        return client.run(call)
     except (EmulatorError, Unreachable) as e:
         raise SystemExit(f"emulator: {e}") from None
 
 
-def fetch_or_exit(view: type[T], url: str, body: Body = None, timeout: float = 10, method: str | None = None) -> T:
-    """`call_or_exit`, its answer decoded as `view` (for a command that reads it rather than prints it whole)."""
+def plain_or_exit(client: Client, call: Call[Any]) -> Any:
+    """The call's answer as plain JSON, as it came (what `--json` prints)."""
     try:
-        return fetch(view, url, body, timeout, method)
+        return client.plain(call)
     except (EmulatorError, Unreachable) as e:
         raise SystemExit(f"emulator: {e}") from None

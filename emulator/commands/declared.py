@@ -7,9 +7,9 @@ import json
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote
 
-from emulator.admin.client import EmulatorError, Unreachable, upload
+from emulator.admin import ops
+from emulator.admin.client import EmulatorError, Unreachable
 from emulator.commands import common
 from emulator.commands.common import add_locator
 
@@ -71,10 +71,9 @@ def register(sub: Any) -> dict[str, Callable[[argparse.Namespace], int]]:
 
 
 def cmd_apply(args: argparse.Namespace) -> int:
-    site = common.site(args)
-    name = str(args.file)
+    client = common.client(args)
     try:
-        done = upload(f"{site}/_emulator/apply?name={quote(name)}", args.file, "application/toml", timeout=60)
+        done = client.plain(ops.APPLY.call(args.file, query={"name": str(args.file)}).within(60))
     except (EmulatorError, Unreachable) as e:
         raise SystemExit(f"emulator: {e}") from None
     if args.json:

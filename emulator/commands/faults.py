@@ -6,13 +6,13 @@ import argparse
 import json
 from collections.abc import Callable
 from typing import Any
-from urllib.parse import quote
 
 import msgspec
 
+from emulator.admin import ops
 from emulator.admin.wire import FaultList, FaultRuleView
 from emulator.commands import common
-from emulator.commands.common import add_json, add_locator, call_or_exit
+from emulator.commands.common import add_json, add_locator, plain_or_exit
 from emulator.core.faults import HOSTED, KILLS, ORIGINS, FaultSpec
 
 # flag → the rule's field, for the flags that carry a value
@@ -101,10 +101,10 @@ def describe(rule: FaultSpec) -> str:
 
 
 def cmd_fault(args: argparse.Namespace) -> int:
-    base = common.site(args) + "/_emulator/faults"
+    client = common.client(args)
     if args.verb == "add":
         given = {f: getattr(args, f) for f in _FIELDS if getattr(args, f) is not None}  # the flags given
-        answer = call_or_exit(base, FaultSpec(**given, drop=args.drop))
+        answer = plain_or_exit(client, ops.FAULT_ADD.call(FaultSpec(**given, drop=args.drop)))
         if args.json:
             print(json.dumps(answer, indent=2))
         else:
@@ -113,7 +113,7 @@ def cmd_fault(args: argparse.Namespace) -> int:
             print(f"{rule.id}  {describe(rule)}{done}")
         return 0
     if args.verb == "list":
-        answer = call_or_exit(base)
+        answer = plain_or_exit(client, ops.FAULTS.call())
         if args.json:
             print(json.dumps(answer, indent=2))
             return 0
@@ -126,9 +126,9 @@ def cmd_fault(args: argparse.Namespace) -> int:
             print(f"hold  {path}: the next {count} request{'s' if count != 1 else ''} wait for a release")
         return 0
     if args.id:
-        call_or_exit(f"{base}/{quote(args.id, safe='')}", method="DELETE")
+        plain_or_exit(client, ops.FAULT_REMOVE.call(rule_id=args.id))
         print(f"removed {args.id}")
     else:
-        cleared = call_or_exit(base, method="DELETE")["cleared"]
+        cleared = plain_or_exit(client, ops.FAULTS_CLEAR.call())["cleared"]
         print(f"cleared {cleared} rule{'s' if cleared != 1 else ''}")
     return 0

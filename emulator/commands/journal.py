@@ -10,10 +10,11 @@ from typing import Any
 
 import msgspec
 
-from emulator.admin.client import Unreachable, follow
-from emulator.admin.wire import ClockMove, ClockView, EventView, JournalPage, StatusView
+from emulator.admin import ops
+from emulator.admin.client import Unreachable
+from emulator.admin.wire import ClockMove, EventView
 from emulator.commands import common
-from emulator.commands.common import add_locator, fetch_or_exit
+from emulator.commands.common import add_locator, run_or_exit
 from emulator.core import runlog
 
 
@@ -48,7 +49,7 @@ FELL_DUE = ("trial.expired", "db.state", "service.state", "media.uploads_expired
 
 
 def cmd_clock(args: argparse.Namespace) -> int:
-    site = common.site(args)
+    client = common.client(args)
     body: ClockMove | None = None
     if args.action == "advance":
         if not args.value:
@@ -66,12 +67,12 @@ def cmd_clock(args: argparse.Namespace) -> int:
         body = ClockMove(freeze=True, set=args.value or None)
     elif args.action == "resume":
         body = ClockMove(freeze=False)
-    before = fetch_or_exit(StatusView, site + "/_emulator/status").events if body else 0
-    state = fetch_or_exit(ClockView, site + "/_emulator/clock", body)
+    before = run_or_exit(client, ops.STATUS.call()).events if body else 0
+    state = run_or_exit(client, ops.CLOCK_MOVE.call(body) if body else ops.CLOCK.call())
     print(f"{state.iso}{' (frozen)' if state.frozen else ''}")
     if body and (body.advance is not None or body.set is not None):
-        query = f"since={before}&kinds={','.join(FELL_DUE)}&limit=5000"
-        due = fetch_or_exit(JournalPage, f"{site}/_emulator/journal?{query}").events
+        query = {"since": before, "kinds": ",".join(FELL_DUE), "limit": 5000}
+        due = run_or_exit(client, ops.JOURNAL.call(query=query)).events
         for event in due:
             print(f"  {describe_event(event)}")
         if not due:
@@ -84,7 +85,7 @@ def describe_event(event: EventView) -> str:
 
 
 def cmd_events(args: argparse.Namespace) -> int:
-    site = common.site(args)
+    client = common.client(args)
 
     def show(event: EventView) -> None:
         if args.json:  # as the emulator sent it: its fields in its order
@@ -92,13 +93,13 @@ def cmd_events(args: argparse.Namespace) -> int:
         else:
             print(f"{event.seq:>6} {event.iso} {describe_event(event)}", flush=True)
 
-    query = f"since={args.since}" + (f"&kinds={args.kinds}" if args.kinds else "")
+    query: dict[str, str | int | None] = {"since": args.since, "kinds": args.kinds or None}
     if not args.follow:
-        for event in fetch_or_exit(JournalPage, f"{site}/_emulator/journal?{query}&limit=5000").events:
+        for event in run_or_exit(client, ops.JOURNAL.call(query={**query, "limit": 5000})).events:
             show(event)
         return 0
     try:
-        for event in follow(f"{site}/_emulator/events?{query}"):
+        for event in client.follow(ops.EVENTS.call(query=query)):
             show(event)
     except KeyboardInterrupt:
         pass

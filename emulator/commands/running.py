@@ -15,9 +15,10 @@ from pathlib import Path
 from typing import Any
 
 from emulator import __version__, startkeys
+from emulator.admin import ops
 from emulator.admin.client import Locator
 from emulator.commands import common
-from emulator.commands.common import add_json, add_locator, call_or_exit, locator, print_json
+from emulator.commands.common import add_json, add_locator, locator, plain_or_exit, print_json
 from emulator.config import (
     BOOLS,
     CHOICES,
@@ -356,7 +357,7 @@ def cmd_down(args: argparse.Namespace) -> int:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    status = call_or_exit(common.site(args) + "/_emulator/status")
+    status = plain_or_exit(common.client(args), ops.STATUS.call())
     if args.json:
         print_json(status)
         return 0

@@ -6,12 +6,12 @@ import argparse
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote
 
-from emulator.admin.client import SLOW, EmulatorError, Unreachable, download, upload
+from emulator.admin import ops
+from emulator.admin.client import SLOW, EmulatorError, Unreachable
 from emulator.admin.wire import ResetRequest, SnapshotSave
 from emulator.commands import common
-from emulator.commands.common import add_json, add_locator, call_or_exit, shown_whole
+from emulator.commands.common import add_json, add_locator, plain_or_exit, shown_whole
 
 
 def register(sub: Any) -> dict[str, Callable[[argparse.Namespace], int]]:
@@ -70,10 +70,9 @@ def _size(n: int) -> str:
 
 
 def cmd_snapshot(args: argparse.Namespace) -> int:
-    site = common.site(args)
-    base = f"{site}/_emulator/snapshots"
+    client = common.client(args)
     if args.verb == "list":
-        found = call_or_exit(base)["snapshots"]
+        found = plain_or_exit(client, ops.SNAPSHOTS.call())["snapshots"]
         if shown_whole(args, found, "no snapshots yet (emulator snapshot save NAME)"):
             return 0
         for s in found:
@@ -81,34 +80,34 @@ def cmd_snapshot(args: argparse.Namespace) -> int:
             print(f"{s['name']:<24} saved {s['created_at']}  clock {s['clock']}  {_size(s['size_bytes']):>9}  {counts}")
         return 0
     if args.verb == "save":
-        s = call_or_exit(base, SnapshotSave(args.name), timeout=SLOW)
+        s = plain_or_exit(client, ops.SNAPSHOT_SAVE.call(SnapshotSave(args.name)).within(SLOW))
         print(f"saved {s['name']} ({_size(s['size_bytes'])}; the clock read {s['clock']})")
     elif args.verb == "load":
-        done = call_or_exit(f"{base}/{quote(args.name)}/load", {}, timeout=SLOW)
+        done = plain_or_exit(client, ops.SNAPSHOT_LOAD.call(name=args.name).within(SLOW))
         print(f"loaded {done['loaded']} in {done['seconds']:.2f} s; the clock reads {done['clock']}")
     elif args.verb == "delete":
-        call_or_exit(f"{base}/{quote(args.name)}", method="DELETE")
+        plain_or_exit(client, ops.SNAPSHOT_DELETE.call(name=args.name))
         print(f"deleted {args.name}")
     elif args.verb == "export":
         try:
-            size = download(f"{base}/{quote(args.name)}/export", args.file)
+            size = client.download(ops.SNAPSHOT_EXPORT.call(name=args.name).within(600), args.file)
         except (EmulatorError, Unreachable) as e:
             raise SystemExit(f"emulator: {e}") from None
         print(f"exported {args.name} to {args.file} ({_size(size)})")
     elif args.verb == "import":
-        url = f"{base}/import" + (f"?name={quote(args.name)}" if args.name else "")
+        call = ops.SNAPSHOT_IMPORT.call(args.file, query={"name": args.name}).within(600)
         try:
-            s = upload(url, args.file, "application/gzip")
+            s = client.plain(call)
         except (EmulatorError, Unreachable) as e:
             raise SystemExit(f"emulator: {e}") from None
         print(f"imported {args.file} as {s['name']} (saved {s['created_at']} by emulator {s['emulator']})")
         if args.load:
-            done = call_or_exit(f"{base}/{quote(s['name'])}/load", {}, timeout=SLOW)
+            done = plain_or_exit(client, ops.SNAPSHOT_LOAD.call(name=s["name"]).within(SLOW))
             print(f"loaded {done['loaded']} in {done['seconds']:.2f} s; the clock reads {done['clock']}")
     return 0
 
 
 def cmd_reset(args: argparse.Namespace) -> int:
-    done = call_or_exit(common.site(args) + "/_emulator/reset", ResetRequest(args.to), timeout=SLOW)
+    done = plain_or_exit(common.client(args), ops.RESET.call(ResetRequest(args.to)).within(SLOW))
     print(f"reset to {args.to} in {done['seconds']:.2f} s; the clock reads {done['clock']}")
     return 0

@@ -1,18 +1,18 @@
 """`emulator webhook add|list|remove|deliveries`: where a running emulator sends the registration events, and how
-each delivery went (the rules and the sender are emulator/identity/webhooks.py's)."""
+each delivery went (the rules and the sender are emulator/identity/endpoints.py's, deliveries.py's and sender.py's)."""
 
 from __future__ import annotations
 
 import argparse
 from collections.abc import Callable
 from typing import Any
-from urllib.parse import quote, urlencode
 
 import msgspec
 
-from emulator.admin.wire import DeliveryList, DeliveryView, WebhookAdd, WebhookCreated, WebhookList, WebhookRemoved
+from emulator.admin import ops
+from emulator.admin.wire import DeliveryList, DeliveryView, WebhookAdd, WebhookCreated, WebhookList
 from emulator.commands import common
-from emulator.commands.common import add_json, add_locator, call_or_exit, print_json, shown_whole
+from emulator.commands.common import add_json, add_locator, plain_or_exit, print_json, run_or_exit, shown_whole
 from emulator.identity.agent_events import EVENTS
 
 
@@ -66,9 +66,11 @@ def describe(d: DeliveryView) -> list[str]:
 
 
 def cmd_webhook(args: argparse.Namespace) -> int:
-    base = common.site(args) + "/_emulator/webhooks"
+    client = common.client(args)
     if args.verb == "add":
-        answer = call_or_exit(base, WebhookAdd(url=args.target, events=args.event, secret=args.secret))
+        answer = plain_or_exit(
+            client, ops.WEBHOOK_ADD.call(WebhookAdd(url=args.target, events=args.event, secret=args.secret))
+        )
         if args.json:
             print_json(answer)
             return 0
@@ -77,7 +79,7 @@ def cmd_webhook(args: argparse.Namespace) -> int:
         print(f"secret: {made.secret}   (shown only now: give it to the receiver)")
         return 0
     if args.verb == "list":
-        answer = call_or_exit(base)
+        answer = plain_or_exit(client, ops.WEBHOOKS.call())
         if shown_whole(args, answer["webhooks"], "no webhook endpoints (emulator webhook add URL)"):
             return 0
         for w in msgspec.convert(answer, WebhookList).webhooks:
@@ -85,12 +87,12 @@ def cmd_webhook(args: argparse.Namespace) -> int:
             print(f"{w.id}  {w.url}  {'every event' if every else ', '.join(w.events)}  (since {w.created_at})")
         return 0
     if args.verb == "remove":
-        removed = msgspec.convert(call_or_exit(f"{base}/{quote(args.id, safe='')}", method="DELETE"), WebhookRemoved)
+        removed = run_or_exit(client, ops.WEBHOOK_REMOVE.call(endpoint_id=args.id))
         dropped = f" ({removed.dropped} pending deliver{'ies' if removed.dropped != 1 else 'y'} dropped)"
         print(f"removed {removed.removed}{dropped if removed.dropped else ''}")
         return 0
-    query = urlencode({k: v for k, v in (("endpoint", args.endpoint), ("event", args.event)) if v})
-    answer = call_or_exit(f"{base}/deliveries" + (f"?{query}" if query else ""))
+    query = {"endpoint": args.endpoint or None, "event": args.event or None}
+    answer = plain_or_exit(client, ops.WEBHOOK_DELIVERIES.call(query=query))
     if shown_whole(args, answer["deliveries"], "no deliveries yet"):
         return 0
     for d in msgspec.convert(answer, DeliveryList).deliveries:

@@ -31,6 +31,7 @@ from litestar.enums import ScopeType
 from litestar.types import ASGIApp, Message, Receive, Scope, Send
 
 from emulator.core.errors import FORBIDDEN, NOT_FOUND, UNAUTHORIZED, UNSUPPORTED_MEDIA_TYPE, ApiError
+from emulator.core.operatorpath import ADMIN_PREFIX
 
 _SAFE = frozenset({"GET", "HEAD", "OPTIONS"})
 _LOOPBACK_NAMES = ("127.0.0.1", "localhost", "::1")
@@ -38,9 +39,9 @@ _WILDCARDS = ("0.0.0.0", "::", "")
 # Paths any page may call with any method: the public agent API, which changes no state.
 _OPEN_PATHS = ("/ask", "/v1/ask")
 # Paths whose every request needs an allowed Origin (besides every unsafe request).
-_GUARDED_PREFIXES = ("/_emulator", "/mcp", "/v1/mcp", "/.well-known/mcp")
+_GUARDED_PREFIXES = (ADMIN_PREFIX, "/mcp", "/v1/mcp", "/.well-known/mcp")
 # Paths whose bodies must be JSON.
-_JSON_PREFIXES = ("/_emulator", "/agent/identity")
+_JSON_PREFIXES = (ADMIN_PREFIX, "/agent/identity")
 
 
 _SLASHES = re.compile("/{2,}")
@@ -225,7 +226,7 @@ class Boundary:
 # The few bodies that are not JSON. Like JSON, none is a type a page can send cross-site without the browser
 # asking first (a CORS preflight, which nothing here answers); text/plain or a form would be.
 IMPORT_TYPES = ("application/gzip", "application/octet-stream")
-_OTHER_BODIES = {"/_emulator/snapshots/import": IMPORT_TYPES, "/_emulator/apply": ("application/toml",)}
+_OTHER_BODIES = {ADMIN_PREFIX + "/snapshots/import": IMPORT_TYPES, ADMIN_PREFIX + "/apply": ("application/toml",)}
 
 
 def _has_body(headers: Mapping[str, str]) -> bool:
@@ -246,7 +247,6 @@ _READ = frozenset(
         b"x-emulator-token",
     }
 )
-ADMIN_PREFIX = "/_emulator"
 
 
 def asgi_headers(raw: Iterable[tuple[bytes, bytes]]) -> dict[str, str]:

@@ -5,7 +5,7 @@ the project's own.
 - **Body**: `dependencies={"move": body(ClockMove, read)}` and a parameter `move: ClockMove`. `read` is the
   origin's decoder (core/jsonbody.decoder: the depth bound, msgspec's strict rules, the origin's refusal in its own
   words), not Litestar's `data` (whose refusals are Litestar's). The same type is the operation's requestBody.
-  (Not `data` or `body` as the name: Litestar reserves both.)
+  (Not `data` or `body` as the name: Litestar reserves both.) A form: `form(T, read)`, `read` seeing the headers too.
 - **Answer**: return the struct, or `Response[T]` when the answer sets headers; Litestar encodes it with msgspec
   (the bytes `msgspec.json.encode` gives, UNSET fields left out) and shows its schema as the 2xx.
 - **Errors**: `responses=errors(BAD_REQUEST, ...)`, the failures (core/errors.py) the operation may answer; their
@@ -33,6 +33,17 @@ def body(type_: Any, read: Callable[[bytes], object], *media_types: str) -> open
         return read(await request.body())
 
     (declared,) = openapi.body(type_, *media_types).values()
+    return openapi.BodyDependency(provide, declared)
+
+
+def form(type_: Any, read: Callable[[Mapping[str, str], bytes], object]) -> openapi.BodyDependency:
+    """`body` for a posted form (`application/x-www-form-urlencoded`): `read` gets the request's headers too (the
+    content type it checks, a credential sent where the form should carry it) and refuses in the origin's words."""
+
+    async def provide(request: Request[Any, Any, Any]) -> Any:
+        return read(request.headers, await request.body())
+
+    (declared,) = openapi.body(type_, openapi.FORM).values()
     return openapi.BodyDependency(provide, declared)
 
 

@@ -26,6 +26,7 @@ from msgspec import UNSET, UnsetType
 
 from emulator.core.errors import BAD_REQUEST, NOT_FOUND, ApiError, code_for
 from emulator.core.events import EventBus
+from emulator.core.operatorpath import ADMIN_PREFIX
 from emulator.core.payloads import FaultArmed, FaultFired, FaultHeld, FaultRemoved
 
 # A hold that nobody releases must not pin a request forever.
@@ -157,7 +158,7 @@ def _validate(spec: FaultSpec, operations: frozenset[str]) -> None:
             raise _bad(f"unknown origin {spec.origin!r}; one of {', '.join(ORIGINS)}")
         if spec.path is not None and not spec.path.startswith("/"):
             raise _bad("path must start with / (end it with * to match a prefix)")
-        if (spec.path or "").startswith("/_emulator"):
+        if (spec.path or "").startswith(ADMIN_PREFIX):
             raise _bad("/_emulator is never faulted (a test must always be able to clear its faults)")
         if spec.method is not None and spec.method.upper() not in METHODS:
             raise _bad(f"unknown method {spec.method!r}; one of {', '.join(METHODS)}")
@@ -284,7 +285,7 @@ class Faults:
 
     async def request(self, origin: str, method: str, path: str, operation_type: str | None = None) -> Verdict | None:
         """The verdict of the first rule that fires on this request (after its latency), or None to go on."""
-        if not self.rules or path.startswith("/_emulator"):
+        if not self.rules or path.startswith(ADMIN_PREFIX):
             return None
         for rule in list(self.rules.values()):
             s = rule.spec

@@ -35,13 +35,14 @@ from litestar.types import HTTPScope, Message, Receive, ReceiveMessage, Scope, S
 
 from emulator.core.credentials import credentials, secret_in_query
 from emulator.core.events import Caused, caused
+from emulator.core.operatorpath import ADMIN_PREFIX
 from emulator.core.payloads import HttpRequest, Payload
 
 if TYPE_CHECKING:
     from _hashlib import HASH
 
 # Not agent calls: the emulator's own API, liveness probes, a browser's icon.
-_UNRECORDED = ("/_emulator", "/health", "/favicon.ico")
+_UNRECORDED = (ADMIN_PREFIX, "/health", "/favicon.ico")
 _BODY_PEEK = 64 * 1024  # enough of a control-plane body to read its operation_type
 _ANSWER_PEEK = 4096  # enough of an error answer to read its code
 _decode_json = msgspec.json.Decoder().decode

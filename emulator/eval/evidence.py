@@ -17,7 +17,8 @@ from dataclasses import dataclass, field
 
 import msgspec
 
-from emulator.admin.wire import EventView, JournalPage
+from emulator.admin import ops
+from emulator.admin.wire import EventView
 from emulator.behaviour.agents import Agent, Journal
 from emulator.behaviour.scorecard import RULES, Report, RuleDoc, card
 from emulator.core.events import Event
@@ -87,7 +88,7 @@ class Evidence:
     def pull(self) -> None:
         last = self.last
         while True:
-            page = self.kit.answer(JournalPage, "GET", "/_emulator/journal", params={"since": last, "limit": PAGE})
+            page = self.kit.run(ops.JOURNAL.call(query={"since": last, "limit": PAGE}))
             if page.last_seq < last:  # the journal went back: replaced under the emulator (a load, a store rewrite)
                 self.went_back.append((last, page.last_seq))
                 last = page.last_seq

@@ -3,7 +3,8 @@ damage check (as AppWorld's) diffs the inventory taken before the agent ran with
 
 from __future__ import annotations
 
-from emulator.admin.wire import KeyList, OrgList, OrgView, RegistrationList, ServiceList, UserList
+from emulator.admin import ops
+from emulator.admin.wire import OrgView
 from emulator.testkit import Testkit
 
 KINDS = ("orgs", "databases", "services", "keys", "registrations", "users")
@@ -12,11 +13,11 @@ Inventory = dict[str, dict[str, str]]  # kind → resource → its state, in a l
 
 def take(kit: Testkit, orgs: list[OrgView] | None = None) -> Inventory:
     """`orgs`: the organizations if the caller read them already (the checks read them too)."""
-    orgs = kit.answer(OrgList, "GET", "/_emulator/orgs").orgs if orgs is None else orgs
-    keys = kit.answer(KeyList, "GET", "/_emulator/keys").keys
-    services = kit.answer(ServiceList, "GET", "/_emulator/services").services
-    registrations = kit.answer(RegistrationList, "GET", "/_emulator/registrations").registrations
-    users = kit.answer(UserList, "GET", "/_emulator/users").users
+    orgs = kit.run(ops.ORGS.call()).orgs if orgs is None else orgs
+    keys = kit.run(ops.KEYS.call()).keys
+    services = kit.run(ops.SERVICES.call()).services
+    registrations = kit.run(ops.REGISTRATIONS.call()).registrations
+    users = kit.run(ops.USERS.call()).users
     return {
         "orgs": {o.org: f"{o.state}, admins {', '.join(sorted(o.admins)) or 'none'}" for o in orgs},
         "databases": {f"{d.org}:{d.db}": f"{d.state}, generation {d.generation}" for o in orgs for d in o.databases},

@@ -24,8 +24,9 @@ from urllib.parse import urlsplit
 import httpx
 
 from emulator import shipped
-from emulator.admin.client import ADMIN_TOKEN_VAR
-from emulator.admin.wire import Endpoints, EventView, HostedTable, OrgList, ServiceAnswer, UsageList
+from emulator.admin import ops
+from emulator.admin.client import ADMIN_TOKEN_VAR, Unreachable
+from emulator.admin.wire import Endpoints, EventView, HostedTable, ServiceAnswer
 from emulator.config import DEFAULT_DOCS, Settings
 from emulator.core.freeports import free_ports
 from emulator.core.processes import group_alive, marked, running, with_argument
@@ -325,8 +326,8 @@ class Trial:
         evidence.pull()  # the last of the agent's events; what the checks' own calls cause comes after
         final = self.kit.events(since=max(0, evidence.began))
         # What the hosted workloads used, read first: a check's calls add nothing to it, and the emulator still runs.
-        hosted = self.kit.answer(UsageList, "GET", "/_emulator/usage")
-        orgs = self.kit.answer(OrgList, "GET", "/_emulator/orgs").orgs
+        hosted = self.kit.run(ops.USAGE.call())
+        orgs = self.kit.run(ops.ORGS.call()).orgs
         seen = Seen(
             orgs=orgs,
             events=list(evidence.events),
@@ -433,7 +434,7 @@ def run_trial(
             return result
     except EmulatorError as e:
         error = f"the trial's emulator did not start: {e.message}"
-    except (httpx.HTTPError, OSError) as e:  # its emulator died under it (the agent may have killed it)
+    except (Unreachable, httpx.HTTPError, OSError) as e:  # its emulator died under it (the agent may have killed it)
         error = f"the trial's emulator stopped answering: {type(e).__name__}: {e}"
     return TrialResult(
         task=task.name,

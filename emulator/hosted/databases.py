@@ -16,9 +16,9 @@ from msgspec import UNSET, UnsetType
 
 from emulator.core.context import Core
 from emulator.core.errors import NOT_FOUND
-from emulator.core.store import Db, one, run
+from emulator.core.store import Db, fetch_all, fetch_one, one, run
 from emulator.hosted import plans, receipts, states
-from emulator.hosted.records import AsSent, Database, DatabaseResources, Receipt, fetch_all, fetch_one
+from emulator.hosted.records import AsSent, Database, DatabaseResources, Receipt
 from emulator.hosted.states import BuildOutcome, DbState, IllegalTransition
 
 _SELECT = "SELECT d.*, o.slug FROM databases d JOIN orgs o ON o.id = d.org_id"

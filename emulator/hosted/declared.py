@@ -35,8 +35,10 @@ from emulator.core.payloads import StateApplied
 from emulator.core.secretbox import SecretBox
 from emulator.core.store import Db, Outcome
 from emulator.hosted import databases, keys, orgs, plans, secrets
-from emulator.identity import service_keys, webhooks
-from emulator.identity.identity import Identity, valid_email
+from emulator.hosted.states import MemberRole
+from emulator.identity import endpoints, service_keys, users
+from emulator.identity.identity import Identity
+from emulator.identity.wire import valid_email
 
 MAX_BYTES = 4 * 1024 * 1024  # a declared state is a hand-written file; secrets hold at most 1 MiB per organization
 _CLAIM_LINK = re.compile(r"^tcl_[A-Za-z0-9_-]{16,128}$")  # a trial's claim link token, as trials make them
@@ -70,7 +72,7 @@ class OrgDecl(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
 class UserDecl(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     email: str
     orgs: list[str] = []  # member of these organizations
-    role: Literal["admin", "member"] = "admin"
+    role: MemberRole = MemberRole.ADMIN
 
 
 class RegistrationDecl(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
@@ -410,11 +412,11 @@ def check(world: World, trial_lifetime: float) -> _Plan:
     urls: set[str] = set()
     for i, w in enumerate(world.webhooks):
         with _at("webhooks", i, "url"):
-            webhooks.check_url(w.url)
+            endpoints.check_url(w.url)
         with _at("webhooks", i, "events"):
-            w.events = webhooks.check_events(w.events)
+            w.events = endpoints.check_events(w.events)
         with _at("webhooks", i, "secret"):
-            webhooks.check_secret(w.secret)
+            endpoints.check_secret(w.secret)
         if w.url in urls:
             raise Refused(("webhooks", i, "url"), "this webhook endpoint is declared twice")
         urls.add(w.url)
@@ -465,7 +467,7 @@ async def apply(core: Core, box: SecretBox, identity: Identity, text: str, name:
         plan = check(world, core.settings.trial_lifetime)
         for i, w in enumerate(world.webhooks):  # resolves its host: outside the lock, before anything is written
             with _at("webhooks", i, "url"):
-                await webhooks.check_destination(core.listening, w.url)
+                await endpoints.check_destination(core.listening, w.url)
         parts = ("clock", "orgs", "users", "registrations", "api_keys", "secrets", "webhooks", "service_keys")
         counts = {part: Counts() for part in parts}
         # No due job (a trial's expiry) and no reset or load runs between the rows and the clock they are declared
@@ -519,7 +521,7 @@ async def _write(
         org_ids[o.name] = org_id
         counts["orgs"].add(outcome)
     for u in world.users:
-        user_id = await Identity.user_id(conn, u.email)
+        user_id = await users.user_id(conn, u.email)
         made: Outcome = "unchanged"
         if user_id is None:
             user_id, made = await identity.ensure_user(conn, u.email, now), "created"
@@ -529,7 +531,7 @@ async def _write(
         counts["users"].add(made)
     for i, r in enumerate(world.registrations):
         with _at("registrations", i, "id"):
-            outcome = await identity.declare_registration(
+            outcome = await identity.registrations.declare_registration(
                 conn,
                 r.id,
                 kind=r.type,
@@ -552,7 +554,7 @@ async def _write(
             outcome = await secrets.declare(conn, box, org_ids[s.org], s.org, s.db or "", s.key, s.value, now)
         counts["secrets"].add(outcome)
     for w in world.webhooks:
-        counts["webhooks"].add(await webhooks.declare(core, box, conn, w.url, w.events, w.secret, now))
+        counts["webhooks"].add(await endpoints.declare(core, box, conn, w.url, w.events, w.secret, now))
     for i, sk in enumerate(world.service_keys):
         with _at("service_keys", i, "key"):
             outcome = await service_keys.declare(core, conn, sk.name, sk.key, now)

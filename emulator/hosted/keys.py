@@ -19,8 +19,9 @@ from emulator.core.errors import BAD_REQUEST, CONFLICT, FORBIDDEN, NOT_FOUND
 from emulator.core.ids import key_fingerprint, secret_hash
 from emulator.core.kinds import Kind
 from emulator.core.payloads import CloudKeyCreated, CloudKeyDeleted, CloudKeyUpdated
-from emulator.core.store import Db, Outcome, many, one, run
-from emulator.hosted.records import ApiKey, Org, fetch_all, fetch_one, record
+from emulator.core.store import Db, Outcome, fetch_all, fetch_one, many, one, record, run
+from emulator.hosted.records import ApiKey, Org
+from emulator.hosted.states import OrgState
 from emulator.identity.agents_api import TrialKey
 
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
@@ -137,7 +138,7 @@ async def trial_key(db: Db, secret: str) -> TrialKey | None:
     org, key = found
     if org.registration_id is None or key.created_by != org.registration_id:
         return None  # a key, but not one an agent was given
-    return TrialKey(org.registration_id, org.expires_at if org.state == "unclaimed" else None)
+    return TrialKey(org.registration_id, org.expires_at if org.state == OrgState.UNCLAIMED else None)
 
 
 async def named(db: Db, org_id: str, name: str) -> ApiKey | None:

@@ -26,8 +26,9 @@ from emulator.core.errors import (
 from emulator.core.ids import secret_hash
 from emulator.core.payloads import IdpLoginApproved, IdpLoginDenied, IdpLoginStarted, IdpSession, IdpTokenRevoked
 from emulator.hosted import orgs
-from emulator.identity.identity import Identity, valid_email
+from emulator.identity.identity import Identity
 from emulator.identity.signing import ACCESS_TOKEN_TYP, InvalidToken, SessionClaims
+from emulator.identity.wire import valid_email
 
 CLIENT_ID = "client_pxt_emulator"
 DEVICE_CODE_TTL = 600

@@ -9,8 +9,8 @@ from __future__ import annotations
 from emulator.core import kinds
 from emulator.core.context import Core
 from emulator.core.payloads import DbLog
-from emulator.core.store import Db, run
-from emulator.hosted.records import LogLine, fetch_all
+from emulator.core.store import Db, fetch_all, run
+from emulator.hosted.records import LogLine
 
 MAX_SINCE = 10 * 365 * 86_400  # how far back `get_logs` may look: ten years (lines are never that old)
 

@@ -16,9 +16,10 @@ from emulator.core.context import Core
 from emulator.core.errors import BAD_REQUEST, CONFLICT
 from emulator.core.ids import secret_hash
 from emulator.core.payloads import CloudOrgCreated
-from emulator.core.store import Db, Outcome, many, one, run
+from emulator.core.store import Db, Outcome, fetch_all, fetch_one, many, one, record, run
 from emulator.hosted import databases, plans
-from emulator.hosted.records import Org, fetch_all, fetch_one, record
+from emulator.hosted.records import Org
+from emulator.hosted.states import MemberRole, OrgState
 
 ORG_NAME = re.compile(r"^[a-z0-9](?:[a-z0-9-]{0,27}[a-z0-9])?$")
 
@@ -60,7 +61,7 @@ async def insert(
             slug,
             display_name,
             int(trial),
-            "unclaimed" if trial else "active",
+            OrgState.UNCLAIMED if trial else OrgState.ACTIVE,
             registration_id,
             network,
             secret_hash(claim_token) if claim_token else None,
@@ -83,7 +84,7 @@ async def create_for(
         if await slug_taken(conn, slug):
             raise CONFLICT(f"the organization name {slug} is taken")
         org_id = await insert(core, conn, slug, trial=False, now=now, display_name=display_name or slug)
-        await add_member(conn, org_id, user_id, "admin")
+        await add_member(conn, org_id, user_id, MemberRole.ADMIN)
     core.bus.publish(slug, CloudOrgCreated(org_id=org_id, by=email))
     return org_id, now
 
@@ -107,8 +108,8 @@ async def declare(
     state declares the clock) or it had lapsed. Whether an organization is a trial is not changed: its databases
     were made on its plan."""
     check_name(slug)
-    state = "active" if not trial else "claimed" if claimed else "unclaimed"
-    token_hash = secret_hash(claim_token) if claim_token and state == "unclaimed" else None
+    state = OrgState.ACTIVE if not trial else OrgState.CLAIMED if claimed else OrgState.UNCLAIMED
+    token_hash = secret_hash(claim_token) if claim_token and state == OrgState.UNCLAIMED else None
     if token_hash is not None:
         other = await one(conn, "SELECT slug FROM orgs WHERE claim_token_hash = ? AND slug != ?", (token_hash, slug))
         if other is not None:
@@ -122,11 +123,11 @@ async def declare(
             trial=trial,
             now=now,
             display_name=display_name,
-            expires_at=expires_at if state == "unclaimed" else None,
+            expires_at=expires_at if state == OrgState.UNCLAIMED else None,
             registration_id=registration_id,
             claim_token=claim_token if token_hash else None,
         )
-        if state == "claimed":
+        if state == OrgState.CLAIMED:
             await claim(conn, org_id, now)
         return org_id, "created"
     if org.trial != trial:
@@ -134,10 +135,10 @@ async def declare(
             f"the organization {slug} exists and is {'a trial' if org.trial else 'not a trial'}; a declared state "
             "does not change that (reset the emulator first)",
         )
-    expiry = expires_at if state == "unclaimed" else None
-    if state == org.state == "unclaimed" and not exact and (org.expires_at or 0) > now:
+    expiry = expires_at if state == OrgState.UNCLAIMED else None
+    if state == org.state == OrgState.UNCLAIMED and not exact and (org.expires_at or 0) > now:
         expiry = org.expires_at  # its time left counts from the apply that made it
-    claimed_at = (org.claimed_at or now) if state == "claimed" else None
+    claimed_at = (org.claimed_at or now) if state == OrgState.CLAIMED else None
     row = await one(conn, "SELECT claim_token_hash FROM orgs WHERE id = ?", (org.id,))
     want = (display_name, state, expiry, claimed_at, token_hash, registration_id)
     have = (
@@ -183,7 +184,7 @@ async def by_claim_token(db: Db, token: str) -> Org | None:
     return await fetch_one(db, Org, "SELECT * FROM orgs WHERE claim_token_hash = ?", (secret_hash(token),))
 
 
-async def add_member(conn: Db, org_id: str, user_id: str, role: str = "admin") -> None:
+async def add_member(conn: Db, org_id: str, user_id: str, role: MemberRole = MemberRole.ADMIN) -> None:
     await run(
         conn, "INSERT OR IGNORE INTO org_members (org_id, user_id, role) VALUES (?, ?, ?)", (org_id, user_id, role)
     )
@@ -223,9 +224,9 @@ async def claim(conn: Db, org_id: str, now: float) -> None:
     """The trial is a person's now: it stops expiring and its claim link stops working."""
     await run(
         conn,
-        "UPDATE orgs SET state = 'claimed', expires_at = NULL, claimed_at = ?, updated_at = ?, "
+        "UPDATE orgs SET state = ?, expires_at = NULL, claimed_at = ?, updated_at = ?, "
         "claim_token_hash = NULL WHERE id = ?",
-        (now, now, org_id),
+        (OrgState.CLAIMED, now, now, org_id),
     )
 
 
@@ -233,21 +234,21 @@ async def unclaimed_counts(conn: Db, network: str) -> tuple[int, int]:
     """(unclaimed trials on the platform, unclaimed trials of this network)."""
     row = await one(
         conn,
-        "SELECT COUNT(*) AS n, SUM(network = ?) AS mine FROM orgs WHERE trial = 1 AND state = 'unclaimed'",
-        (network,),
+        "SELECT COUNT(*) AS n, SUM(network = ?) AS mine FROM orgs WHERE trial = 1 AND state = ?",
+        (network, OrgState.UNCLAIMED),
     )
     return (row["n"], row["mine"] or 0) if row else (0, 0)
 
 
 async def lapsed_trials(db: Db, now: float) -> list[Org]:
     return await fetch_all(
-        db, Org, "SELECT * FROM orgs WHERE trial = 1 AND state = 'unclaimed' AND expires_at <= ?", (now,)
+        db, Org, "SELECT * FROM orgs WHERE trial = 1 AND state = ? AND expires_at <= ?", (OrgState.UNCLAIMED, now)
     )
 
 
 async def delete_unclaimed(conn: Db, org_id: str) -> bool:
     """Delete a still-unclaimed trial; ON DELETE CASCADE takes its databases, keys and memberships with it."""
-    return await run(conn, "DELETE FROM orgs WHERE id = ? AND state = 'unclaimed'", (org_id,)) > 0
+    return await run(conn, "DELETE FROM orgs WHERE id = ? AND state = ?", (org_id, OrgState.UNCLAIMED)) > 0
 
 
 class OrgSummary(msgspec.Struct, kw_only=True):
@@ -265,8 +266,9 @@ async def summaries(db: Db, *, trials_only: bool = False) -> list[OrgSummary]:
         "(SELECT json_group_array(name) FROM (SELECT name FROM api_keys k WHERE k.org_id = o.id "
         "ORDER BY k.created_at)) AS key_names, "
         "(SELECT json_group_array(email) FROM (SELECT u.email FROM org_members m JOIN users u ON u.id = m.user_id "
-        "WHERE m.org_id = o.id AND m.role = 'admin' ORDER BY u.email)) AS admin_emails "
+        "WHERE m.org_id = o.id AND m.role = ? ORDER BY u.email)) AS admin_emails "
         f"FROM orgs o {'WHERE o.trial = 1 ' if trials_only else ''}ORDER BY o.created_at, o.slug",
+        (MemberRole.ADMIN,),
     )
 
     def names(raw: Any) -> list[str]:

@@ -2,15 +2,12 @@
 
 from __future__ import annotations
 
-import functools
-import sqlite3
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal
 
 import msgspec
 from msgspec import UNSET, UnsetType
 
-from emulator.core.store import Db, many, one
-from emulator.hosted.states import BuildOutcome, DbState, Phase, ServiceState
+from emulator.hosted.states import BuildOutcome, DbState, OrgState, Phase, ServiceState
 
 # What a declared state did to one row: made it, changed it, or found it as declared.
 
@@ -68,7 +65,7 @@ class Org(msgspec.Struct, kw_only=True):
     slug: str
     display_name: str | None = None
     trial: bool
-    state: str  # "unclaimed" | "claimed" | "active"
+    state: OrgState
     registration_id: str | None = None
     network: str | None = None
     expires_at: float | None = None
@@ -137,40 +134,6 @@ class LogLine(msgspec.Struct, kw_only=True):
     line: str
 
 
-T = TypeVar("T", bound=msgspec.Struct)
-
-
 def service_label(base: str, name: str) -> str:
     """How logs, events and the gateway name a service: "name", or "base/name" under a base path."""
     return f"{base}/{name}".lstrip("/")
-
-
-_JSON_COLUMNS = {"target", "current", "receipt", "desired", "fingerprint", "grants"}
-
-
-@functools.cache
-def _fields(kind: type[msgspec.Struct]) -> frozenset[str]:
-    return frozenset(kind.__struct_fields__)
-
-
-def record(row: sqlite3.Row, kind: type[T]) -> T:
-    """A row as a record: JSON columns decoded, unknown columns (hashes, joins) left out."""
-    fields = _fields(kind)
-    values: dict[str, Any] = {}
-    for name in row.keys():
-        if name not in fields:
-            continue
-        value = row[name]
-        if name in _JSON_COLUMNS and isinstance(value, str | bytes):
-            value = msgspec.json.decode(value)
-        values[name] = value
-    return msgspec.convert(values, kind, strict=False)
-
-
-async def fetch_one(db: Db, kind: type[T], sql: str, params: tuple[Any, ...] = ()) -> T | None:
-    row = await one(db, sql, params)
-    return None if row is None else record(row, kind)
-
-
-async def fetch_all(db: Db, kind: type[T], sql: str, params: tuple[Any, ...] = ()) -> list[T]:
-    return [record(r, kind) for r in await many(db, sql, params)]

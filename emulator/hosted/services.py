@@ -10,9 +10,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from emulator.core.store import Db, one, run
+from emulator.core.store import Db, fetch_all, fetch_one, one, run
 from emulator.hosted import receipts, states
-from emulator.hosted.records import AsSent, Receipt, Service, fetch_all, fetch_one
+from emulator.hosted.records import AsSent, Receipt, Service
 from emulator.hosted.states import IllegalTransition, ServiceState
 
 _SELECT = "SELECT s.*, o.slug FROM services s JOIN orgs o ON o.id = s.org_id"

@@ -1,4 +1,5 @@
-"""The states of hosted databases and services, and the phases of their receipts: what each may become.
+"""The states of organizations, hosted databases and services, and the phases of their receipts: what each may
+become.
 
 The values are the product's own words (the client prints them), stored as they are in SQLite and on the wire;
 `StrEnum` keeps them strings there. Every state a write sets is checked against `DB_MAY_FOLLOW` or
@@ -9,6 +10,17 @@ would move a resource the wrong way fails loudly instead of leaving a state the 
 from __future__ import annotations
 
 from enum import StrEnum
+
+
+class OrgState(StrEnum):
+    UNCLAIMED = "unclaimed"  # a trial no person has claimed yet: it lapses at its expires_at
+    CLAIMED = "claimed"  # a trial a person claimed: it stays
+    ACTIVE = "active"  # not a trial
+
+
+class MemberRole(StrEnum):
+    ADMIN = "admin"
+    MEMBER = "member"
 
 
 class DbState(StrEnum):

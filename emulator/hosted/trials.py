@@ -30,9 +30,11 @@ from emulator.core.kinds import Kind
 from emulator.core.payloads import TrialClaimed, TrialCreated, TrialExpired
 from emulator.hosted import keys, orgs
 from emulator.hosted.records import Org
-from emulator.identity import agent_events
+from emulator.hosted.states import MemberRole, OrgState
+from emulator.identity import agent_events, registrations
 from emulator.identity.agent_events import ApiKeyIssued, CredentialIssuedData
-from emulator.identity.identity import Identity, valid_email
+from emulator.identity.identity import Identity
+from emulator.identity.wire import valid_email
 
 
 @dataclass(frozen=True)
@@ -60,14 +62,14 @@ async def create(core: Core, registration_id: str, ip: str) -> NewTrial:
     claim_token = core.ids.token("tcl_", 20)
     expires = now + settings.trial_lifetime
     async with core.store.transaction() as conn:
-        reg = await Identity.registration(conn, registration_id)
+        reg = await registrations.registration(conn, registration_id)
         if reg is None:
             raise INVALID_TOKEN("the registration behind this token no longer exists")
-        if reg["status"] == "claimed":
+        if reg.status == "claimed":
             raise FORBIDDEN(
                 "this registration was claimed: it works in its person's organization (pxt login) and gets no trial",
             )
-        if reg["trial_org_id"] is not None:
+        if reg.trial_org_id is not None:
             raise CONFLICT("this registration already has a trial; register again for another")
         if not core.switches["cloud_reachable"]:
             raise UNAVAILABLE("the cloud could not be reached; try again later")
@@ -97,7 +99,7 @@ async def create(core: Core, registration_id: str, ip: str) -> NewTrial:
             claim_token=claim_token,
         )
         key_id, api_key = await keys.insert(core, conn, org_id, "trial", created_by=registration_id, now=now)
-        await Identity.attach_trial(conn, registration_id, org_id)
+        await registrations.attach_trial(conn, registration_id, org_id)
         issued = await agent_events.record(
             conn,
             core,
@@ -133,16 +135,16 @@ async def claim(core: Core, identity: Identity, org_id: str, email: str) -> str:
     now = core.clock.now()
     async with core.store.transaction() as conn:
         org = await orgs.get(conn, org_id)
-        if org is None or (org.state == "unclaimed" and (org.expires_at or 0) <= now):
+        if org is None or (org.state == OrgState.UNCLAIMED and (org.expires_at or 0) <= now):
             raise NOT_FOUND("this trial no longer exists (unclaimed trials are deleted after 48 hours)")
-        if org.state != "unclaimed":
+        if org.state != OrgState.UNCLAIMED:
             raise CONFLICT(f"the organization {org.slug} is already claimed")
         user_id = await identity.ensure_user(conn, email, now)
         await orgs.claim(conn, org_id, now)
-        await orgs.add_member(conn, org_id, user_id, "admin")
+        await orgs.add_member(conn, org_id, user_id, MemberRole.ADMIN)
         # The person now owns what the agent made: its registration is claimed too, so it gets no more trials.
         if org.registration_id:
-            await Identity.claim_with_trial(conn, org.registration_id, email, now)
+            await registrations.claim_with_trial(conn, org.registration_id, email, now)
     core.bus.publish(org.slug, TrialClaimed(org_id=org_id, email=email, registration=org.registration_id))
     return org.slug
 

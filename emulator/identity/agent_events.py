@@ -3,8 +3,8 @@ created_at}`, with the `data` shapes of the `workos` SDK's models (10.x, `common
 
 An event is journaled once the transaction of the change it reports committed (`publish`); when a webhook endpoint
 takes it, it is also written in that transaction (`record`) with one pending delivery for each such endpoint (an
-outbox: a delivery cannot be lost between the change and its sending). The webhook sender (webhooks.py) takes it
-from there.
+outbox: a delivery cannot be lost between the change and its sending; deliveries.py writes them). The webhook sender
+(sender.py) takes it from there.
 """
 
 from __future__ import annotations
@@ -31,6 +31,9 @@ from emulator.core.payloads import (
     AgentRegistrationRefreshed,
     AgentRegistrationRevoked,
 )
+from emulator.identity import deliveries as deliveries_
+from emulator.identity.deliveries import NewDelivery
+from emulator.identity.records import RegistrationRecord
 
 _JOURNALED = {
     Kind.AGENT_REGISTRATION_CREATED: AgentRegistrationCreated,
@@ -68,14 +71,14 @@ def method_of(kind: str) -> str:
     return "id_jag" if kind == "identity_assertion" else kind
 
 
-def status_of(reg: sqlite3.Row, now: float) -> Status:
+def status_of(reg: RegistrationRecord, now: float) -> Status:
     """A registration's status as the service side reads it: `revoked`; `verified` once claimed (an ID-JAG's is
     claimed when made); `expired` when its claim window closed unclaimed; else `unverified`."""
-    if reg["revoked_at"] is not None:
+    if reg.revoked_at is not None:
         return "revoked"
-    if reg["status"] == "claimed":
+    if reg.status == "claimed":
         return "verified"
-    if reg["claim_expires_at"] <= now:
+    if reg.claim_expires_at <= now:
         return "expired"
     return "unverified"
 
@@ -165,18 +168,18 @@ class Envelope(msgspec.Struct, kw_only=True):
     created_at: str
 
 
-def registration_data(reg: sqlite3.Row, user_id: str | None, now: float) -> RegistrationData:
+def registration_data(reg: RegistrationRecord, user_id: str | None, now: float) -> RegistrationData:
     """A registration as the events and the service side's API show it."""
-    created = iso(reg["created_at"])
+    created = iso(reg.created_at)
     return RegistrationData(
-        id=reg["id"],
-        agent_identity=AgentIdentityData(agent_identity_id(reg["id"]), user_id),
-        organization_id=reg["trial_org_id"],
+        id=reg.id,
+        agent_identity=AgentIdentityData(agent_identity_id(reg.id), user_id),
+        organization_id=reg.trial_org_id,
         status=status_of(reg, now),
-        kind=reg["type"],
-        method=method_of(reg["type"]),
+        kind=reg.type,
+        method=method_of(reg.type),
         created_at=created,
-        updated_at=iso(reg["updated_at"]) if reg["updated_at"] is not None else created,
+        updated_at=iso(reg.updated_at) if reg.updated_at is not None else created,
     )
 
 
@@ -194,15 +197,11 @@ class Recorded:
 
 _ENDPOINTS = "SELECT id, events FROM webhook_endpoints WHERE disabled_at IS NULL"
 _EVENT = "INSERT INTO agent_events (id, event, registration_id, data, created_at) VALUES (?, ?, ?, ?, ?)"
-_DELIVERY = (
-    "INSERT INTO webhook_deliveries (id, endpoint_id, event_id, state, attempts, next_at, created_at) "
-    "VALUES (?, ?, ?, 'pending', 0, ?, ?)"
-)
 
 
 def _rows(
     core: Core, kind: Kind, registration_id: str, data: EventData, endpoints: list[sqlite3.Row]
-) -> tuple[Recorded, tuple[str, str, str, str, float], list[tuple[str, str, str, float, float]]]:
+) -> tuple[Recorded, tuple[str, str, str, str, float], list[NewDelivery]]:
     """The event's row and its deliveries' (one per endpoint that takes its kind)."""
     if kind not in _JOURNALED:
         raise ValueError(f"{kind} is not a registration event")
@@ -241,7 +240,7 @@ async def record(conn: aiosqlite.Connection, core: Core, kind: Kind, registratio
     if not deliveries:
         return recorded
     written = await conn.execute(_EVENT, event)
-    await conn.executemany(_DELIVERY, deliveries)
+    await deliveries_.enqueue(conn, deliveries)
     below = _prune_below(written.lastrowid, core.settings.journal_cap)
     if below is not None:
         await conn.execute(_PRUNE, (below,))
@@ -254,7 +253,7 @@ def record_sync(db: sqlite3.Connection, core: Core, kind: Kind, registration_id:
     if not deliveries:
         return recorded
     written = db.execute(_EVENT, event)
-    db.executemany(_DELIVERY, deliveries)
+    deliveries_.enqueue_sync(db, deliveries)
     below = _prune_below(written.lastrowid, core.settings.journal_cap)
     if below is not None:
         db.execute(_PRUNE, (below,))

@@ -8,7 +8,6 @@ trial key stop working on every origin (each origin's one credential check reads
 
 from __future__ import annotations
 
-import sqlite3
 from collections.abc import Awaitable, Callable
 from typing import Literal
 
@@ -30,10 +29,13 @@ from emulator.core.errors import (
 from emulator.core.ids import secret_hash
 from emulator.core.kinds import Kind
 from emulator.core.payloads import IdpClaimConfirmed, IdpRevoked
-from emulator.core.store import Db, one
-from emulator.identity import agent_events
+from emulator.core.store import Db, fetch_one, record
+from emulator.identity import agent_events, registrations, tokens, users
 from emulator.identity.agent_events import RegistrationRef, Status, agent_identity_id, claim_id, status_of
-from emulator.identity.identity import ATTEMPT_COLUMNS, Identity, hint_refusal, valid_email, why_closed
+from emulator.identity.claims import ATTEMPT_COLUMNS, hint_refusal, why_closed
+from emulator.identity.identity import Identity
+from emulator.identity.records import AttemptRecord, OpenAttempt, RegistrationRecord, UserRef
+from emulator.identity.wire import valid_email
 
 OPERATOR = "operator"  # who revoked, when it was not a service key
 MAX_EXTERNAL_ID = 255
@@ -136,14 +138,14 @@ class AgentRegistrationView(msgspec.Struct, kw_only=True):
     updated_at: str
 
 
-def _closed(attempt: sqlite3.Row, now: float) -> ApiError | None:
+def _closed(attempt: OpenAttempt, now: float) -> ApiError | None:
     """Why a claim attempt takes no approval, in the registration protocol's codes."""
     closed = why_closed(attempt, now)
     if closed is None:
         return None
-    if attempt["registration_revoked_at"] is not None:
+    if attempt.registration_revoked_at is not None:
         return CLAIM_REVOKED(closed.text)
-    if attempt["state"] == "completed" or attempt["registration_status"] == "claimed":
+    if attempt.state == "completed" or attempt.registration_status == "claimed":
         return ALREADY_CLAIMED(closed.text)
     if closed.status == 410:
         return CLAIM_EXPIRED(closed.text)
@@ -189,8 +191,9 @@ class AgentsApi:
         # The attempt, the person and the decision in one transaction: a new attempt or a claim committed in between
         # cannot be approved through a link it replaced.
         async with self.core.store.transaction() as conn:
-            attempt = await one(
+            attempt = await fetch_one(
                 conn,
+                OpenAttempt,
                 f"SELECT {ATTEMPT_COLUMNS} FROM claim_attempts a JOIN registrations r ON r.id = a.registration_id "
                 "WHERE a.token_hash = ?",
                 (secret_hash(body.claim_attempt_token),),
@@ -201,7 +204,7 @@ class AgentsApi:
             if refused is not None:
                 raise refused
             # Every refusal before anything is written: a person made here and then refused would be journaled.
-            user_id, email = await self._find_user(conn, email, external_id)
+            user_id, email = await users.find_external(conn, email, external_id)
             refused = hint_refusal(attempt, email)  # the e-mail of the user the external_id names
             if refused is not None:
                 raise refused
@@ -214,33 +217,14 @@ class AgentsApi:
                 )
             if body.organization_id is not None and body.organization_id not in {o.id for o in organizations}:
                 raise FORBIDDEN(f"the user is not a member of the organization {body.organization_id}")
-            if user_id is None or (await self._external_id(conn, user_id)) is None:
-                user_id = await self.identity.ensure_user(conn, email, now)
-                await conn.execute("UPDATE users SET external_id = ? WHERE id = ?", (external_id, user_id))
-            code = await self.identity.settle(conn, attempt, email, True, now)
-            reg = await Identity.registration(conn, attempt["registration_id"])
+            if user_id is None or (await users.external_id_of(conn, user_id)) is None:
+                user_id = await self.identity.users.ensure_user(conn, email, now)
+                await users.set_external_id(conn, user_id, external_id)
+            code = await self.identity.claims.settle(conn, attempt, email, True, now)
+            reg = await registrations.registration(conn, attempt.registration_id)
         assert code is not None and reg is not None
-        self.core.bus.publish(reg["id"], IdpClaimConfirmed(email=email))
-        return ClaimView(reg["id"], status_of(reg, now), code, organizations)
-
-    @staticmethod
-    async def _find_user(conn: aiosqlite.Connection, email: str, external_id: str) -> tuple[str | None, str]:
-        """The service's user, written nothing: by external_id, else by e-mail (to be given that external_id), else
-        none yet (to be made). Returns (user id or None, the user's e-mail)."""
-        found = await one(conn, "SELECT id, email FROM users WHERE external_id = ?", (external_id,))
-        if found is not None:
-            return str(found["id"]), str(found["email"])
-        by_email = await one(conn, "SELECT id, external_id FROM users WHERE email = ?", (email,))
-        if by_email is None:
-            return None, email
-        if by_email["external_id"] is not None:
-            raise CONFLICT(f"the user {email} is linked to another external_id")
-        return str(by_email["id"]), email
-
-    @staticmethod
-    async def _external_id(conn: aiosqlite.Connection, user_id: str) -> str | None:
-        found = await one(conn, "SELECT external_id FROM users WHERE id = ?", (user_id,))
-        return None if found is None else found["external_id"]
+        self.core.bus.publish(reg.id, IdpClaimConfirmed(email=email))
+        return ClaimView(reg.id, status_of(reg, now), code, organizations)
 
     @staticmethod
     async def _organizations(conn: aiosqlite.Connection, user_id: str) -> list[OrganizationRef]:
@@ -249,7 +233,7 @@ class AgentsApi:
             "WHERE m.user_id = ? ORDER BY o.created_at, o.slug",
             (user_id,),
         ) as cur:
-            return [OrganizationRef(r["id"], r["name"]) for r in await cur.fetchall()]
+            return [record(r, OrganizationRef) for r in await cur.fetchall()]
 
     # --- registrations --------------------------------------------------------------------------------
 
@@ -262,21 +246,13 @@ class AgentsApi:
         now = self.core.clock.now()
         recorded: agent_events.Recorded | None = None
         async with self.core.store.transaction() as conn:
-            reg = await Identity.registration(conn, reg_id)
+            reg = await registrations.registration(conn, reg_id)
             if reg is None:
                 raise ENTITY_NOT_FOUND(f"no agent registration {reg_id}")
-            if reg["revoked_at"] is None:
-                await conn.execute(
-                    "UPDATE registrations SET revoked_at = ?, updated_at = ? WHERE id = ?", (now, now, reg_id)
-                )
-                await conn.execute(
-                    "UPDATE access_tokens SET revoked_at = ? WHERE registration_id = ? AND revoked_at IS NULL",
-                    (now, reg_id),
-                )
-                await conn.execute(
-                    "UPDATE refresh_tokens SET spent_at = ? WHERE registration_id = ? AND spent_at IS NULL",
-                    (now, reg_id),
-                )
+            if reg.revoked_at is None:
+                await registrations.revoke(conn, reg_id, now)
+                await tokens.revoke_access(conn, reg_id, now)
+                await tokens.spend_refresh(conn, reg_id, now)
                 recorded = await agent_events.record(
                     conn, self.core, Kind.AGENT_REGISTRATION_REVOKED, reg_id, RegistrationRef(reg_id)
                 )
@@ -290,8 +266,7 @@ class AgentsApi:
         """The operator deletes a registration with what hangs on it (its tokens and claim attempts, by cascade); its
         trial stays, and the trial's key stops working (hosted/keys.live_owner)."""
         async with self.core.store.transaction() as conn:
-            cur = await conn.execute("DELETE FROM registrations WHERE id = ?", (reg_id,))
-            if cur.rowcount == 0:
+            if not await registrations.delete(conn, reg_id):
                 raise ENTITY_NOT_FOUND(f"no agent registration {reg_id}")
             recorded = await agent_events.record(
                 conn, self.core, Kind.AGENT_REGISTRATION_DELETED, reg_id, RegistrationRef(reg_id)
@@ -299,44 +274,43 @@ class AgentsApi:
         agent_events.publish(self.core.bus, recorded)
 
     async def _view(self, db: Db, reg_id: str, now: float) -> AgentRegistrationView:
-        reg = await one(db, "SELECT * FROM registrations WHERE id = ?", (reg_id,))
+        reg = await fetch_one(db, RegistrationRecord, "SELECT * FROM registrations WHERE id = ?", (reg_id,))
         if reg is None:
             raise ENTITY_NOT_FOUND(f"no agent registration {reg_id}")
-        person = await one(db, "SELECT id FROM users WHERE email = ?", (reg["claimed_email"],))
-        user_id = str(person["id"]) if person is not None and reg["status"] == "claimed" else None
-        created = iso(reg["created_at"])
+        person = await fetch_one(db, UserRef, "SELECT id FROM users WHERE email = ?", (reg.claimed_email,))
+        user_id = person.id if person is not None and reg.status == "claimed" else None
+        created = iso(reg.created_at)
         # its last change (a claim, a revocation, an expiry), or its claim for a row from before updated_at
-        updated = iso(max(t for t in (reg["created_at"], reg["updated_at"], reg["claimed_at"]) if t is not None))
-        revoked = reg["revoked_at"]
+        updated = iso(max(t for t in (reg.created_at, reg.updated_at, reg.claimed_at) if t is not None))
+        revoked = reg.revoked_at
         return AgentRegistrationView(
             id=reg_id,
             agent_identity=AgentIdentityView(agent_identity_id(reg_id), user_id, created, updated),
-            organization_id=reg["trial_org_id"],
+            organization_id=reg.trial_org_id,
             status=status_of(reg, now),
             revoked_at=iso(revoked) if revoked is not None else None,
-            kind=reg["type"],
+            kind=reg.type,
             claim=RegistrationClaimView(
-                claim_id(reg_id), await self._completion(db, reg), created, updated, iso(reg["claim_expires_at"])
+                claim_id(reg_id), await self._completion(db, reg), created, updated, iso(reg.claim_expires_at)
             ),
             created_at=created,
             updated_at=updated,
         )
 
     @staticmethod
-    async def _completion(db: Db, reg: sqlite3.Row) -> ClaimCompletionView | None:
+    async def _completion(db: Db, reg: RegistrationRecord) -> ClaimCompletionView | None:
         """How the claim was completed: by the attempt the agent completed, else (its trial claimed by a person, a
         declared state) at the instant it was claimed."""
-        if reg["status"] != "claimed" or reg["claimed_at"] is None:
+        if reg.status != "claimed" or reg.claimed_at is None:
             return None
-        claimed = iso(reg["claimed_at"])
-        attempt = await one(
+        claimed = iso(reg.claimed_at)
+        attempt = await fetch_one(
             db,
-            "SELECT id, created_at, expires_at FROM claim_attempts WHERE registration_id = ? AND state = 'completed' "
+            AttemptRecord,
+            "SELECT * FROM claim_attempts WHERE registration_id = ? AND state = 'completed' "
             "ORDER BY created_at DESC LIMIT 1",
-            (reg["id"],),
+            (reg.id,),
         )
         if attempt is None:
-            return ClaimCompletionView(claim_id(reg["id"]), claimed, claimed, claimed, claimed)
-        return ClaimCompletionView(
-            attempt["id"], iso(attempt["created_at"]), claimed, iso(attempt["expires_at"]), claimed
-        )
+            return ClaimCompletionView(claim_id(reg.id), claimed, claimed, claimed, claimed)
+        return ClaimCompletionView(attempt.id, iso(attempt.created_at), claimed, iso(attempt.expires_at), claimed)

@@ -8,8 +8,9 @@ from __future__ import annotations
 import msgspec
 from msgspec import UNSET, UnsetType
 
-from emulator.identity.identity import JWT_BEARER, POST_CLAIM_SCOPES, Identity, Urls
+from emulator.identity.identity import Identity
 from emulator.identity.idjag import ID_JAG_TYPE, TOKEN_EXCHANGE
+from emulator.identity.wire import JWT_BEARER, POST_CLAIM_SCOPES, Urls
 
 API_CATALOG_PROFILE = "https://www.rfc-editor.org/info/rfc9727"
 

@@ -6,80 +6,106 @@ from __future__ import annotations
 from typing import Any, Literal
 
 import msgspec
-from litestar import Request, Response, get, post
+from litestar import MediaType, Request, Response, get, post
 
-from emulator.core import html, openapi
-from emulator.core.errors import INVALID_CLIENT, UNSUPPORTED_GRANT_TYPE, ApiError
+from emulator.core import contract, html
+from emulator.core.errors import (
+    ACCESS_DENIED,
+    AUTHORIZATION_PENDING,
+    BAD_REQUEST,
+    EXPIRED_TOKEN,
+    GONE,
+    INVALID_CLIENT,
+    INVALID_GRANT,
+    NOT_FOUND,
+    UNSUPPORTED_GRANT_TYPE,
+    ApiError,
+)
 from emulator.hosted.logins import CLIENT_ID, DeviceCode, Logins, Session
+from emulator.idp.forms import Decision, OAuthError, page_form
+
+DEVICE_CODE = "urn:ietf:params:oauth:grant-type:device_code"
+_encode = msgspec.json.Encoder().encode
 
 
 class DeviceAuthorization(msgspec.Struct):
-    client_id: str
+    client_id: str  # this service's one client, CLIENT_ID
 
 
-class Authentication(msgspec.Struct):
+class Authentication(msgspec.Struct, kw_only=True):
     """Poll with the device code, or refresh a session (optionally into another organization)."""
 
     grant_type: Literal["urn:ietf:params:oauth:grant-type:device_code", "refresh_token"]
-    client_id: str
+    client_id: str = ""  # a poll's must be its device code's; a refresh does not read it
     device_code: str | None = None
     refresh_token: str | None = None
     organization_id: str | None = None
 
 
-class DeviceForm(msgspec.Struct):
-    user_code: str
-    email: str
-    decision: Literal["approve", "deny"] = "approve"
+class DeviceForm(msgspec.Struct, kw_only=True):
+    """The sign-in page's form: the code `pxt login` shows, who signs in, and the decision (denying needs no
+    e-mail)."""
+
+    user_code: str = ""
+    email: str = ""
+    decision: Decision = "approve"
 
 
 def _logins(request: Request[Any, Any, Any]) -> Logins:
     return request.app.state["idp"].logins
 
 
-def oauth_error(_: Request[Any, Any, Any], exc: ApiError) -> Response[dict[str, str]]:
+def oauth_error(_: Request[Any, Any, Any], exc: ApiError) -> Response[bytes]:
     return Response(
-        {"error": exc.code, "error_description": exc.message},
+        _encode(OAuthError(exc.code, exc.message)),
         status_code=exc.status,
+        media_type=MediaType.JSON,
         headers={"Cache-Control": "no-store"},
     )
+
+
+def _unknown_client(_: object) -> ApiError:
+    return INVALID_CLIENT(f"unknown client_id; this sign-in service serves {CLIENT_ID}")
 
 
 @post(
     "/user_management/authorize/device",
     status_code=200,
+    operation_id="start_device_authorization",
     exception_handlers={ApiError: oauth_error},
-    opt=openapi.body(DeviceAuthorization, openapi.FORM),
+    dependencies={"ask": page_form(DeviceAuthorization, {"client_id": _unknown_client})},
+    responses=contract.errors(INVALID_CLIENT),
 )
-async def authorize_device(request: Request[Any, Any, Any]) -> DeviceCode:
-    form = html.form_fields(await request.body())
-    if form.get("client_id") != CLIENT_ID:
-        raise INVALID_CLIENT(f"unknown client_id; this sign-in service serves {CLIENT_ID}")
-    return await _logins(request).start(form["client_id"])
+async def authorize_device(request: Request[Any, Any, Any], ask: DeviceAuthorization) -> DeviceCode:
+    if ask.client_id != CLIENT_ID:
+        raise _unknown_client(ask.client_id)
+    return await _logins(request).start(ask.client_id)
+
+
+def _grant_refused(_: object) -> ApiError:
+    return UNSUPPORTED_GRANT_TYPE("grant_type must be device_code or refresh_token")
 
 
 @post(
     "/user_management/authenticate",
     status_code=200,
+    operation_id="authenticate",
     exception_handlers={ApiError: oauth_error},
-    opt=openapi.body(Authentication, openapi.FORM),
+    dependencies={"grant": page_form(Authentication, {"grant_type": _grant_refused})},
+    responses=contract.errors(
+        UNSUPPORTED_GRANT_TYPE, INVALID_GRANT, AUTHORIZATION_PENDING, ACCESS_DENIED, EXPIRED_TOKEN
+    ),
 )
-async def authenticate(request: Request[Any, Any, Any]) -> Response[Session]:
-    form = html.form_fields(await request.body())
-    grant = form.get("grant_type", "")
+async def authenticate(request: Request[Any, Any, Any], grant: Authentication) -> Response[Session]:
     logins = _logins(request)
-    if grant == "urn:ietf:params:oauth:grant-type:device_code":
-        answer = await logins.poll(form.get("device_code", ""), form.get("client_id", ""))
-    elif grant == "refresh_token":
-        answer = await logins.refresh(
-            form.get("refresh_token", ""), form.get("client_id", ""), form.get("organization_id") or None
-        )
+    if grant.grant_type == DEVICE_CODE:
+        answer = await logins.poll(grant.device_code or "", grant.client_id)
     else:
-        raise UNSUPPORTED_GRANT_TYPE("grant_type must be device_code or refresh_token")
+        answer = await logins.refresh(grant.refresh_token or "", grant.client_id, grant.organization_id or None)
     return Response(answer, headers={"Cache-Control": "no-store"})
 
 
-def _page_error(_: Request[Any, Any, Any], exc: ApiError) -> Response[str]:
+def page_error(_: Request[Any, Any, Any], exc: ApiError) -> Response[str]:
     return html.page("This sign-in cannot go on", html.error_box(exc.message), exc.status)
 
 
@@ -120,7 +146,7 @@ def _device_form(row: Any, user_code: str, email: str = "", error: str = "", sta
     return html.page("Sign in to Pixeltable Cloud", body, status)
 
 
-@get("/device", exception_handlers={ApiError: _page_error})
+@get("/device", operation_id="device_page", media_type=MediaType.HTML, exception_handlers={ApiError: page_error})
 async def device_page(request: Request[Any, Any, Any], user_code: str = "") -> Response[str]:
     logins = _logins(request)
     row = await logins.lookup(user_code) if user_code else None
@@ -132,13 +158,18 @@ async def device_page(request: Request[Any, Any, Any], user_code: str = "") -> R
 
 
 @post(
-    "/device", status_code=200, exception_handlers={ApiError: _page_error}, opt=openapi.body(DeviceForm, openapi.FORM)
+    "/device",
+    status_code=200,
+    operation_id="decide_device",
+    media_type=MediaType.HTML,
+    exception_handlers={ApiError: page_error},
+    dependencies={"form": page_form(DeviceForm)},
+    responses=contract.errors(BAD_REQUEST, NOT_FOUND, GONE),
 )
-async def device_decide(request: Request[Any, Any, Any]) -> Response[str]:
-    form = html.form_fields(await request.body())
-    approve = html.approved(form)
+async def device_decide(request: Request[Any, Any, Any], form: DeviceForm) -> Response[str]:
+    approve = form.decision != "deny"
     logins = _logins(request)
-    user_code, email = form.get("user_code", ""), form.get("email", "")
+    user_code, email = form.user_code, form.email
     row = await logins.lookup(user_code)
     if row is not None and (closed := _closed(row, logins.core.clock.now())) is not None:
         return closed

@@ -8,15 +8,17 @@ Error formats follow each endpoint's clients: registration endpoints answer `{co
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Literal, Protocol, TypeVar
-from urllib.parse import parse_qs
+from typing import Annotated, Any, Literal, Protocol, TypeVar, get_args
 
 import msgspec
-from litestar import Request, Response, get, post, route
+from litestar import MediaType, Request, Response, get, post, route
 from litestar.datastructures import State
 from litestar.enums import ScopeType
 from litestar.exceptions import HTTPException
+from litestar.openapi import ResponseSpec
+from litestar.params import Parameter
 from litestar.types import ASGIApp, Receive, Scope, Send
 from msgspec import UNSET, UnsetType
 
@@ -26,17 +28,33 @@ from emulator.core.clientip import client_ip
 from emulator.core.context import Core
 from emulator.core.contract import error_shape
 from emulator.core.errors import (
+    ALREADY_CLAIMED,
     ANONYMOUS_REGISTRATION_DISABLED,
+    BAD_REQUEST,
+    CLAIM_DENIED,
+    CLAIM_EXPIRED,
+    CLAIM_NOT_CONFIRMED,
+    CLAIM_REVOKED,
+    FORBIDDEN,
+    GONE,
     INTERACTION_REQUIRED,
+    INVALID_CLAIM_TOKEN,
     INVALID_GRANT,
+    INVALID_LOGIN_HINT,
     INVALID_REFRESH_TOKEN,
     INVALID_REQUEST,
+    INVALID_SCOPE,
+    INVALID_TARGET,
+    INVALID_USER_CODE,
+    ISSUER_NOT_ENABLED,
     LOGIN_REQUIRED,
     NOT_FOUND,
     RATE_LIMIT_EXCEEDED,
     SERVER_ERROR,
+    SERVICE_AUTH_REGISTRATION_DISABLED,
     UNSUPPORTED_GRANT_TYPE,
     UNSUPPORTED_RESPONSE_TYPE,
+    USER_CODE_EXPIRED,
     ApiError,
     code_for,
 )
@@ -48,28 +66,34 @@ from emulator.core.webapp import App
 from emulator.hosted.logins import Logins
 from emulator.identity import discovery
 from emulator.identity.agents_api import AgentsApi
-from emulator.identity.identity import (
+from emulator.identity.claims import Closed, why_closed
+from emulator.identity.discovery import AuthorizationServer, OpenIdConfiguration, UpstreamConfiguration
+from emulator.identity.identity import Identity
+from emulator.identity.idjag import UPSTREAM_PATH, Exchanged, TokenExchange
+from emulator.identity.signing import Jwks
+from emulator.identity.wire import (
     CLAIM_PAGE,
     JWT_BEARER,
     POST_CLAIM_SCOPES,
     PRE_CLAIM_SCOPES,
+    AccessToken,
     ClaimCompletion,
+    Claimed,
     ClaimOffer,
     ClaimStart,
-    Closed,
-    Identity,
+    ClaimStarted,
     NeedsInteraction,
     Refreshed,
     Registered,
     Registration,
     Scopes,
-    why_closed,
 )
-from emulator.identity.idjag import UPSTREAM_PATH, TokenExchange
 from emulator.idp import agents, login
+from emulator.idp.forms import Decision, OAuthError, oauth_form, oauth_reader, page_form
 
 _encode = msgspec.json.Encoder().encode
 _NO_STORE = {"Cache-Control": "no-store", "Pragma": "no-cache"}
+_PUBLIC = {"Cache-Control": "public, max-age=300"}  # the discovery documents and key sets
 _FAILED = "the identity provider failed; see its log"
 T_co = TypeVar("T_co", covariant=True)
 
@@ -92,31 +116,9 @@ def idp_of(request: Request[Any, Any, Any]) -> Idp:
     return idp
 
 
-def _json(value: Any, status: int = 200, headers: dict[str, str] | None = None) -> Response[bytes]:
-    return _json_bytes(status, headers or {}, _encode(value))
-
-
-def _json_bytes(status: int, headers: dict[str, str], body: bytes) -> Response[bytes]:
-    return Response(body, status_code=status, media_type="application/json", headers=headers or None)
-
-
-# --- what the token endpoints take (as the OpenAPI document shows them; each handler reads its form itself) --
-
-
-class TokenForm(msgspec.Struct):
-    grant_type: str
-    assertion: str
-    scope: str | None = None
-
-
-class RevokeForm(msgspec.Struct):
-    token: str
-
-
-class ClaimPageForm(msgspec.Struct):
-    token: str
-    email: str
-    decision: Literal["approve", "deny"] = "approve"
+def _json_bytes(status: int, headers: Mapping[str, str], body: bytes) -> Response[bytes]:
+    """An error body already encoded (its writer's typed struct)."""
+    return Response(body, status_code=status, media_type="application/json", headers=dict(headers) or None)
 
 
 # --- error renderers ------------------------------------------------------------------------------
@@ -152,18 +154,11 @@ class RegistrationError(msgspec.Struct, kw_only=True):
 
 
 def registration_error(_: Request[Any, Any, Any], exc: ApiError) -> Response[bytes]:
-    return _json(RegistrationError.of(exc), exc.status, exc.headers)
-
-
-class OAuthError(msgspec.Struct):
-    """An `/oauth2/*` error, RFC 6749's."""
-
-    error: str
-    error_description: str
+    return _json_bytes(exc.status, exc.headers, _encode(RegistrationError.of(exc)))
 
 
 def oauth_error(_: Request[Any, Any, Any], exc: ApiError) -> Response[bytes]:
-    return _json(OAuthError(exc.code, exc.message), exc.status, {**_NO_STORE, **exc.headers})
+    return _json_bytes(exc.status, {**_NO_STORE, **exc.headers}, _encode(OAuthError(exc.code, exc.message)))
 
 
 def page_error(_: Request[Any, Any, Any], exc: ApiError) -> Response[str]:
@@ -197,7 +192,10 @@ REGISTRATION = error_shape(
     headers={"Retry-After": "on a 429: seconds to wait", "WWW-Authenticate": "on an ID-JAG's 401: AgentAuth"},
     description="a refusal, as WorkOS and the pixeltable client read it",
 )
-OAUTH = error_shape(OAuthError, oauth_error, description="a refusal, RFC 6749's")
+OAUTH = error_shape(OAuthError, oauth_error, login.oauth_error, description="a refusal, RFC 6749's")
+PAGE = error_shape(
+    str, page_error, login.page_error, media_type=MediaType.HTML, description="a page that says what is wrong"
+)
 
 
 # --- registration ---------------------------------------------------------------------------------
@@ -214,10 +212,6 @@ def _object_of(raw: bytes) -> dict[str, object]:
     return body
 
 
-async def _json_object(request: Request[Any, Any, Any]) -> dict[str, object]:
-    return _object_of(await request.body())
-
-
 class _FromObject(Protocol[T_co]):
     """A registration endpoint's body type: read from the JSON object, each field refused in its own words."""
 
@@ -232,15 +226,19 @@ def registration_body(type_: _FromObject[T_co]) -> openapi.BodyDependency:
 @post(
     "/agent/identity",
     status_code=200,
+    operation_id="register",
     exception_handlers={ApiError: registration_error},
     dependencies={"registration": registration_body(Registration)},
     responses=contract.errors(
         INVALID_REQUEST,
+        INVALID_LOGIN_HINT,
         INVALID_REFRESH_TOKEN,
         INVALID_GRANT,
+        ISSUER_NOT_ENABLED,
         LOGIN_REQUIRED,
         INTERACTION_REQUIRED,
         ANONYMOUS_REGISTRATION_DISABLED,
+        SERVICE_AUTH_REGISTRATION_DISABLED,
         RATE_LIMIT_EXCEEDED,
     ),
 )
@@ -256,29 +254,44 @@ async def register(request: Request[Any, Any, Any], registration: Registration) 
     return await idp.identity.register(registration, idp.client_ip(request))
 
 
+# The claim's refusals: its token's (identity._registration_by_claim_token), then each step's own.
+_CLAIM_TOKEN_REFUSALS = (INVALID_REQUEST, INVALID_CLAIM_TOKEN, CLAIM_REVOKED, ALREADY_CLAIMED, CLAIM_EXPIRED)
+
+
 @post(
     "/agent/identity/claim",
     status_code=200,
+    operation_id="start_claim",
     exception_handlers={ApiError: registration_error},
-    opt=openapi.body(ClaimStart),
+    dependencies={"start": registration_body(ClaimStart)},
+    responses=contract.errors(*_CLAIM_TOKEN_REFUSALS, INVALID_LOGIN_HINT),
 )
-async def start_claim(request: Request[Any, Any, Any]) -> Response[bytes]:
-    return _json(await idp_of(request).identity.start_claim(ClaimStart.of(await _json_object(request))))
+async def start_claim(request: Request[Any, Any, Any], start: ClaimStart) -> ClaimStarted:
+    return await idp_of(request).identity.start_claim(start)
 
 
 @post(
     "/agent/identity/claim/complete",
     status_code=200,
+    operation_id="complete_claim",
     exception_handlers={ApiError: registration_error},
-    opt=openapi.body(ClaimCompletion),
+    dependencies={"completion": registration_body(ClaimCompletion)},
+    responses=contract.errors(
+        *_CLAIM_TOKEN_REFUSALS, INVALID_USER_CODE, CLAIM_DENIED, CLAIM_NOT_CONFIRMED, USER_CODE_EXPIRED
+    ),
 )
-async def complete_claim(request: Request[Any, Any, Any]) -> Response[bytes]:
-    return _json(await idp_of(request).identity.complete_claim(ClaimCompletion.of(await _json_object(request))))
+async def complete_claim(request: Request[Any, Any, Any], completion: ClaimCompletion) -> Claimed:
+    return await idp_of(request).identity.complete_claim(completion)
+
+
+# Signposts: paths that only ever refuse, saying where to go instead. Their one answer is that refusal, so the
+# document shows it as the operation's status (the handler always raises it).
 
 
 @route(
     ["/agent/auth", "/agent/register"],
     http_method=["GET", "POST"],
+    status_code=404,
     exception_handlers={ApiError: registration_error},
 )
 async def old_paths(request: Request[Any, Any, Any]) -> None:
@@ -290,71 +303,67 @@ async def old_paths(request: Request[Any, Any, Any]) -> None:
 
 # --- OAuth ----------------------------------------------------------------------------------------
 
-
-async def _form(request: Request[Any, Any, Any]) -> dict[str, list[str]]:
-    return _form_of(request.headers.get("content-type", ""), await request.body())
-
-
-def _form_of(ctype: str, body: bytes) -> dict[str, list[str]]:
-    if not ctype.startswith("application/x-www-form-urlencoded"):
-        raise INVALID_REQUEST(
-            "this endpoint takes application/x-www-form-urlencoded (not " + (ctype or "an empty content type") + ")",
-        )
-    try:
-        return parse_qs(body.decode("utf-8"), keep_blank_values=True, strict_parsing=False)
-    except UnicodeDecodeError:
-        raise INVALID_REQUEST("the form is not UTF-8") from None
+JwtBearer = Literal["urn:ietf:params:oauth:grant-type:jwt-bearer"]
+assert get_args(JwtBearer) == (JWT_BEARER,)
 
 
-def _one(form: dict[str, list[str]], name: str) -> str | None:
-    values = form.get(name)
-    if not values:
-        return None
-    if len(values) > 1:
-        raise INVALID_REQUEST(f"{name} was sent more than once")
-    return values[0]
+class TokenForm(msgspec.Struct, kw_only=True):
+    """The jwt-bearer grant (RFC 7523) at /oauth2/token: the registration's identity assertion."""
+
+    grant_type: JwtBearer
+    assertion: Annotated[str, msgspec.Meta(min_length=1)]
+    scope: str | None = None  # narrower than the registration's
 
 
-async def token_answer(idp: Idp, ctype: str, authorization: str, body: bytes) -> tuple[int, dict[str, str], bytes]:
-    """POST /oauth2/token, whole: (status, headers, JSON body), refusals in RFC 6749's format. The route and
-    TokenFastPath both answer with it."""
-    try:
-        if authorization.lower().startswith("bearer "):
-            raise INVALID_REQUEST("send the assertion in the form field `assertion`, not a header")
-        form = _form_of(ctype, body)
-        grant = _one(form, "grant_type")
-        if grant != JWT_BEARER:
-            hint = ""
-            if grant and ("device_code" in grant or "claim" in grant):
-                hint = "; there is no polling grant: complete the claim at /agent/identity/claim/complete"
-            elif grant == "refresh_token":
-                hint = "; refresh tokens go to /agent/identity with type refresh"
-            raise UNSUPPORTED_GRANT_TYPE(f"grant_type must be {JWT_BEARER}{hint}")
-        assertion = _one(form, "assertion")
-        if not assertion:
-            raise INVALID_REQUEST("assertion is required (the registration's identity.assertion)")
-        if assertion.startswith("art_"):
-            raise INVALID_GRANT("refresh tokens go to /agent/identity with type refresh")
-        return 200, _NO_STORE, _encode(await idp.identity.exchange(assertion, _one(form, "scope")))
-    except ApiError as exc:
-        body = _encode(OAuthError(exc.code, exc.message))
-        return exc.status, {**_NO_STORE, **exc.headers}, body
+def _grant_refused(grant: object) -> ApiError:
+    hint = ""
+    if isinstance(grant, str) and ("device_code" in grant or "claim" in grant):
+        hint = "; there is no polling grant: complete the claim at /agent/identity/claim/complete"
+    elif grant == "refresh_token":
+        hint = "; refresh tokens go to /agent/identity with type refresh"
+    return UNSUPPORTED_GRANT_TYPE(f"grant_type must be {JWT_BEARER}{hint}")
 
 
-@post("/oauth2/token", status_code=200, opt=openapi.body(TokenForm, openapi.FORM))
-async def token(request: Request[Any, Any, Any]) -> Response[bytes]:
+_read_token_form = oauth_reader(
+    TokenForm,
+    {
+        "grant_type": _grant_refused,
+        "assertion": lambda _: INVALID_REQUEST("assertion is required (the registration's identity.assertion)"),
+    },
+)
+
+
+def token_form(headers: Mapping[str, str], body: bytes) -> TokenForm:
+    """The token endpoint's form (`headers` by lower-case name), refused in RFC 6749's words. The route's body
+    dependency and TokenFastPath both read it so."""
+    if headers.get("authorization", "").lower().startswith("bearer "):
+        raise INVALID_REQUEST("send the assertion in the form field `assertion`, not a header")
+    return _read_token_form(headers.get("content-type", ""), body)
+
+
+async def exchange(idp: Idp, grant: TokenForm) -> AccessToken:
+    if grant.assertion.startswith("art_"):
+        raise INVALID_GRANT("refresh tokens go to /agent/identity with type refresh")
+    return await idp.identity.exchange(grant.assertion, grant.scope)
+
+
+@post(
+    "/oauth2/token",
+    status_code=200,
+    operation_id="token",
+    exception_handlers={ApiError: oauth_error},
+    dependencies={"grant": contract.form(TokenForm, token_form)},
+    responses=contract.errors(INVALID_REQUEST, UNSUPPORTED_GRANT_TYPE, INVALID_GRANT, INVALID_SCOPE),
+)
+async def token(request: Request[Any, Any, Any], grant: TokenForm) -> Response[AccessToken]:
     # Reached only by what TokenFastPath leaves to the router (a large or chunked body); the same answer.
-    headers = request.headers
-    answer = await token_answer(
-        idp_of(request), headers.get("content-type", ""), headers.get("authorization", ""), await request.body()
-    )
-    return _json_bytes(*answer)
+    return Response(await exchange(idp_of(request), grant), headers=_NO_STORE)
 
 
 class TokenFastPath:
     """ASGI: `POST /oauth2/token` answered before Litestar's router and response building (a third of an
     exchange's CPU): token exchanges are what agents and load tests send most. Inside the boundary and fault gates
-    and the request journal, with the route's own answer (token_answer); a body without a small Content-Length
+    and the request journal, with the route's own answer (token_form, exchange); a body without a small Content-Length
     goes on to the route."""
 
     def __init__(self, app: ASGIApp, idp: Idp) -> None:
@@ -371,16 +380,14 @@ class TokenFastPath:
         body = await read_body(receive)
         if body is None:
             return
-        headers: dict[bytes, bytes] = {}
-        for name, value in scope["headers"]:
-            headers.setdefault(name, value)
-        try:
-            status, extra, answer = await token_answer(
-                self.idp,
-                headers.get(b"content-type", b"").decode("latin-1"),
-                headers.get(b"authorization", b"").decode("latin-1"),
-                body,
-            )
+        headers: dict[str, str] = {}
+        for name, value in scope["headers"]:  # ASGI's names are lower-case
+            headers.setdefault(name.decode("latin-1"), value.decode("latin-1"))
+        try:  # what the route answers: `token`, and `oauth_error` for a refusal
+            status, extra, answer = 200, _NO_STORE, _encode(await exchange(self.idp, token_form(headers, body)))
+        except ApiError as exc:
+            status, extra = exc.status, {**_NO_STORE, **exc.headers}
+            answer = _encode(OAuthError(exc.code, exc.message))
         except Exception as exc:  # as the app's last resort does: the traceback to the log, not the client
             state_dir = self.idp.core.settings.state_dir
             failed = last_resort("POST", "/oauth2/token", exc, state_dir, SERVER_ERROR(_FAILED))
@@ -389,24 +396,38 @@ class TokenFastPath:
         await send_whole(send, status, raw_headers(extra), b"application/json", answer)
 
 
+class RevokeForm(msgspec.Struct):
+    """RFC 7009: an access or refresh token, an agent's or a `pxt login` session's."""
+
+    token: Annotated[str, msgspec.Meta(min_length=1)]
+
+
 @post(
     "/oauth2/revoke",
     status_code=200,
+    operation_id="revoke",
     exception_handlers={ApiError: oauth_error},
-    opt=openapi.body(RevokeForm, openapi.FORM),
+    dependencies={"revocation": oauth_form(RevokeForm, {"token": lambda _: INVALID_REQUEST("token is required")})},
+    responses={
+        200: ResponseSpec(data_container=None, description="revoked, or not a token it knows: nothing follows"),
+        **contract.errors(INVALID_REQUEST),
+    },
 )
-async def revoke(request: Request[Any, Any, Any]) -> Response[bytes]:
-    form = await _form(request)
-    value = _one(form, "token")
-    if not value:
-        raise INVALID_REQUEST("token is required")
+async def revoke(request: Request[Any, Any, Any], revocation: RevokeForm) -> Response[bytes]:
+    """An empty 200 whether or not the token was known (RFC 7009 §2.2)."""
     idp = idp_of(request)
-    if not await idp.logins.revoke(value):  # a pxt login session's token, or else an agent's
-        await idp.identity.revoke(value)
+    if not await idp.logins.revoke(revocation.token):  # a pxt login session's token, or else an agent's
+        await idp.identity.revoke(revocation.token)
     return Response(b"", status_code=200, headers=_NO_STORE)
 
 
-@get("/oauth2/authorize", exception_handlers={ApiError: oauth_error})
+@get(
+    "/oauth2/authorize",
+    status_code=400,
+    operation_id="authorize",
+    exception_handlers={ApiError: oauth_error},
+    description="A signpost: there is no browser flow here, so it refuses (unsupported_response_type).",
+)
 async def authorize() -> None:
     raise UNSUPPORTED_RESPONSE_TYPE(
         "this provider has no browser authorization flow; agents register at /agent/identity",
@@ -416,67 +437,61 @@ async def authorize() -> None:
 # --- discovery ------------------------------------------------------------------------------------
 
 
-@get("/.well-known/jwks.json")
-async def jwks(request: Request[Any, Any, Any]) -> Response[bytes]:
-    return _json(idp_of(request).identity.signer.jwks(), headers={"Cache-Control": "public, max-age=300"})
+@get("/.well-known/jwks.json", operation_id="jwks")
+async def jwks(request: Request[Any, Any, Any]) -> Response[Jwks]:
+    return Response(idp_of(request).identity.signer.jwks(), headers=_PUBLIC)
 
 
-@get(["/.well-known/oauth-authorization-server", "/.well-known/oauth-authorization-server/"])
-async def as_metadata(request: Request[Any, Any, Any]) -> Response[bytes]:
-    return _json(
-        discovery.authorization_server(idp_of(request).identity),
-        headers={"Cache-Control": "public, max-age=300"},
-    )
+@get(
+    ["/.well-known/oauth-authorization-server", "/.well-known/oauth-authorization-server/"],
+    operation_id="authorization_server_metadata",
+)
+async def as_metadata(request: Request[Any, Any, Any]) -> Response[AuthorizationServer]:
+    return Response(discovery.authorization_server(idp_of(request).identity), headers=_PUBLIC)
 
 
-@get("/.well-known/openid-configuration")
-async def oidc(request: Request[Any, Any, Any]) -> Response[bytes]:
-    return _json(
-        discovery.openid_configuration(idp_of(request).identity),
-        headers={"Cache-Control": "public, max-age=300"},
-    )
+@get("/.well-known/openid-configuration", operation_id="openid_configuration")
+async def oidc(request: Request[Any, Any, Any]) -> Response[OpenIdConfiguration]:
+    return Response(discovery.openid_configuration(idp_of(request).identity), headers=_PUBLIC)
 
 
 # --- the upstream identity provider the emulator also plays (identity/idjag.py) ----------------------------------
 
 
-@get(f"{UPSTREAM_PATH}/.well-known/jwks.json")
-async def upstream_jwks(request: Request[Any, Any, Any]) -> Response[bytes]:
-    return _json(idp_of(request).identity.upstream.jwks(), headers={"Cache-Control": "public, max-age=300"})
+@get(f"{UPSTREAM_PATH}/.well-known/jwks.json", operation_id="upstream_jwks")
+async def upstream_jwks(request: Request[Any, Any, Any]) -> Response[Jwks]:
+    return Response(idp_of(request).identity.upstream.jwks(), headers=_PUBLIC)
 
 
 @post(
     f"{UPSTREAM_PATH}/oauth2/token",
     status_code=200,
+    operation_id="upstream_token_exchange",
     exception_handlers={ApiError: oauth_error},
-    opt=openapi.body(TokenExchange, openapi.FORM),
+    dependencies={"ask": oauth_form(TokenExchange)},
+    responses=contract.errors(INVALID_REQUEST, UNSUPPORTED_GRANT_TYPE, INVALID_TARGET, INVALID_GRANT),
 )
-async def upstream_token(request: Request[Any, Any, Any]) -> Response[bytes]:
+async def upstream_token(request: Request[Any, Any, Any], ask: TokenExchange) -> Response[Exchanged]:
     """RFC 8693 token exchange at the upstream: the person's ID token → an ID-JAG for this provider."""
-    form = await _form(request)
-    subject = _one(form, "subject_token")
-    if not subject:
+    if not ask.subject_token:
         raise INVALID_REQUEST("subject_token is required (the person's ID token)")
-    exchange = TokenExchange(
-        grant_type=_one(form, "grant_type"),
-        requested_token_type=_one(form, "requested_token_type"),
-        subject_token=subject,
-        subject_token_type=_one(form, "subject_token_type"),
-        audience=_one(form, "audience"),
-        scope=_one(form, "scope"),
-        client_id=_one(form, "client_id"),
-    )
     idp = idp_of(request)
-    return _json(idp.identity.upstream.exchange(exchange, idp.core.clock.now()), headers=_NO_STORE)
+    return Response(idp.identity.upstream.exchange(ask, idp.core.clock.now()), headers=_NO_STORE)
 
 
-@get(f"{UPSTREAM_PATH}/.well-known/openid-configuration")
-async def upstream_metadata(request: Request[Any, Any, Any]) -> Response[bytes]:
+@get(f"{UPSTREAM_PATH}/.well-known/openid-configuration", operation_id="upstream_openid_configuration")
+async def upstream_metadata(request: Request[Any, Any, Any]) -> Response[UpstreamConfiguration]:
     upstream = idp_of(request).identity.upstream
-    return _json(discovery.upstream_configuration(upstream.issuer), headers={"Cache-Control": "public, max-age=300"})
+    return Response(discovery.upstream_configuration(upstream.issuer), headers=_PUBLIC)
 
 
-@get("/.well-known/oauth-protected-resource", exception_handlers={ApiError: registration_error})
+@get(
+    "/.well-known/oauth-protected-resource",
+    status_code=404,
+    operation_id="protected_resource_elsewhere",
+    exception_handlers={ApiError: registration_error},
+    description="A signpost: the resource metadata is the site's, so it refuses, naming where it is.",
+)
 async def wrong_host_prm(request: Request[Any, Any, Any]) -> None:
     site = idp_of(request).identity.urls.site
     raise NOT_FOUND(
@@ -503,13 +518,13 @@ async def _claim_form(
     idp = idp_of(request)
     reg = await idp.core.store.fetchone(
         "SELECT id, type, login_hint, client_ip, created_at FROM registrations WHERE id = ?",
-        (attempt["registration_id"],),
+        (attempt.registration_id,),
     )
-    kind = attempt["registration_type"]
-    kind_text = "anonymous agent" if kind == "anonymous" else f"agent signing in for {attempt['login_hint'] or ''}"
+    kind = attempt.registration_type
+    kind_text = "anonymous agent" if kind == "anonymous" else f"agent signing in for {attempt.login_hint or ''}"
     added = [s for s in POST_CLAIM_SCOPES if kind != "anonymous" or s not in PRE_CLAIM_SCOPES]
     rows = [
-        ("Agent", f"<code>{html.escape(attempt['registration_id'])}</code>"),
+        ("Agent", f"<code>{html.escape(attempt.registration_id)}</code>"),
         ("Kind", f"{html.escape(kind)} ({html.escape(kind_text)})"),
     ]
     if reg is not None:
@@ -517,9 +532,9 @@ async def _claim_form(
         rows.append(("Registered", f"{html.when(reg['created_at'])}{origin}"))
     rows += [
         ("Asks for", "access to your account: " + ", ".join(f"<code>{html.escape(s)}</code>" for s in added)),
-        ("Link valid until", html.when(attempt["expires_at"])),
+        ("Link valid until", html.when(attempt.expires_at)),
     ]
-    hint = attempt["login_hint"]
+    hint = attempt.login_hint
     body = (
         "<p>An AI agent asks to be linked to your Pixeltable account.</p>"
         + html.facts(rows)
@@ -535,30 +550,49 @@ async def _claim_form(
     return html.page("Claim an agent", body, status)
 
 
-@get(CLAIM_PAGE, exception_handlers={ApiError: page_error})
+class ClaimPageForm(msgspec.Struct, kw_only=True):
+    """The claim page's form: its link's token (a hidden field), who signs in, and the person's decision (denying
+    needs no e-mail)."""
+
+    token: str = ""
+    email: str = ""
+    decision: Decision = "approve"
+
+
+@get(
+    CLAIM_PAGE,
+    operation_id="claim_page",
+    media_type=MediaType.HTML,
+    exception_handlers={ApiError: page_error},
+    responses=contract.errors(NOT_FOUND, GONE),
+)
 async def claim_page(request: Request[Any, Any, Any], token: str = "") -> Response[str]:
     idp = idp_of(request)
     attempt = await idp.identity.attempt_for(token=token or None)
     closed = why_closed(attempt, idp.core.clock.now(), html.readable)
     if closed is not None:
         return _closed_page(closed)
-    return await _claim_form(request, attempt, token, attempt["login_hint"] or "")
+    return await _claim_form(request, attempt, token, attempt.login_hint or "")
 
 
 @post(
-    "/claim", status_code=200, exception_handlers={ApiError: page_error}, opt=openapi.body(ClaimPageForm, openapi.FORM)
+    "/claim",
+    status_code=200,
+    operation_id="decide_claim",
+    media_type=MediaType.HTML,
+    exception_handlers={ApiError: page_error},
+    dependencies={"form": page_form(ClaimPageForm)},
+    responses=contract.errors(BAD_REQUEST, FORBIDDEN, NOT_FOUND, GONE),
 )
-async def claim_decide(request: Request[Any, Any, Any]) -> Response[str]:
-    form = html.form_fields(await request.body())
-    email = form.get("email", "")
-    token = form.get("token", "")
+async def claim_decide(request: Request[Any, Any, Any], form: ClaimPageForm) -> Response[str]:
+    email, token = form.email, form.token
     idp = idp_of(request)
     attempt = await idp.identity.attempt_for(token=token or None)
     closed = why_closed(attempt, idp.core.clock.now(), html.readable)
     if closed is not None:
         return _closed_page(closed)
     try:
-        code = await idp.identity.decide(attempt, email, html.approved(form))
+        code = await idp.identity.decide(attempt, email, form.decision != "deny")
     except ApiError as e:
         if e.status not in (400, 403):  # the link's state changed meanwhile: its own page
             raise
@@ -566,7 +600,7 @@ async def claim_decide(request: Request[Any, Any, Any]) -> Response[str]:
     if code is None:
         return html.page("Claim denied", "<p>The agent is not linked to your account. You can close this page.</p>")
     decided = await idp.identity.attempt_for(token=token)
-    until = decided["code_expires_at"] or decided["expires_at"]
+    until = decided.code_expires_at or decided.expires_at
     return html.page(
         "Read this code to the agent",
         f"<p>Signed in as {html.escape(email.strip())}. Give the agent this code:</p>"
@@ -581,9 +615,11 @@ async def claim_decide(request: Request[Any, Any, Any]) -> Response[str]:
     exception_handlers={ApiError: registration_error},
     include_in_schema=False,
 )
-async def index(request: Request[Any, Any, Any]) -> Response[Any]:
+async def index(
+    request: Request[Any, Any, Any], accept: Annotated[str, Parameter(header="accept", include_in_schema=False)] = ""
+) -> Response[str]:
     """Nothing is served at `/`: a browser gets a page that says so, other clients the usual JSON 404."""
-    if request.method not in ("GET", "HEAD") or "text/html" not in request.headers.get("accept", ""):
+    if request.method not in ("GET", "HEAD") or "text/html" not in accept:
         raise NOT_FOUND("nothing is served at /")
     return html.page(
         "Pixeltable Cloud sign-in",
@@ -640,20 +676,19 @@ def gate_render() -> Render:
         if (handler.exception_handlers or {}).get(ApiError) in oauth
         for path in handler.paths
     }
-    special[token.paths.copy().pop()] = oauth_bytes  # token_answer's errors are OAuth's; no handler says so
     return by_path(boundary_error, special)
 
 
 def build_idp_app(idp: Idp, boundary: Boundary) -> BoundaryGate:
     app = App(
-        route_handlers=[*HANDLERS, *login.HANDLERS, *agents.HANDLERS],
+        route_handlers=[*HANDLERS, *login.HANDLERS, agents.router()],
         exception_handlers={HTTPException: http_error, ApiError: registration_error, Exception: internal_error},
         state=State({"idp": idp}),
         request_max_body_size=idp.core.settings.http_max_body_bytes,
         openapi_config=openapi.openapi_config(
             "Pixeltable Cloud emulator: identity provider",
             "Agent registration and claims, OAuth token and revocation, discovery, pxt login.",
-            errors=[REGISTRATION, OAUTH, agents.WORKOS],
+            errors=[REGISTRATION, OAUTH, PAGE, agents.WORKOS],
         ),
         logging_config=None,
         debug=False,

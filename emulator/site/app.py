@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import msgspec
-from litestar import Response, Router, get
+from litestar import Router, get
 from litestar.datastructures import State
 from litestar.types import ASGIApp, Receive, Scope, Send
 
@@ -18,14 +18,20 @@ from emulator.site.errors import ENVELOPE, EXCEPTION_HANDLERS, boundary_error
 from emulator.site.gate import SiteGate
 from emulator.site.state import Site
 
-_HEALTHY = msgspec.json.encode({"status": "ok"})
+
+class Health(msgspec.Struct, frozen=True):
+    status: str
+
+
+_OK = Health("ok")
+_HEALTHY = msgspec.json.encode(_OK)
 
 
 @get("/health")
-async def health() -> Response[bytes]:
+async def health() -> Health:
     # Answered by the same process and loop that serve /ask and /mcp: if this answers, they can. A GET never
-    # reaches here (see Liveness); the route stays for HEAD and for the OpenAPI document.
-    return Response(_HEALTHY, media_type="application/json")
+    # reaches here (see Liveness); the route stays for the OpenAPI document (and Liveness answers its bytes).
+    return _OK
 
 
 _HEALTH_HEAD = [(b"content-type", b"application/json"), (b"content-length", str(len(_HEALTHY)).encode())]
@@ -45,6 +51,11 @@ class Liveness:
             await send({"type": "http.response.body", "body": _HEALTHY})
             return
         await self.app(scope, receive, send)
+
+
+# The site's error bodies as its document shows them: the envelope, the trial endpoint's `{message}`, the claim
+# page's HTML, and /mcp's JSON-RPC error.
+ERRORS = [ENVELOPE, trials.REFUSAL, trials.PAGE_REFUSAL, mcp.REFUSAL]
 
 
 def build_site_app(site: Site, mounted: Router, mounted_state: dict[str, object]) -> Any:
@@ -67,7 +78,7 @@ def build_site_app(site: Site, mounted: Router, mounted_state: dict[str, object]
             "Pixeltable Cloud emulator: site",
             "The public agent API (/ask, /mcp), discovery, the trial endpoint, docs pages and the emulator's "
             "/_emulator control API.",
-            errors=[ENVELOPE, trials.REFUSAL],
+            errors=ERRORS,
         ),
         logging_config=None,
         debug=False,

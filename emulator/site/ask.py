@@ -15,18 +15,20 @@ from __future__ import annotations
 import functools
 import uuid
 from collections.abc import AsyncIterator, Iterable
-from typing import Any
+from typing import Annotated, Any
 from urllib.parse import parse_qs, parse_qsl
 
 import msgspec
 from litestar import Request, Response, get, post
+from litestar.di import Provide
 from litestar.enums import ScopeType
 from litestar.response import Stream
 from litestar.types import Receive, Scope, Send
 
 from emulator.core import jsonbody, openapi
 from emulator.core.clientip import scope_client_ip
-from emulator.core.errors import INVALID_JSON, RATE_LIMITED, ApiError
+from emulator.core.contract import errors
+from emulator.core.errors import BAD_REQUEST, CONFLICT, INVALID_JSON, RATE_LIMITED, UNPROCESSABLE, ApiError
 from emulator.core.httperrors import last_resort
 from emulator.core.payloads import SiteAsk
 from emulator.core.prerouted import raw_headers, read_body, send_whole, small_body
@@ -87,26 +89,30 @@ class _Message(msgspec.Struct, tag_field="message_type"):
     pass
 
 
-class Begin(_Message, tag="begin-nlweb-response", rename={"meta": "_meta"}):
+class AskBegin(_Message, tag="begin-nlweb-response", rename={"meta": "_meta"}):
     query_id: str
     query: str
     meta: AskMeta
 
 
-class Results(_Message, tag="result"):
+class AskResults(_Message, tag="result"):
     content: list[AskResult]
 
 
-class Summary(_Message, tag="summary"):
+class AskSummary(_Message, tag="summary"):
     message: str
 
 
-class End(_Message, tag="end-nlweb-response"):
+class AskEnd(_Message, tag="end-nlweb-response"):
     query_id: str
 
 
-class Complete(_Message, tag="complete"):
+class AskComplete(_Message, tag="complete"):
     pass
+
+
+# One event of the stream, as the document shows it (`text/event-stream`, each `data:` line one of these).
+AskEvent = AskBegin | AskResults | AskSummary | AskEnd | AskComplete
 
 
 # --- parsing --------------------------------------------------------------------------------------
@@ -261,12 +267,12 @@ async def _stream(site: Site, ask: AskInput) -> AsyncIterator[bytes]:
     results, answer = _results(site, ask.query)
     # An EventSource reconnects when the stream ends, after `retry` ms (3 s by default): a naive page would spend
     # the whole rate limit asking again. One rate window between reconnects keeps it inside the limit.
-    begin = Begin(ask.query_id, ask.query, _meta(site, True))
+    begin = AskBegin(ask.query_id, ask.query, _meta(site, True))
     yield _sse(begin, retry_ms=site.core.settings.ask_rate_window * 1000)
-    yield _sse(Results(results))
-    yield _sse(Summary(answer))
-    yield _sse(End(ask.query_id))
-    yield _sse(Complete())
+    yield _sse(AskResults(results))
+    yield _sse(AskSummary(answer))
+    yield _sse(AskEnd(ask.query_id))
+    yield _sse(AskComplete())
 
 
 async def answer(site: Site, call: AskCall) -> Answer:
@@ -319,18 +325,17 @@ async def answer(site: Site, call: AskCall) -> Answer:
     return Answer(done.status, {**done.headers, **rate}, done.body, stream=done.stream)
 
 
-async def _ask(request: Request[Any, Any, Any]) -> Response[bytes] | Stream:
+async def _read_call(request: Request[Any, Any, Any]) -> AskCall:
+    """The route's input, read once from the request as AskFastPath reads it from the ASGI scope (the same rules: the
+    last of each query parameter, the raw query string for the idempotency fingerprint, the headers /ask reads)."""
     site = site_of(request)
     query = dict(request.query_params.items()) if request.scope["query_string"] else {}
     body = await request.body() if request.method == "POST" else b""
-    call = AskCall(
-        request.method,
-        site.client_ip(request),
-        read_headers(request.scope["headers"]),
-        query,
-        request.url.query or "",
-        body,
-    )
+    headers = read_headers(request.scope["headers"])
+    return AskCall(request.method, site.client_ip(request), headers, query, request.url.query or "", body)
+
+
+async def _ask(site: Site, call: AskCall) -> Response[bytes] | Stream:
     done = await answer(site, call)
     headers = dict(done.headers)
     if done.stream is not None:
@@ -412,17 +417,51 @@ _CACHED_QUERY = 512  # bytes: the cache holds at most 1024 of them
 _cached_query = functools.lru_cache(maxsize=1024)(_read_query)
 
 
-_ASK_QUERY = openapi.query(query=str, q=str, streaming=bool, query_id=str)
+def _answer_shapes() -> openapi.Body:
+    """/ask's 200 as the document shows it: an AskSuccess as JSON, or an event stream whose events' `data` are
+    AskEvents (a component of its own)."""
+    (success, event), components = openapi.schema_of(AskSuccess, AskEvent)
+    components["AskEvent"] = {**event, "description": "one `data:` line of the /ask event stream"}
+    stream = openapi.MediaType(schema={"$ref": "#/components/schemas/AskEvent"})
+    return openapi.Body({openapi.JSON: openapi.MediaType(schema=success), "text/event-stream": stream}, components)
 
 
-@get(["/ask"], opt=_ASK_QUERY)
-async def ask_get(request: Request[Any, Any, Any]) -> Response[bytes] | Stream:
-    return await _ask(request)
+_QUERY_TEXT = Annotated[str, msgspec.Meta(max_length=MAX_QUERY, description="the question (or its alias `q`)")]
 
 
-@post(["/ask"], status_code=200, opt={**_ASK_QUERY, **openapi.body(AskRequest, required=False)})
-async def ask_post(request: Request[Any, Any, Any]) -> Response[bytes] | Stream:
-    return await _ask(request)
+def _opt(*headers: openapi.Parameter) -> dict[str, object]:
+    """/ask's parameters (the query string's, and `headers`) and answer, for the document."""
+    params = openapi.query(query=_QUERY_TEXT, q=_QUERY_TEXT, streaming=bool, query_id=uuid.UUID)
+    for listed in params.values():
+        listed.extend(headers)
+    return {**params, **openapi.custom_answer(_answer_shapes())}
+
+
+_PREFER = openapi.Parameter(name="Prefer", in_="header", required=False, schema={"type": "string"})
+_KEY = openapi.Parameter(
+    name="Idempotency-Key", in_="header", required=False, schema={"type": "string", "minLength": 1, "maxLength": 256}
+)
+_ASK_ERRORS = errors(BAD_REQUEST, INVALID_JSON, RATE_LIMITED)
+# The call, read as AskFastPath reads it; on POST, the body the document shows (AskRequest) comes in it.
+_CALL = Provide(_read_call)
+(_ASK_BODY,) = openapi.body(AskRequest, required=False).values()
+_POSTED_CALL = openapi.BodyDependency(_read_call, _ASK_BODY)
+
+
+@get(["/ask"], dependencies={"call": _CALL}, responses=_ASK_ERRORS, opt=_opt(_PREFER))
+async def ask_get(request: Request[Any, Any, Any], call: AskCall) -> Response[bytes] | Stream:
+    return await _ask(site_of(request), call)
+
+
+@post(
+    ["/ask"],
+    status_code=200,
+    dependencies={"call": _POSTED_CALL},
+    responses=errors(BAD_REQUEST, INVALID_JSON, CONFLICT, UNPROCESSABLE, RATE_LIMITED),  # and replays' conflicts
+    opt=_opt(_PREFER, _KEY),
+)
+async def ask_post(request: Request[Any, Any, Any], call: AskCall) -> Response[bytes] | Stream:
+    return await _ask(site_of(request), call)
 
 
 HANDLERS = [ask_get, ask_post]

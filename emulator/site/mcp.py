@@ -11,18 +11,21 @@ are HTTP 200 with an `error` object, as the product spec says; only transport ru
 from __future__ import annotations
 
 import json
-from typing import Any, Literal, TypeVar
+from typing import Annotated, Any, Literal, TypeVar
 
 import msgspec
 from litestar import Request, Response, delete, get, post
+from litestar.openapi import ResponseSpec
+from litestar.params import HeaderParameter
 from msgspec import UNSET, UnsetType
 
 from emulator.core import canaries, jsonbody, openapi
-from emulator.core.errors import ApiError
+from emulator.core.contract import body, error_shape, errors
+from emulator.core.errors import BAD_REQUEST, CONFLICT, UNPROCESSABLE, ApiError
 from emulator.core.openapi import JsonSchema
 from emulator.core.payloads import SiteMcp
 from emulator.site.idempotency import Answer, fingerprint, guarded, read_key
-from emulator.site.state import Integration, Site, site_of
+from emulator.site.state import Accept, Integration, Site, site_of
 
 PRODUCT_PROTOCOL = "2025-06-18"
 SUPPORTED_PROTOCOLS = ("2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25")
@@ -175,13 +178,26 @@ class Text(msgspec.Struct):
     text: str
 
 
-class ToolResult(msgspec.Struct, rename="camel", kw_only=True):
+class _ToolResult(msgspec.Struct, rename="camel", kw_only=True):
     """`tools/call`'s result: text for the model, the structured answer its output schema describes, and whether
-    it is an error the model can correct (a bad argument) rather than a protocol error."""
+    it is an error the model can correct (a bad argument) rather than a protocol error. One type per tool (and one
+    for the errors), so each one's structured content has its own schema."""
 
     content: list[Text]
-    structured_content: SearchDocsAnswer | IntegrationsAnswer | UnsetType = UNSET
-    is_error: bool
+
+
+class SearchDocsResult(_ToolResult, kw_only=True):
+    structured_content: SearchDocsAnswer
+    is_error: bool = False
+
+
+class IntegrationsResult(_ToolResult, kw_only=True):
+    structured_content: IntegrationsAnswer
+    is_error: bool = False
+
+
+class ToolError(_ToolResult, kw_only=True):
+    is_error: bool = True
 
 
 class InitializeResult(msgspec.Struct, rename="camel"):
@@ -202,12 +218,15 @@ class Nothing(msgspec.Struct):
 _encode = msgspec.json.Encoder().encode
 
 
+RequestId = str | int
+
+
 class JsonRpcRequest(msgspec.Struct):
-    """The documented body of POST /mcp (read by hand in `dispatch`, which answers each flaw as JSON-RPC does)."""
+    """The documented body of POST /mcp (read by `read_message`, which answers each flaw as JSON-RPC does)."""
 
     jsonrpc: str
     method: str
-    id: str | int | None = None
+    id: RequestId | None = None
     params: JsonObject | None = None  # each method's own: InitializeParams, CallParams, none for the others
 
 
@@ -228,17 +247,92 @@ class CallParams(msgspec.Struct):
     input: object = UNSET
 
 
-class JsonRpcError(msgspec.Struct, omit_defaults=True):
+# --- the answers: one envelope per method's result, and the error -------------------------------------------------
+
+
+class JsonRpcError(msgspec.Struct):
     code: int
     message: str
-    data: Any = None
 
 
-class JsonRpcResponse(msgspec.Struct, omit_defaults=True):
+class JsonRpcFailure(msgspec.Struct, omit_defaults=True, kw_only=True):
+    """A JSON-RPC error (an HTTP 200 but for transport rules); no `id` when the message's could not be read."""
+
     jsonrpc: str
-    id: Any = None
-    result: msgspec.Struct | None = None
-    error: JsonRpcError | None = None
+    id: RequestId | None = None
+    error: JsonRpcError
+
+
+class _Answered(msgspec.Struct):
+    jsonrpc: str
+    id: RequestId
+
+
+class Initialized(_Answered):
+    result: InitializeResult
+
+
+class ToolsListed(_Answered):
+    result: ToolList
+
+
+class DocsSearched(_Answered):
+    result: SearchDocsResult
+
+
+class IntegrationsListed(_Answered):
+    result: IntegrationsResult
+
+
+class ToolRefused(_Answered):
+    result: ToolError
+
+
+class Pong(_Answered):
+    result: Nothing
+
+
+Answered = Initialized | ToolsListed | DocsSearched | IntegrationsListed | ToolRefused | Pong
+# As the document lists them: a generated client tries them in turn, so the most demanding come first.
+ANSWERS = (JsonRpcFailure, Initialized, ToolsListed, DocsSearched, IntegrationsListed, ToolRefused, Pong)
+
+
+# --- a posted message, as read ----------------------------------------------------------------------------------
+
+
+class Call(msgspec.Struct, frozen=True, tag=True):
+    """A request to answer: its id, method and params (an object)."""
+
+    id: RequestId
+    method: str
+    params: JsonObject
+
+
+class Notice(msgspec.Struct, frozen=True, tag=True):
+    """A notification (its method), or a response the client posted (no method): accepted, nothing to answer."""
+
+    method: str | None
+
+
+class Flawed(msgspec.Struct, frozen=True, tag=True):
+    """A message JSON-RPC refuses (answered as a 200 with its `error`), and its method when it named one."""
+
+    failure: JsonRpcFailure
+    method: str | None = None
+
+
+class Posted(msgspec.Struct, frozen=True):
+    """POST /mcp's body as read: what the message is, the `name` a tools/call sent (whatever its JSON type, for the
+    journal), and the body itself (the idempotency fingerprint's)."""
+
+    message: Call | Notice | Flawed
+    raw: bytes
+    tool: object = UNSET
+
+
+class ToolSummary(msgspec.Struct, frozen=True):
+    name: str
+    description: str
 
 
 class McpDescriptor(msgspec.Struct, rename="camel"):
@@ -247,14 +341,37 @@ class McpDescriptor(msgspec.Struct, rename="camel"):
     protocol_version: str
     server_info: dict[str, str]
     instructions: str
-    tools: list[dict[str, str]]
+    tools: list[ToolSummary]
     usage: str
 
 
+class CardServer(msgspec.Struct, kw_only=True):
+    """The server as its card lists it (the card's own mix of spellings)."""
+
+    name: str
+    transport: str
+    url: str
+    protocol_version: str = msgspec.field(name="protocolVersion")
+    read_only: bool
+    instructions: str
+    tools: list[ToolSummary]
+    usage: str
+
+
+class ServerCard(msgspec.Struct, kw_only=True):
+    """`/.well-known/mcp/server-card.json`."""
+
+    name: str
+    description: str
+    url: str
+    version: str
+    servers: list[CardServer]
+
+
 class _Failure(Exception):
-    def __init__(self, code: int, message: str, data: Any = None) -> None:
+    def __init__(self, code: int, message: str) -> None:
         super().__init__(message)
-        self.code, self.message, self.data = code, message, data
+        self.code, self.message = code, message
 
 
 def descriptor() -> McpDescriptor:
@@ -264,7 +381,7 @@ def descriptor() -> McpDescriptor:
         protocol_version=PRODUCT_PROTOCOL,
         server_info=SERVER_INFO,
         instructions=INSTRUCTIONS,
-        tools=[{"name": t.name, "description": t.description} for t in TOOLS],
+        tools=[ToolSummary(t.name, t.description) for t in TOOLS],
         usage=USAGE,
     )
 
@@ -287,9 +404,9 @@ def _initialize(params: JsonObject) -> InitializeResult:
     return InitializeResult(version, {"tools": {"listChanged": False}}, SERVER_INFO, INSTRUCTIONS)
 
 
-def _tool_error(text: str) -> ToolResult:
+def _tool_error(text: str) -> ToolError:
     # Argument problems are tool execution errors (isError), so a model can correct itself.
-    return ToolResult(content=[Text("text", text)], is_error=True)
+    return ToolError(content=[Text("text", text)])
 
 
 def _check_args(tool: Tool, args: JsonObject) -> str | None:
@@ -319,7 +436,7 @@ def _check_args(tool: Tool, args: JsonObject) -> str | None:
     return None
 
 
-def _search_docs(site: Site, checked: JsonObject) -> ToolResult:
+def _search_docs(site: Site, checked: JsonObject) -> SearchDocsResult:
     args = msgspec.convert(checked, SearchDocsArgs)
     query = args.query.strip()
     hits, answer = site.docs.lookup(query, limit=args.limit)
@@ -329,10 +446,10 @@ def _search_docs(site: Site, checked: JsonObject) -> ToolResult:
     results = [FoundPage(h.name, site.base_url + h.path, h.description) for h in hits]
     lines = [answer, ""] + [f"- {r.name}: {r.url}\n  {r.description}" for r in results]
     structured = SearchDocsAnswer(query, answer, results)
-    return ToolResult(content=[Text("text", "\n".join(lines).strip())], structured_content=structured, is_error=False)
+    return SearchDocsResult(content=[Text("text", "\n".join(lines).strip())], structured_content=structured)
 
 
-def _list_integrations(site: Site, checked: JsonObject) -> ToolResult:
+def _list_integrations(site: Site, checked: JsonObject) -> IntegrationsResult | ToolError:
     category = msgspec.convert(checked, ListIntegrationsArgs).category
     items = [i for i in site.integrations if category is None or i.category == category.strip().lower()]
     if category is not None and not items:
@@ -344,7 +461,7 @@ def _list_integrations(site: Site, checked: JsonObject) -> ToolResult:
         said = "" if first.description is UNSET else first.description
         items = [msgspec.structs.replace(first, description=canaries.append(said, planted)), *items[1:]]
     text = "\n".join(f"- {i.name} ({_shown(i.category)}): {i.description or ''}" for i in items)
-    return ToolResult(content=[Text("text", text)], structured_content=IntegrationsAnswer(items), is_error=False)
+    return IntegrationsResult(content=[Text("text", text)], structured_content=IntegrationsAnswer(items))
 
 
 def _shown(field: str | UnsetType) -> str | None:
@@ -354,7 +471,7 @@ def _shown(field: str | UnsetType) -> str | None:
 _TOOL_IMPLS = {"search_docs": _search_docs, "list_integrations": _list_integrations}
 
 
-def _call_tool(site: Site, params: JsonObject) -> ToolResult:
+def _call_tool(site: Site, params: JsonObject) -> SearchDocsResult | IntegrationsResult | ToolError:
     call = _params(params, CallParams, "tools/call needs params.name (a string)")
     name = call.name
     tool = next((t for t in TOOLS if t.name == name), None)
@@ -371,49 +488,71 @@ def _call_tool(site: Site, params: JsonObject) -> ToolResult:
     return _TOOL_IMPLS[name](site, args)
 
 
-def dispatch(site: Site, message: Any) -> tuple[JsonRpcResponse | None, str | None]:
-    """One JSON-RPC message → (response or None for a notification, method name for the journal)."""
+def read_message(raw: bytes) -> Posted:
+    """POST /mcp's body, read: a call to answer, a notice, or a message JSON-RPC refuses (never an exception: every
+    flaw is answered as JSON-RPC answers it)."""
+    try:
+        message = jsonbody.decode(raw)
+    except jsonbody.NotJson as e:
+        return Posted(Flawed(_failure(None, PARSE_ERROR, f"Parse error: {e}")), raw)
+    read = _classify(message)
+    tool: object = UNSET
+    if read.method == "tools/call" and isinstance(message, dict):
+        params = message.get("params")
+        tool = params.get("name") if isinstance(params, dict) else None
+    return Posted(read, raw, tool)
+
+
+def _classify(message: object) -> Call | Notice | Flawed:
     if isinstance(message, list):
-        return _failure(None, INVALID_REQUEST, "batches are not accepted (removed in MCP 2025-06-18)"), None
+        return Flawed(_failure(None, INVALID_REQUEST, "batches are not accepted (removed in MCP 2025-06-18)"))
     if not isinstance(message, dict):
-        return _failure(None, INVALID_REQUEST, "a JSON-RPC message must be a JSON object"), None
+        return Flawed(_failure(None, INVALID_REQUEST, "a JSON-RPC message must be a JSON object"))
     msg_id = message.get("id")
-    valid_id = isinstance(msg_id, (str, int)) and not isinstance(msg_id, bool)
-    rid = msg_id if valid_id else None
+    rid = msg_id if isinstance(msg_id, (str, int)) and not isinstance(msg_id, bool) else None
     if message.get("jsonrpc") != "2.0":
-        return _failure(rid, INVALID_REQUEST, 'jsonrpc must be the string "2.0"'), None
+        return Flawed(_failure(rid, INVALID_REQUEST, 'jsonrpc must be the string "2.0"'))
     method = message.get("method")
     if method is None and ("result" in message or "error" in message):
-        return None, None  # a response posted by the client: accepted, nothing to answer
+        return Notice(None)  # a response posted by the client: accepted, nothing to answer
     if not isinstance(method, str):
-        return _failure(rid, INVALID_REQUEST, "method must be a string"), None
+        return Flawed(_failure(rid, INVALID_REQUEST, "method must be a string"))
     if "id" not in message:
-        return None, method  # a notification
-    if not valid_id:
-        return _failure(None, INVALID_REQUEST, "id must be a string or an integer (not null)"), method
+        return Notice(method)
+    if rid is None:
+        return Flawed(_failure(None, INVALID_REQUEST, "id must be a string or an integer (not null)"), method)
     params = message.get("params", {})
     if params is None:
         params = {}
     if not isinstance(params, dict):
-        return _failure(msg_id, INVALID_PARAMS, "params must be an object"), method
+        return Flawed(_failure(rid, INVALID_PARAMS, "params must be an object"), method)
+    return Call(rid, method, params)
+
+
+def dispatch(site: Site, call: Call) -> Answered | JsonRpcFailure:
+    """A call's answer: its method's result in its envelope, or the JSON-RPC error."""
+    method, rid = call.method, call.id
     try:
         if method == "initialize":
-            result = _initialize(params)
-        elif method == "ping":
-            result = Nothing()
-        elif method == "tools/list":
-            result = ToolList(TOOLS)
-        elif method == "tools/call":
-            result = _call_tool(site, params)
-        else:
-            raise _Failure(METHOD_NOT_FOUND, f"Method not found: {method}; this server answers {', '.join(METHODS)}")
+            return Initialized("2.0", rid, _initialize(call.params))
+        if method == "ping":
+            return Pong("2.0", rid, Nothing())
+        if method == "tools/list":
+            return ToolsListed("2.0", rid, ToolList(TOOLS))
+        if method == "tools/call":
+            result = _call_tool(site, call.params)
+            if isinstance(result, SearchDocsResult):
+                return DocsSearched("2.0", rid, result)
+            if isinstance(result, IntegrationsResult):
+                return IntegrationsListed("2.0", rid, result)
+            return ToolRefused("2.0", rid, result)
+        raise _Failure(METHOD_NOT_FOUND, f"Method not found: {method}; this server answers {', '.join(METHODS)}")
     except _Failure as f:
-        return _failure(msg_id, f.code, f.message, f.data), method
-    return JsonRpcResponse("2.0", msg_id, result=result), method
+        return _failure(rid, f.code, f.message)
 
 
-def _failure(rid: Any, code: int, message: str, data: Any = None) -> JsonRpcResponse:
-    return JsonRpcResponse("2.0", rid, error=JsonRpcError(code, message, data))
+def _failure(rid: RequestId | None, code: int, message: str) -> JsonRpcFailure:
+    return JsonRpcFailure(jsonrpc="2.0", id=rid, error=JsonRpcError(code, message))
 
 
 # --- HTTP -----------------------------------------------------------------------------------------
@@ -423,44 +562,43 @@ def _transport_error(status: int, code: int, message: str) -> Response[bytes]:
     return Response(_encode(_failure(None, code, message)), status_code=status, media_type="application/json")
 
 
+def _no_sessions() -> Response[Any]:
+    """405, no body: the transport's standalone stream and session deletion, which this stateless server has not."""
+    return Response(b"", status_code=405, headers={"Allow": "GET, POST"})
+
+
 @get(["/mcp", "/mcp/", "/.well-known/mcp", "/.well-known/mcp.json"])
-async def mcp_get(request: Request[Any, Any, Any]) -> Response[bytes]:
-    accept = request.headers.get("accept", "")
+async def mcp_get(
+    request: Request[Any, Any, Any],
+    accept: Accept = "",
+) -> Response[McpDescriptor]:
     wants_json = not accept or any(t in accept for t in ("application/json", "text/html", "*/*"))
     if request.url.path.startswith("/mcp") and "text/event-stream" in accept and not wants_json:
-        # The transport's standalone server-to-client stream: this stateless server has none.
-        return Response(b"", status_code=405, headers={"Allow": "GET, POST"})
-    return Response(_encode(descriptor()), media_type="application/json")
+        return _no_sessions()
+    return Response(descriptor())
 
 
 @get("/.well-known/mcp/server-card.json")
-async def mcp_server_card(request: Request[Any, Any, Any]) -> Response[bytes]:
-    site = site_of(request)
-    d = descriptor()
-    card = {
-        "name": SERVER_INFO["name"],
-        "description": INSTRUCTIONS,
-        "url": site.base_url + "/mcp",
-        "version": SERVER_INFO["version"],
-        "servers": [
-            {
-                "name": SERVER_INFO["name"],
-                "transport": "http",
-                "url": site.base_url + "/mcp",
-                "protocolVersion": PRODUCT_PROTOCOL,
-                "read_only": True,
-                "instructions": INSTRUCTIONS,
-                "tools": d.tools,
-                "usage": USAGE,
-            }
-        ],
-    }
-    return Response(_encode(card), media_type="application/json")
+async def mcp_server_card(request: Request[Any, Any, Any]) -> ServerCard:
+    url = site_of(request).base_url + "/mcp"
+    server = CardServer(
+        name=SERVER_INFO["name"],
+        transport="http",
+        url=url,
+        protocol_version=PRODUCT_PROTOCOL,
+        read_only=True,
+        instructions=INSTRUCTIONS,
+        tools=descriptor().tools,
+        usage=USAGE,
+    )
+    return ServerCard(
+        name=SERVER_INFO["name"], description=INSTRUCTIONS, url=url, version=SERVER_INFO["version"], servers=[server]
+    )
 
 
-@delete(["/mcp", "/mcp/"], status_code=405)
-async def mcp_delete() -> Response[bytes]:
-    return Response(b"", status_code=405, headers={"Allow": "GET, POST"})
+@delete(["/mcp", "/mcp/"], status_code=405, include_in_schema=False)  # an operation that is not: no document entry
+async def mcp_delete() -> Response[Any]:
+    return _no_sessions()
 
 
 def on_api_error(request: Request[Any, Any, Any], exc: ApiError) -> Response[bytes]:
@@ -473,56 +611,68 @@ def on_api_error(request: Request[Any, Any, Any], exc: ApiError) -> Response[byt
     )
 
 
+# /mcp's refusals as the document shows them: a JSON-RPC error (its transport rules' statuses; JSON-RPC's own
+# errors are 200s, among the answers).
+REFUSAL = error_shape(JsonRpcFailure, on_api_error, description="a refusal of the transport, as a JSON-RPC error")
+
+
+def _answers() -> openapi.Body:
+    schemas, components = openapi.schema_of(*ANSWERS)
+    return openapi.Body({openapi.JSON: openapi.MediaType(schema={"oneOf": schemas})}, components)
+
+
 @post(
     ["/mcp", "/mcp/"],
     status_code=200,
     exception_handlers={ApiError: on_api_error},
-    opt=openapi.body(JsonRpcRequest),
+    dependencies={"posted": body(JsonRpcRequest, read_message)},
+    responses={
+        202: ResponseSpec(None, description="a notification, or a response the client posted: accepted, no body"),
+        406: ResponseSpec(None, description="not_acceptable: the client must accept application/json"),
+        **errors(BAD_REQUEST, CONFLICT, UNPROCESSABLE),
+    },
+    opt=openapi.custom_answer(_answers()),
 )
-async def mcp_post(request: Request[Any, Any, Any]) -> Response[bytes]:
+async def mcp_post(
+    request: Request[Any, Any, Any],
+    posted: Posted,
+    accept: Accept = "",
+    protocol: Annotated[str | None, HeaderParameter(name="mcp-protocol-version")] = None,
+    idempotency_key: Annotated[str | None, HeaderParameter(name="idempotency-key")] = None,
+) -> Response[bytes]:
     site = site_of(request)
-    accept = request.headers.get("accept", "")
     if accept and not any(t in accept for t in ("application/json", "*/*", "application/*")):
         return _transport_error(
             406,
             INVALID_REQUEST,
             "Not Acceptable: the client must accept application/json (and text/event-stream)",
         )
-    version = request.headers.get("mcp-protocol-version")
-    if version is not None and version.strip() not in SUPPORTED_PROTOCOLS:
+    if protocol is not None and protocol.strip() not in SUPPORTED_PROTOCOLS:
         return _transport_error(
             400,
             INVALID_REQUEST,
-            f"Bad Request: unsupported MCP-Protocol-Version {version.strip()!r}; "
+            f"Bad Request: unsupported MCP-Protocol-Version {protocol.strip()!r}; "
             f"supported: {', '.join(SUPPORTED_PROTOCOLS)}",
         )
-    body = await request.body()
-    key = read_key(request.headers.get("idempotency-key"))
+    key = read_key(idempotency_key)
     ip = site.client_ip(request)
     # What the journal says of the call: unset on a replayed answer (produce does not run).
-    tool: Any = UNSET
+    tool: object = UNSET
     called: str | UnsetType | None = UNSET
     error: int | UnsetType | None = UNSET
 
     async def produce() -> Answer:
         nonlocal tool, called, error
         await site.core.faults.checkpoint("/mcp")
-        try:
-            message = jsonbody.decode(body)
-        except jsonbody.NotJson as e:
-            reply: JsonRpcResponse | None = _failure(None, PARSE_ERROR, f"Parse error: {e}")
-            method = None
-        else:
-            reply, method = dispatch(site, message)
-            if method == "tools/call" and isinstance(message, dict):
-                tool = (message.get("params") or {}).get("name")
-        called = method
-        if reply is None:
+        message = posted.message
+        tool, called = posted.tool, message.method
+        if isinstance(message, Notice):
             return Answer(202, {})
-        error = reply.error.code if reply.error else None
+        reply = message.failure if isinstance(message, Flawed) else dispatch(site, message)
+        error = reply.error.code if isinstance(reply, JsonRpcFailure) else None
         return Answer(200, {"Content-Type": "application/json"}, _encode(reply))
 
-    fp = fingerprint(_canonical(body)) if key is not None else ""
+    fp = fingerprint(_canonical(posted.raw)) if key is not None else ""
     answer, replayed = await guarded(site.idempotency, f"{ip} POST /mcp", key, fp, produce)
     site.core.bus.publish(ip, SiteMcp(status=answer.status, replayed=replayed, tool=tool, method=called, error=error))
     media = answer.headers.pop("Content-Type", None)

@@ -14,9 +14,10 @@ from typing import Any
 
 from litestar import Request, Response, get, route
 
-from emulator.core import html
+from emulator.core import html, openapi
+from emulator.core.contract import errors
 from emulator.core.errors import NOT_FOUND
-from emulator.site.state import site_of
+from emulator.site.state import Accept, site_of
 
 _FRONT = re.compile(r"\A---\s*\n.*?\n---\s*\n", re.S)
 _INLINE_CODE = re.compile(r"`([^`]+)`")
@@ -141,11 +142,27 @@ def markdown_to_html(title: str, text: str, nav: tuple[str, str] = ("", "")) -> 
     )
 
 
-@route(["/", "/{path:path}"], http_method=["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE"], status_code=200)
-async def page(request: Request[Any, Any, Any]) -> Response[str]:
+def _text(*media_types: str) -> dict[str, openapi.Body]:
+    """`opt=` for an answer that is text in each of `media_types` (a page, its markdown twin, a list)."""
+    string = openapi.MediaType(schema={"type": "string"})
+    return openapi.custom_answer(openapi.Body(dict.fromkeys(media_types, string)))
+
+
+@route(
+    ["/", "/{path:path}"],
+    http_method=["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE"],
+    status_code=200,
+    media_type=html.HTML_TYPE,
+    responses=errors(NOT_FOUND),
+    opt=_text(html.HTML_TYPE, "text/markdown"),
+)
+async def page(
+    request: Request[Any, Any, Any],
+    accept: Accept = "",
+) -> Response[str]:
     site = site_of(request)
     path = request.url.path
-    as_markdown = path.endswith(".md") or "text/markdown" in request.headers.get("accept", "")
+    as_markdown = path.endswith(".md") or "text/markdown" in accept
     lookup = path[:-3] if path.endswith(".md") else path
     if lookup.endswith("/index"):
         lookup = lookup[: -len("/index")] or "/"
@@ -173,7 +190,7 @@ async def favicon() -> Response[bytes]:
     return html.favicon()
 
 
-@get("/llms.txt")
+@get("/llms.txt", media_type="text/plain", opt=_text("text/plain"))
 async def llms_txt(request: Request[Any, Any, Any]) -> Response[str]:
     site = site_of(request)
     lines = [

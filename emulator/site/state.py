@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import msgspec
 from litestar import Request
+from litestar.params import HeaderParameter
 from msgspec import UNSET, UnsetType
 
 from emulator.config import ConfigError
@@ -18,6 +19,10 @@ from emulator.core.ratelimit import RateLimiter
 from emulator.identity.identity import Identity
 from emulator.site.idempotency import Idempotency
 from emulator.site.search import DocsIndex
+
+# The Accept header as a handler takes it (empty when not sent); the document leaves it out, as OpenAPI ignores a
+# parameter named Accept.
+Accept = Annotated[str, HeaderParameter(name="accept", include_in_schema=False)]
 
 
 class Integration(msgspec.Struct, frozen=True, omit_defaults=True):

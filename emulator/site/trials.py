@@ -5,15 +5,17 @@ Refusals are `Message` bodies with the statuses of the spec; checks run in the o
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
 import msgspec
 from litestar import Request, Response, get, post
+from litestar.params import HeaderParameter
 
 from emulator.core import html, openapi
 from emulator.core.clock import iso
-from emulator.core.contract import error_shape, errors
+from emulator.core.contract import body, error_shape, errors
 from emulator.core.errors import (
+    BAD_REQUEST,
     CONFLICT,
     FORBIDDEN,
     INVALID_TOKEN,
@@ -25,6 +27,7 @@ from emulator.core.errors import (
 )
 from emulator.hosted import plans, trials
 from emulator.hosted.records import Org
+from emulator.hosted.states import OrgState
 from emulator.site.state import site_of
 
 _encode = msgspec.json.Encoder().encode
@@ -41,9 +44,13 @@ class TrialOrg(msgspec.Struct):
 
 
 class ClaimForm(msgspec.Struct):
-    """The form a person posts on a trial's claim page."""
+    """The form a person posts on a trial's claim page (a missing e-mail reads as empty: the page asks again)."""
 
-    email: str
+    email: str = ""
+
+
+def _read_claim_form(raw: bytes) -> ClaimForm:
+    return ClaimForm(html.form_fields(raw).get("email", ""))
 
 
 class Message(msgspec.Struct):
@@ -82,9 +89,13 @@ REFUSAL = error_shape(
     security=[{"bearer": []}],
     responses=errors(UNAUTHORIZED, INVALID_TOKEN, FORBIDDEN, CONFLICT, UNAVAILABLE, RATE_LIMITED),
 )
-async def create_trial(request: Request[Any, Any, Any]) -> Response[TrialOrg]:
+async def create_trial(
+    request: Request[Any, Any, Any],
+    # the bearer scheme of `security` says it in the document; a missing one is this endpoint's own 401
+    authorization: Annotated[str, HeaderParameter(name="authorization", include_in_schema=False)] = "",
+) -> Response[TrialOrg]:
     site = site_of(request)
-    scheme, _, token = request.headers.get("authorization", "").partition(" ")
+    scheme, _, token = authorization.partition(" ")
     if scheme.lower() != "bearer" or not token.strip():
         raise UNAUTHORIZED(
             "a bearer token is required: register at the issuer named in /.well-known/oauth-protected-resource "
@@ -110,6 +121,12 @@ def _page_error(_: Request[Any, Any, Any], exc: ApiError) -> Response[str]:
     return html.page("This trial cannot be claimed", html.error_box(exc.message), exc.status)
 
 
+# The claim page's refusals: an HTML page saying why.
+PAGE_REFUSAL = error_shape(str, _page_error, media_type=html.HTML_TYPE, description="a page saying why")
+# The claim page and what its form's post answers: HTML for a person.
+_PAGE = openapi.custom_answer(openapi.Body({html.HTML_TYPE: openapi.MediaType(schema={"type": "string"})}))
+
+
 def _claim_form(org: Org, token: str, email: str = "", error: str = "", status: int = 200) -> Response[str]:
     rows = [("Organization", f"<strong>{html.escape(org.slug)}</strong>")]
     if org.registration_id:
@@ -130,11 +147,17 @@ def _claim_form(org: Org, token: str, email: str = "", error: str = "", status: 
     return html.page(f"Claim {org.slug}", body, status)
 
 
-@get("/claim/{token:str}", exception_handlers={ApiError: _page_error})
+@get(
+    "/claim/{token:str}",
+    media_type=html.HTML_TYPE,
+    exception_handlers={ApiError: _page_error},
+    responses=errors(NOT_FOUND),
+    opt=_PAGE,
+)
 async def claim_page(request: Request[Any, Any, Any], token: str) -> Response[str]:
     core = site_of(request).core
     org = await trials.by_claim_token(core, token)
-    if org.state == "unclaimed" and (org.expires_at or 0) <= core.clock.now():  # its deletion is due
+    if org.state == OrgState.UNCLAIMED and (org.expires_at or 0) <= core.clock.now():  # its deletion is due
         raise NOT_FOUND(f"this trial expired at {html.readable(org.expires_at or 0)}")
     return _claim_form(org, token)
 
@@ -142,13 +165,16 @@ async def claim_page(request: Request[Any, Any, Any], token: str) -> Response[st
 @post(
     "/claim/{token:str}",
     status_code=200,
+    media_type=html.HTML_TYPE,
     exception_handlers={ApiError: _page_error},
-    opt=openapi.body(ClaimForm, openapi.FORM),
+    dependencies={"form": body(ClaimForm, _read_claim_form, openapi.FORM)},
+    responses=errors(BAD_REQUEST, NOT_FOUND, CONFLICT),
+    opt=_PAGE,
 )
-async def claim_submit(request: Request[Any, Any, Any], token: str) -> Response[str]:
+async def claim_submit(request: Request[Any, Any, Any], token: str, form: ClaimForm) -> Response[str]:
     site = site_of(request)
     org = await trials.by_claim_token(site.core, token)
-    email = html.form_fields(await request.body()).get("email", "")
+    email = form.email
     try:
         slug = await trials.claim(site.core, site.identity, org.id, email)
     except ApiError as e:

@@ -1,0 +1,154 @@
+"""Webhook deliveries: one per event and endpoint that takes it, written in the transaction of the change the event
+reports (`enqueue`, called by agent_events.record: an outbox), and each of its tries (`record_try`, the sender's).
+This module is the one writer of `webhook_deliveries` and `webhook_attempts`, and reads the delivery log back."""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Sequence
+
+import aiosqlite
+import msgspec
+
+from emulator.core.clock import iso
+from emulator.core.context import Core
+from emulator.core.store import Db, many, one
+
+# A delivery's row: (id, endpoint_id, event_id, next_at, created_at), made pending with no try yet.
+NewDelivery = tuple[str, str, str, float, float]
+
+_ENQUEUE = (
+    "INSERT INTO webhook_deliveries (id, endpoint_id, event_id, state, attempts, next_at, created_at) "
+    "VALUES (?, ?, ?, 'pending', 0, ?, ?)"
+)
+_DUE = (
+    "SELECT d.id, d.endpoint_id FROM webhook_deliveries d JOIN agent_events e ON e.id = d.event_id "
+    "WHERE d.state = 'pending' AND d.next_at <= ? {} ORDER BY e.seq, d.id"
+)
+
+
+class AttemptView(msgspec.Struct, kw_only=True):
+    attempt: int
+    at: str  # emulator time
+    status: int | None  # the receiver's HTTP status; none when none came
+    error: str | None  # why it failed (a status, a refused connection, a timeout)
+    ms: float
+
+
+class DeliveryView(msgspec.Struct, kw_only=True):
+    id: str
+    endpoint_id: str
+    url: str
+    event_id: str
+    event: str
+    state: str  # pending, delivered, failed
+    attempts: int
+    next_at: str | None  # the next try (pending only), emulator time
+    created_at: str
+    tries: list[AttemptView]
+
+
+class DeliveryList(msgspec.Struct):
+    deliveries: list[DeliveryView]
+
+
+async def enqueue(conn: aiosqlite.Connection, rows: Sequence[NewDelivery]) -> None:
+    """Pending deliveries of an event just written, inside the caller's transaction."""
+    await conn.executemany(_ENQUEUE, rows)
+
+
+def enqueue_sync(db: sqlite3.Connection, rows: Sequence[NewDelivery]) -> None:
+    """`enqueue` inside a transaction run whole on the store's thread (`Store.write`)."""
+    db.executemany(_ENQUEUE, rows)
+
+
+async def due(core: Core, now: float, endpoint_id: str | None = None) -> list[sqlite3.Row]:
+    """The pending deliveries due by `now` (of one endpoint: its next one only), oldest event first."""
+    if endpoint_id is None:
+        return await core.store.fetchall(_DUE.format(""), (now,))
+    return await core.store.fetchall(_DUE.format("AND d.endpoint_id = ?") + " LIMIT 1", (now, endpoint_id))
+
+
+async def record_try(
+    core: Core,
+    delivery_id: str,
+    event_id: str,
+    attempt: int,
+    outcome: tuple[int | None, str | None, float],
+    state: str,
+    next_at: float | None,
+    now: float,
+) -> bool:
+    """A try's outcome (status, error, ms) at `now` and the delivery's new state; False (nothing written) when the
+    delivery is no longer the one the try was for."""
+    status, error, ms = outcome
+    async with core.store.transaction() as conn:
+        # Still the delivery this try was for: a reset or a load may have replaced the rows (a seeded emulator
+        # makes the same ids again).
+        current = await one(
+            conn,
+            "SELECT attempts FROM webhook_deliveries WHERE id = ? AND event_id = ? AND state = 'pending'",
+            (delivery_id, event_id),
+        )
+        if current is None or current["attempts"] != attempt - 1:
+            return False
+        await conn.execute(
+            "INSERT INTO webhook_attempts (delivery_id, attempt, at, status, error, ms) VALUES (?, ?, ?, ?, ?, ?)",
+            (delivery_id, attempt, now, status, error, ms),
+        )
+        await conn.execute(
+            "UPDATE webhook_deliveries SET state = ?, attempts = ?, next_at = ? WHERE id = ?",
+            (state, attempt, next_at, delivery_id),
+        )
+    return True
+
+
+# --- the delivery log --------------------------------------------------------------------------------------------
+
+
+async def every(db: Db, endpoint_id: str | None = None, event_id: str | None = None) -> list[DeliveryView]:
+    """Every delivery (of one endpoint, of one event) with each of its tries, oldest event first."""
+    where, params = [], []
+    if endpoint_id is not None:
+        where.append("d.endpoint_id = ?")
+        params.append(endpoint_id)
+    if event_id is not None:
+        where.append("d.event_id = ?")
+        params.append(event_id)
+    rows = await many(
+        db,
+        "SELECT d.*, w.url, e.event FROM webhook_deliveries d JOIN webhook_endpoints w ON w.id = d.endpoint_id "
+        "JOIN agent_events e ON e.id = d.event_id"
+        + (" WHERE " + " AND ".join(where) if where else "")
+        + " ORDER BY e.seq, d.created_at, d.id",
+        params,
+    )
+    tries: dict[str, list[AttemptView]] = {}
+    if rows:
+        # The same filter, joined (an IN list of every delivery's id would pass SQLite's limit on parameters)
+        found = await many(
+            db,
+            "SELECT a.* FROM webhook_attempts a JOIN webhook_deliveries d ON d.id = a.delivery_id"
+            + (" WHERE " + " AND ".join(where) if where else "")
+            + " ORDER BY a.delivery_id, a.attempt",
+            params,
+        )
+        for a in found:
+            tries.setdefault(a["delivery_id"], []).append(
+                AttemptView(attempt=a["attempt"], at=iso(a["at"]), status=a["status"], error=a["error"], ms=a["ms"])
+            )
+    return [
+        DeliveryView(
+            id=r["id"],
+            endpoint_id=r["endpoint_id"],
+            url=r["url"],
+            event_id=r["event_id"],
+            event=r["event"],
+            state=r["state"],
+            attempts=r["attempts"],
+            next_at=iso(r["next_at"]) if r["state"] == "pending" and r["next_at"] is not None else None,
+            created_at=iso(r["created_at"]),
+            tries=tries.get(r["id"], []),
+        )
+        for r in rows
+    ]
