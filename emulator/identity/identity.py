@@ -85,4 +85,3 @@ class Identity:
 
     async def ensure_user(self, conn: aiosqlite.Connection, email: str, now: float) -> str:
         return await self.users.ensure_user(conn, email, now)
-
