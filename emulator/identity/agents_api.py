@@ -32,7 +32,7 @@ from emulator.core.payloads import IdpClaimConfirmed, IdpRevoked
 from emulator.core.store import Db, fetch_one, record
 from emulator.identity import agent_events, registrations, tokens, users
 from emulator.identity.agent_events import RegistrationRef, Status, agent_identity_id, claim_id, status_of
-from emulator.identity.claims import ATTEMPT_COLUMNS, hint_refusal, why_closed
+from emulator.identity.claims import hint_refusal, open_attempt, why_closed
 from emulator.identity.identity import Identity
 from emulator.identity.records import AttemptRecord, OpenAttempt, RegistrationRecord, UserRef
 from emulator.identity.wire import valid_email
@@ -191,13 +191,7 @@ class AgentsApi:
         # The attempt, the person and the decision in one transaction: a new attempt or a claim committed in between
         # cannot be approved through a link it replaced.
         async with self.core.store.transaction() as conn:
-            attempt = await fetch_one(
-                conn,
-                OpenAttempt,
-                f"SELECT {ATTEMPT_COLUMNS} FROM claim_attempts a JOIN registrations r ON r.id = a.registration_id "
-                "WHERE a.token_hash = ?",
-                (secret_hash(body.claim_attempt_token),),
-            )
+            attempt = await open_attempt(conn, "a.token_hash = ?", secret_hash(body.claim_attempt_token))
             if attempt is None:
                 raise ENTITY_NOT_FOUND("no claim attempt has this token (it is the token= of its verification_uri)")
             refused = _closed(attempt, now)

@@ -30,7 +30,7 @@ from emulator.core.errors import (
 from emulator.core.ids import secret_hash
 from emulator.core.kinds import Kind
 from emulator.core.payloads import IdpClaimConfirmed, IdpClaimDenied, IdpClaimStarted
-from emulator.core.store import fetch_one
+from emulator.core.store import Db, fetch_one
 from emulator.identity import agent_events
 from emulator.identity.agent_events import ClaimAttemptData
 from emulator.identity.records import AttemptRecord, OpenAttempt, RegistrationRecord
@@ -124,13 +124,7 @@ class Claims:
             where, arg = "a.registration_id = ? AND a.state != 'superseded'", registration
         else:
             raise BAD_REQUEST("name the claim: its verification_uri or its registration id")
-        row = await fetch_one(
-            self.core.store,
-            OpenAttempt,
-            f"SELECT {ATTEMPT_COLUMNS} FROM claim_attempts a "
-            f"JOIN registrations r ON r.id = a.registration_id WHERE {where} ORDER BY a.created_at DESC LIMIT 1",
-            (arg,),
-        )
+        row = await open_attempt(self.core.store, where, arg)
         if row is None:
             raise NOT_FOUND("no pending claim matches")
         return row
@@ -145,13 +139,7 @@ class Claims:
         async with self.core.store.transaction() as conn:
             # The attempt as it is now, in this transaction: a newer claim or a revocation committed since the page
             # read it closes it.
-            current = await fetch_one(
-                conn,
-                OpenAttempt,
-                f"SELECT {ATTEMPT_COLUMNS} FROM claim_attempts a JOIN registrations r ON r.id = a.registration_id "
-                "WHERE a.id = ?",
-                (attempt.id,),
-            )
+            current = await open_attempt(conn, "a.id = ?", attempt.id)
             if current is None:  # its registration was deleted meanwhile
                 raise GONE("this claim is no more: its agent was deleted")
             code = await self.settle(conn, current, email, approve, now)
@@ -223,6 +211,18 @@ def hint_refusal(attempt: AttemptRecord, email: str) -> ApiError | None:
 ATTEMPT_COLUMNS = (
     "a.*, r.type AS registration_type, r.status AS registration_status, r.revoked_at AS registration_revoked_at"
 )
+
+
+async def open_attempt(db: Db, where: str, arg: str) -> OpenAttempt | None:
+    """The claim attempt `where` names (on `a`, one `?` for `arg`) with what `why_closed` reads of its registration;
+    the newest when several match."""
+    return await fetch_one(
+        db,
+        OpenAttempt,
+        f"SELECT {ATTEMPT_COLUMNS} FROM claim_attempts a JOIN registrations r ON r.id = a.registration_id "
+        f"WHERE {where} ORDER BY a.created_at DESC LIMIT 1",
+        (arg,),
+    )
 
 
 def why_closed(attempt: OpenAttempt, now: float, readable: Callable[[float], str] = iso) -> Closed | None:
