@@ -11,8 +11,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import shutil
+import signal
+import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import uuid
 from collections.abc import Iterator
@@ -23,7 +27,7 @@ import pytest
 
 from emulator.runtime import disks, egress
 from emulator.runtime.containers import docker_client
-from emulator.runtime.engine import Engine
+from emulator.runtime.engine import Engine, unix_socket
 from emulator.runtime.images import BUILDER_LABEL
 from tests.conftest import BASE_IMAGE
 
@@ -251,3 +255,70 @@ def test_a_build_container_of_a_dead_emulator_is_removed_at_the_next_start(clien
         for container in made.values():
             with contextlib.suppress(Exception):
                 container.remove(force=True)
+
+
+class EngineRelay:
+    """A Unix socket of the test's own in front of the engine's: it relays every call until `hang()`, after which
+    it takes connections and never answers (an engine too busy to answer, as under a loaded CI run)."""
+
+    def __init__(self, path: Path, engine_socket: str) -> None:
+        self.path, self.engine_socket = path, engine_socket
+        self.hung = threading.Event()
+        self.asked_while_hung = threading.Event()
+        self.held: list[socket.socket] = []
+        self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.listener.bind(str(path))
+        self.listener.listen(16)
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def hang(self) -> None:
+        self.hung.set()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                conn, _ = self.listener.accept()
+            except OSError:
+                return
+            if self.hung.is_set():
+                self.asked_while_hung.set()
+                self.held.append(conn)  # read by no one, answered never
+                continue
+            upstream = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            upstream.connect(self.engine_socket)
+            for a, b in ((conn, upstream), (upstream, conn)):
+                threading.Thread(target=self._pump, args=(a, b), daemon=True).start()
+
+    @staticmethod
+    def _pump(a: socket.socket, b: socket.socket) -> None:
+        with contextlib.suppress(OSError):
+            while data := a.recv(65536):
+                b.sendall(data)
+        with contextlib.suppress(OSError):
+            b.shutdown(socket.SHUT_WR)
+
+    def close(self) -> None:
+        self.listener.close()
+        for conn in self.held:
+            conn.close()
+
+
+def test_an_emulator_that_made_no_container_stops_at_once_when_the_engine_does_not_answer(
+    tmp_path: Path, start_emulator: Any
+) -> None:
+    """Its stop asks the engine for nothing (it left nothing to sweep): an `emulator eval` stopped by ^C ends its
+    trials' emulators at once even while the engine is too busy to answer (it waited up to a minute on each)."""
+    engine_socket = unix_socket()
+    assert engine_socket is not None
+    relay = EngineRelay(Path(tempfile.mkdtemp(prefix="engine-")) / "docker.sock", engine_socket)
+    try:
+        emu = start_emulator("--runtime", "docker", "--no-watch", env={"DOCKER_HOST": f"unix://{relay.path}"})
+        assert emu.endpoints["runtime"] == "docker", emu.log()
+        relay.hang()
+        assert emu.proc is not None
+        emu.proc.send_signal(signal.SIGTERM)
+        assert emu.proc.wait(30) == 0, emu.log()  # it waited on the engine for 60 s and more before
+        assert not relay.asked_while_hung.is_set()
+    finally:
+        relay.close()
+        shutil.rmtree(relay.path.parent, ignore_errors=True)

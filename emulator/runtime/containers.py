@@ -290,6 +290,9 @@ class DockerLauncher:
         self.gateway = ""
         self.relays = Relays()
         self.pods: dict[Path, Any] = {}
+        # Whether this run made a container of its own (each carries the instance's label): a run that made none
+        # has nothing to sweep at its close, and does not wait on an engine that may be busy or gone.
+        self.labelled = False
         self.mounts: set[Path] = set()
         self.missing: dict[str, str] = {}  # limit → why it is not enforced here
         self.disk_owner: dict[Path, tuple[Path, str]] = {}  # mountpoint → (database dir, service label)
@@ -308,6 +311,7 @@ class DockerLauncher:
         return tuple(self.missing)
 
     def _labels(self, **extra: str) -> dict[str, str]:
+        self.labelled = True  # asked for as a container of the instance is made: the close sweeps for it
         return {"pxt-emulator": self.instance, **extra}
 
     async def open(self) -> None:
@@ -596,7 +600,8 @@ class DockerLauncher:
     async def close(self) -> None:
         await cancel(self._watcher)
         await self.relays.close()
-        await asyncio.to_thread(self._remove_leftovers)
+        if self.labelled:
+            await asyncio.to_thread(self._remove_leftovers)
         self.pods.clear()
         for mountpoint in list(self.mounts):
             await asyncio.to_thread(disks.release, mountpoint)
