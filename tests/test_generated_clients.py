@@ -27,8 +27,9 @@ import httpx
 import msgspec
 import pytest
 
-from emulator.admin.wire import ClockView
+from emulator.admin.wire import ClaimDecided, ClockView, StatusView
 from emulator.cloud import answers
+from emulator.hosted.declared import Applied
 from emulator.identity.discovery import AuthorizationServer
 from emulator.identity.wire import AccessToken, ClaimStarted, Registered
 from emulator.site.ask import AskSuccess
@@ -49,7 +50,15 @@ def generated(emu: Emulator, tmp_path_factory: pytest.TempPathFactory) -> Iterat
     """The three clients, generated into one folder (put on sys.path) as packages gen_site, gen_auth, gen_api."""
     root = tmp_path_factory.mktemp("generated")
     config = root / "config.yaml"
-    config.write_text("post_hooks: []\n")  # no ruff run over the output: nothing on PATH is needed
+    # No ruff run over the output (nothing on PATH is needed). The operator's files are described as sent (a PEM,
+    # a gzip archive, a TOML body); the generator reads those as text and bytes once told which is which.
+    config.write_text(
+        "post_hooks: []\n"
+        "content_type_overrides:\n"
+        "  application/x-pem-file: text/plain\n"
+        "  application/gzip: application/octet-stream\n"
+        "  application/toml: text/plain\n"
+    )
     for origin, base in (("site", emu.url), ("auth", emu.auth), ("api", emu.api)):
         document = root / f"{origin}.json"
         document.write_bytes(httpx.get(base + DOCUMENT, timeout=20).raise_for_status().content)
@@ -85,7 +94,7 @@ def _same_bytes(raw: bytes, kind: Any) -> None:
 def test_the_operators_clock_move_answers_a_clock_view_and_refuses_in_the_envelope(
     generated: str, emu: Emulator
 ) -> None:
-    (move,) = _import("gen_site.api.default", "emulator_clock_clock_move")
+    (move,) = _import("gen_site.api.default", "operator_clock_move")
     clock_move, clock_view, error_body = _import("gen_site.models", "clock_move", "clock_view", "error_body")
     with _client("gen_site", emu.url) as c:
         done = move.sync_detailed(client=c, body=clock_move.ClockMove(freeze=True))  # frozen already: no change
@@ -482,3 +491,103 @@ def test_every_identity_provider_operation_declares_its_answer_and_its_errors(ge
     assert sorted(kinds["page"]) == ["GET /claim", "GET /device", "POST /claim", "POST /device"]
     assert len(kinds["signpost"]) == 6 and "GET /oauth2/authorize" in kinds["signpost"]
     assert len(kinds["object"]) == 16 and "POST /oauth2/token" in kinds["object"]
+
+
+def test_the_operator_api_through_its_generated_client(generated: str, emu: Emulator) -> None:
+    """The operator's acts as a generated client makes them: a declared state applied as JSON (twice: the second
+    changes nothing), the person's approval of an agent's claim, the status; a refusal is the site's ErrorBody with
+    the operator's words, and the files are text and bytes."""
+    apply, approve, status, ca = _import(
+        "gen_site.api.default",
+        "operator_apply",
+        "operator_claims_approve",
+        "operator_status",
+        "operator_ca_certificate",
+    )
+    declared_state, org_decl, user_decl, applied, claim_decision, claim_decided, status_view, error_body = _import(
+        "gen_site.models",
+        "declared_state",
+        "org_decl",
+        "user_decl",
+        "applied",
+        "claim_decision",
+        "claim_decided",
+        "status_view",
+        "error_body",
+    )
+    state = declared_state.DeclaredState(
+        orgs=[org_decl.OrgDecl(name="generated-acme")],
+        users=[user_decl.UserDecl(email="gen@example.com", orgs=["generated-acme"])],
+    )
+    with _client("gen_site", emu.url) as c:
+        done = apply.sync_detailed(client=c, body=state)
+        assert done.status_code == 200 and isinstance(done.parsed, applied.Applied), done.content
+        assert done.parsed.file == "body" and done.parsed.unchanged is False
+        assert done.parsed.applied["orgs"].created == 1 and done.parsed.applied["users"].created == 1
+        _same_bytes(done.content, Applied)
+        again = apply.sync_detailed(client=c, body=state)
+        assert isinstance(again.parsed, applied.Applied) and again.parsed.unchanged is True
+        assert again.parsed.applied["orgs"].unchanged == 1
+
+        bad = declared_state.DeclaredState(orgs=[org_decl.OrgDecl(name="Not A Slug!")])
+        refused = apply.sync_detailed(client=c, body=bad)
+        assert refused.status_code == 400 and isinstance(refused.parsed, error_body.ErrorBody)
+        assert refused.parsed.error.code == "bad_request"
+        assert refused.parsed.error.message.startswith("body: orgs[0].name: ")  # the place, as a file's; no line
+
+        # An agent registers and starts its claim; the person (the operator, playing them) approves it.
+        with httpx.Client(timeout=20, transport=httpx.HTTPTransport(local_address=next_ip())) as agent:
+            reg = agent.post(emu.auth + "/agent/identity", json={"type": "anonymous"}).raise_for_status().json()
+            start = {"type": "service_auth", "claim_token": reg["claim"]["token"]}
+            agent.post(emu.auth + "/agent/identity/claim", json=start).raise_for_status()
+        decided = approve.sync_detailed(
+            client=c, body=claim_decision.ClaimDecision(email="gen@example.com", registration=reg["id"])
+        )
+        assert decided.status_code == 200 and isinstance(decided.parsed, claim_decided.ClaimDecided), decided.content
+        assert decided.parsed.registration == reg["id"] and decided.parsed.approved is True
+        assert isinstance(decided.parsed.user_code, str) and len(decided.parsed.user_code) == 6
+        _same_bytes(decided.content, ClaimDecided)
+        twice = approve.sync_detailed(
+            client=c, body=claim_decision.ClaimDecision(email="gen@example.com", registration=reg["id"])
+        )
+        assert twice.status_code >= 400 and isinstance(twice.parsed, error_body.ErrorBody)
+
+        read = status.sync_detailed(client=c)
+        assert read.status_code == 200 and isinstance(read.parsed, status_view.StatusView)
+        assert read.parsed.events > 0 and read.parsed.switches["cloud_reachable"] is True
+        _same_bytes(read.content, StatusView)
+        pem = ca.sync_detailed(client=c)
+        assert pem.status_code == 200 and isinstance(pem.parsed, str) and "BEGIN CERTIFICATE" in pem.parsed
+
+
+def test_every_operator_operation_declares_its_answer_and_its_errors(generated: str) -> None:
+    """Under /_emulator: each 2xx is a JSON object (a struct's schema, or a oneOf of them), the event stream of a
+    described EventView, or a file in its media type; every operation declares the guard's 401 and 403 and the
+    site's envelope as its default, never Litestar's default error."""
+    document = msgspec.json.decode((Path(generated) / "site.json").read_bytes())
+    schemas = document["components"]["schemas"]
+    files = {"application/x-pem-file", "application/gzip"}
+    seen = 0
+    for path, item in document["paths"].items():
+        if not path.startswith("/_emulator"):
+            continue
+        for method, operation in item.items():
+            seen += 1
+            responses = operation["responses"]
+            assert {"401", "403", "default"} <= set(responses), (method, path)
+            assert "status_code" not in str(responses), (method, path)
+            assert operation["operationId"].startswith("operator_"), (method, path)
+            (ok,) = [r for s, r in responses.items() if s.startswith("2")]
+            ((media, content),) = ok["content"].items()
+            if media == "text/event-stream":
+                assert content["schema"] == {"$ref": "#/components/schemas/EventView"}
+            elif media in files:
+                assert content["schema"]["type"] == "string", (method, path)
+            else:
+                schema = content["schema"]
+                refs = re.findall(r"#/components/schemas/(\w+)", str(schema))
+                assert refs and all(schemas[ref]["type"] == "object" for ref in refs), (method, path, schema)
+    assert seen == 56
+    apply_body = document["paths"]["/_emulator/apply"]["post"]["requestBody"]["content"]
+    assert apply_body["application/json"]["schema"] == {"$ref": "#/components/schemas/DeclaredState"}
+    assert apply_body["application/toml"]["schema"] == {"type": "string"}

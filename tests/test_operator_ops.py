@@ -4,16 +4,22 @@ op (or an op without a route) is a path no client can reach, or one it calls in 
 
 from __future__ import annotations
 
+import typing
 from pathlib import Path
+from typing import Any
 
 import msgspec
 import pytest
 from litestar import Litestar
+from litestar.response import File, Stream
 
 from emulator.admin import ops, routes
 from emulator.admin.client import EmulatorError
-from emulator.admin.wire import ClockMove, ClockView
+from emulator.admin.operation import answered_types, operation
+from emulator.admin.wire import ClockMove, ClockView, Switches
+from emulator.core import openapi
 from emulator.core.operatorpath import ADMIN_PREFIX
+from emulator.core.switches import SWITCHES
 
 METHODS = {"GET", "POST", "DELETE", "PUT", "PATCH"}
 
@@ -81,3 +87,53 @@ def test_an_error_answer_is_one_emulator_error() -> None:
     assert (other.status, other.code) == (400, "")
     assert "Validation failed" in other.message
     assert EmulatorError.of(502, b"").message == "HTTP 502"
+
+
+def _handlers() -> dict[tuple[str, str], Any]:
+    return {(m, path): h for h in routes.HANDLERS for path in h.paths for m in h.http_methods}
+
+
+def test_each_handler_takes_its_ops_body_and_answers_its_ops_type() -> None:
+    """A handler reads its body as the op's body type (a typed body dependency: the type the client encodes) and
+    answers the op's answer type (its return annotation: what Litestar encodes and the document shows), so the
+    client decodes what the route sends. An op whose body is bytes (a file: apply, import) reads it itself, through
+    a dependency the document shows; one whose answer is bytes or a stream returns a file or a stream."""
+    handlers = _handlers()
+    for op in ops.every():
+        handler = handlers[(op.method, op.path)]
+        hints = typing.get_type_hints(handler.fn)
+        bodies = {
+            name: dependency
+            for name, dependency in handler.resolve_dependencies().items()
+            if isinstance(dependency, openapi.BodyDependency)
+        }
+        if op.body is None:
+            assert not bodies, handler.handler_name
+        else:
+            (name,) = bodies  # one body, read typed, shown in the document
+            if op.body is not bytes:
+                assert hints[name] == op.body, handler.handler_name
+        answered = answered_types(hints["return"])
+        if op.answer is bytes or op.stream:
+            assert set(answered) <= {bytes, File, Stream}, handler.handler_name
+            assert handler.opt.get("openapi_answer") or handler.media_type == op.answer_media, handler.handler_name
+        else:
+            assert op.answer in answered, handler.handler_name
+
+
+def test_a_route_that_disagrees_with_its_op_is_refused_at_import() -> None:
+    async def wrong(move: ClockView) -> ClockView:
+        raise AssertionError
+
+    with pytest.raises(TypeError, match="takes its body as"):
+        operation(ops.CLOCK_MOVE, body="move")(wrong)
+
+    async def answers_other(move: ClockMove) -> Switches:
+        raise AssertionError
+
+    with pytest.raises(TypeError, match="answers"):
+        operation(ops.CLOCK_MOVE, body="move")(answers_other)
+
+
+def test_the_switches_answer_names_every_switch_in_order() -> None:
+    assert tuple(Switches.__struct_fields__) == SWITCHES

@@ -5,13 +5,20 @@ from __future__ import annotations
 
 from typing import Any
 
-from litestar import Request, Response, delete, get, post
+from litestar import Request
 
 from emulator.admin import ops
 from emulator.admin.context import operator_of
-from emulator.admin.emulator import decode, json_response
-from emulator.admin.wire import RegistrationDeleted, ServiceKeyCreate, ServiceKeyList
-from emulator.core import openapi
+from emulator.admin.operation import operation
+from emulator.admin.wire import (
+    AgentRegistrationView,
+    RegistrationDeleted,
+    ServiceKeyCreate,
+    ServiceKeyCreated,
+    ServiceKeyList,
+    ServiceKeyView,
+)
+from emulator.core.errors import BAD_REQUEST, ENTITY_NOT_FOUND
 from emulator.identity import service_keys
 from emulator.identity.agents_api import OPERATOR, AgentsApi
 
@@ -20,32 +27,31 @@ def _api(request: Request[Any, Any, Any]) -> AgentsApi:
     return operator_of(request).agents
 
 
-@post(ops.SERVICE_KEY_CREATE.path, status_code=201, opt=openapi.body(ServiceKeyCreate))
-async def service_key_create(request: Request[Any, Any, Any]) -> Response[bytes]:
+@operation(ops.SERVICE_KEY_CREATE, body="create", status_code=201, errors=[BAD_REQUEST])
+async def service_key_create(request: Request[Any, Any, Any], create: ServiceKeyCreate) -> ServiceKeyCreated:
     """A new service key; the answer shows the key, once."""
-    body = decode(await request.body(), ServiceKeyCreate)
-    return json_response(await service_keys.create(operator_of(request).core, body.name), 201)
+    return await service_keys.create(operator_of(request).core, create.name)
 
 
-@get(ops.SERVICE_KEYS.path)
-async def service_key_list(request: Request[Any, Any, Any]) -> Response[bytes]:
-    return json_response(ServiceKeyList(await service_keys.listing(operator_of(request).core.store)))
+@operation(ops.SERVICE_KEYS)
+async def service_key_list(request: Request[Any, Any, Any]) -> ServiceKeyList:
+    return ServiceKeyList(await service_keys.listing(operator_of(request).core.store))
 
 
-@delete(ops.SERVICE_KEY_REVOKE.path, status_code=200)
-async def service_key_revoke(request: Request[Any, Any, Any], key_id: str) -> Response[bytes]:
-    return json_response(await service_keys.revoke(operator_of(request).core, key_id))
+@operation(ops.SERVICE_KEY_REVOKE, errors=[BAD_REQUEST, ENTITY_NOT_FOUND])
+async def service_key_revoke(request: Request[Any, Any, Any], key_id: str) -> ServiceKeyView:
+    return await service_keys.revoke(operator_of(request).core, key_id)
 
 
-@post(ops.REGISTRATION_REVOKE.path, status_code=200)
-async def registration_revoke(request: Request[Any, Any, Any], registration_id: str) -> Response[bytes]:
-    return json_response(await _api(request).revoke(registration_id, OPERATOR))
+@operation(ops.REGISTRATION_REVOKE, errors=[ENTITY_NOT_FOUND])
+async def registration_revoke(request: Request[Any, Any, Any], registration_id: str) -> AgentRegistrationView:
+    return await _api(request).revoke(registration_id, OPERATOR)
 
 
-@delete(ops.REGISTRATION_DELETE.path, status_code=200)
-async def registration_delete(request: Request[Any, Any, Any], registration_id: str) -> Response[bytes]:
+@operation(ops.REGISTRATION_DELETE, errors=[ENTITY_NOT_FOUND])
+async def registration_delete(request: Request[Any, Any, Any], registration_id: str) -> RegistrationDeleted:
     await _api(request).delete(registration_id)
-    return json_response(RegistrationDeleted(registration_id, True))
+    return RegistrationDeleted(registration_id, True)
 
 
 HANDLERS = [service_key_create, service_key_list, service_key_revoke, registration_revoke, registration_delete]

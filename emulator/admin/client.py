@@ -440,7 +440,7 @@ class EmulatorClient(AsyncClient):
         return await self.run(ops.WEBHOOK_DELIVERIES.call())
 
     async def switches(self) -> dict[str, bool]:
-        return await self.run(ops.SWITCHES.call())
+        return msgspec.structs.asdict(await self.run(ops.SWITCHES.call()))
 
     async def report(self) -> Report:
         """Every agent the journal knows, with its counts, latency and scorecard."""
@@ -473,7 +473,7 @@ class EmulatorClient(AsyncClient):
         return await self.run(ops.CLAIM_DENY.call(ClaimDecision(email, registration=registration)))
 
     async def set_switch(self, name: str, value: bool) -> dict[str, bool]:
-        return await self.run(ops.SWITCHES_SET.call({name: value}))
+        return msgspec.structs.asdict(await self.run(ops.SWITCHES_SET.call({name: value})))
 
     async def approve_login(self, user_code: str, email: str) -> LoginDecided:
         return await self.run(ops.LOGIN_APPROVE.call(LoginDecision(user_code, email)))

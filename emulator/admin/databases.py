@@ -5,12 +5,12 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from litestar import Request, Response, get, post
+from litestar import Request
 from litestar.params import Parameter
 
 from emulator.admin import ops
 from emulator.admin.context import Operator, operator_of
-from emulator.admin.emulator import decode, json_response
+from emulator.admin.operation import operation
 from emulator.admin.wire import (
     DatabaseList,
     DatabaseUsageView,
@@ -26,7 +26,7 @@ from emulator.admin.wire import (
     UsageView,
     VerbAccepted,
 )
-from emulator.core.errors import CONFLICT, NOT_FOUND, UNAVAILABLE
+from emulator.core.errors import BAD_REQUEST, CONFLICT, NOT_FOUND, UNAVAILABLE
 from emulator.hosted import databases, lifecycle, logs, orgs, services
 from emulator.runtime.tables import ProbeFailed
 
@@ -41,8 +41,8 @@ async def database_views(operator: Operator) -> dict[str, list[DatabaseView]]:
     return by_org
 
 
-@get(ops.DATABASES.path)
-async def databases_list(request: Request[Any, Any, Any]) -> Response[bytes]:
+@operation(ops.DATABASES)
+async def databases_list(request: Request[Any, Any, Any]) -> DatabaseList:
     """Every hosted database: its state, generation, environment, whether its server runs, and its usage."""
     operator = operator_of(request)
     reconciler = operator.platform.reconciler
@@ -50,26 +50,26 @@ async def databases_list(request: Request[Any, Any, Any]) -> Response[bytes]:
     views = [
         DatabaseView.of(d, reconciler.server_ready(d.org_id, d.name), reconciler.usage(d.org_id, d.name)) for d in rows
     ]
-    return json_response(DatabaseList(reconciler.kind, list(reconciler.unenforced), views))
+    return DatabaseList(reconciler.kind, list(reconciler.unenforced), views)
 
 
-@get(ops.DATABASE_LOGS.path)
+@operation(ops.DATABASE_LOGS, errors=[NOT_FOUND])
 async def database_logs(
     request: Request[Any, Any, Any], org: str, db: str, since: Annotated[int, Parameter(ge=0, le=2**63 - 1)] = 0
-) -> Response[bytes]:
+) -> LogLines:
     """A database's log lines (its server's output and the emulator's notes), after line id `since`."""
     operator = operator_of(request)
     found = await orgs.find(operator.core.store, org)
     if found is None:
         raise NOT_FOUND(f"no organization {org!r}")
     lines = await logs.after(operator.core.store, found.id, db, since)
-    return json_response(LogLines([LogLineView(x.id, x.ts_ms, x.service or None, x.line) for x in lines]))
+    return LogLines([LogLineView(x.id, x.ts_ms, x.service or None, x.line) for x in lines])
 
 
-@get(ops.DATABASE_TABLES.path)
+@operation(ops.DATABASE_TABLES, errors=[NOT_FOUND, CONFLICT, UNAVAILABLE])
 async def database_tables(
     request: Request[Any, Any, Any], org: str, db: str, rows: Annotated[int, Parameter(ge=0, le=1000)] = 20
-) -> Response[bytes]:
+) -> TableList:
     """The database's tables, each with its columns, row count and first `rows` rows, as its own pixeltable reads
     them beside its running server (409 when it does not run: start it first)."""
     platform = operator_of(request).platform
@@ -82,14 +82,13 @@ async def database_tables(
         raise UNAVAILABLE(f"the tables of {owner.slug}:{db} could not be read: {e}") from None
     if found is None:
         raise CONFLICT(f"{owner.slug}:{db} does not run: its tables are read beside its server")
-    return json_response(TableList(owner.slug, db, found))
+    return TableList(owner.slug, db, found)
 
 
-@post(ops.SERVICE_CALL.path, status_code=200)
-async def service_call(request: Request[Any, Any, Any], org: str, db: str) -> Response[bytes]:
+@operation(ops.SERVICE_CALL, body="call", errors=[NOT_FOUND, CONFLICT])
+async def service_call(request: Request[Any, Any, Any], org: str, db: str, call: ServiceCall) -> ServiceAnswer:
     """The operator's request to a running service, straight to it (no credential; not an agent's request, so it
     is not journaled as one): what it answered."""
-    call = decode(await request.body(), ServiceCall)
     platform = operator_of(request).platform
     owner = await platform.org(org)
     held = await services.of_database(platform.core.store, owner.id, db)
@@ -101,43 +100,45 @@ async def service_call(request: Request[Any, Any, Any], org: str, db: str) -> Re
     if answer is None:
         raise CONFLICT(f"the service {call.service} of {owner.slug}:{db} does not run")
     status, content_type, content = answer
-    return json_response(ServiceAnswer(status, content_type, content.decode(errors="replace")))
+    return ServiceAnswer(status, content_type, content.decode(errors="replace"))
 
 
-async def _verb(request: Request[Any, Any, Any], org: str, db: str, verb: str) -> Response[bytes]:
+async def _verb(request: Request[Any, Any, Any], org: str, db: str, verb: str) -> VerbAccepted:
     platform = operator_of(request).platform
     owner = await platform.org(org)
     receipt = await lifecycle.database_verb(platform.core, platform.reconciler, owner.id, owner.slug, db, verb)
-    return json_response(VerbAccepted(owner.slug, db, verb, receipt))
+    return VerbAccepted(owner.slug, db, verb, receipt)
 
 
-@post(ops.DATABASE_STOP.path, status_code=200)
-async def database_stop(request: Request[Any, Any, Any], org: str, db: str) -> Response[bytes]:
+# A verb's refusals (hosted/lifecycle.py): no such organization or database, not now (its state), not this one.
+_VERB = (BAD_REQUEST, NOT_FOUND, CONFLICT)
+
+
+@operation(ops.DATABASE_STOP, errors=_VERB)
+async def database_stop(request: Request[Any, Any, Any], org: str, db: str) -> VerbAccepted:
     """What `pxt db stop` does, as the operator: the same generation, receipt and events."""
     return await _verb(request, org, db, "stop")
 
 
-@post(ops.DATABASE_START.path, status_code=200)
-async def database_start(request: Request[Any, Any, Any], org: str, db: str) -> Response[bytes]:
+@operation(ops.DATABASE_START, errors=_VERB)
+async def database_start(request: Request[Any, Any, Any], org: str, db: str) -> VerbAccepted:
     return await _verb(request, org, db, "start")
 
 
-@get(ops.SERVICES.path)
-async def services_list(request: Request[Any, Any, Any]) -> Response[bytes]:
+@operation(ops.SERVICES)
+async def services_list(request: Request[Any, Any, Any]) -> ServiceList:
     """Every hosted service instance, with its state and, while its gateway runs, its endpoint."""
     operator = operator_of(request)
     reconciler = operator.platform.reconciler
     rows = await services.every(operator.core.store)
-    return json_response(ServiceList([ServiceView.of(s, reconciler.endpoint(s) or None) for s in rows]))
+    return ServiceList([ServiceView.of(s, reconciler.endpoint(s) or None) for s in rows])
 
 
-@get(ops.USAGE.path)
-async def usage_list(request: Request[Any, Any, Any]) -> Response[bytes]:
+@operation(ops.USAGE)
+async def usage_list(request: Request[Any, Any, Any]) -> UsageList:
     """What every hosted database's workloads used (CPU seconds, peak memory), read now; deleted ones included."""
     usage = await operator_of(request).platform.reconciler.usage_now()
-    return json_response(
-        UsageList([DatabaseUsageView(org=u.slug, db=u.db, usage=UsageView.of(u), running=u.running) for u in usage])
-    )
+    return UsageList([DatabaseUsageView(org=u.slug, db=u.db, usage=UsageView.of(u), running=u.running) for u in usage])
 
 
 HANDLERS = [

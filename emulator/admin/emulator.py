@@ -5,18 +5,29 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
-from typing import Any, TypeVar
+from typing import Annotated, Any
 
 import msgspec
-from litestar import Request, Response, get, post
+from litestar import Request, Response
+from litestar.params import HeaderParameter, QueryParameter
 from litestar.response import Stream
 
 from emulator import __version__
 from emulator.admin import ops
 from emulator.admin.context import operator_of
-from emulator.admin.wire import ClockMove, ClockView, EventView, LimitsView, RuntimeView, StatusView
+from emulator.admin.operation import operation
+from emulator.admin.wire import (
+    ClockMove,
+    ClockView,
+    EventView,
+    JournalPage,
+    LimitsView,
+    RuntimeView,
+    StatusView,
+    Switches,
+)
 from emulator.config import parse_when
-from emulator.core import contract, jsonbody, openapi
+from emulator.core import openapi
 from emulator.core.clock import MAX_TIME, parse_duration
 from emulator.core.errors import BAD_REQUEST
 from emulator.runtime.choose import build_cache_root
@@ -24,73 +35,58 @@ from emulator.tunnel.tlsfiles import TlsFiles
 
 _encode = msgspec.json.Encoder().encode
 MAX_EVENT = 2**63 - 1
-T = TypeVar("T")
+
+# The query and header the journal and the event stream read, as strings: a bad one is refused in the operator's
+# words (`_since`, "limit must be a number"), not Litestar's.
+Since = Annotated[str | None, QueryParameter(name="since", description="an event number (0 and up)")]
+LastEventId = Annotated[
+    str | None, HeaderParameter(name="last-event-id", description="the last event seen (as `since`)")
+]
+Kinds = Annotated[str | None, QueryParameter(name="kinds", description="event kinds, comma-separated")]
+Limit = Annotated[str | None, QueryParameter(name="limit", description="a number: 1 to 5000 (500)")]
 
 
-def json_response(value: Any, status: int = 200) -> Response[bytes]:
-    return Response(_encode(value), status_code=status, media_type="application/json")
-
-
-def decode(body: bytes, type_: type[T]) -> T:
-    """An operator body as `type_` (empty reads as `{}`), refused as a 400 in the operator's envelope with msgspec's
-    words. A route that takes its body typed gets it read the same way, through `operator_body`."""
-    return jsonbody.decoder(type_, BAD_REQUEST, empty=b"{}")(body)
-
-
-def operator_body(type_: type[T]) -> openapi.BodyDependency:
-    """`dependencies={name: operator_body(T)}`: the handler's parameter `name: T` is its body, read as `decode` reads
-    it (core/contract.py)."""
-    return contract.body(type_, jsonbody.decoder(type_, BAD_REQUEST, empty=b"{}"))
-
-
-@get(ops.CA_PEM.path, media_type="application/x-pem-file")
+@operation(ops.CA_PEM)
 async def ca_certificate(request: Request[Any, Any, Any]) -> Response[bytes]:
     """The local CA's certificate (not its key), for a client on another machine or outside the emulator's container:
     `emulator env --url` makes its own bundle with it (the client's system CAs and this one)."""
     s = operator_of(request).core.settings
     pem = await asyncio.to_thread(TlsFiles(s.state_dir / "tls", s.cloud_domain).ca_cert_path.read_bytes)
-    return Response(pem, media_type="application/x-pem-file")
+    return Response(pem, media_type=ops.CA_PEM.answer_media)
 
 
-@get(ops.STATUS.path)
-async def status(request: Request[Any, Any, Any]) -> Response[bytes]:
+@operation(ops.STATUS)
+async def status(request: Request[Any, Any, Any]) -> StatusView:
     operator = operator_of(request)
     s = operator.core.settings
     reconciler = operator.platform.reconciler
-    return json_response(
-        StatusView(
-            version=__version__,
-            endpoints=operator.endpoints,
-            clock=ClockView.of(operator.core.clock.state()),
-            state_dir=str(s.state_dir),
-            docs=str(s.docs),
-            events=operator.core.bus.last_seq,
-            switches=operator.core.switches.snapshot(),
-            runtime=RuntimeView(
-                reconciler.kind,
-                list(reconciler.unenforced),
-                reconciler.supervisor.base_image,
-                s.profile,
-                s.keeps_spares,
-                str(cache) if (cache := build_cache_root(s)) else None,
-            ),
-            proxy=operator.proxy.status(),
-            limits=LimitsView(s.ask_rate_limit, s.ask_rate_window, s.idempotency_ttl),
-        )
+    return StatusView(
+        version=__version__,
+        endpoints=operator.endpoints,
+        clock=ClockView.of(operator.core.clock.state()),
+        state_dir=str(s.state_dir),
+        docs=str(s.docs),
+        events=operator.core.bus.last_seq,
+        switches=operator.core.switches.snapshot(),
+        runtime=RuntimeView(
+            reconciler.kind,
+            list(reconciler.unenforced),
+            reconciler.supervisor.base_image,
+            s.profile,
+            s.keeps_spares,
+            str(cache) if (cache := build_cache_root(s)) else None,
+        ),
+        proxy=operator.proxy.status(),
+        limits=LimitsView(s.ask_rate_limit, s.ask_rate_window, s.idempotency_ttl),
     )
 
 
-@get(ops.CLOCK.path)
-async def clock_get(request: Request[Any, Any, Any]) -> Response[bytes]:
-    return json_response(ClockView.of(operator_of(request).core.clock.state()))
+@operation(ops.CLOCK)
+async def clock_get(request: Request[Any, Any, Any]) -> ClockView:
+    return ClockView.of(operator_of(request).core.clock.state())
 
 
-@post(
-    ops.CLOCK_MOVE.path,
-    status_code=200,
-    dependencies={"move": operator_body(ClockMove)},
-    responses=contract.errors(BAD_REQUEST),
-)
+@operation(ops.CLOCK_MOVE, body="move", errors=[BAD_REQUEST])
 async def clock_move(request: Request[Any, Any, Any], move: ClockMove) -> ClockView:
     core = operator_of(request).core
     try:
@@ -114,66 +110,78 @@ async def clock_move(request: Request[Any, Any, Any], move: ClockMove) -> ClockV
     return ClockView.of(state)
 
 
-def _since(request: Request[Any, Any, Any]) -> int | None:
-    raw = request.query_params.get("since") or request.headers.get("last-event-id")
+def _since(since: str | None, last_event_id: str | None) -> int | None:
+    raw = since or last_event_id
     if raw is None:
         return None
     try:
-        since: int | None = max(0, int(raw))
+        number: int | None = max(0, int(raw))
     except ValueError:
-        since = None
-    if since is None or since > MAX_EVENT:  # events are numbered in SQLite's 64-bit integers
+        number = None
+    if number is None or number > MAX_EVENT:  # events are numbered in SQLite's 64-bit integers
         raise BAD_REQUEST(f"since / Last-Event-ID must be an event number (0 to {MAX_EVENT})")
-    return since
+    return number
 
 
-def _kinds(request: Request[Any, Any, Any]) -> tuple[str, ...]:
-    raw = request.query_params.get("kinds", "")
-    return tuple(k.strip() for k in raw.split(",") if k.strip())
+def _kinds(raw: str | None) -> tuple[str, ...]:
+    return tuple(k.strip() for k in (raw or "").split(",") if k.strip())
 
 
-@get(ops.JOURNAL.path, opt=openapi.query(since=int, kinds=str, limit=int))
-async def journal(request: Request[Any, Any, Any]) -> Response[bytes]:
+@operation(ops.JOURNAL, errors=[BAD_REQUEST])
+async def journal(
+    request: Request[Any, Any, Any],
+    since: Since = None,
+    last_event_id: LastEventId = None,
+    kinds: Kinds = None,
+    limit: Limit = None,
+) -> JournalPage:
     """Events after `since` (default 0), oldest first, at most `limit` (default 500, max 5000)."""
     core = operator_of(request).core
     try:
-        limit = min(5000, max(1, int(request.query_params.get("limit", "500"))))
+        most = min(5000, max(1, int(limit if limit is not None else "500")))
     except ValueError:
         raise BAD_REQUEST("limit must be a number") from None
-    events = await core.bus.history(_since(request) or 0, _kinds(request), limit)
-    return json_response({"events": [EventView.of(e) for e in events], "last_seq": core.bus.last_seq})
+    events = await core.bus.history(_since(since, last_event_id) or 0, _kinds(kinds), most)
+    return JournalPage([EventView.of(e) for e in events], core.bus.last_seq)
 
 
-@get(ops.EVENTS.path, opt=openapi.query(since=int, kinds=str))
-async def events(request: Request[Any, Any, Any]) -> Stream:
+def _event_stream() -> openapi.Body:
+    """The stream's answer as the document shows it: Server-Sent Events, each `data:` an EventView."""
+    (schema,), components = openapi.schema_of(EventView)
+    return openapi.Body({ops.EVENTS.answer_media: {"schema": schema}}, components, description="one EventView a data:")
+
+
+@operation(ops.EVENTS, errors=[BAD_REQUEST], opt=openapi.custom_answer(_event_stream()))
+async def events(
+    request: Request[Any, Any, Any], since: Since = None, last_event_id: LastEventId = None, kinds: Kinds = None
+) -> Stream:
     """Live SSE feed: history after `since` / `Last-Event-ID` first (if given), then new events."""
     core = operator_of(request).core
-    since, kinds = _since(request), _kinds(request)
+    after, wanted = _since(since, last_event_id), _kinds(kinds)
 
     async def frames() -> AsyncIterator[bytes]:
         # The comment opens the stream at once; `retry:` rides in the first event's block, since a block of its own
         # is an event with empty data to SSE clients such as httpx-sse.
         yield b": emulator event stream\n\n"
         retry = b"retry: 1000\n"
-        async for event in core.bus.follow(since, kinds):
+        async for event in core.bus.follow(after, wanted):
             yield b"%sid: %d\ndata: %s\n\n" % (retry, event.seq, _encode(EventView.of(event)))
             retry = b""
 
-    return Stream(frames(), media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
+    return Stream(frames(), media_type=ops.EVENTS.answer_media, headers={"Cache-Control": "no-cache"})
 
 
-@get(ops.SWITCHES.path)
-async def switches_get(request: Request[Any, Any, Any]) -> Response[bytes]:
-    return json_response(operator_of(request).core.switches.snapshot())
+@operation(ops.SWITCHES)
+async def switches_get(request: Request[Any, Any, Any]) -> Switches:
+    return msgspec.convert(operator_of(request).core.switches.snapshot(), Switches)
 
 
-@post(ops.SWITCHES_SET.path, status_code=200, opt=openapi.body(dict[str, bool]))
-async def switches_set(request: Request[Any, Any, Any]) -> Response[bytes]:
+@operation(ops.SWITCHES_SET, body="wanted", errors=[BAD_REQUEST])
+async def switches_set(request: Request[Any, Any, Any], wanted: dict[str, bool]) -> Switches:
     switches = operator_of(request).core.switches
-    body = decode(await request.body(), dict[str, bool])
-    for name, value in body.items():
+    for name, value in wanted.items():
         switches.set(name, value)
-    return json_response(switches.snapshot())
+    return msgspec.convert(switches.snapshot(), Switches)
 
 
 HANDLERS = [

@@ -5,32 +5,31 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-import msgspec
-from litestar import Request, Response, delete, get, post
+from litestar import Request
 from litestar.params import Parameter
 
 from emulator.admin import ops
 from emulator.admin.context import operator_of
-from emulator.admin.emulator import decode, json_response
-from emulator.admin.wire import FaultRelease, FaultsCleared
-from emulator.core import openapi
-from emulator.core.errors import BAD_REQUEST
-from emulator.core.faults import KILLS, FaultSpec
+from emulator.admin.operation import operation
+from emulator.admin.wire import FaultRelease, FaultRemoved, FaultsCleared, FaultsReleased
+from emulator.core.errors import BAD_REQUEST, NOT_FOUND
+from emulator.core.faults import KILLS, FaultList, FaultRuleView, FaultSpec
 
 
-@get(ops.FAULTS.path)
-async def faults_get(request: Request[Any, Any, Any]) -> Response[bytes]:
-    return json_response(operator_of(request).core.faults.snapshot())
+@operation(ops.FAULTS)
+async def faults_get(request: Request[Any, Any, Any]) -> FaultList:
+    return operator_of(request).core.faults.snapshot()
 
 
-@post(ops.FAULT_ADD.path, status_code=201, opt=openapi.body(FaultSpec))
-async def faults_add(request: Request[Any, Any, Any]) -> Response[bytes]:
+@operation(ops.FAULT_ADD, body="sent", status_code=201, errors=[BAD_REQUEST, NOT_FOUND])
+async def faults_add(request: Request[Any, Any, Any], sent: FaultSpec) -> FaultRuleView | FaultList:
+    """A rule (its view), or a hold of requests to a path (the fault list with it)."""
     operator = operator_of(request)
     faults = operator.core.faults
-    spec = faults.check(decode(await request.body(), FaultSpec))
+    spec = faults.check(sent)
     if spec.hold is not None:
         faults.hold(spec.hold, spec.count or 1)
-        return json_response(faults.snapshot(), 201)
+        return faults.snapshot()
     if spec.hosted in KILLS:
         parts = (spec.target or "").split(":")
         wanted = 3 if spec.hosted == "kill_service" else 2
@@ -39,28 +38,28 @@ async def faults_add(request: Request[Any, Any, Any]) -> Response[bytes]:
             raise BAD_REQUEST(f"fault: {spec.hosted} names its target as {shape}")
         org = await operator.platform.org(parts[0])
         await operator.platform.reconciler.kill(org.id, org.slug, parts[1], parts[2] if wanted == 3 else None)
-        return json_response(faults.add(spec, fired=True).view(), 201)
-    return json_response(faults.add(spec).view(), 201)
+        return faults.add(spec, fired=True).view()
+    return faults.add(spec).view()
 
 
-@delete(ops.FAULTS_CLEAR.path, status_code=200)
-async def faults_clear(request: Request[Any, Any, Any]) -> Response[bytes]:
-    return json_response(FaultsCleared(operator_of(request).core.faults.clear(announce=True)))
+@operation(ops.FAULTS_CLEAR)
+async def faults_clear(request: Request[Any, Any, Any]) -> FaultsCleared:
+    return FaultsCleared(operator_of(request).core.faults.clear(announce=True))
 
 
-@delete(ops.FAULT_REMOVE.path, status_code=200)
+@operation(ops.FAULT_REMOVE, errors=[NOT_FOUND])
 async def faults_remove(
     request: Request[Any, Any, Any], rule_id: Annotated[str, Parameter(max_length=40)]
-) -> Response[bytes]:
-    return json_response({"removed": operator_of(request).core.faults.remove(rule_id).view()})
+) -> FaultRemoved:
+    return FaultRemoved(operator_of(request).core.faults.remove(rule_id).view())
 
 
-@post(ops.FAULTS_RELEASE.path, status_code=200, opt=openapi.body(FaultRelease))
-async def faults_release(request: Request[Any, Any, Any]) -> Response[bytes]:
+@operation(ops.FAULTS_RELEASE, body="release")
+async def faults_release(request: Request[Any, Any, Any], release: FaultRelease) -> FaultsReleased:
     faults = operator_of(request).core.faults
-    release = decode(await request.body(), FaultRelease)
     released = faults.release(release.path)
-    return json_response({"released": released, **msgspec.structs.asdict(faults.snapshot())})
+    left = faults.snapshot()
+    return FaultsReleased(released, left.rules, left.holds, left.waiting)
 
 
 HANDLERS = [faults_get, faults_add, faults_clear, faults_remove, faults_release]

@@ -6,11 +6,11 @@ from __future__ import annotations
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
-from litestar import Request, Response, get, post
+from litestar import Request
 
 from emulator.admin import ops
 from emulator.admin.context import operator_of
-from emulator.admin.emulator import decode, json_response
+from emulator.admin.operation import operation
 from emulator.admin.wire import (
     ClaimDecided,
     ClaimDecision,
@@ -28,12 +28,11 @@ from emulator.admin.wire import (
     UserList,
     UserView,
 )
-from emulator.core import openapi
 from emulator.core.clock import iso
-from emulator.core.errors import BAD_REQUEST
+from emulator.core.errors import BAD_REQUEST, CONFLICT, GONE, NOT_FOUND, UNAUTHORIZED
 from emulator.core.store import record
 from emulator.identity.agent_events import status_of
-from emulator.identity.idjag import MintRequest
+from emulator.identity.idjag import Minted, MintRequest
 from emulator.identity.records import RegistrationRecord
 from emulator.identity.views import LatestClaim, UserOverview, latest_claims, users_overview
 from emulator.identity.wire import POST_CLAIM_SCOPES, PRE_CLAIM_SCOPES, valid_email
@@ -45,31 +44,34 @@ def _attempt_token(claim: str | None) -> str | None:
     return claim
 
 
-async def _decide(request: Request[Any, Any, Any], approve: bool) -> Response[bytes]:
+# A claim the person acts on: none found, one closed (claimed, revoked, lapsed) or already decided, a bad e-mail.
+_CLAIM_REFUSALS = (BAD_REQUEST, UNAUTHORIZED, NOT_FOUND, CONFLICT, GONE)
+
+
+async def _decide(request: Request[Any, Any, Any], body: ClaimDecision, approve: bool) -> ClaimDecided:
     identity = operator_of(request).identity
-    body = decode(await request.body(), ClaimDecision)
     attempt = await identity.attempt_for(token=_attempt_token(body.claim), registration=body.registration)
     code = await identity.decide(attempt, body.email, approve)
     answer = ClaimDecided(attempt.registration_id, body.email.strip(), approve)
     if code:
         decided = await identity.attempt_for(registration=attempt.registration_id)
         answer.user_code, answer.expires_at = code, iso(decided.code_expires_at or decided.expires_at)
-    return json_response(answer)
+    return answer
 
 
-@post(ops.CLAIM_APPROVE.path, status_code=200, opt=openapi.body(ClaimDecision))
-async def claims_approve(request: Request[Any, Any, Any]) -> Response[bytes]:
+@operation(ops.CLAIM_APPROVE, body="decision", errors=_CLAIM_REFUSALS)
+async def claims_approve(request: Request[Any, Any, Any], decision: ClaimDecision) -> ClaimDecided:
     """The person signs in and approves: the answer shows the 6-digit user code, once."""
-    return await _decide(request, True)
+    return await _decide(request, decision, True)
 
 
-@post(ops.CLAIM_DENY.path, status_code=200, opt=openapi.body(ClaimDecision))
-async def claims_deny(request: Request[Any, Any, Any]) -> Response[bytes]:
-    return await _decide(request, False)
+@operation(ops.CLAIM_DENY, body="decision", errors=_CLAIM_REFUSALS)
+async def claims_deny(request: Request[Any, Any, Any], decision: ClaimDecision) -> ClaimDecided:
+    return await _decide(request, decision, False)
 
 
-@get(ops.REGISTRATIONS.path)
-async def registrations_list(request: Request[Any, Any, Any]) -> Response[bytes]:
+@operation(ops.REGISTRATIONS)
+async def registrations_list(request: Request[Any, Any, Any]) -> RegistrationList:
     core = operator_of(request).core
     rows = await core.store.fetchall(
         "SELECT r.*, (SELECT slug FROM orgs o WHERE o.id = r.trial_org_id) AS trial, "
@@ -79,62 +81,58 @@ async def registrations_list(request: Request[Any, Any, Any]) -> Response[bytes]
     )
     now = core.clock.now()
     claims = await latest_claims(core.store, now)
-    return json_response(
-        RegistrationList(
-            [
-                RegistrationView(
-                    id=r["id"],
-                    type=r["type"],
-                    status=r["status"],
-                    login_hint=r["login_hint"],
-                    claimed_email=r["claimed_email"],
-                    scopes=POST_CLAIM_SCOPES if r["status"] == "claimed" else PRE_CLAIM_SCOPES,
-                    trial=r["trial"],
-                    trial_org_id=r["trial_org_id"],
-                    tokens_issued=r["tokens"],
-                    last_token_at=iso(r["last_token_at"]) if r["last_token_at"] else None,
-                    created_at=iso(r["created_at"]),
-                    claim=_claim_view(claims.get(r["id"])),
-                    revoked_at=iso(r["revoked_at"]) if r["revoked_at"] is not None else None,
-                    service_status=status_of(record(r, RegistrationRecord), now),
-                )
-                for r in rows
-            ]
-        )
+    return RegistrationList(
+        [
+            RegistrationView(
+                id=r["id"],
+                type=r["type"],
+                status=r["status"],
+                login_hint=r["login_hint"],
+                claimed_email=r["claimed_email"],
+                scopes=POST_CLAIM_SCOPES if r["status"] == "claimed" else PRE_CLAIM_SCOPES,
+                trial=r["trial"],
+                trial_org_id=r["trial_org_id"],
+                tokens_issued=r["tokens"],
+                last_token_at=iso(r["last_token_at"]) if r["last_token_at"] else None,
+                created_at=iso(r["created_at"]),
+                claim=_claim_view(claims.get(r["id"])),
+                revoked_at=iso(r["revoked_at"]) if r["revoked_at"] is not None else None,
+                service_status=status_of(record(r, RegistrationRecord), now),
+            )
+            for r in rows
+        ]
     )
 
 
-@post(ops.LOGIN_APPROVE.path, status_code=200, opt=openapi.body(LoginDecision))
-async def logins_approve(request: Request[Any, Any, Any]) -> Response[bytes]:
-    body = decode(await request.body(), LoginDecision)
-    await operator_of(request).logins.decide(body.user_code, body.email, not body.deny)
-    return json_response(LoginDecided(body.user_code.upper(), body.email.strip(), not body.deny))
+@operation(ops.LOGIN_APPROVE, body="decision", errors=[BAD_REQUEST, NOT_FOUND, GONE])
+async def logins_approve(request: Request[Any, Any, Any], decision: LoginDecision) -> LoginDecided:
+    await operator_of(request).logins.decide(decision.user_code, decision.email, not decision.deny)
+    return LoginDecided(decision.user_code.upper(), decision.email.strip(), not decision.deny)
 
 
-@get(ops.LOGINS.path)
-async def logins_pending(request: Request[Any, Any, Any]) -> Response[bytes]:
+@operation(ops.LOGINS)
+async def logins_pending(request: Request[Any, Any, Any]) -> LoginList:
     core = operator_of(request).core
     rows = await core.store.fetchall(
         "SELECT user_code, state, email, expires_at FROM device_logins WHERE state = 'pending' AND expires_at > ? "
         "ORDER BY created_at",
         (core.clock.now(),),
     )
-    return json_response(LoginList([PendingLoginView(r["user_code"], iso(r["expires_at"])) for r in rows]))
+    return LoginList([PendingLoginView(r["user_code"], iso(r["expires_at"])) for r in rows])
 
 
-@post(ops.ID_JAG.path, status_code=201, opt=openapi.body(MintRequest))
-async def id_jag_mint(request: Request[Any, Any, Any]) -> Response[bytes]:
+@operation(ops.ID_JAG, body="ask", status_code=201, errors=[BAD_REQUEST])
+async def id_jag_mint(request: Request[Any, Any, Any], ask: MintRequest) -> Minted:
     """An ID-JAG from the upstream issuer the emulator plays, for a test person: what the person's own identity
     provider would give the agent by token exchange. Every field can make a bad one on purpose."""
     operator = operator_of(request)
-    ask = decode(await request.body(), MintRequest)
     if not valid_email(ask.email):
         raise BAD_REQUEST("email must be an e-mail address")
-    return json_response(operator.identity.upstream.mint(ask, operator.core.clock.now()), status=201)
+    return operator.identity.upstream.mint(ask, operator.core.clock.now())
 
 
-@get(ops.CLAIMS.path)
-async def claims_pending(request: Request[Any, Any, Any]) -> Response[bytes]:
+@operation(ops.CLAIMS)
+async def claims_pending(request: Request[Any, Any, Any]) -> ClaimList:
     """Claim attempts a person can still act on: `pending` (not yet approved) or `confirmed` (code shown)."""
     core = operator_of(request).core
     rows = await core.store.fetchall(
@@ -143,22 +141,20 @@ async def claims_pending(request: Request[Any, Any, Any]) -> Response[bytes]:
         "AND a.state IN ('pending', 'confirmed') AND a.expires_at > ? ORDER BY a.created_at",
         (core.clock.now(),),
     )
-    return json_response(
-        ClaimList(
-            [
-                PendingClaimView(r["registration_id"], r["login_hint"], r["state"], r["email"], iso(r["expires_at"]))
-                for r in rows
-            ]
-        )
+    return ClaimList(
+        [
+            PendingClaimView(r["registration_id"], r["login_hint"], r["state"], r["email"], iso(r["expires_at"]))
+            for r in rows
+        ]
     )
 
 
-@get(ops.USERS.path)
-async def users_list(request: Request[Any, Any, Any]) -> Response[bytes]:
+@operation(ops.USERS)
+async def users_list(request: Request[Any, Any, Any]) -> UserList:
     """Every person who signed in, with their organizations and roles and their `pxt login` sessions."""
     core = operator_of(request).core
     users = await users_overview(core.store, core.clock.now())
-    return json_response(UserList([_user_view(u) for u in users]))
+    return UserList([_user_view(u) for u in users])
 
 
 def _claim_view(claim: LatestClaim | None) -> LatestClaimView | None:

@@ -59,6 +59,7 @@ from emulator.admin.wire import (
     SnapshotLoaded,
     SnapshotSave,
     StatusView,
+    Switches,
     TableList,
     TrialClaim,
     TrialClaimed,
@@ -200,8 +201,8 @@ CLOCK = _get("/clock", ClockView)
 CLOCK_MOVE = _post("/clock", ClockMove, ClockView)
 JOURNAL = _get("/journal", JournalPage)  # query: since, kinds, limit
 EVENTS = _get("/events", EventView, media="text/event-stream", stream=True)  # query: since, kinds
-SWITCHES = _get("/switches", dict[str, bool])
-SWITCHES_SET = _post("/switches", dict[str, bool], dict[str, bool])
+SWITCHES = _get("/switches", Switches)
+SWITCHES_SET = _post("/switches", dict[str, bool], Switches)
 
 # --- faults (admin/faults.py) ---
 FAULTS = _get("/faults", FaultList)
@@ -220,7 +221,7 @@ SNAPSHOT_EXPORT = _get("/snapshots/{name:str}/export", bytes, media="application
 SNAPSHOT_IMPORT = _post("/snapshots/import", bytes, SnapshotView, media=IMPORT_MEDIA)  # query: name
 
 # --- declared states (admin/declared.py) ---
-APPLY = _post("/apply", bytes, Applied, media=(TOML,))  # query: name
+APPLY = _post("/apply", bytes, Applied, media=(TOML, JSON))  # a file, or a DeclaredState as JSON; query: name
 
 # --- behaviour (admin/behaviour.py) ---
 TRACE = _get("/traces/{who:path}", Trace)

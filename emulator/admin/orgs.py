@@ -5,15 +5,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from litestar import Request, Response, get, post
+from litestar import Request
 
 from emulator.admin import ops
 from emulator.admin.context import Operator, operator_of
 from emulator.admin.databases import database_views
-from emulator.admin.emulator import decode, json_response
+from emulator.admin.operation import operation
 from emulator.admin.wire import KeyList, OrgList, OrgView, TrialClaim, TrialClaimed, TrialList
-from emulator.core import openapi
-from emulator.core.errors import NOT_FOUND
+from emulator.core.errors import BAD_REQUEST, CONFLICT, NOT_FOUND
 from emulator.hosted import keys, orgs, trials
 
 
@@ -26,35 +25,34 @@ async def org_views(operator: Operator, *, trials_only: bool = False) -> list[Or
     ]
 
 
-@get(ops.ORGS.path)
-async def orgs_list(request: Request[Any, Any, Any]) -> Response[bytes]:
+@operation(ops.ORGS)
+async def orgs_list(request: Request[Any, Any, Any]) -> OrgList:
     """Every organization (trial or not) with its API key names, admins and databases."""
     operator = operator_of(request)
-    return json_response(OrgList(operator.core.clock.now(), await org_views(operator)))
+    return OrgList(operator.core.clock.now(), await org_views(operator))
 
 
-@get(ops.TRIALS.path)
-async def trials_list(request: Request[Any, Any, Any]) -> Response[bytes]:
-    return json_response(TrialList(await org_views(operator_of(request), trials_only=True)))
+@operation(ops.TRIALS)
+async def trials_list(request: Request[Any, Any, Any]) -> TrialList:
+    return TrialList(await org_views(operator_of(request), trials_only=True))
 
 
-@post(ops.TRIAL_CLAIM.path, status_code=200, opt=openapi.body(TrialClaim))
-async def trials_claim(request: Request[Any, Any, Any]) -> Response[bytes]:
+@operation(ops.TRIAL_CLAIM, body="claim", errors=[BAD_REQUEST, NOT_FOUND, CONFLICT])
+async def trials_claim(request: Request[Any, Any, Any], claim: TrialClaim) -> TrialClaimed:
     operator = operator_of(request)
-    body = decode(await request.body(), TrialClaim)
-    org = await orgs.find(operator.core.store, body.org)
+    org = await orgs.find(operator.core.store, claim.org)
     if org is None:
-        raise NOT_FOUND(f"no organization {body.org!r} (an unclaimed trial is deleted after 48 h)")
-    slug = await trials.claim(operator.core, operator.identity, org.id, body.email)
-    return json_response(TrialClaimed(slug, body.email.strip(), "claimed"))
+        raise NOT_FOUND(f"no organization {claim.org!r} (an unclaimed trial is deleted after 48 h)")
+    slug = await trials.claim(operator.core, operator.identity, org.id, claim.email)
+    return TrialClaimed(slug, claim.email.strip(), "claimed")
 
 
-@get(ops.KEYS.path)
-async def keys_list(request: Request[Any, Any, Any]) -> Response[bytes]:
+@operation(ops.KEYS)
+async def keys_list(request: Request[Any, Any, Any]) -> KeyList:
     """Every API key by organization and name (never its secret): type, grants, created, last used, revoked."""
     core = operator_of(request).core
     await core.bus.flush()  # last used and revoked are read from the journal
-    return json_response(KeyList(await keys.listing(core.store)))
+    return KeyList(await keys.listing(core.store))
 
 
 HANDLERS = [keys_list, orgs_list, trials_list, trials_claim]

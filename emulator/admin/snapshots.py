@@ -4,91 +4,104 @@ emulator.core.snapshots), and `POST /_emulator/reset` back to an empty emulator 
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+from collections.abc import AsyncIterator
+from typing import Annotated, Any
 
-from litestar import Request, Response, delete, get, post
+from litestar import Request
 from litestar.background_tasks import BackgroundTask
+from litestar.params import QueryParameter
 from litestar.response import File
 
 from emulator.admin import ops
 from emulator.admin.context import operator_of
-from emulator.admin.emulator import decode, json_response
+from emulator.admin.operation import operation
 from emulator.admin.wire import ResetRequest, ResetView, SnapshotDeleted, SnapshotList, SnapshotLoaded, SnapshotSave
 from emulator.core import openapi
 from emulator.core.boundary import IMPORT_TYPES
+from emulator.core.errors import BAD_REQUEST, CONFLICT, NOT_FOUND, UNAVAILABLE, UNPROCESSABLE
 from emulator.core.snapshots import MAX_IMPORT_BYTES, SnapshotView, check_name
 
-
-@get(ops.SNAPSHOTS.path)
-async def snapshots_list(request: Request[Any, Any, Any]) -> Response[bytes]:
-    return json_response(SnapshotList(await operator_of(request).core.snapshots.list()))
-
-
-@post(ops.SNAPSHOT_SAVE.path, status_code=201, opt=openapi.body(SnapshotSave))
-async def snapshot_save(request: Request[Any, Any, Any]) -> Response[bytes]:
-    body = decode(await request.body(), SnapshotSave)
-    view = await operator_of(request).core.snapshots.save(check_name(body.name))
-    return json_response(view, 201)
+_ARCHIVE: openapi.MediaType = {"schema": {"type": "string", "format": "binary"}}
+# What a snapshot's name may be refused with, and a save, load or import besides (core/snapshots.py).
+_NAMED = (BAD_REQUEST, NOT_FOUND)
+_BUSY = (CONFLICT, UNAVAILABLE)
 
 
-@post(ops.SNAPSHOT_LOAD.path, status_code=200)
-async def snapshot_load(request: Request[Any, Any, Any], name: str) -> Response[bytes]:
+@operation(ops.SNAPSHOTS)
+async def snapshots_list(request: Request[Any, Any, Any]) -> SnapshotList:
+    return SnapshotList(await operator_of(request).core.snapshots.list())
+
+
+@operation(ops.SNAPSHOT_SAVE, body="save", status_code=201, errors=[*_NAMED, *_BUSY])
+async def snapshot_save(request: Request[Any, Any, Any], save: SnapshotSave) -> SnapshotView:
+    return await operator_of(request).core.snapshots.save(check_name(save.name))
+
+
+@operation(ops.SNAPSHOT_LOAD, errors=[*_NAMED, *_BUSY, UNPROCESSABLE])
+async def snapshot_load(request: Request[Any, Any, Any], name: str) -> SnapshotLoaded:
     core = operator_of(request).core
     seconds = await core.snapshots.load(name)
-    return json_response(SnapshotLoaded(name, seconds, core.clock.state().iso))
+    return SnapshotLoaded(name, seconds, core.clock.state().iso)
 
 
-@delete(ops.SNAPSHOT_DELETE.path, status_code=200)
-async def snapshot_delete(request: Request[Any, Any, Any], name: str) -> Response[bytes]:
+@operation(ops.SNAPSHOT_DELETE, errors=_NAMED)
+async def snapshot_delete(request: Request[Any, Any, Any], name: str) -> SnapshotDeleted:
     await operator_of(request).core.snapshots.delete(name)
-    return json_response(SnapshotDeleted(name))
+    return SnapshotDeleted(name)
 
 
-@get(ops.SNAPSHOT_EXPORT.path)
+@operation(
+    ops.SNAPSHOT_EXPORT,
+    errors=[*_NAMED, *_BUSY],
+    opt=openapi.custom_answer(openapi.Body({ops.SNAPSHOT_EXPORT.answer_media: _ARCHIVE}, description="NAME.tar.gz")),
+)
 async def snapshot_export(request: Request[Any, Any, Any], name: str) -> File:
     packed = await operator_of(request).core.snapshots.export(name)
     return File(
         packed,
-        media_type="application/gzip",
+        media_type=ops.SNAPSHOT_EXPORT.answer_media,
         filename=f"{name}.tar.gz",
         background=BackgroundTask(asyncio.to_thread, packed.unlink, True),
     )
 
 
-@post(
-    ops.SNAPSHOT_IMPORT.path,
+async def _archive(request: Request[Any, Any, Any]) -> AsyncIterator[bytes]:
+    """The import's body as it arrives (an archive may be large: it is written to disk as it comes)."""
+    return request.stream()
+
+
+_IMPORTED = openapi.BodyDependency(
+    _archive, openapi.Body(dict.fromkeys(IMPORT_TYPES, _ARCHIVE), description="an export (.tar.gz)")
+)
+SnapshotName = Annotated[str | None, QueryParameter(name="name", description="the name to keep it as")]
+
+
+@operation(
+    ops.SNAPSHOT_IMPORT,
     status_code=201,
     request_max_body_size=MAX_IMPORT_BYTES,
-    opt={
-        **openapi.custom_body(
-            openapi.Body(
-                {kind: {"schema": {"type": "string", "format": "binary"}} for kind in IMPORT_TYPES},
-                description="an export (.tar.gz)",
-            )
-        ),
-        **openapi.query(name=str),
-    },
+    dependencies={"archive": _IMPORTED},
+    errors=[*_NAMED, *_BUSY, UNPROCESSABLE],
 )
-async def snapshot_import(request: Request[Any, Any, Any]) -> Response[bytes]:
+async def snapshot_import(
+    request: Request[Any, Any, Any], archive: AsyncIterator[bytes], name: SnapshotName = None
+) -> SnapshotView:
     snapshots = operator_of(request).core.snapshots
-    name = request.query_params.get("name")
     if name is not None:
         check_name(name)
-    archive = await snapshots.receive(request.stream())
+    received = await snapshots.receive(archive)
     try:
-        view: SnapshotView = await snapshots.import_file(archive, name)
+        return await snapshots.import_file(received, name)
     finally:
-        await asyncio.to_thread(archive.unlink, True)
-    return json_response(view, 201)
+        await asyncio.to_thread(received.unlink, True)
 
 
-@post(ops.RESET.path, status_code=200, opt=openapi.body(ResetRequest))
-async def reset(request: Request[Any, Any, Any]) -> Response[bytes]:
+@operation(ops.RESET, body="reset_to", errors=[*_BUSY])
+async def reset(request: Request[Any, Any, Any], reset_to: ResetRequest) -> ResetView:
     """Everything a run made is gone, without a restart (see Core.reset)."""
-    body = decode(await request.body() or b"{}", ResetRequest)
     core = operator_of(request).core
-    seconds = await core.reset(body.to)
-    return json_response(ResetView(reset=True, to=body.to, seconds=seconds, clock=core.clock.state().iso))
+    seconds = await core.reset(reset_to.to)
+    return ResetView(reset=True, to=reset_to.to, seconds=seconds, clock=core.clock.state().iso)
 
 
 HANDLERS = [reset, snapshots_list, snapshot_save, snapshot_load, snapshot_delete, snapshot_export, snapshot_import]

@@ -5,44 +5,45 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from litestar import Request, Response, delete, get, post
-from litestar.params import Parameter
+from litestar import Request
+from litestar.params import Parameter, QueryParameter
 
 from emulator.admin import ops
 from emulator.admin.context import operator_of
-from emulator.admin.emulator import decode, json_response
-from emulator.admin.wire import DeliveryList, WebhookAdd, WebhookList
-from emulator.core import openapi
+from emulator.admin.operation import operation
+from emulator.admin.wire import DeliveryList, WebhookAdd, WebhookCreated, WebhookList, WebhookRemoved
+from emulator.core.errors import BAD_REQUEST, NOT_FOUND
 from emulator.identity import deliveries, endpoints
 
 
-@post(ops.WEBHOOK_ADD.path, status_code=201, opt=openapi.body(WebhookAdd))
-async def webhooks_add(request: Request[Any, Any, Any]) -> Response[bytes]:
+@operation(ops.WEBHOOK_ADD, body="spec", status_code=201, errors=[BAD_REQUEST])
+async def webhooks_add(request: Request[Any, Any, Any], spec: WebhookAdd) -> WebhookCreated:
     """Add an endpoint; the answer shows its signing secret, the only time it is shown."""
     operator = operator_of(request)
-    spec = decode(await request.body(), WebhookAdd)
-    return json_response(await endpoints.add(operator.core, operator.platform.box, spec), 201)
+    return await endpoints.add(operator.core, operator.platform.box, spec)
 
 
-@get(ops.WEBHOOKS.path)
-async def webhooks_list(request: Request[Any, Any, Any]) -> Response[bytes]:
-    return json_response(WebhookList(await endpoints.every(operator_of(request).core.store)))
+@operation(ops.WEBHOOKS)
+async def webhooks_list(request: Request[Any, Any, Any]) -> WebhookList:
+    return WebhookList(await endpoints.every(operator_of(request).core.store))
 
 
-@get(ops.WEBHOOK_DELIVERIES.path, opt=openapi.query(endpoint=str, event=str))
-async def webhooks_deliveries(request: Request[Any, Any, Any]) -> Response[bytes]:
+@operation(ops.WEBHOOK_DELIVERIES)
+async def webhooks_deliveries(
+    request: Request[Any, Any, Any],
+    endpoint: Annotated[str | None, QueryParameter(name="endpoint", description="we_…")] = None,
+    event: Annotated[str | None, QueryParameter(name="event", description="event_…")] = None,
+) -> DeliveryList:
     """Every delivery (of one endpoint `?endpoint=we_…`, of one event `?event=event_…`) with each try."""
-    q = request.query_params
-    found = await deliveries.every(operator_of(request).core.store, q.get("endpoint"), q.get("event"))
-    return json_response(DeliveryList(found))
+    return DeliveryList(await deliveries.every(operator_of(request).core.store, endpoint, event))
 
 
-@delete(ops.WEBHOOK_REMOVE.path, status_code=200)
+@operation(ops.WEBHOOK_REMOVE, errors=[NOT_FOUND])
 async def webhooks_remove(
     request: Request[Any, Any, Any], endpoint_id: Annotated[str, Parameter(max_length=64)]
-) -> Response[bytes]:
+) -> WebhookRemoved:
     """Remove an endpoint: its pending deliveries go with it."""
-    return json_response(await endpoints.remove(operator_of(request).core, endpoint_id))
+    return await endpoints.remove(operator_of(request).core, endpoint_id)
 
 
 HANDLERS = [webhooks_add, webhooks_list, webhooks_deliveries, webhooks_remove]

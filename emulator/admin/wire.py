@@ -272,7 +272,8 @@ class ServiceCall(msgspec.Struct, forbid_unknown_fields=True):
     service: str  # its label, "name" or "base/name"
     path: str  # the route, e.g. "/docs"
     method: str = "POST"
-    json: msgspec.Raw = msgspec.Raw(b"null")  # the request's JSON body, as given (null: none)
+    # the request's JSON body, as given (null: none); a factory, so the schema shows no default it cannot encode
+    json: msgspec.Raw = msgspec.field(default_factory=lambda: msgspec.Raw(b"null"))
 
     def __post_init__(self) -> None:
         if not self.path.startswith("/") or "\r" in self.path or "\n" in self.path or " " in self.path:
@@ -326,10 +327,25 @@ class SnapshotList(msgspec.Struct):
     snapshots: list[SnapshotView]
 
 
-class FaultsReleased(FaultList):
-    """POST /_emulator/faults/release: how many held requests went on, and the rules and holds left."""
+class FaultsReleased(msgspec.Struct):
+    """POST /_emulator/faults/release: how many held requests went on, and the rules and holds left (FaultList's
+    fields, after `released`: the order the answer has always had)."""
 
     released: int
+    rules: list[FaultRuleView]
+    holds: dict[str, int]
+    waiting: list[str]
+
+
+class Switches(msgspec.Struct):
+    """GET and POST /_emulator/switches: each runtime switch's value, in core/switches.SWITCHES's order (held to it by
+    tests/test_operator_ops.py)."""
+
+    anonymous_registration: bool
+    service_auth_registration: bool
+    identity_assertion_registration: bool
+    trials_enabled: bool
+    cloud_reachable: bool
 
 
 # --- agent registrations, claims and sign-ins -------------------------------------------------------------

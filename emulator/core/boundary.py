@@ -226,7 +226,10 @@ class Boundary:
 # The few bodies that are not JSON. Like JSON, none is a type a page can send cross-site without the browser
 # asking first (a CORS preflight, which nothing here answers); text/plain or a form would be.
 IMPORT_TYPES = ("application/gzip", "application/octet-stream")
-_OTHER_BODIES = {ADMIN_PREFIX + "/snapshots/import": IMPORT_TYPES, ADMIN_PREFIX + "/apply": ("application/toml",)}
+_OTHER_BODIES = {
+    ADMIN_PREFIX + "/snapshots/import": IMPORT_TYPES,
+    ADMIN_PREFIX + "/apply": ("application/toml", "application/json"),
+}
 
 
 def _has_body(headers: Mapping[str, str]) -> bool:

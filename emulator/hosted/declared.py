@@ -21,13 +21,14 @@ from __future__ import annotations
 import contextlib
 import re
 import tomllib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from typing import Literal
 
 import aiosqlite
 import msgspec
 
+from emulator.core import jsonbody
 from emulator.core.clock import MAX_TIME, iso, parse_duration
 from emulator.core.context import Core
 from emulator.core.errors import BAD_REQUEST, ApiError
@@ -111,7 +112,7 @@ class WebhookDecl(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     events: list[str] = []  # the registration events it takes; none named: every one
 
 
-class World(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+class DeclaredState(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     clock: datetime | ClockDecl | None = None  # a bare instant freezes the clock there
     orgs: list[OrgDecl] = []
     users: list[UserDecl] = []
@@ -233,7 +234,7 @@ _MSGSPEC_AT = re.compile(r"^(.*?)(?: - at `\$(.*)`)?$", re.S)
 _PATH_PART = re.compile(r"\.([^.\[]+)|\[(\d+)\]")
 
 
-def parse(text: str, name: str) -> World:
+def parse(text: str, name: str) -> DeclaredState:
     """The file, decoded strictly; a refusal is an ApiError whose message starts `FILE:LINE:`."""
     try:
         raw = tomllib.loads(text)
@@ -244,8 +245,23 @@ def parse(text: str, name: str) -> World:
         raise BAD_REQUEST(f"{name}:{line}: {message}") from None
     except RecursionError:  # tomllib recurses once per level of nested arrays and inline tables
         raise BAD_REQUEST(f"{name}: arrays or inline tables nested too deeply") from None
+    return _strictly(lambda: msgspec.convert(raw, DeclaredState), name, text)
+
+
+def parse_json(body: bytes, name: str) -> DeclaredState:
+    """The same state sent as JSON (the operator API's `application/json`), decoded as strictly; a refusal names the
+    place as the file's do, without a line (`body: orgs[0].trial: …`)."""
     try:
-        return msgspec.convert(raw, World)
+        jsonbody.check_depth(body)
+        return _strictly(lambda: msgspec.json.decode(body, type=DeclaredState), name, "")
+    except (jsonbody.NotJson, msgspec.DecodeError, UnicodeDecodeError) as e:
+        raise BAD_REQUEST(f"{name}: {e}") from None
+
+
+def _strictly(read: Callable[[], DeclaredState], name: str, text: str) -> DeclaredState:
+    """`read()`, its msgspec refusal said as a place in the file (`text`, for its line) and what is wrong there."""
+    try:
+        return read()
     except msgspec.ValidationError as e:
         m = _MSGSPEC_AT.match(str(e))
         message, where = (m.group(1), m.group(2) or "") if m else (str(e), "")
@@ -272,7 +288,7 @@ _TABLES: dict[str, type[msgspec.Struct]] = {
 def _known(path: Path) -> str:
     """The keys allowed where an unknown one was found."""
     if not path:
-        return f"the top level has {', '.join(World.__struct_fields__)}"
+        return f"the top level has {', '.join(DeclaredState.__struct_fields__)}"
     if path[0] == "clock":
         return f"clock has {', '.join(ClockDecl.__struct_fields__)}"
     kind = _TABLES.get(str(path[0]))
@@ -283,7 +299,7 @@ def _known(path: Path) -> str:
 
 
 class _Plan(msgspec.Struct, kw_only=True):
-    world: World
+    world: DeclaredState
     now: float | None  # the declared clock, or None: the clock as it is
     frozen: bool
     lifetimes: list[float | None]  # each org's time left (unclaimed trials)
@@ -291,7 +307,7 @@ class _Plan(msgspec.Struct, kw_only=True):
     trial_of: dict[str, str]  # trial slug -> the registration that made it
 
 
-def check(world: World, trial_lifetime: float) -> _Plan:
+def check(world: DeclaredState, trial_lifetime: float) -> _Plan:
     now, frozen = _clock(world.clock)
     declared: dict[str, OrgDecl] = {}
     lifetimes: list[float | None] = []
@@ -460,9 +476,12 @@ def _duration(value: str | int, path: Path) -> float:
 # --- applying it -----------------------------------------------------------------------------------------------
 
 
-async def apply(core: Core, box: SecretBox, identity: Identity, text: str, name: str) -> Applied:
-    """Make the emulator hold the declared state in `text` (the file `name`, for messages), all of it or none."""
-    world = parse(text, name)
+async def apply(
+    core: Core, box: SecretBox, identity: Identity, text: str, name: str, *, decoded: DeclaredState | None = None
+) -> Applied:
+    """Make the emulator hold the declared state in `text` (the file `name`, for messages), all of it or none; or
+    `decoded`, the state already read (sent as JSON: `text` is then empty, and refusals name no line)."""
+    world = decoded if decoded is not None else parse(text, name)
     try:
         plan = check(world, core.settings.trial_lifetime)
         for i, w in enumerate(world.webhooks):  # resolves its host: outside the lock, before anything is written
