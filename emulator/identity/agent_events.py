@@ -34,6 +34,7 @@ from emulator.core.payloads import (
 from emulator.identity import deliveries as deliveries_
 from emulator.identity.deliveries import NewDelivery
 from emulator.identity.records import RegistrationRecord
+from emulator.identity.states import DeliveryState, EventStatus, RegStatus, RegType
 
 _JOURNALED = {
     Kind.AGENT_REGISTRATION_CREATED: AgentRegistrationCreated,
@@ -47,7 +48,7 @@ _JOURNALED = {
 }
 EVENTS = tuple(k.value for k in _JOURNALED)  # the event names a webhook endpoint may take
 
-Status = Literal["unverified", "verified", "expired", "revoked"]
+Status = EventStatus  # the name the agents API and the operator's views import
 _encode = msgspec.json.Encoder().encode
 
 
@@ -68,19 +69,19 @@ def claim_id(registration_id: str) -> str:
 
 def method_of(kind: str) -> str:
     """WorkOS's `method` of a registration kind: an identity assertion registers by `id_jag`."""
-    return "id_jag" if kind == "identity_assertion" else kind
+    return "id_jag" if kind == RegType.IDENTITY_ASSERTION else kind
 
 
 def status_of(reg: RegistrationRecord, now: float) -> Status:
     """A registration's status as the service side reads it: `revoked`; `verified` once claimed (an ID-JAG's is
     claimed when made); `expired` when its claim window closed unclaimed; else `unverified`."""
     if reg.revoked_at is not None:
-        return "revoked"
-    if reg.status == "claimed":
-        return "verified"
+        return EventStatus.REVOKED
+    if reg.status == RegStatus.CLAIMED:
+        return EventStatus.VERIFIED
     if reg.claim_expires_at <= now:
-        return "expired"
-    return "unverified"
+        return EventStatus.EXPIRED
+    return EventStatus.UNVERIFIED
 
 
 # --- the `data` of each event -----------------------------------------------------------------------------------
@@ -221,8 +222,7 @@ def _rows(
 # time), pruned every PRUNE_EVERY, never one a delivery still waits to send (its tries go with it).
 PRUNE_EVERY = 500
 _PRUNE = (
-    "DELETE FROM agent_events WHERE seq <= ? "
-    "AND id NOT IN (SELECT event_id FROM webhook_deliveries WHERE state = 'pending')"
+    "DELETE FROM agent_events WHERE seq <= ? AND id NOT IN (SELECT event_id FROM webhook_deliveries WHERE state = ?)"
 )
 
 
@@ -243,7 +243,7 @@ async def record(conn: aiosqlite.Connection, core: Core, kind: Kind, registratio
     await deliveries_.enqueue(conn, deliveries)
     below = _prune_below(written.lastrowid, core.settings.journal_cap)
     if below is not None:
-        await conn.execute(_PRUNE, (below,))
+        await conn.execute(_PRUNE, (below, DeliveryState.PENDING))
     return recorded
 
 
@@ -256,7 +256,7 @@ def record_sync(db: sqlite3.Connection, core: Core, kind: Kind, registration_id:
     deliveries_.enqueue_sync(db, deliveries)
     below = _prune_below(written.lastrowid, core.settings.journal_cap)
     if below is not None:
-        db.execute(_PRUNE, (below,))
+        db.execute(_PRUNE, (below, DeliveryState.PENDING))
     return recorded
 
 

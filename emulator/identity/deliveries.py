@@ -13,17 +13,18 @@ import msgspec
 from emulator.core.clock import iso
 from emulator.core.context import Core
 from emulator.core.store import Db, many, one
+from emulator.identity.states import DeliveryState
 
 # A delivery's row: (id, endpoint_id, event_id, next_at, created_at), made pending with no try yet.
 NewDelivery = tuple[str, str, str, float, float]
 
 _ENQUEUE = (
     "INSERT INTO webhook_deliveries (id, endpoint_id, event_id, state, attempts, next_at, created_at) "
-    "VALUES (?, ?, ?, 'pending', 0, ?, ?)"
+    "VALUES (?, ?, ?, ?, 0, ?, ?)"
 )
 _DUE = (
     "SELECT d.id, d.endpoint_id FROM webhook_deliveries d JOIN agent_events e ON e.id = d.event_id "
-    "WHERE d.state = 'pending' AND d.next_at <= ? {} ORDER BY e.seq, d.id"
+    "WHERE d.state = ? AND d.next_at <= ? {} ORDER BY e.seq, d.id"
 )
 
 
@@ -41,7 +42,7 @@ class DeliveryView(msgspec.Struct, kw_only=True):
     url: str
     event_id: str
     event: str
-    state: str  # pending, delivered, failed
+    state: DeliveryState
     attempts: int
     next_at: str | None  # the next try (pending only), emulator time
     created_at: str
@@ -52,21 +53,27 @@ class DeliveryList(msgspec.Struct):
     deliveries: list[DeliveryView]
 
 
+def _pending(rows: Sequence[NewDelivery]) -> list[tuple[str, str, str, DeliveryState, float, float]]:
+    return [(i, endpoint, event, DeliveryState.PENDING, next_at, at) for i, endpoint, event, next_at, at in rows]
+
+
 async def enqueue(conn: aiosqlite.Connection, rows: Sequence[NewDelivery]) -> None:
     """Pending deliveries of an event just written, inside the caller's transaction."""
-    await conn.executemany(_ENQUEUE, rows)
+    await conn.executemany(_ENQUEUE, _pending(rows))
 
 
 def enqueue_sync(db: sqlite3.Connection, rows: Sequence[NewDelivery]) -> None:
     """`enqueue` inside a transaction run whole on the store's thread (`Store.write`)."""
-    db.executemany(_ENQUEUE, rows)
+    db.executemany(_ENQUEUE, _pending(rows))
 
 
 async def due(core: Core, now: float, endpoint_id: str | None = None) -> list[sqlite3.Row]:
     """The pending deliveries due by `now` (of one endpoint: its next one only), oldest event first."""
     if endpoint_id is None:
-        return await core.store.fetchall(_DUE.format(""), (now,))
-    return await core.store.fetchall(_DUE.format("AND d.endpoint_id = ?") + " LIMIT 1", (now, endpoint_id))
+        return await core.store.fetchall(_DUE.format(""), (DeliveryState.PENDING, now))
+    return await core.store.fetchall(
+        _DUE.format("AND d.endpoint_id = ?") + " LIMIT 1", (DeliveryState.PENDING, now, endpoint_id)
+    )
 
 
 async def record_try(
@@ -75,7 +82,7 @@ async def record_try(
     event_id: str,
     attempt: int,
     outcome: tuple[int | None, str | None, float],
-    state: str,
+    state: DeliveryState,
     next_at: float | None,
     now: float,
 ) -> bool:
@@ -87,8 +94,8 @@ async def record_try(
         # makes the same ids again).
         current = await one(
             conn,
-            "SELECT attempts FROM webhook_deliveries WHERE id = ? AND event_id = ? AND state = 'pending'",
-            (delivery_id, event_id),
+            "SELECT attempts FROM webhook_deliveries WHERE id = ? AND event_id = ? AND state = ?",
+            (delivery_id, event_id, DeliveryState.PENDING),
         )
         if current is None or current["attempts"] != attempt - 1:
             return False
@@ -146,7 +153,7 @@ async def every(db: Db, endpoint_id: str | None = None, event_id: str | None = N
             event=r["event"],
             state=r["state"],
             attempts=r["attempts"],
-            next_at=iso(r["next_at"]) if r["state"] == "pending" and r["next_at"] is not None else None,
+            next_at=iso(r["next_at"]) if r["state"] == DeliveryState.PENDING and r["next_at"] is not None else None,
             created_at=iso(r["created_at"]),
             tries=tries.get(r["id"], []),
         )

@@ -26,6 +26,7 @@ from emulator.core.listening import Listening, resolve
 from emulator.core.secretbox import SecretBox
 from emulator.core.store import Db, Outcome, many, one
 from emulator.identity.agent_events import EVENTS
+from emulator.identity.states import DeliveryState
 
 if TYPE_CHECKING:
     import aiosqlite
@@ -175,9 +176,9 @@ async def remove(core: Core, endpoint_id: str) -> WebhookRemoved:
     async with core.store.transaction() as conn:
         row = await one(
             conn,
-            "SELECT (SELECT COUNT(*) FROM webhook_deliveries WHERE endpoint_id = ? AND state = 'pending') AS pending "
+            "SELECT (SELECT COUNT(*) FROM webhook_deliveries WHERE endpoint_id = ? AND state = ?) AS pending "
             "FROM webhook_endpoints WHERE id = ?",
-            (endpoint_id, endpoint_id),
+            (endpoint_id, DeliveryState.PENDING, endpoint_id),
         )
         if row is None:
             raise NOT_FOUND(f"no webhook endpoint {endpoint_id}")

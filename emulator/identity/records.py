@@ -5,14 +5,16 @@ from __future__ import annotations
 
 import msgspec
 
+from emulator.identity.states import AttemptState, RegStatus, RegType
+
 
 class RegistrationRecord(msgspec.Struct, frozen=True, kw_only=True):
     """A `registrations` row."""
 
     id: str
-    type: str  # anonymous | service_auth | identity_assertion
+    type: RegType
     login_hint: str | None
-    status: str  # registered | claimed
+    status: RegStatus
     claim_token_hash: str
     claim_expires_at: float
     claimed_email: str | None
@@ -34,7 +36,7 @@ class AttemptRecord(msgspec.Struct, frozen=True, kw_only=True):
     registration_id: str
     token_hash: str
     login_hint: str | None
-    state: str  # pending | confirmed | denied | completed | superseded
+    state: AttemptState
     email: str | None
     user_code_hash: str | None
     code_expires_at: float | None
@@ -45,8 +47,8 @@ class AttemptRecord(msgspec.Struct, frozen=True, kw_only=True):
 class OpenAttempt(AttemptRecord, frozen=True, kw_only=True):
     """A claim attempt with what `why_closed` reads of its registration (claims.ATTEMPT_COLUMNS)."""
 
-    registration_type: str
-    registration_status: str
+    registration_type: RegType
+    registration_status: RegStatus
     registration_revoked_at: float | None
 
 
@@ -62,7 +64,7 @@ class RefreshTokenRecord(msgspec.Struct, frozen=True, kw_only=True):
 class HeldRefreshToken(RefreshTokenRecord, frozen=True, kw_only=True):
     """A refresh token presented, with its registration's status and revocation."""
 
-    status: str
+    status: RegStatus
     revoked_at: float | None
 
 
@@ -70,7 +72,7 @@ class TokenCheck(msgspec.Struct, frozen=True, kw_only=True):
     """What the site's check of an access token reads: its revocation, its registration's type and revocation."""
 
     revoked_at: float | None
-    type: str
+    type: RegType
     registration_revoked_at: float | None
 
 

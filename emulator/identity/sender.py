@@ -28,6 +28,7 @@ from emulator.core.secretbox import SecretBox
 from emulator.core.tasks import cancel
 from emulator.identity import deliveries
 from emulator.identity.agent_events import envelope
+from emulator.identity.states import DeliveryState
 
 if TYPE_CHECKING:
     import httpx
@@ -164,8 +165,8 @@ class Sender:
             "SELECT d.id AS delivery_id, d.endpoint_id, d.event_id, d.attempts, w.url, w.secret_box, "
             "e.id, e.event, e.data, e.created_at FROM webhook_deliveries d "
             "JOIN webhook_endpoints w ON w.id = d.endpoint_id JOIN agent_events e ON e.id = d.event_id "
-            "WHERE d.id = ? AND d.state = 'pending'",
-            (delivery_id,),
+            "WHERE d.id = ? AND d.state = ?",
+            (delivery_id, DeliveryState.PENDING),
         )
         if row is None:
             return None
@@ -256,7 +257,11 @@ class Sender:
         next_at: float | None = None
         if not delivered and t.attempt <= len(BACKOFF):
             next_at = now + BACKOFF[t.attempt - 1]
-        state = "delivered" if delivered else ("pending" if next_at is not None else "failed")
+        state = (
+            DeliveryState.DELIVERED
+            if delivered
+            else (DeliveryState.PENDING if next_at is not None else DeliveryState.FAILED)
+        )
         if not await deliveries.record_try(
             core, t.delivery_id, t.event_id, t.attempt, (status, error, ms), state, next_at, now
         ):

@@ -6,16 +6,17 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from emulator.core.store import Store
+from emulator.identity.states import AttemptState, ClaimState, SessionState
 
 
-def claim_state(state: str, expires_at: float, code_expires_at: float | None, now: float) -> str:
+def claim_state(state: AttemptState, expires_at: float, code_expires_at: float | None, now: float) -> ClaimState:
     """A claim attempt's state as a person reads it: a pending link, or a code shown but not yet used, whose
     time has passed is `lapsed` (the agent must start a new claim); otherwise the stored state."""
-    if state == "pending" and expires_at <= now:
-        return "lapsed"
-    if state == "confirmed" and (code_expires_at or expires_at) <= now:
-        return "lapsed"
-    return state
+    if state == AttemptState.PENDING and expires_at <= now:
+        return ClaimState.LAPSED
+    if state == AttemptState.CONFIRMED and (code_expires_at or expires_at) <= now:
+        return ClaimState.LAPSED
+    return ClaimState(state)  # superseded is never read here (latest_claims)
 
 
 @dataclass(frozen=True)
@@ -23,7 +24,7 @@ class LatestClaim:
     """A registration's newest claim attempt: its state (`pending`, `confirmed`, `denied`, `completed`, `lapsed`),
     the e-mail it was decided as, and when its link lapses."""
 
-    state: str
+    state: ClaimState
     email: str | None
     expires_at: float
 
@@ -32,7 +33,8 @@ async def latest_claims(db: Store, now: float) -> dict[str, LatestClaim]:
     """Each registration's newest claim attempt (a superseded one never is)."""
     rows = await db.fetchall(
         "SELECT a.registration_id, a.state, a.email, a.expires_at, a.code_expires_at FROM claim_attempts a "
-        "WHERE a.state != 'superseded' ORDER BY a.created_at"
+        "WHERE a.state != ? ORDER BY a.created_at",
+        (AttemptState.SUPERSEDED,),
     )
     return {
         r["registration_id"]: LatestClaim(
@@ -42,11 +44,11 @@ async def latest_claims(db: Store, now: float) -> dict[str, LatestClaim]:
     }
 
 
-def session_state(revoked_at: float | None, expires_at: float, now: float) -> str:
+def session_state(revoked_at: float | None, expires_at: float, now: float) -> SessionState:
     """A `pxt login` session: `revoked` (logged out), `expired` (its refresh token's time passed) or `active`."""
     if revoked_at is not None:
-        return "revoked"
-    return "expired" if expires_at <= now else "active"
+        return SessionState.REVOKED
+    return SessionState.EXPIRED if expires_at <= now else SessionState.ACTIVE
 
 
 @dataclass(frozen=True)
@@ -58,7 +60,7 @@ class SessionRecord:
     created_at: float
     expires_at: float
     revoked_at: float | None
-    state: str  # "active" | "expired" | "revoked"
+    state: SessionState
 
 
 @dataclass(frozen=True)
