@@ -12,7 +12,8 @@ import msgspec
 
 from emulator.core.clock import iso
 from emulator.core.context import Core
-from emulator.core.store import Db, many, one
+from emulator.core.store import Db, fetch_all, fetch_one
+from emulator.identity.records import DeliveryAttempts, DeliveryRecord, DueDelivery, TryRecord
 from emulator.identity.states import DeliveryState
 
 # A delivery's row: (id, endpoint_id, event_id, next_at, created_at), made pending with no try yet.
@@ -67,12 +68,15 @@ def enqueue_sync(db: sqlite3.Connection, rows: Sequence[NewDelivery]) -> None:
     db.executemany(_ENQUEUE, _pending(rows))
 
 
-async def due(core: Core, now: float, endpoint_id: str | None = None) -> list[sqlite3.Row]:
+async def due(core: Core, now: float, endpoint_id: str | None = None) -> list[DueDelivery]:
     """The pending deliveries due by `now` (of one endpoint: its next one only), oldest event first."""
     if endpoint_id is None:
-        return await core.store.fetchall(_DUE.format(""), (DeliveryState.PENDING, now))
-    return await core.store.fetchall(
-        _DUE.format("AND d.endpoint_id = ?") + " LIMIT 1", (DeliveryState.PENDING, now, endpoint_id)
+        return await fetch_all(core.store, DueDelivery, _DUE.format(""), (DeliveryState.PENDING, now))
+    return await fetch_all(
+        core.store,
+        DueDelivery,
+        _DUE.format("AND d.endpoint_id = ?") + " LIMIT 1",
+        (DeliveryState.PENDING, now, endpoint_id),
     )
 
 
@@ -92,12 +96,13 @@ async def record_try(
     async with core.store.transaction() as conn:
         # Still the delivery this try was for: a reset or a load may have replaced the rows (a seeded emulator
         # makes the same ids again).
-        current = await one(
+        current = await fetch_one(
             conn,
+            DeliveryAttempts,
             "SELECT attempts FROM webhook_deliveries WHERE id = ? AND event_id = ? AND state = ?",
             (delivery_id, event_id, DeliveryState.PENDING),
         )
-        if current is None or current["attempts"] != attempt - 1:
+        if current is None or current.attempts != attempt - 1:
             return False
         await conn.execute(
             "INSERT INTO webhook_attempts (delivery_id, attempt, at, status, error, ms) VALUES (?, ?, ?, ?, ?, ?)",
@@ -115,47 +120,50 @@ async def record_try(
 
 async def every(db: Db, endpoint_id: str | None = None, event_id: str | None = None) -> list[DeliveryView]:
     """Every delivery (of one endpoint, of one event) with each of its tries, oldest event first."""
-    where, params = [], []
+    where: list[str] = []
+    params: list[str] = []
     if endpoint_id is not None:
         where.append("d.endpoint_id = ?")
         params.append(endpoint_id)
     if event_id is not None:
         where.append("d.event_id = ?")
         params.append(event_id)
-    rows = await many(
+    rows = await fetch_all(
         db,
+        DeliveryRecord,
         "SELECT d.*, w.url, e.event FROM webhook_deliveries d JOIN webhook_endpoints w ON w.id = d.endpoint_id "
         "JOIN agent_events e ON e.id = d.event_id"
         + (" WHERE " + " AND ".join(where) if where else "")
         + " ORDER BY e.seq, d.created_at, d.id",
-        params,
+        tuple(params),
     )
     tries: dict[str, list[AttemptView]] = {}
     if rows:
         # The same filter, joined (an IN list of every delivery's id would pass SQLite's limit on parameters)
-        found = await many(
+        found = await fetch_all(
             db,
+            TryRecord,
             "SELECT a.* FROM webhook_attempts a JOIN webhook_deliveries d ON d.id = a.delivery_id"
             + (" WHERE " + " AND ".join(where) if where else "")
             + " ORDER BY a.delivery_id, a.attempt",
-            params,
+            tuple(params),
         )
         for a in found:
-            tries.setdefault(a["delivery_id"], []).append(
-                AttemptView(attempt=a["attempt"], at=iso(a["at"]), status=a["status"], error=a["error"], ms=a["ms"])
+            tries.setdefault(a.delivery_id, []).append(
+                AttemptView(attempt=a.attempt, at=iso(a.at), status=a.status, error=a.error, ms=a.ms)
             )
     return [
         DeliveryView(
-            id=r["id"],
-            endpoint_id=r["endpoint_id"],
-            url=r["url"],
-            event_id=r["event_id"],
-            event=r["event"],
-            state=r["state"],
-            attempts=r["attempts"],
-            next_at=iso(r["next_at"]) if r["state"] == DeliveryState.PENDING and r["next_at"] is not None else None,
-            created_at=iso(r["created_at"]),
-            tries=tries.get(r["id"], []),
+            id=r.id,
+            endpoint_id=r.endpoint_id,
+            url=r.url,
+            event_id=r.event_id,
+            event=r.event,
+            state=r.state,
+            attempts=r.attempts,
+            next_at=iso(r.next_at) if r.state == DeliveryState.PENDING and r.next_at is not None else None,
+            created_at=iso(r.created_at),
+            tries=tries.get(r.id, []),
         )
         for r in rows
     ]

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from emulator.core.store import Store
+from emulator.core.store import Store, fetch_all
+from emulator.identity.records import LatestAttempt, MembershipRecord, PersonRecord, SessionRow
 from emulator.identity.states import AttemptState, ClaimState, SessionState
 
 
@@ -31,14 +32,16 @@ class LatestClaim:
 
 async def latest_claims(db: Store, now: float) -> dict[str, LatestClaim]:
     """Each registration's newest claim attempt (a superseded one never is)."""
-    rows = await db.fetchall(
+    rows = await fetch_all(
+        db,
+        LatestAttempt,
         "SELECT a.registration_id, a.state, a.email, a.expires_at, a.code_expires_at FROM claim_attempts a "
         "WHERE a.state != ? ORDER BY a.created_at",
         (AttemptState.SUPERSEDED,),
     )
     return {
-        r["registration_id"]: LatestClaim(
-            claim_state(r["state"], r["expires_at"], r["code_expires_at"], now), r["email"], r["expires_at"]
+        r.registration_id: LatestClaim(
+            claim_state(r.state, r.expires_at, r.code_expires_at, now), r.email, r.expires_at
         )
         for r in rows
     }
@@ -74,28 +77,32 @@ class UserOverview:
 
 async def users_overview(db: Store, now: float) -> list[UserOverview]:
     """Every person who signed in: their organizations and roles, and their `pxt login` sessions."""
-    users = await db.fetchall("SELECT id, email, created_at FROM users ORDER BY created_at, email")
-    members = await db.fetchall(
-        "SELECT m.user_id, o.slug, m.role FROM org_members m JOIN orgs o ON o.id = m.org_id ORDER BY o.slug"
+    users = await fetch_all(db, PersonRecord, "SELECT id, email, created_at FROM users ORDER BY created_at, email")
+    members = await fetch_all(
+        db,
+        MembershipRecord,
+        "SELECT m.user_id, o.slug, m.role FROM org_members m JOIN orgs o ON o.id = m.org_id ORDER BY o.slug",
     )
-    sessions = await db.fetchall(
+    sessions = await fetch_all(
+        db,
+        SessionRow,
         "SELECT s.id, s.user_id, (SELECT slug FROM orgs o WHERE o.id = s.org_id) AS org, s.org_id, "
-        "s.refresh_expires_at, s.created_at, s.revoked_at FROM sessions s ORDER BY s.created_at"
+        "s.refresh_expires_at, s.created_at, s.revoked_at FROM sessions s ORDER BY s.created_at",
     )
-    out = {u["id"]: UserOverview(u["id"], u["email"], u["created_at"]) for u in users}
+    out = {u.id: UserOverview(u.id, u.email, u.created_at) for u in users}
     for m in members:
-        if m["user_id"] in out:
-            out[m["user_id"]].orgs.append((m["slug"], m["role"]))
+        if m.user_id in out:
+            out[m.user_id].orgs.append((m.slug, m.role))
     for s in sessions:
-        if s["user_id"] in out:
-            out[s["user_id"]].sessions.append(
+        if s.user_id in out:
+            out[s.user_id].sessions.append(
                 SessionRecord(
-                    s["id"],
-                    s["org"] or s["org_id"],
-                    s["created_at"],
-                    s["refresh_expires_at"],
-                    s["revoked_at"],
-                    session_state(s["revoked_at"], s["refresh_expires_at"], now),
+                    s.id,
+                    s.org or s.org_id,
+                    s.created_at,
+                    s.refresh_expires_at,
+                    s.revoked_at,
+                    session_state(s.revoked_at, s.refresh_expires_at, now),
                 )
             )
     return list(out.values())
