@@ -235,11 +235,10 @@ def why_closed(attempt: OpenAttempt, now: float, readable: Callable[[float], str
     if attempt.state == AttemptState.COMPLETED or attempt.registration_status == RegStatus.CLAIMED:
         return Closed(409, "This claim link was already used", "The agent is already linked to an account.")
     if attempt.state in (AttemptState.CONFIRMED, AttemptState.DENIED):
-        done = "approved" if attempt.state == AttemptState.CONFIRMED else "denied"
+        approved = attempt.state == AttemptState.CONFIRMED
+        done = "approved" if approved else "denied"
         who = f" as {attempt.email}" if attempt.email else ""
-        again = (
-            " Its user code was shown once; the agent starts a new claim for a new one." if done == "approved" else ""
-        )
+        again = " Its user code was shown once; the agent starts a new claim for a new one." if approved else ""
         return Closed(409, "This claim link was already used", f"It was {done}{who}; it works once.{again}")
     if attempt.expires_at <= now:
         return Closed(410, "This claim link expired", f"It was valid until {readable(attempt.expires_at)}.")
