@@ -10,10 +10,14 @@ import json
 import socket
 import sqlite3
 import ssl
+from typing import get_type_hints
 
 import httpx
+import msgspec.inspect as mi
 import pytest
 
+from emulator.cloud import answers
+from emulator.cloud.operations import OPERATIONS
 from tests import agent_flow as flow
 from tests.conftest import Emulator
 from tests.test_tunnel import recv_head
@@ -498,3 +502,40 @@ async def test_get_logs_bounds_since_seconds(emu: Emulator) -> None:
     ok = await op(c, emu, t["api_key"], operation_type="get_logs", db="main", since_seconds=86_400)
     assert ok.status_code == 200 and "records" in ok.json()
     await c.aclose()
+
+
+# --- the operations' types ----------------------------------------------------------------------------------
+
+
+def _open_members(info: mi.Type, at: str, seen: set[type]) -> list[str]:
+    """Where an answer type leaves a value untyped (`Any`), other than inside an object kept as the client sent it
+    (`AsSent`, a dict of str to Any): those paths."""
+    if isinstance(info, mi.AnyType):
+        return [at]
+    if isinstance(info, mi.DictType) and isinstance(info.value_type, mi.AnyType):
+        return []  # AsSent: the client's own JSON object, answered back as sent
+    if isinstance(info, mi.StructType):
+        if info.cls in seen:
+            return []
+        seen.add(info.cls)
+        return [p for f in info.fields for p in _open_members(f.type, f"{at}.{f.name}", seen)]
+    inner = [t for name in ("types", "item_type", "key_type", "value_type") for t in _as_list(getattr(info, name, ()))]
+    return [p for t in inner for p in _open_members(t, at, seen)]
+
+
+def _as_list(value: object) -> list[mi.Type]:
+    if isinstance(value, mi.Type):
+        return [value]
+    return [t for t in value if isinstance(t, mi.Type)] if isinstance(value, tuple) else []
+
+
+def test_every_operation_takes_its_request_type_and_answers_a_declared_type() -> None:
+    """Each function in OPERATIONS takes the request type its line names and declares its answer (the OpenAPI
+    document's answer is read off it): answers.Answer types, with no member left as Any."""
+    for name, op in OPERATIONS.items():
+        hints = get_type_hints(op.run)
+        assert issubclass(op.request, hints["req"]), name
+        assert op.answers, name
+        for kind in op.answers:
+            assert isinstance(kind, type) and issubclass(kind, answers.Answer) and kind is not answers.Answer, name
+            assert _open_members(mi.type_info(kind), kind.__name__, set()) == [], name

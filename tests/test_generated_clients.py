@@ -11,7 +11,10 @@ them.
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import importlib
+import io
 import re
 import subprocess
 import sys
@@ -341,6 +344,110 @@ def test_the_documents_declare_no_default_litestar_error_on_the_converted_operat
                 (media,) = response["content"].values()
                 assert "status_code" not in str(media["schema"]), (origin, path, status)
                 assert media["schema"] != {"type": "string"} or not status.startswith("2"), (origin, path, status)
+
+
+def _trial(emu: Emulator) -> dict[str, Any]:
+    with httpx.Client(timeout=20, transport=httpx.HTTPTransport(local_address=next_ip())) as c:
+        made = c.post(emu.url + "/api/v1/trial-orgs", headers={"Authorization": f"Bearer {_access_token(emu)}"})
+        return made.raise_for_status().json()
+
+
+def test_the_control_plane_through_its_generated_client(generated: str, emu: Emulator) -> None:
+    """Every control-plane operation typed (issue 44 step 3.3 D): the management API's answers as their models, a
+    plan's refusal as the text error with its X-Pixeltable-Error-Code read, the archive's upload and download as
+    octet-stream, and `/.well-known/pixeltable-auth` as its model."""
+    management, upload_blob, download_blob, pixeltable_auth = _import(
+        "gen_api.api.default", "management", "upload_blob", "download_blob", "pixeltable_auth"
+    )
+    models = importlib.import_module("gen_api.models")
+    types = importlib.import_module("gen_api.types")
+    trial = _trial(emu)
+    archive = b"a project archive"
+    sha = hashlib.sha256(archive).hexdigest()
+
+    def prepare(db: str, **fields: Any) -> Any:
+        body = models.PrepareUpdate(models.PrepareUpdateOperationType("prepare_update"), db=db, **fields)
+        return management.sync_detailed(client=c, body=body)
+
+    with _client("gen_api", emu.api, token=trial["api_key"]) as c:
+        c.auth_header_name, c.prefix = "X-api-key", ""
+        # The trial's database, planned with an archive to upload: its report, its generation, where to upload.
+        plan = prepare("main", blob=models.Blob(sha256=sha, size=len(archive)))
+        assert plan.status_code == 200 and isinstance(plan.parsed, models.PlanAnswer), plan.content
+        assert plan.parsed.report.db == "main" and plan.parsed.generations.database >= 0
+        assert (
+            isinstance(plan.parsed.upload, models.Upload)
+            and f"/blobs/{trial['org_id']}/{sha}?" in plan.parsed.upload.url
+        )
+        _same_bytes(plan.content, answers.PlanAnswer)
+        # A second database is past the trial's plan: the text error, its code in the header.
+        refused = prepare("second", database_target=models.DatabaseTarget(cpu=1))
+        assert refused.status_code == 402 and isinstance(refused.parsed, str)
+        assert refused.parsed.startswith("Payment Required : ") and "one database" in refused.parsed
+        assert refused.headers["X-Pixeltable-Error-Code"] == "PLAN_LIMIT"
+        # A key made and listed.
+        made = management.sync_detailed(
+            client=c, body=models.CreateKey(models.CreateKeyOperationType("create_key"), name="ci")
+        )
+        assert made.status_code == 200 and isinstance(made.parsed, models.KeyAnswer), made.content
+        assert made.parsed.key.name == "ci" and str(made.parsed.key.api_key).startswith("pxtk_")
+        listed_keys = management.sync_detailed(
+            client=c, body=models.ListKeys(models.ListKeysOperationType("list_keys"))
+        )
+        assert isinstance(listed_keys.parsed, models.Keys)
+        assert "ci" in [k.name for k in listed_keys.parsed.keys] and listed_keys.parsed.keys[0].api_key is None
+        # The database listed, and the organization's usage.
+        listed = management.sync_detailed(client=c, body=models.ListDbs(models.ListDbsOperationType("list_dbs")))
+        assert isinstance(listed.parsed, models.Reports) and [r.db for r in listed.parsed.reports] == ["main"]
+        used = management.sync_detailed(client=c, body=models.GetUsage(models.GetUsageOperationType("get_usage")))
+        assert isinstance(used.parsed, models.Usage) and "Databases" in [r.label for r in used.parsed.resources]
+
+    # The archive, uploaded as octet-stream to the signed URL the plan gave: stored (201, no body), then already
+    # stored (412, which the client counts as success); a body that is not the named blob is refused in text.
+    url = httpx.URL(plan.parsed.upload.url)
+    sig = url.params["sig"]
+    with _client("gen_api", emu.api) as c:
+
+        def put(data: bytes, **headers: str) -> Any:
+            return upload_blob.sync_detailed(
+                trial["org_id"], sha, client=c, body=types.File(payload=io.BytesIO(data)), sig=sig, **headers
+            )
+
+        mismatched = put(archive, x_amz_checksum_sha256="AAAA")
+        assert mismatched.status_code == 400 and isinstance(mismatched.parsed, str)
+        assert mismatched.parsed == "Bad Request : x-amz-checksum-sha256 does not match the body"
+        checksum = base64.b64encode(hashlib.sha256(archive).digest()).decode()
+        stored = put(archive, x_amz_checksum_sha256=checksum)
+        assert stored.status_code == 201 and stored.content == b"" and stored.parsed is None
+        assert put(archive).status_code == 412
+        forged = download_blob.sync_detailed(sha, client=c, exp=2**40, sig="forged")
+        assert forged.status_code == 403 and forged.parsed == "Forbidden : the signature of this URL is not valid"
+        auth = pixeltable_auth.sync_detailed(client=c)
+    assert auth.status_code == 200 and isinstance(auth.parsed, models.PixeltableAuth)
+    assert auth.parsed.client_id == "client_pxt_emulator" and auth.parsed.workos_api == emu.auth
+    assert auth.content == msgspec.json.encode({"client_id": "client_pxt_emulator", "workos_api": emu.auth})
+
+
+def test_every_control_plane_operation_declares_its_answer_and_its_text_errors(generated: str) -> None:
+    document = msgspec.json.decode((Path(generated) / "api.json").read_bytes())
+    for path, item in document["paths"].items():
+        for method, operation in item.items():
+            where = (method, path)
+            for status, response in operation["responses"].items():
+                content = response.get("content", {})
+                if status.startswith("2"):
+                    schemas = {media: declared["schema"] for media, declared in content.items()}
+                    if "application/json" in schemas:  # an object (or one of several)
+                        assert "$ref" in schemas["application/json"] or "oneOf" in schemas["application/json"], where
+                    elif schemas:  # the archive, as a stream
+                        assert schemas == {"application/octet-stream": {"type": "string", "format": "binary"}}, where
+                    else:  # an upload's 201 sends nothing
+                        assert where == ("put", "/blobs/{org_id}/{sha256}"), where
+                elif content:  # every refusal (and the default answer): the text, with the plan's code header
+                    assert list(content) == ["text/plain"] and "X-Pixeltable-Error-Code" in response["headers"], where
+                else:
+                    assert (where, status) == (("put", "/blobs/{org_id}/{sha256}"), "412")
+            assert "default" in operation["responses"], where
 
 
 def test_every_identity_provider_operation_declares_its_answer_and_its_errors(generated: str) -> None:

@@ -3,12 +3,13 @@ of 0.7.21: `ApiKeyRecord`, `DatabaseReport`, `ServiceInstanceRecord`, and the an
 
 Every field is sent, `null` included, as the product does; the domain's records become these here, at the edge.
 A database's resources are the domain's `DatabaseResources`; a project fingerprint and a service's spec stay open
-objects (`AsSent`): the client defines them and the emulator keeps what it was sent.
+objects (`AsSent`): the client defines them and the emulator keeps what it was sent. Each operation's function in
+operations.py names its answer type as its return annotation (the OpenAPI document's answer is read off them).
 """
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Literal
 
 import msgspec
 
@@ -183,11 +184,7 @@ class Usage(Answer):
     included_usd: float = 0.0
     stops_at_limit: bool = True
     limit_reached_at: None = None
-    # None: nothing is metered. Items are objects in the product; the schema says so (a bare array has no `items`,
-    # which client generators refuse).
-    meters: Annotated[list[Any], msgspec.Meta(extra_json_schema={"items": {"type": "object"}})] = msgspec.field(
-        default_factory=list
-    )
+    meters: list[AsSent] = msgspec.field(default_factory=list)  # empty: nothing is metered (objects in the product)
 
 
 class ServiceGenerationAnswer(Answer):
@@ -221,13 +218,13 @@ class ServiceInstanceRecord(Answer):
     base_path: str
     endpoint: str
     app_module: str
-    spec: Any
+    spec: AsSent | None  # the client's ServiceSpec, as its mutation sent it
     otel: bool
     state: ServiceState
     created_at: float
     updated_at: float
     error: str | None
-    fingerprint: Any
+    fingerprint: AsSent | None  # the ProjectFingerprint its pod reported (report_service_instance)
     update_pending: bool
     resources: AsSent  # as its accepted spec holds them (filled in: plans.ServiceSize)
     description: str | None
@@ -271,3 +268,10 @@ class ServiceDeleted(Answer):
 
 class Nothing(Answer):
     """`{}`: the call was taken."""
+
+
+class PixeltableAuth(msgspec.Struct):
+    """`/.well-known/pixeltable-auth`: where `pxt login` signs in (the identity provider's device sign-in stub)."""
+
+    client_id: str
+    workos_api: str

@@ -10,17 +10,20 @@ client reads it. Every successful answer is a JSON object (the client always par
 from __future__ import annotations
 
 from http import HTTPStatus
-from typing import Any
+from typing import Annotated, Any, NamedTuple
 
 import msgspec
 from litestar import Request, Response, get, post
 from litestar.datastructures import State
+from litestar.di import Provide
 from litestar.exceptions import HTTPException
+from litestar.params import Parameter
 
 from emulator.cloud import blobs
+from emulator.cloud.answers import Answer, PixeltableAuth
 from emulator.cloud.compat import refuse_old_client
 from emulator.cloud.context import platform_of
-from emulator.cloud.operations import OPERATIONS, SCOPED
+from emulator.cloud.operations import OPERATIONS, SCOPED, Operation
 from emulator.cloud.requests import KEPT_AS_SENT
 from emulator.core import jsonbody, openapi
 from emulator.core.boundary import Boundary, BoundaryGate, by_path
@@ -34,6 +37,7 @@ from emulator.core.errors import (
     NOT_FOUND,
     PLAN_LIMIT,
     STORE_FULL,
+    TOO_LARGE,
     UNAUTHORIZED,
     ApiError,
     code_for,
@@ -42,10 +46,9 @@ from emulator.core.faultgate import FaultGate, drop
 from emulator.core.httperrors import http_detail, incomplete_body, last_resort
 from emulator.core.payloads import CloudCall
 from emulator.core.webapp import App
-from emulator.hosted.auth import require_unrestricted
+from emulator.hosted.auth import Caller, require_unrestricted
 from emulator.hosted.platform import Platform
 
-_encode = msgspec.json.Encoder().encode
 PLAN_CODES = ("PLAN_LIMIT", "PAYMENT_REQUIRED", "STORE_FULL")
 
 
@@ -116,17 +119,31 @@ def operations_body() -> openapi.Body:
     return openapi.Body({openapi.JSON: {"schema": {"oneOf": variants}}}, components)
 
 
-@post(
-    "/",
-    status_code=200,
-    exception_handlers={ApiError: plain_error},
-    opt={**openapi.custom_body(operations_body()), **openapi.custom_answer(operations_answer())},
-    security=[{"api_key": []}, {"bearer": []}],
-    responses=errors(BAD_REQUEST, CLIENT_TOO_OLD, UNAUTHORIZED, PLAN_LIMIT, STORE_FULL, FORBIDDEN, NOT_FOUND, CONFLICT),
-)
-async def management(request: Request[Any, Any, Any]) -> msgspec.Struct:
-    platform = platform_of(request)
-    caller = await platform.auth.from_headers(request.headers)
+class Call(NamedTuple):
+    """A management request as read before its operation's rules run: who sends it, the operation it names, and the
+    JSON object sent, decoded strictly as that operation's request type once the fault gate and the credential's
+    scope let it through (so those refusals come first, as they did)."""
+
+    caller: Caller
+    name: str
+    operation: Operation[Any, Any]
+    fields: jsonbody.JsonObject
+
+
+async def _caller(
+    request: Request[Any, Any, Any],
+    api_key: Annotated[str | None, Parameter(header="x-api-key", include_in_schema=False)] = None,
+    authorization: Annotated[str | None, Parameter(header="authorization", include_in_schema=False)] = None,
+) -> Caller:
+    """The credential: `X-api-key`, else `Authorization: Bearer` (the document's security schemes say so)."""
+    sent = {
+        name: value for name, value in (("x-api-key", api_key), ("authorization", authorization)) if value is not None
+    }
+    return await platform_of(request).auth.from_headers(sent)
+
+
+async def _call(request: Request[Any, Any, Any], caller: Caller) -> Call:
+    """The body's envelope, read after the caller (a request without a credential is a 401 whatever it sends)."""
     try:
         body = jsonbody.decode(await request.body())
     except jsonbody.NotJson as e:
@@ -134,11 +151,27 @@ async def management(request: Request[Any, Any, Any]) -> msgspec.Struct:
     if not isinstance(body, dict) or not isinstance(body.get("operation_type"), str):
         raise BAD_REQUEST("the body must be a JSON object with an operation_type")
     refuse_old_client(body)  # before the lookup and the strict decoding, whose refusals would not say why
-    op = body["operation_type"]
+    op = str(body["operation_type"])
     found = OPERATIONS.get(op)
     if found is None:
         raise BAD_REQUEST(f"unknown operation_type {op!r}")
-    kind, handler = found.request, found.run
+    return Call(caller, op, found, body)
+
+
+@post(
+    "/",
+    status_code=200,
+    exception_handlers={ApiError: plain_error},
+    dependencies={"caller": Provide(_caller), "call": openapi.BodyDependency(_call, operations_body())},
+    opt=openapi.custom_answer(operations_answer()),
+    security=[{"api_key": []}, {"bearer": []}],
+    responses=errors(
+        BAD_REQUEST, CLIENT_TOO_OLD, UNAUTHORIZED, PLAN_LIMIT, STORE_FULL, FORBIDDEN, NOT_FOUND, CONFLICT, TOO_LARGE
+    ),
+)
+async def management(request: Request[Any, Any, Any], call: Call) -> Answer:
+    platform = platform_of(request)
+    caller, op = call.caller, call.name
     verdict = await platform.core.faults.request("api", "POST", request.url.path, operation_type=op)
     if verdict is not None:
         if verdict.drop:
@@ -147,10 +180,10 @@ async def management(request: Request[Any, Any, Any]) -> msgspec.Struct:
     if op not in SCOPED:
         require_unrestricted(caller, op)
     try:
-        req = msgspec.convert(body, kind)
+        req = msgspec.convert(call.fields, call.operation.request)
     except msgspec.ValidationError as e:
         raise BAD_REQUEST(f"{op}: {e}") from None
-    result = await handler(platform, caller, req)
+    result = await call.operation.run(platform, caller, req)
     platform.core.bus.publish(
         caller.org,
         CloudCall(operation=op, credential=caller.credential, key=caller.key_name, email=caller.email),
@@ -158,13 +191,10 @@ async def management(request: Request[Any, Any, Any]) -> msgspec.Struct:
     return result
 
 
-@get("/.well-known/pixeltable-auth")
-async def pixeltable_auth(request: Request[Any, Any, Any]) -> Response[bytes]:
+@get("/.well-known/pixeltable-auth", operation_id="pixeltable_auth")
+async def pixeltable_auth(request: Request[Any, Any, Any]) -> PixeltableAuth:
     """Where `pxt login` signs in: the identity provider's device-authorization stub."""
-    return Response(
-        _encode({"client_id": "client_pxt_emulator", "workos_api": platform_of(request).auth_url}),
-        media_type="application/json",
-    )
+    return PixeltableAuth(client_id="client_pxt_emulator", workos_api=platform_of(request).auth_url)
 
 
 def boundary_error(exc: ApiError) -> tuple[bytes, bytes]:

@@ -7,9 +7,8 @@ with a `no_space_detail` the client shows as is, and a presigned PUT is refused 
 
 from __future__ import annotations
 
-import msgspec
-
 from emulator.cloud import requests as rq
+from emulator.cloud.answers import Answer
 from emulator.core import kinds
 from emulator.core.errors import BAD_REQUEST, NOT_FOUND, STORE_FULL
 from emulator.core.payloads import MediaStoreFull
@@ -20,7 +19,7 @@ from emulator.hosted.platform import Platform
 from emulator.media.store import CREDENTIAL_TTL, HOME, MAX_KEYS, MAX_URL_TTL, MediaStore, bucket_name
 
 
-class BucketCredentials(msgspec.Struct):
+class BucketCredentials(Answer):
     access_key_id: str
     secret_access_key: str
     session_token: str  # empty: botocore then sends no X-Amz-Security-Token at all
@@ -33,13 +32,13 @@ class BucketCredentials(msgspec.Struct):
     no_space_detail: str | None
 
 
-class PresignedUrl(msgspec.Struct):
+class PresignedUrl(Answer):
     url: str
     key: str
     expiration: int
 
 
-class PresignedUrls(msgspec.Struct):
+class PresignedUrls(Answer):
     urls: dict[str, str]
     expires_in: int
 

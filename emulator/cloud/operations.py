@@ -10,9 +10,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable
 from types import UnionType
-from typing import Any, NamedTuple, get_args, get_type_hints
-
-import msgspec
+from typing import Any, Generic, NamedTuple, TypeVar, get_args, get_type_hints
 
 from emulator.cloud import answers as a
 from emulator.cloud import media
@@ -24,7 +22,10 @@ from emulator.hosted.auth import Caller
 from emulator.hosted.platform import Platform
 from emulator.hosted.records import Database, Receipt, service_label
 
-Handler = Callable[[Platform, Caller, Any], Awaitable[msgspec.Struct]]
+R = TypeVar("R", bound=rq.Request)
+A = TypeVar("A", bound=a.Answer)
+Handler = Callable[[Platform, Caller, R], Awaitable[A]]
+"""An operation's function: its request decoded as R, its answer an A (an answers.Answer, or a union of them)."""
 
 
 # --- organizations ------------------------------------------------------------------------------------------
@@ -278,7 +279,7 @@ async def submit_update(p: Platform, caller: Caller, req: rq.SubmitUpdate) -> a.
     return a.Receipts(receipts=await _settling(p, org_id, accepted))
 
 
-def _db_verb(verb: str) -> Handler:
+def _db_verb(verb: str) -> Handler[rq.DbScoped, a.ReceiptAnswer]:
     """`start_db`, `stop_db`, `restart_db`, `delete_db`: one lifecycle rule, four verbs."""
 
     async def handle(p: Platform, caller: Caller, req: rq.DbScoped) -> a.ReceiptAnswer:
@@ -314,7 +315,7 @@ async def list_services(p: Platform, caller: Caller, req: rq.ListServices) -> a.
     return a.Instances(instances=[a.ServiceInstanceRecord.of(s, p.reconciler.endpoint(s)) for s in found.values()])
 
 
-def _service_verb(verb: str) -> Handler:
+def _service_verb(verb: str) -> Handler[rq.ServiceRef, a.ServiceAnswer | a.ServiceDeleted]:
     """`stop_service`, `restart_service`, `delete_service`: the same lifecycle rule as a database's."""
 
     async def handle(p: Platform, caller: Caller, req: rq.ServiceRef) -> a.ServiceAnswer | a.ServiceDeleted:
@@ -362,48 +363,55 @@ SCOPED = frozenset(
 )
 
 
-class Operation(NamedTuple):
-    """One management operation: the request type it decodes strictly, and its handler."""
+class Operation(NamedTuple, Generic[R, A]):
+    """One management operation: the request type it decodes strictly, and its function, which takes that type and
+    answers an A. Made with `operation`, so the type checker holds the two together."""
 
-    request: type[rq.Request]
-    run: Handler
+    request: type[R]
+    run: Handler[R, A]
 
     @property
-    def answers(self) -> tuple[type[msgspec.Struct], ...]:
-        """The answer types its handler declares (its return annotation: one type, or a union)."""
+    def answers(self) -> tuple[type[a.Answer], ...]:
+        """The answer types its function declares (its return annotation: one type, or a union)."""
         declared = get_type_hints(self.run)["return"]
         return get_args(declared) if isinstance(declared, UnionType) else (declared,)
 
 
-OPERATIONS: dict[str, Operation] = {
-    "list_orgs": Operation(rq.Empty, list_orgs),
-    "create_org": Operation(rq.CreateOrg, create_org),
-    "create_key": Operation(rq.CreateKey, create_key),
-    "list_keys": Operation(rq.Empty, list_keys),
-    "update_key": Operation(rq.UpdateKey, update_key),
-    "delete_key": Operation(rq.KeyName, delete_key),
-    "set_secret": Operation(rq.SetSecret, set_secret),
-    "delete_secret": Operation(rq.DeleteSecret, delete_secret),
-    "list_all_secrets": Operation(rq.ListSecrets, list_all_secrets),
-    "get_db": Operation(rq.DbScoped, get_db),
-    "list_dbs": Operation(rq.OrgScoped, list_dbs),
-    "get_receipts": Operation(rq.GetReceipts, get_receipts),
-    "get_archive": Operation(rq.DbScoped, get_archive),
-    "get_logs": Operation(rq.GetLogs, get_logs),
-    "get_usage": Operation(rq.Empty, get_usage),
-    "prepare_update": Operation(rq.PrepareUpdate, prepare_update),
-    "submit_update": Operation(rq.SubmitUpdate, submit_update),
-    "start_db": Operation(rq.DbScoped, _db_verb("start")),
-    "stop_db": Operation(rq.DbScoped, _db_verb("stop")),
-    "restart_db": Operation(rq.DbScoped, _db_verb("restart")),
-    "delete_db": Operation(rq.DbScoped, _db_verb("delete")),
-    "retry": Operation(rq.Retry, retry),
-    "list_services": Operation(rq.ListServices, list_services),
-    "stop_service": Operation(rq.ServiceRef, _service_verb("stop")),
-    "restart_service": Operation(rq.ServiceRef, _service_verb("restart")),
-    "delete_service": Operation(rq.ServiceRef, _service_verb("delete")),
-    "report_service_instance": Operation(rq.ReportServiceInstance, report_service_instance),
-    "get_bucket_credentials": Operation(rq.BucketCredentialsRequest, media.get_bucket_credentials),
-    "get_presigned_url": Operation(rq.PresignedUrlRequest, media.get_presigned_url),
-    "get_presigned_urls": Operation(rq.PresignedUrlsRequest, media.get_presigned_urls),
+def operation(request: type[R], run: Handler[R, A]) -> Operation[Any, Any]:
+    """A line of OPERATIONS. The type checker solves R and A from the two arguments here (the table's own type,
+    Operation[Any, Any], would let any pair through): `run` must take `request` and answer an answers.Answer."""
+    return Operation(request, run)
+
+
+OPERATIONS: dict[str, Operation[Any, Any]] = {
+    "list_orgs": operation(rq.Empty, list_orgs),
+    "create_org": operation(rq.CreateOrg, create_org),
+    "create_key": operation(rq.CreateKey, create_key),
+    "list_keys": operation(rq.Empty, list_keys),
+    "update_key": operation(rq.UpdateKey, update_key),
+    "delete_key": operation(rq.KeyName, delete_key),
+    "set_secret": operation(rq.SetSecret, set_secret),
+    "delete_secret": operation(rq.DeleteSecret, delete_secret),
+    "list_all_secrets": operation(rq.ListSecrets, list_all_secrets),
+    "get_db": operation(rq.DbScoped, get_db),
+    "list_dbs": operation(rq.OrgScoped, list_dbs),
+    "get_receipts": operation(rq.GetReceipts, get_receipts),
+    "get_archive": operation(rq.DbScoped, get_archive),
+    "get_logs": operation(rq.GetLogs, get_logs),
+    "get_usage": operation(rq.Empty, get_usage),
+    "prepare_update": operation(rq.PrepareUpdate, prepare_update),
+    "submit_update": operation(rq.SubmitUpdate, submit_update),
+    "start_db": operation(rq.DbScoped, _db_verb("start")),
+    "stop_db": operation(rq.DbScoped, _db_verb("stop")),
+    "restart_db": operation(rq.DbScoped, _db_verb("restart")),
+    "delete_db": operation(rq.DbScoped, _db_verb("delete")),
+    "retry": operation(rq.Retry, retry),
+    "list_services": operation(rq.ListServices, list_services),
+    "stop_service": operation(rq.ServiceRef, _service_verb("stop")),
+    "restart_service": operation(rq.ServiceRef, _service_verb("restart")),
+    "delete_service": operation(rq.ServiceRef, _service_verb("delete")),
+    "report_service_instance": operation(rq.ReportServiceInstance, report_service_instance),
+    "get_bucket_credentials": operation(rq.BucketCredentialsRequest, media.get_bucket_credentials),
+    "get_presigned_url": operation(rq.PresignedUrlRequest, media.get_presigned_url),
+    "get_presigned_urls": operation(rq.PresignedUrlsRequest, media.get_presigned_urls),
 }

@@ -152,6 +152,8 @@ class ServiceMutation(msgspec.Struct):
     base_path: str | None = None
     lifecycle: str = "running"
     resources: ServiceResources | None = None
+    spec: AsSent | None = None  # the client's ServiceSpec; kept whole, answered back as its instance's spec
+    description: str | None = None
 
 
 def check_shape(value: Any, shape: Any, at: str) -> None:
@@ -208,7 +210,7 @@ class ServiceRef(OrgScoped, kw_only=True):
 
 
 class ReportServiceInstance(ServiceRef, kw_only=True):
-    fingerprint: Any = None
+    fingerprint: AsSent | None = None  # the ProjectFingerprint the pod loaded
 
 
 # --- the media store (pxtfs_protocol.py) --------------------------------------------------------------------

@@ -272,6 +272,8 @@ def by_path(default: Format, special: Mapping[str, Format]) -> Render:
         return special.get(path, default)(exc)
 
     return render
+
+
 _CORS_READABLE = ("/.well-known/",)  # what any page may read from the identity provider: metadata, JWKS
 
 

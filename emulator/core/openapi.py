@@ -39,6 +39,7 @@ DOCUMENT_PATH = f"{SCHEMA_PATH}/openapi.json"
 _OPT = "openapi_body"
 _QUERY = "openapi_query"
 _ANSWER = "openapi_answer"
+_NO_BODY = "openapi_no_body"
 _REF = "#/components/schemas/{name}"
 JSON = "application/json"
 FORM = "application/x-www-form-urlencoded"
@@ -135,6 +136,12 @@ def custom_body(declared: Body) -> dict[str, Body]:
 def custom_answer(declared: Body) -> dict[str, Body]:
     """`opt=` for a 2xx no single return type describes (the management API's, one per operation): its body."""
     return {_ANSWER: declared}
+
+
+def no_body(answers: Mapping[int, str]) -> dict[str, dict[int, str]]:
+    """`opt=` for answers sent without a body (status → what it means): not refusals, so no error body either (an
+    upload's 201, and its 412 that the client counts as success)."""
+    return {_NO_BODY: dict(answers)}
 
 
 def query(**types: Any) -> dict[str, list[Parameter]]:
@@ -253,6 +260,8 @@ def finish(document: Mapping[str, Any], routes: list[Any], errors: Iterable[Erro
                 _add_components(ours, answer.components, "answers")
                 operation["responses"][str(handler.status_code)]["content"] = answer.content
             _errors(operation, handler, shapes, ours)
+            for status, said in handler.opt.get(_NO_BODY, {}).items():
+                operation["responses"][str(status)] = {"description": said}
     doc.setdefault("components", {}).setdefault("schemas", {}).update(ours)
     return doc
 

@@ -532,7 +532,7 @@ async def _write(
         counts["users"].add(made)
     for i, r in enumerate(world.registrations):
         with _at("registrations", i, "id"):
-            outcome = await identity.declare_registration(
+            outcome = await identity.registrations.declare_registration(
                 conn,
                 r.id,
                 kind=r.type,

@@ -8,8 +8,6 @@ refresh_tokens, idjag_jtis: assertions, the jwt-bearer exchange, the site's chec
 
 from __future__ import annotations
 
-from typing import Literal
-
 import aiosqlite
 
 from emulator.core.context import Core
@@ -88,34 +86,3 @@ class Identity:
 
     async def ensure_user(self, conn: aiosqlite.Connection, email: str, now: float) -> str:
         return await self.users.ensure_user(conn, email, now)
-
-    # --- a declared state ---------------------------------------------------------------------------
-
-    async def declare_registration(
-        self,
-        conn: aiosqlite.Connection,
-        reg_id: str,
-        *,
-        kind: str,
-        login_hint: str | None,
-        claimed_email: str | None,
-        claim_token: str | None,
-        refresh_token: str | None,
-        trial_org_id: str | None,
-        now: float,
-        exact: bool,
-        upstream_sub: str | None = None,
-    ) -> Literal["created", "updated", "unchanged"]:
-        return await self.registrations.declare_registration(
-            conn,
-            reg_id,
-            kind=kind,
-            login_hint=login_hint,
-            claimed_email=claimed_email,
-            claim_token=claim_token,
-            refresh_token=refresh_token,
-            trial_org_id=trial_org_id,
-            now=now,
-            exact=exact,
-            upstream_sub=upstream_sub,
-        )
