@@ -12,7 +12,7 @@ import msgspec
 
 from emulator.core.clock import iso
 from emulator.core.context import Core
-from emulator.core.store import Db, fetch_all, fetch_one
+from emulator.core.store import Db, fetch_all, fetch_one, many, record
 from emulator.identity.records import DeliveryAttempts, DeliveryRecord, DueDelivery, TryRecord
 from emulator.identity.states import DeliveryState
 
@@ -128,28 +128,33 @@ async def every(db: Db, endpoint_id: str | None = None, event_id: str | None = N
     if event_id is not None:
         where.append("d.event_id = ?")
         params.append(event_id)
-    rows = await fetch_all(
+    # One statement, so one snapshot: a try and its delivery's state are written in one transaction, and read apart
+    # a delivery could show a try while its state still said pending. A delivery without a try comes once, its
+    # try's columns null.
+    rows = await many(
         db,
-        DeliveryRecord,
-        "SELECT d.*, w.url, e.event FROM webhook_deliveries d JOIN webhook_endpoints w ON w.id = d.endpoint_id "
-        "JOIN agent_events e ON e.id = d.event_id"
+        "SELECT d.*, w.url, e.event, a.delivery_id AS try_of, a.attempt AS try_attempt, a.at AS try_at, "
+        "a.status AS try_status, a.error AS try_error, a.ms AS try_ms "
+        "FROM webhook_deliveries d JOIN webhook_endpoints w ON w.id = d.endpoint_id "
+        "JOIN agent_events e ON e.id = d.event_id LEFT JOIN webhook_attempts a ON a.delivery_id = d.id"
         + (" WHERE " + " AND ".join(where) if where else "")
-        + " ORDER BY e.seq, d.created_at, d.id",
+        + " ORDER BY e.seq, d.created_at, d.id, a.attempt",
         tuple(params),
     )
+    deliveries: dict[str, DeliveryRecord] = {}
     tries: dict[str, list[AttemptView]] = {}
-    if rows:
-        # The same filter, joined (an IN list of every delivery's id would pass SQLite's limit on parameters)
-        found = await fetch_all(
-            db,
-            TryRecord,
-            "SELECT a.* FROM webhook_attempts a JOIN webhook_deliveries d ON d.id = a.delivery_id"
-            + (" WHERE " + " AND ".join(where) if where else "")
-            + " ORDER BY a.delivery_id, a.attempt",
-            tuple(params),
-        )
-        for a in found:
-            tries.setdefault(a.delivery_id, []).append(
+    for row in rows:
+        delivery = deliveries.setdefault(row["id"], record(row, DeliveryRecord))
+        if row["try_of"] is not None:
+            a = TryRecord(
+                delivery_id=row["try_of"],
+                attempt=row["try_attempt"],
+                at=row["try_at"],
+                status=row["try_status"],
+                error=row["try_error"],
+                ms=row["try_ms"],
+            )
+            tries.setdefault(delivery.id, []).append(
                 AttemptView(attempt=a.attempt, at=iso(a.at), status=a.status, error=a.error, ms=a.ms)
             )
     return [
@@ -165,5 +170,5 @@ async def every(db: Db, endpoint_id: str | None = None, event_id: str | None = N
             created_at=iso(r.created_at),
             tries=tries.get(r.id, []),
         )
-        for r in rows
+        for r in deliveries.values()
     ]
