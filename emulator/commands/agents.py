@@ -12,6 +12,7 @@ from emulator.admin import ops
 from emulator.admin.wire import ServiceKeyCreate
 from emulator.commands import common
 from emulator.commands.common import add_json, add_locator, plain_or_exit, print_json, shown_whole
+from emulator.identity.states import CredentialState
 
 
 def register(sub: Any) -> dict[str, Callable[[argparse.Namespace], int]]:
@@ -67,7 +68,7 @@ def cmd_service_key(args: argparse.Namespace) -> int:
         if shown_whole(args, found, "no service keys yet (emulator service-key create NAME makes one)"):
             return 0
         for k in found:
-            state = f"revoked {k['revoked_at']}" if k["revoked_at"] else "live"
+            state = f"{CredentialState.REVOKED} {k['revoked_at']}" if k["revoked_at"] else CredentialState.LIVE
             print(f"{k['id']}  {k['name']:<20} …{k['hint']}  created {k['created_at']}  {state}")
         return 0
     revoked = plain_or_exit(client, ops.SERVICE_KEY_REVOKE.call(key_id=args.id))

@@ -14,6 +14,7 @@ from emulator.admin.wire import DeliveryList, DeliveryView, WebhookAdd, WebhookC
 from emulator.commands import common
 from emulator.commands.common import add_json, add_locator, plain_or_exit, print_json, run_or_exit, shown_whole
 from emulator.identity.agent_events import EVENTS
+from emulator.identity.states import DeliveryState
 
 
 def register(sub: Any) -> dict[str, Callable[[argparse.Namespace], int]]:
@@ -56,7 +57,7 @@ def register(sub: Any) -> dict[str, Callable[[argparse.Namespace], int]]:
 def describe(d: DeliveryView) -> list[str]:
     """A delivery and its tries, a line each."""
     head = f"{d.id}  {d.event} {d.event_id} → {d.url}  {d.state}"
-    if d.state == "pending" and d.next_at:
+    if d.state == DeliveryState.PENDING and d.next_at:
         head += f" (try {d.attempts + 1} at {d.next_at})"
     lines = [head]
     for t in d.tries:

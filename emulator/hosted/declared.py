@@ -39,6 +39,7 @@ from emulator.hosted import databases, keys, orgs, plans, secrets
 from emulator.hosted.states import MemberRole
 from emulator.identity import endpoints, service_keys, users
 from emulator.identity.identity import Identity
+from emulator.identity.states import RegType
 from emulator.identity.wire import valid_email
 
 MAX_BYTES = 4 * 1024 * 1024  # a declared state is a hand-written file; secrets hold at most 1 MiB per organization
@@ -354,16 +355,16 @@ def check(world: DeclaredState, trial_lifetime: float) -> _Plan:
         for field, value in (("login_hint", r.login_hint), ("claimed_by", r.claimed_by)):
             if value is not None and (not valid_email(value) or value != value.strip()):
                 raise Refused(("registrations", i, field), "not an e-mail address")
-        if r.type == "service_auth" and r.login_hint is None:
+        if r.type == RegType.SERVICE_AUTH and r.login_hint is None:
             raise Refused(("registrations", i, "type"), "service_auth needs login_hint: the person's e-mail")
-        if r.type == "anonymous" and r.login_hint is not None:
+        if r.type == RegType.ANONYMOUS and r.login_hint is not None:
             raise Refused(("registrations", i, "login_hint"), "only a service_auth registration has a login_hint")
-        if r.type == "identity_assertion" and (r.claimed_by is None or not r.upstream_sub):
+        if r.type == RegType.IDENTITY_ASSERTION and (r.claimed_by is None or not r.upstream_sub):
             raise Refused(
                 ("registrations", i, "type"),
                 "identity_assertion needs claimed_by (its person) and upstream_sub (their id at the upstream issuer)",
             )
-        if r.type != "identity_assertion" and r.upstream_sub is not None:
+        if r.type != RegType.IDENTITY_ASSERTION and r.upstream_sub is not None:
             raise Refused(("registrations", i, "upstream_sub"), "only an identity_assertion registration has one")
         if r.claim_token is not None:
             if not _CLAIM_TOKEN.match(r.claim_token):
@@ -385,7 +386,7 @@ def check(world: DeclaredState, trial_lifetime: float) -> _Plan:
                 raise Refused(
                     ("registrations", i, "trial"), f"{r.trial} is not a trial declared in this file (trial = true)"
                 )
-            if r.type != "anonymous":
+            if r.type != RegType.ANONYMOUS:
                 raise Refused(("registrations", i, "trial"), "only an anonymous registration gets a trial")
             if r.trial in trial_of:
                 raise Refused(("registrations", i, "trial"), f"{r.trial} is already the trial of {trial_of[r.trial]}")

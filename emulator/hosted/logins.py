@@ -26,6 +26,7 @@ from emulator.core.errors import (
 from emulator.core.ids import secret_hash
 from emulator.core.payloads import IdpLoginApproved, IdpLoginDenied, IdpLoginStarted, IdpSession, IdpTokenRevoked
 from emulator.hosted import orgs
+from emulator.hosted.states import LoginState
 from emulator.identity.identity import Identity
 from emulator.identity.signing import ACCESS_TOKEN_TYP, InvalidToken, SessionClaims
 from emulator.identity.wire import valid_email
@@ -79,8 +80,8 @@ class Logins:
         user_code = self._user_code()
         await self.core.store.execute(
             "INSERT INTO device_logins (device_code_hash, user_code, client_id, state, expires_at, created_at) "
-            "VALUES (?, ?, ?, 'pending', ?, ?)",
-            (secret_hash(device_code), user_code, client_id, now + DEVICE_CODE_TTL, now),
+            "VALUES (?, ?, ?, ?, ?, ?)",
+            (secret_hash(device_code), user_code, client_id, LoginState.PENDING, now + DEVICE_CODE_TTL, now),
         )
         uri = f"{self.identity.urls.auth}/device"
         self.core.bus.publish(user_code, IdpLoginStarted())
@@ -99,7 +100,7 @@ class Logins:
         if (approve or email) and not valid_email(email):
             raise BAD_REQUEST("sign in with an e-mail address")
         row = await self.core.store.fetchone("SELECT * FROM device_logins WHERE user_code = ?", (user_code.upper(),))
-        if row is None or row["state"] != "pending":
+        if row is None or row["state"] != LoginState.PENDING:
             raise NOT_FOUND(f"no sign-in is waiting for the code {user_code}")
         if row["expires_at"] <= self.core.clock.now():
             raise GONE("this sign-in code has expired; run pxt login again")
@@ -108,7 +109,7 @@ class Logins:
                 await self.identity.ensure_user(conn, email, self.core.clock.now())
             await conn.execute(
                 "UPDATE device_logins SET state = ?, email = ? WHERE user_code = ?",
-                ("approved" if approve else "denied", email or None, row["user_code"]),
+                (LoginState.APPROVED if approve else LoginState.DENIED, email or None, row["user_code"]),
             )
         decided = IdpLoginApproved if approve else IdpLoginDenied
         self.core.bus.publish(row["user_code"], decided(email=email or None))
@@ -119,16 +120,17 @@ class Logins:
         )
         if row is None or row["client_id"] != client_id:
             raise INVALID_GRANT("unknown device code")
-        if row["state"] == "redeemed":
+        if row["state"] == LoginState.REDEEMED:
             raise INVALID_GRANT("this device code was already used")
         if row["expires_at"] <= self.core.clock.now():
             raise EXPIRED_TOKEN("the sign-in code expired; run pxt login again")
-        if row["state"] == "denied":
+        if row["state"] == LoginState.DENIED:
             raise ACCESS_DENIED("the person denied the sign-in")
-        if row["state"] == "pending":
+        if row["state"] == LoginState.PENDING:
             raise AUTHORIZATION_PENDING("waiting for the person to approve the sign-in")
         await self.core.store.execute(
-            "UPDATE device_logins SET state = 'redeemed' WHERE device_code_hash = ?", (row["device_code_hash"],)
+            "UPDATE device_logins SET state = ? WHERE device_code_hash = ?",
+            (LoginState.REDEEMED, row["device_code_hash"]),
         )
         user = await self.core.store.fetchone("SELECT * FROM users WHERE email = ?", (row["email"],))
         if user is None:  # an approval always creates the person first

@@ -1,5 +1,5 @@
-"""The states of organizations, hosted databases and services, and the phases of their receipts: what each may
-become.
+"""The states of organizations, `pxt login` sign-ins, hosted databases and services, and the phases of their
+receipts: what each may become.
 
 The values are the product's own words (the client prints them), stored as they are in SQLite and on the wire;
 `StrEnum` keeps them strings there. Every state a write sets is checked against `DB_MAY_FOLLOW` or
@@ -21,6 +21,16 @@ class OrgState(StrEnum):
 class MemberRole(StrEnum):
     ADMIN = "admin"
     MEMBER = "member"
+
+
+class LoginState(StrEnum):
+    """`device_logins.state`: a `pxt login` sign-in (hosted/logins.py). Its session's state is derived where the
+    operator's view of people reads it (identity/states.SessionState)."""
+
+    PENDING = "pending"  # shown to the person, not yet decided
+    APPROVED = "approved"  # the client's next poll gets its session
+    DENIED = "denied"
+    REDEEMED = "redeemed"  # the client got its session: the device code works once
 
 
 class DbState(StrEnum):

@@ -34,6 +34,7 @@ from emulator.hosted.states import MemberRole, OrgState
 from emulator.identity import agent_events, registrations
 from emulator.identity.agent_events import ApiKeyIssued, CredentialIssuedData
 from emulator.identity.identity import Identity
+from emulator.identity.states import RegStatus
 from emulator.identity.wire import valid_email
 
 
@@ -65,7 +66,7 @@ async def create(core: Core, registration_id: str, ip: str) -> NewTrial:
         reg = await registrations.registration(conn, registration_id)
         if reg is None:
             raise INVALID_TOKEN("the registration behind this token no longer exists")
-        if reg.status == "claimed":
+        if reg.status == RegStatus.CLAIMED:
             raise FORBIDDEN(
                 "this registration was claimed: it works in its person's organization (pxt login) and gets no trial",
             )

@@ -9,7 +9,6 @@ outbox: a delivery cannot be lost between the change and its sending; deliveries
 
 from __future__ import annotations
 
-import json
 import sqlite3
 from dataclasses import dataclass
 from typing import Literal
@@ -31,9 +30,12 @@ from emulator.core.payloads import (
     AgentRegistrationRefreshed,
     AgentRegistrationRevoked,
 )
+from emulator.core.store import fetch_all
+from emulator.core.store import record as as_record
 from emulator.identity import deliveries as deliveries_
 from emulator.identity.deliveries import NewDelivery
-from emulator.identity.records import RegistrationRecord
+from emulator.identity.records import EndpointRef, EventRecord, RegistrationRecord
+from emulator.identity.states import DeliveryState, EventStatus, RegStatus, RegType
 
 _JOURNALED = {
     Kind.AGENT_REGISTRATION_CREATED: AgentRegistrationCreated,
@@ -47,7 +49,7 @@ _JOURNALED = {
 }
 EVENTS = tuple(k.value for k in _JOURNALED)  # the event names a webhook endpoint may take
 
-Status = Literal["unverified", "verified", "expired", "revoked"]
+Status = EventStatus  # the name the agents API and the operator's views import
 _encode = msgspec.json.Encoder().encode
 
 
@@ -68,19 +70,19 @@ def claim_id(registration_id: str) -> str:
 
 def method_of(kind: str) -> str:
     """WorkOS's `method` of a registration kind: an identity assertion registers by `id_jag`."""
-    return "id_jag" if kind == "identity_assertion" else kind
+    return "id_jag" if kind == RegType.IDENTITY_ASSERTION else kind
 
 
 def status_of(reg: RegistrationRecord, now: float) -> Status:
     """A registration's status as the service side reads it: `revoked`; `verified` once claimed (an ID-JAG's is
     claimed when made); `expired` when its claim window closed unclaimed; else `unverified`."""
     if reg.revoked_at is not None:
-        return "revoked"
-    if reg.status == "claimed":
-        return "verified"
+        return EventStatus.REVOKED
+    if reg.status == RegStatus.CLAIMED:
+        return EventStatus.VERIFIED
     if reg.claim_expires_at <= now:
-        return "expired"
-    return "unverified"
+        return EventStatus.EXPIRED
+    return EventStatus.UNVERIFIED
 
 
 # --- the `data` of each event -----------------------------------------------------------------------------------
@@ -200,14 +202,14 @@ _EVENT = "INSERT INTO agent_events (id, event, registration_id, data, created_at
 
 
 def _rows(
-    core: Core, kind: Kind, registration_id: str, data: EventData, endpoints: list[sqlite3.Row]
+    core: Core, kind: Kind, registration_id: str, data: EventData, endpoints: list[EndpointRef]
 ) -> tuple[Recorded, tuple[str, str, str, str, float], list[NewDelivery]]:
     """The event's row and its deliveries' (one per endpoint that takes its kind)."""
     if kind not in _JOURNALED:
         raise ValueError(f"{kind} is not a registration event")
     now = core.clock.now()
     event_id = core.ids.ident("event_")
-    takers = [str(e["id"]) for e in endpoints if (wanted := json.loads(e["events"])) == [] or kind.value in wanted]
+    takers = [e.id for e in endpoints if e.events == [] or kind.value in e.events]
     deliveries = [(core.ids.ident("whd_"), endpoint_id, event_id, now, now) for endpoint_id in takers]
     data_json = _encode(data).decode() if deliveries else ""  # the row is written only with deliveries
     return (
@@ -221,8 +223,7 @@ def _rows(
 # time), pruned every PRUNE_EVERY, never one a delivery still waits to send (its tries go with it).
 PRUNE_EVERY = 500
 _PRUNE = (
-    "DELETE FROM agent_events WHERE seq <= ? "
-    "AND id NOT IN (SELECT event_id FROM webhook_deliveries WHERE state = 'pending')"
+    "DELETE FROM agent_events WHERE seq <= ? AND id NOT IN (SELECT event_id FROM webhook_deliveries WHERE state = ?)"
 )
 
 
@@ -234,8 +235,7 @@ def _prune_below(seq: int | None, cap: int) -> int | None:
 async def record(conn: aiosqlite.Connection, core: Core, kind: Kind, registration_id: str, data: EventData) -> Recorded:
     """Write the event and its pending deliveries inside the caller's transaction. An event no endpoint takes is
     journaled only: the row is the outbox's, and a token exchange (the hottest write) then pays no insert."""
-    async with conn.execute(_ENDPOINTS) as cur:
-        endpoints = list(await cur.fetchall())
+    endpoints = await fetch_all(conn, EndpointRef, _ENDPOINTS)
     recorded, event, deliveries = _rows(core, kind, registration_id, data, endpoints)
     if not deliveries:
         return recorded
@@ -243,20 +243,21 @@ async def record(conn: aiosqlite.Connection, core: Core, kind: Kind, registratio
     await deliveries_.enqueue(conn, deliveries)
     below = _prune_below(written.lastrowid, core.settings.journal_cap)
     if below is not None:
-        await conn.execute(_PRUNE, (below,))
+        await conn.execute(_PRUNE, (below, DeliveryState.PENDING))
     return recorded
 
 
 def record_sync(db: sqlite3.Connection, core: Core, kind: Kind, registration_id: str, data: EventData) -> Recorded:
     """`record` inside a transaction run whole on the store's thread (`Store.write`)."""
-    recorded, event, deliveries = _rows(core, kind, registration_id, data, db.execute(_ENDPOINTS).fetchall())
+    endpoints = [as_record(r, EndpointRef) for r in db.execute(_ENDPOINTS).fetchall()]
+    recorded, event, deliveries = _rows(core, kind, registration_id, data, endpoints)
     if not deliveries:
         return recorded
     written = db.execute(_EVENT, event)
     deliveries_.enqueue_sync(db, deliveries)
     below = _prune_below(written.lastrowid, core.settings.journal_cap)
     if below is not None:
-        db.execute(_PRUNE, (below,))
+        db.execute(_PRUNE, (below, DeliveryState.PENDING))
     return recorded
 
 
@@ -266,10 +267,10 @@ def publish(bus: EventBus, *recorded: Recorded) -> None:
         bus.publish(r.registration_id, _JOURNALED[r.kind](event_id=r.id))
 
 
-def envelope(row: sqlite3.Row) -> bytes:
+def envelope(event: EventRecord) -> bytes:
     """An `agent_events` row as the JSON body a webhook endpoint receives."""
     return _encode(
         Envelope(
-            id=row["id"], event=row["event"], data=msgspec.Raw(row["data"].encode()), created_at=iso(row["created_at"])
+            id=event.id, event=event.event, data=msgspec.Raw(event.data.encode()), created_at=iso(event.created_at)
         )
     )

@@ -35,6 +35,7 @@ from emulator.identity.agent_events import RegistrationRef, Status, agent_identi
 from emulator.identity.claims import hint_refusal, open_attempt, why_closed
 from emulator.identity.identity import Identity
 from emulator.identity.records import AttemptRecord, OpenAttempt, RegistrationRecord, UserRef
+from emulator.identity.states import AttemptState, RegStatus
 from emulator.identity.wire import valid_email
 
 OPERATOR = "operator"  # who revoked, when it was not a service key
@@ -145,7 +146,7 @@ def _closed(attempt: OpenAttempt, now: float) -> ApiError | None:
         return None
     if attempt.registration_revoked_at is not None:
         return CLAIM_REVOKED(closed.text)
-    if attempt.state == "completed" or attempt.registration_status == "claimed":
+    if attempt.state == AttemptState.COMPLETED or attempt.registration_status == RegStatus.CLAIMED:
         return ALREADY_CLAIMED(closed.text)
     if closed.status == 410:
         return CLAIM_EXPIRED(closed.text)
@@ -272,7 +273,7 @@ class AgentsApi:
         if reg is None:
             raise ENTITY_NOT_FOUND(f"no agent registration {reg_id}")
         person = await fetch_one(db, UserRef, "SELECT id FROM users WHERE email = ?", (reg.claimed_email,))
-        user_id = person.id if person is not None and reg.status == "claimed" else None
+        user_id = person.id if person is not None and reg.status == RegStatus.CLAIMED else None
         created = iso(reg.created_at)
         # its last change (a claim, a revocation, an expiry), or its claim for a row from before updated_at
         updated = iso(max(t for t in (reg.created_at, reg.updated_at, reg.claimed_at) if t is not None))
@@ -295,15 +296,14 @@ class AgentsApi:
     async def _completion(db: Db, reg: RegistrationRecord) -> ClaimCompletionView | None:
         """How the claim was completed: by the attempt the agent completed, else (its trial claimed by a person, a
         declared state) at the instant it was claimed."""
-        if reg.status != "claimed" or reg.claimed_at is None:
+        if reg.status != RegStatus.CLAIMED or reg.claimed_at is None:
             return None
         claimed = iso(reg.claimed_at)
         attempt = await fetch_one(
             db,
             AttemptRecord,
-            "SELECT * FROM claim_attempts WHERE registration_id = ? AND state = 'completed' "
-            "ORDER BY created_at DESC LIMIT 1",
-            (reg.id,),
+            "SELECT * FROM claim_attempts WHERE registration_id = ? AND state = ? ORDER BY created_at DESC LIMIT 1",
+            (reg.id, AttemptState.COMPLETED),
         )
         if attempt is None:
             return ClaimCompletionView(claim_id(reg.id), claimed, claimed, claimed, claimed)

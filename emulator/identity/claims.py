@@ -34,6 +34,7 @@ from emulator.core.store import Db, fetch_one
 from emulator.identity import agent_events
 from emulator.identity.agent_events import ClaimAttemptData
 from emulator.identity.records import AttemptRecord, OpenAttempt, RegistrationRecord
+from emulator.identity.states import OPEN_ATTEMPTS, AttemptState, RegStatus, RegType
 from emulator.identity.users import Users
 from emulator.identity.wire import CLAIM_PAGE, Attempt, ClaimStart, ClaimStarted, Urls, claim_token_refused, valid_email
 
@@ -53,17 +54,16 @@ class Claims:
     ) -> tuple[Attempt, agent_events.Recorded]:
         """Mint a claim attempt; it supersedes the previous one (its link and code stop working)."""
         await conn.execute(
-            "UPDATE claim_attempts SET state = 'superseded' WHERE registration_id = ? "
-            "AND state IN ('pending', 'confirmed', 'denied')",
-            (reg_id,),
+            "UPDATE claim_attempts SET state = ? WHERE registration_id = ? AND state IN (?, ?, ?)",
+            (AttemptState.SUPERSEDED, reg_id, *OPEN_ATTEMPTS),
         )
         token = self.core.ids.token("att_", 20)
         exp = now + self._s.attempt_ttl
         attempt_id = self.core.ids.ident("cla_")
         await conn.execute(
             "INSERT INTO claim_attempts (id, registration_id, token_hash, login_hint, state, expires_at, created_at) "
-            "VALUES (?, ?, ?, ?, 'pending', ?, ?)",
-            (attempt_id, reg_id, secret_hash(token), login_hint, exp, now),
+            "VALUES (?, ?, ?, ?, ?, ?, ?)",
+            (attempt_id, reg_id, secret_hash(token), login_hint, AttemptState.PENDING, exp, now),
         )
         data = ClaimAttemptData(
             id=attempt_id,
@@ -89,14 +89,14 @@ class Claims:
             raise INVALID_CLAIM_TOKEN("the claim token is not one this provider issued")
         if reg.revoked_at is not None:
             raise CLAIM_REVOKED("this registration was revoked; register again")
-        if reg.status == "claimed":
+        if reg.status == RegStatus.CLAIMED:
             raise ALREADY_CLAIMED("this registration is already claimed")
         if reg.claim_expires_at <= self.core.clock.now():
             raise CLAIM_EXPIRED("the claim window of this registration has closed")
         return reg
 
     async def start_claim(self, body: ClaimStart) -> ClaimStarted:
-        if body.type != "service_auth":
+        if body.type != RegType.SERVICE_AUTH:
             raise INVALID_REQUEST(
                 'the claim method is type: "service_auth" (for anonymous registrations too)',
             )
@@ -119,12 +119,12 @@ class Claims:
     async def attempt_for(self, *, token: str | None = None, registration: str | None = None) -> OpenAttempt:
         """The current attempt, by the token of its verification URI or by registration id."""
         if token:
-            where, arg = "a.token_hash = ?", secret_hash(token)
+            where, args = "a.token_hash = ?", (secret_hash(token),)
         elif registration:
-            where, arg = "a.registration_id = ? AND a.state != 'superseded'", registration
+            where, args = "a.registration_id = ? AND a.state != ?", (registration, AttemptState.SUPERSEDED)
         else:
             raise BAD_REQUEST("name the claim: its verification_uri or its registration id")
-        row = await open_attempt(self.core.store, where, arg)
+        row = await open_attempt(self.core.store, where, *args)
         if row is None:
             raise NOT_FOUND("no pending claim matches")
         return row
@@ -164,7 +164,7 @@ class Claims:
         await conn.execute(
             "UPDATE claim_attempts SET state = ?, email = ?, user_code_hash = ?, code_expires_at = ? WHERE id = ?",
             (
-                "confirmed" if approve else "denied",
+                AttemptState.CONFIRMED if approve else AttemptState.DENIED,
                 email or None,
                 secret_hash(code) if code else None,
                 now + self._s.attempt_ttl if code else None,
@@ -179,15 +179,14 @@ class Claims:
         return await fetch_one(
             conn,
             AttemptRecord,
-            "SELECT * FROM claim_attempts WHERE registration_id = ? AND state != 'superseded' "
-            "ORDER BY created_at DESC LIMIT 1",
-            (reg_id,),
+            "SELECT * FROM claim_attempts WHERE registration_id = ? AND state != ? ORDER BY created_at DESC LIMIT 1",
+            (reg_id, AttemptState.SUPERSEDED),
         )
 
     @staticmethod
     async def complete(conn: aiosqlite.Connection, attempt_id: str) -> None:
         """The agent completed the claim with this attempt's user code."""
-        await conn.execute("UPDATE claim_attempts SET state = 'completed' WHERE id = ?", (attempt_id,))
+        await conn.execute("UPDATE claim_attempts SET state = ? WHERE id = ?", (AttemptState.COMPLETED, attempt_id))
 
 
 @dataclass(frozen=True)
@@ -213,15 +212,15 @@ ATTEMPT_COLUMNS = (
 )
 
 
-async def open_attempt(db: Db, where: str, arg: str) -> OpenAttempt | None:
-    """The claim attempt `where` names (on `a`, one `?` for `arg`) with what `why_closed` reads of its registration;
+async def open_attempt(db: Db, where: str, *args: object) -> OpenAttempt | None:
+    """The claim attempt `where` names (on `a`, a `?` for each of `args`) with what `why_closed` reads of its registration;
     the newest when several match."""
     return await fetch_one(
         db,
         OpenAttempt,
         f"SELECT {ATTEMPT_COLUMNS} FROM claim_attempts a JOIN registrations r ON r.id = a.registration_id "
         f"WHERE {where} ORDER BY a.created_at DESC LIMIT 1",
-        (arg,),
+        args,
     )
 
 
@@ -229,18 +228,17 @@ def why_closed(attempt: OpenAttempt, now: float, readable: Callable[[float], str
     """Whether a claim link still takes a decision. It works once: approved or denied, it is used."""
     if attempt.registration_revoked_at is not None:
         return Closed(410, "This agent was revoked", "The service revoked this agent; it must register again.")
-    if attempt.state == "superseded":
+    if attempt.state == AttemptState.SUPERSEDED:
         return Closed(
             410, "This claim link was replaced", "The agent started a newer claim: use the newest link it gives you."
         )
-    if attempt.state == "completed" or attempt.registration_status == "claimed":
+    if attempt.state == AttemptState.COMPLETED or attempt.registration_status == RegStatus.CLAIMED:
         return Closed(409, "This claim link was already used", "The agent is already linked to an account.")
-    if attempt.state in ("confirmed", "denied"):
-        done = "approved" if attempt.state == "confirmed" else "denied"
+    if attempt.state in (AttemptState.CONFIRMED, AttemptState.DENIED):
+        approved = attempt.state == AttemptState.CONFIRMED
+        done = "approved" if approved else "denied"
         who = f" as {attempt.email}" if attempt.email else ""
-        again = (
-            " Its user code was shown once; the agent starts a new claim for a new one." if done == "approved" else ""
-        )
+        again = " Its user code was shown once; the agent starts a new claim for a new one." if approved else ""
         return Closed(409, "This claim link was already used", f"It was {done}{who}; it works once.{again}")
     if attempt.expires_at <= now:
         return Closed(410, "This claim link expired", f"It was valid until {readable(attempt.expires_at)}.")

@@ -10,6 +10,7 @@ from msgspec import UNSET, UnsetType
 
 from emulator.identity.identity import Identity
 from emulator.identity.idjag import ID_JAG_TYPE, TOKEN_EXCHANGE
+from emulator.identity.states import RegType
 from emulator.identity.wire import JWT_BEARER, POST_CLAIM_SCOPES, Urls
 
 API_CATALOG_PROFILE = "https://www.rfc-editor.org/info/rfc9727"
@@ -108,7 +109,7 @@ def authorization_server(identity: Identity) -> AuthorizationServer:
             claim_uri=f"{auth}/agent/identity/claim",
             claim_complete_endpoint=f"{auth}/agent/identity/claim/complete",
             identity_types_supported=types,
-            identity_assertion=AssertionTypes([ID_JAG_TYPE]) if "identity_assertion" in types else UNSET,
+            identity_assertion=AssertionTypes([ID_JAG_TYPE]) if RegType.IDENTITY_ASSERTION in types else UNSET,
             events_supported=[],
         ),
     )

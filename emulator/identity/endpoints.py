@@ -13,7 +13,6 @@ import asyncio
 import hmac
 import json
 import re
-import sqlite3
 from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
@@ -24,8 +23,10 @@ from emulator.core.context import Core
 from emulator.core.errors import BAD_REQUEST, NOT_FOUND
 from emulator.core.listening import Listening, resolve
 from emulator.core.secretbox import SecretBox
-from emulator.core.store import Db, Outcome, many, one
+from emulator.core.store import Db, Outcome, fetch_all, fetch_one, one
 from emulator.identity.agent_events import EVENTS
+from emulator.identity.records import EndpointRecord, PendingCount
+from emulator.identity.states import DeliveryState
 
 if TYPE_CHECKING:
     import aiosqlite
@@ -124,9 +125,10 @@ def check_secret(secret: str) -> str:
     return secret
 
 
-def _view(row: sqlite3.Row) -> WebhookView:
-    events = json.loads(row["events"])
-    return WebhookView(id=row["id"], url=row["url"], events=events or list(EVENTS), created_at=iso(row["created_at"]))
+def _view(endpoint: EndpointRecord) -> WebhookView:
+    return WebhookView(
+        id=endpoint.id, url=endpoint.url, events=endpoint.events or list(EVENTS), created_at=iso(endpoint.created_at)
+    )
 
 
 async def add(core: Core, box: SecretBox, spec: WebhookAdd) -> WebhookCreated:
@@ -166,40 +168,43 @@ async def _insert(
 
 
 async def every(db: Db) -> list[WebhookView]:
-    rows = await many(db, "SELECT * FROM webhook_endpoints WHERE disabled_at IS NULL ORDER BY created_at, id")
+    rows = await fetch_all(
+        db, EndpointRecord, "SELECT * FROM webhook_endpoints WHERE disabled_at IS NULL ORDER BY created_at, id"
+    )
     return [_view(r) for r in rows]
 
 
 async def remove(core: Core, endpoint_id: str) -> WebhookRemoved:
     """The endpoint goes, and with it its deliveries (the journal keeps their tries)."""
     async with core.store.transaction() as conn:
-        row = await one(
+        row = await fetch_one(
             conn,
-            "SELECT (SELECT COUNT(*) FROM webhook_deliveries WHERE endpoint_id = ? AND state = 'pending') AS pending "
+            PendingCount,
+            "SELECT (SELECT COUNT(*) FROM webhook_deliveries WHERE endpoint_id = ? AND state = ?) AS pending "
             "FROM webhook_endpoints WHERE id = ?",
-            (endpoint_id, endpoint_id),
+            (endpoint_id, DeliveryState.PENDING, endpoint_id),
         )
         if row is None:
             raise NOT_FOUND(f"no webhook endpoint {endpoint_id}")
         await conn.execute("DELETE FROM webhook_endpoints WHERE id = ?", (endpoint_id,))  # deliveries cascade
-    return WebhookRemoved(removed=endpoint_id, dropped=row["pending"])
+    return WebhookRemoved(removed=endpoint_id, dropped=row.pending)
 
 
 async def declare(
     core: Core, box: SecretBox, conn: aiosqlite.Connection, url: str, events: list[str], secret: str, now: float
 ) -> Outcome:
     """A declared state's endpoint, matched by its URL: made, or brought to the declared events and secret."""
-    found = await one(
-        conn, "SELECT id, events, secret_box FROM webhook_endpoints WHERE url = ? ORDER BY created_at", (url,)
+    found = await fetch_one(
+        conn, EndpointRecord, "SELECT * FROM webhook_endpoints WHERE url = ? ORDER BY created_at", (url,)
     )
     if found is None:
         await _insert(conn, await _fresh_id(core, conn), url, events, box.seal(secret), now)
         return "created"
-    if json.loads(found["events"]) == events and _opens_to(box, found["secret_box"], secret):
+    if found.events == events and _opens_to(box, found.secret_box, secret):
         return "unchanged"
     await conn.execute(
         "UPDATE webhook_endpoints SET events = ?, secret_box = ?, disabled_at = NULL WHERE id = ?",
-        (json.dumps(events), box.seal(secret), found["id"]),
+        (json.dumps(events), box.seal(secret), found.id),
     )
     return "updated"
 

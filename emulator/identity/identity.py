@@ -16,6 +16,7 @@ from emulator.identity.idjag import Upstream
 from emulator.identity.records import OpenAttempt
 from emulator.identity.registrations import Registrations
 from emulator.identity.signing import Signer
+from emulator.identity.states import RegType
 from emulator.identity.tokens import Tokens
 from emulator.identity.users import Users
 from emulator.identity.wire import (
@@ -47,7 +48,7 @@ class Identity:
     def identity_types(self) -> list[str]:
         """The registration types discovery advertises: ID-JAG only while its switch is on."""
         return (
-            [*IDENTITY_TYPES, "identity_assertion"]
+            [*IDENTITY_TYPES, RegType.IDENTITY_ASSERTION]
             if self.core.switches["identity_assertion_registration"]
             else IDENTITY_TYPES
         )

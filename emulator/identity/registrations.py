@@ -37,6 +37,7 @@ from emulator.identity.agent_events import ClaimCompletedData, ClaimedBy, Regist
 from emulator.identity.claims import Claims
 from emulator.identity.idjag import Upstream
 from emulator.identity.records import RegistrationRecord
+from emulator.identity.states import AttemptState, RegStatus, RegType
 from emulator.identity.tokens import Tokens
 from emulator.identity.users import Users
 from emulator.identity.wire import (
@@ -80,7 +81,7 @@ class Registrations:
         kind = body.type
         if kind == "refresh":
             return await self.tokens.refresh(body)
-        if kind == "identity_assertion":
+        if kind == RegType.IDENTITY_ASSERTION:
             if not self.core.switches["identity_assertion_registration"]:
                 raise ISSUER_NOT_ENABLED(
                     "identity_assertion (ID-JAG) registration is not enabled here; use anonymous or service_auth",
@@ -88,12 +89,12 @@ class Registrations:
             return await self.register_idjag(body, ip)
         if kind not in IDENTITY_TYPES:
             raise type_refused(kind)
-        if kind == "anonymous" and not self.core.switches["anonymous_registration"]:
+        if kind == RegType.ANONYMOUS and not self.core.switches["anonymous_registration"]:
             raise ANONYMOUS_REGISTRATION_DISABLED("anonymous registration is disabled here")
-        if kind == "service_auth" and not self.core.switches["service_auth_registration"]:
+        if kind == RegType.SERVICE_AUTH and not self.core.switches["service_auth_registration"]:
             raise SERVICE_AUTH_REGISTRATION_DISABLED("service_auth registration is disabled here")
         login_hint = None
-        if kind == "service_auth":
+        if kind == RegType.SERVICE_AUTH:
             login_hint = body.login_hint
             if login_hint is None:
                 raise INVALID_REQUEST("service_auth needs login_hint: the user's e-mail")
@@ -108,14 +109,14 @@ class Registrations:
         async with self.core.store.transaction() as conn:
             await conn.execute(
                 "INSERT INTO registrations (id, type, login_hint, status, claim_token_hash, claim_expires_at, "
-                "client_ip, created_at) VALUES (?, ?, ?, 'registered', ?, ?, ?, ?)",
-                (reg_id, kind, login_hint, secret_hash(claim_token), claim_exp, ip, now),
+                "client_ip, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                (reg_id, kind, login_hint, RegStatus.REGISTERED, secret_hash(claim_token), claim_exp, ip, now),
             )
             events = [await self._created(conn, reg_id)]
-            if kind == "service_auth":
+            if kind == RegType.SERVICE_AUTH:
                 attempt, started = await self.claims.new_attempt(conn, reg_id, login_hint, now)
                 events.append(started)
-        given = self.tokens.assertion(reg_id, kind, None) if kind == "anonymous" else None
+        given = self.tokens.assertion(reg_id, kind, None) if kind == RegType.ANONYMOUS else None
         registered = IdpRegistered(type=kind, login_hint=login_hint, ip=ip, assertion_expires_at=given and given[1])
         self.core.bus.publish(reg_id, registered)
         agent_events.publish(self.core.bus, *events)
@@ -159,11 +160,12 @@ class Registrations:
             await conn.execute(
                 "INSERT INTO registrations (id, type, login_hint, status, claim_token_hash, claim_expires_at, "
                 "claimed_email, claimed_at, client_ip, created_at, upstream_iss, upstream_sub) "
-                "VALUES (?, 'identity_assertion', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (
                     reg_id,
+                    RegType.IDENTITY_ASSERTION,
                     jag.email,
-                    "claimed" if email else "registered",
+                    RegStatus.CLAIMED if email else RegStatus.REGISTERED,
                     secret_hash(claim_token),
                     claim_exp,
                     email,
@@ -178,9 +180,9 @@ class Registrations:
             if email is None:  # an account with this e-mail, not linked to the upstream identity: the person decides
                 attempt, started = await self.claims.new_attempt(conn, reg_id, jag.email, now)
                 events.append(started)
-        given = self.tokens.assertion(reg_id, "identity_assertion", email) if email is not None else None
+        given = self.tokens.assertion(reg_id, RegType.IDENTITY_ASSERTION, email) if email is not None else None
         registered = IdpRegistered(
-            type="identity_assertion", login_hint=jag.email, ip=ip, assertion_expires_at=given and given[1]
+            type=RegType.IDENTITY_ASSERTION, login_hint=jag.email, ip=ip, assertion_expires_at=given and given[1]
         )
         self.core.bus.publish(reg_id, registered)
         agent_events.publish(self.core.bus, *events)
@@ -193,13 +195,13 @@ class Registrations:
             )
             raise NeedsInteraction(
                 Registered(
-                    id=reg_id, type="identity_assertion", scopes=Scopes(post_claim=POST_CLAIM_SCOPES), claim=claim
+                    id=reg_id, type=RegType.IDENTITY_ASSERTION, scopes=Scopes(post_claim=POST_CLAIM_SCOPES), claim=claim
                 )
             )
         assertion, exp = given
         return Registered(
             id=reg_id,
-            type="identity_assertion",
+            type=RegType.IDENTITY_ASSERTION,
             identity=Grant(assertion=assertion, expires_at=iso(exp)),
             scopes=Scopes(post_claim=POST_CLAIM_SCOPES),
         )
@@ -222,9 +224,9 @@ class Registrations:
             attempt = await Claims.latest(conn, reg.id)
             if attempt is None:
                 raise CLAIM_NOT_CONFIRMED("no claim was started; POST /agent/identity/claim")
-            if attempt.state == "denied":
+            if attempt.state == AttemptState.DENIED:
                 raise CLAIM_DENIED("the person denied this claim")
-            if attempt.state == "pending":
+            if attempt.state == AttemptState.PENDING:
                 if attempt.expires_at <= now:
                     raise CLAIM_EXPIRED("the claim link expired; start a new claim")
                 raise CLAIM_NOT_CONFIRMED(
@@ -240,9 +242,8 @@ class Registrations:
             email = attempt.email
             await Claims.complete(conn, attempt.id)
             await conn.execute(
-                "UPDATE registrations SET status = 'claimed', claimed_email = ?, claimed_at = ?, updated_at = ? "
-                "WHERE id = ?",
-                (email, now, now, reg.id),
+                "UPDATE registrations SET status = ?, claimed_email = ?, claimed_at = ?, updated_at = ? WHERE id = ?",
+                (RegStatus.CLAIMED, email, now, now, reg.id),
             )
             # The pre-claim tokens of an anonymous registration stop working; the new assertion replaces them.
             await tokens.revoke_access(conn, reg.id, now)
@@ -280,11 +281,12 @@ class Registrations:
     async def expire_unclaimed(self, now: float) -> None:
         """A due job: `agent.registration.expired`, once, for each registration whose claim window closed unclaimed
         (it still works as it did: expiry ends the window to claim it, as the registration's status says)."""
-        due = "status = 'registered' AND claim_expires_at <= ? AND expired_at IS NULL AND revoked_at IS NULL"
-        if await self.core.store.fetchone(f"SELECT 1 FROM registrations WHERE {due} LIMIT 1", (now,)) is None:
+        due = "status = ? AND claim_expires_at <= ? AND expired_at IS NULL AND revoked_at IS NULL"
+        args = (RegStatus.REGISTERED, now)
+        if await self.core.store.fetchone(f"SELECT 1 FROM registrations WHERE {due} LIMIT 1", args) is None:
             return  # the usual answer, without a write transaction
         async with self.core.store.transaction() as conn:  # read again and written in one transaction
-            ids = [str(r[0]) for r in await many(conn, f"SELECT id FROM registrations WHERE {due}", (now,))]
+            ids = [str(r[0]) for r in await many(conn, f"SELECT id FROM registrations WHERE {due}", args)]
             events = []
             for reg_id in ids:
                 await conn.execute(
@@ -314,7 +316,7 @@ class Registrations:
         `exact` (the state declares the clock) or they lapsed. Without a declared claim token it keeps its own. An
         identity_assertion registration's upstream identity (`upstream_sub` at the upstream issuer) is linked to its
         person, as an accepted ID-JAG links it."""
-        status = "claimed" if claimed_email else "registered"
+        status = RegStatus.CLAIMED if claimed_email else RegStatus.REGISTERED
         upstream_iss = self.upstream.issuer if upstream_sub else None
         token_hash = secret_hash(claim_token) if claim_token else None
         if token_hash is not None:
@@ -407,9 +409,9 @@ async def attach_trial(conn: aiosqlite.Connection, registration_id: str, org_id:
 async def claim_with_trial(conn: aiosqlite.Connection, registration_id: str, email: str, now: float) -> None:
     """A person claimed the trial the registration made: the registration is the person's too."""
     await conn.execute(
-        "UPDATE registrations SET status = 'claimed', claimed_email = ?, claimed_at = ?, updated_at = ? "
-        "WHERE id = ? AND status = 'registered'",
-        (email, now, now, registration_id),
+        "UPDATE registrations SET status = ?, claimed_email = ?, claimed_at = ?, updated_at = ? "
+        "WHERE id = ? AND status = ?",
+        (RegStatus.CLAIMED, email, now, now, registration_id, RegStatus.REGISTERED),
     )
 
 

@@ -25,9 +25,12 @@ from emulator.core.context import Core
 from emulator.core.listening import resolve
 from emulator.core.payloads import WebhookDelivered, WebhookFailed
 from emulator.core.secretbox import SecretBox
+from emulator.core.store import fetch_one
 from emulator.core.tasks import cancel
 from emulator.identity import deliveries
 from emulator.identity.agent_events import envelope
+from emulator.identity.records import DeliveryTry
+from emulator.identity.states import DeliveryState
 
 if TYPE_CHECKING:
     import httpx
@@ -111,7 +114,7 @@ class Sender:
         rows = await deliveries.due(self._core, now)
         if self._stopped:  # stopped while it read: no worker may start after stop()
             return
-        for endpoint_id in dict.fromkeys(r["endpoint_id"] for r in rows):
+        for endpoint_id in dict.fromkeys(r.endpoint_id for r in rows):
             if endpoint_id in self._workers:
                 self._again.add(endpoint_id)
             else:
@@ -145,7 +148,7 @@ class Sender:
                 self._again.discard(endpoint_id)
                 if self._stopped:
                     return
-                attempt = await self._prepare(rows[0]["id"])
+                attempt = await self._prepare(rows[0].id)
                 if attempt is None:
                     continue  # gone meanwhile (the endpoint removed, a reset, a snapshot loaded)
                 if http is None:
@@ -160,26 +163,28 @@ class Sender:
                 await http.aclose()
 
     async def _prepare(self, delivery_id: str) -> _Try | None:
-        row = await self._core.store.fetchone(
+        row = await fetch_one(
+            self._core.store,
+            DeliveryTry,
             "SELECT d.id AS delivery_id, d.endpoint_id, d.event_id, d.attempts, w.url, w.secret_box, "
             "e.id, e.event, e.data, e.created_at FROM webhook_deliveries d "
             "JOIN webhook_endpoints w ON w.id = d.endpoint_id JOIN agent_events e ON e.id = d.event_id "
-            "WHERE d.id = ? AND d.state = 'pending'",
-            (delivery_id,),
+            "WHERE d.id = ? AND d.state = ?",
+            (delivery_id, DeliveryState.PENDING),
         )
         if row is None:
             return None
         try:
-            secret: str | None = self._box.open(row["secret_box"])
+            secret: str | None = self._box.open(row.secret_box)
         except Exception:
             secret = None
         return _Try(
-            delivery_id=row["delivery_id"],
-            endpoint_id=row["endpoint_id"],
-            event_id=row["event_id"],
-            event=row["event"],
-            attempt=row["attempts"] + 1,
-            url=row["url"],
+            delivery_id=row.delivery_id,
+            endpoint_id=row.endpoint_id,
+            event_id=row.event_id,
+            event=row.event,
+            attempt=row.attempts + 1,
+            url=row.url,
             body=envelope(row),  # the row's id, event, data and created_at are the event's
             secret=secret,
         )
@@ -256,7 +261,11 @@ class Sender:
         next_at: float | None = None
         if not delivered and t.attempt <= len(BACKOFF):
             next_at = now + BACKOFF[t.attempt - 1]
-        state = "delivered" if delivered else ("pending" if next_at is not None else "failed")
+        state = (
+            DeliveryState.DELIVERED
+            if delivered
+            else (DeliveryState.PENDING if next_at is not None else DeliveryState.FAILED)
+        )
         if not await deliveries.record_try(
             core, t.delivery_id, t.event_id, t.attempt, (status, error, ms), state, next_at, now
         ):

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import hmac
 import re
-import sqlite3
 
 import msgspec
 
@@ -18,7 +17,8 @@ from emulator.core.clock import iso
 from emulator.core.context import Core
 from emulator.core.errors import BAD_REQUEST, ENTITY_NOT_FOUND
 from emulator.core.ids import SERVICE_KEY, secret_hash
-from emulator.core.store import Db, Outcome, many, one, run
+from emulator.core.store import Db, Outcome, fetch_all, fetch_one, one, run
+from emulator.identity.records import ServiceKeyRecord, ServiceKeyRef
 
 PREFIX = "sk_test_"
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9 ._-]{0,63}$")
@@ -58,11 +58,9 @@ class ServiceKeyCreated(msgspec.Struct):
     created_at: str
 
 
-def _view(row: sqlite3.Row) -> ServiceKeyView:
-    revoked = row["revoked_at"]
-    return ServiceKeyView(
-        row["id"], row["name"], row["hint"], iso(row["created_at"]), iso(revoked) if revoked else None
-    )
+def _view(key: ServiceKeyRecord) -> ServiceKeyView:
+    revoked = key.revoked_at
+    return ServiceKeyView(key.id, key.name, key.hint, iso(key.created_at), iso(revoked) if revoked else None)
 
 
 async def _insert(core: Core, conn: Db, name: str, key: str, now: float) -> str:
@@ -92,7 +90,9 @@ async def create(core: Core, name: str) -> ServiceKeyCreated:
 
 
 async def listing(db: Db) -> list[ServiceKeyView]:
-    return [_view(r) for r in await many(db, "SELECT * FROM service_keys ORDER BY created_at, id")]
+    return [
+        _view(r) for r in await fetch_all(db, ServiceKeyRecord, "SELECT * FROM service_keys ORDER BY created_at, id")
+    ]
 
 
 async def revoke(core: Core, key_id: str) -> ServiceKeyView:
@@ -103,7 +103,7 @@ async def revoke(core: Core, key_id: str) -> ServiceKeyView:
             "UPDATE service_keys SET revoked_at = ? WHERE id = ? AND revoked_at IS NULL",
             (core.clock.now(), key_id),
         )
-        row = await one(conn, "SELECT * FROM service_keys WHERE id = ?", (key_id,))
+        row = await fetch_one(conn, ServiceKeyRecord, "SELECT * FROM service_keys WHERE id = ?", (key_id,))
     if row is None:
         raise ENTITY_NOT_FOUND(f"no service key {key_id}")
     return _view(row)
@@ -114,22 +114,30 @@ async def authenticate(core: Core, key: str) -> str | None:
     setting = core.settings.service_api_key
     if setting and hmac.compare_digest(secret_hash(key), secret_hash(setting)):
         return SETTINGS_KEY_ID
-    row = await one(
-        core.store, "SELECT id FROM service_keys WHERE key_hash = ? AND revoked_at IS NULL", (secret_hash(key),)
+    row = await fetch_one(
+        core.store,
+        ServiceKeyRef,
+        "SELECT id FROM service_keys WHERE key_hash = ? AND revoked_at IS NULL",
+        (secret_hash(key),),
     )
-    return str(row["id"]) if row is not None else None
+    return row.id if row is not None else None
 
 
 async def declare(core: Core, conn: Db, name: str, key: str, now: float) -> Outcome:
     """Make the live key named `name` be `key` (a declared state), inside the caller's transaction."""
     check_name(name)
     check_key(key)
-    holder = await one(conn, "SELECT id, name FROM service_keys WHERE key_hash = ?", (secret_hash(key),))
-    existing = await one(
-        conn, "SELECT id FROM service_keys WHERE name = ? AND revoked_at IS NULL ORDER BY created_at LIMIT 1", (name,)
+    holder = await fetch_one(
+        conn, ServiceKeyRef, "SELECT id, name FROM service_keys WHERE key_hash = ?", (secret_hash(key),)
     )
-    if holder is not None and (existing is None or holder["id"] != existing["id"]):
-        raise BAD_REQUEST(f"this key is already the service key {holder['name']} ({holder['id']})")
+    existing = await fetch_one(
+        conn,
+        ServiceKeyRef,
+        "SELECT id FROM service_keys WHERE name = ? AND revoked_at IS NULL ORDER BY created_at LIMIT 1",
+        (name,),
+    )
+    if holder is not None and (existing is None or holder.id != existing.id):
+        raise BAD_REQUEST(f"this key is already the service key {holder.name} ({holder.id})")
     if existing is None:
         await _insert(core, conn, name, key, now)
         return "created"
@@ -138,6 +146,6 @@ async def declare(core: Core, conn: Db, name: str, key: str, now: float) -> Outc
     await run(
         conn,
         "UPDATE service_keys SET key_hash = ?, hint = ? WHERE id = ?",
-        (secret_hash(key), key[-4:], existing["id"]),
+        (secret_hash(key), key[-4:], existing.id),
     )
     return "updated"

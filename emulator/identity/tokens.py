@@ -30,6 +30,7 @@ from emulator.identity.agent_events import AccessTokenIssued, CredentialIssuedDa
 from emulator.identity.idjag import SKEW
 from emulator.identity.records import HeldRefreshToken, RefreshTokenRecord, RegistrationRecord, TokenCheck
 from emulator.identity.signing import ACCESS_TOKEN_TYP, ASSERTION_TYP, AgentClaims, InvalidToken, Signer
+from emulator.identity.states import RegStatus
 from emulator.identity.wire import (
     POST_CLAIM_SCOPES,
     PRE_CLAIM_SCOPES,
@@ -101,9 +102,9 @@ class Tokens:
             reg = record(row, RegistrationRecord)
             if reg.revoked_at is not None:
                 raise INVALID_GRANT("the registration was revoked; register again")
-            if reg.status == "claimed" and claims.email is UNSET:
+            if reg.status == RegStatus.CLAIMED and claims.email is UNSET:
                 raise INVALID_GRANT("this registration was claimed; use the assertion the claim returned")
-            granted = POST_CLAIM_SCOPES if reg.status == "claimed" else PRE_CLAIM_SCOPES
+            granted = POST_CLAIM_SCOPES if reg.status == RegStatus.CLAIMED else PRE_CLAIM_SCOPES
             scopes = granted
             if scope:
                 scopes = scope.split()
@@ -229,7 +230,7 @@ class Tokens:
             refreshed = await agent_events.record(
                 conn, self.core, Kind.AGENT_REGISTRATION_REFRESHED, reg.id, RegistrationRef(reg.id)
             )
-        claimed_email = reg.claimed_email if reg.status == "claimed" else None
+        claimed_email = reg.claimed_email if reg.status == RegStatus.CLAIMED else None
         assertion, exp = self.assertion(reg.id, reg.type, claimed_email)
         self.core.bus.publish(reg.id, IdpRefreshed(assertion_expires_at=exp))
         agent_events.publish(self.core.bus, refreshed)

@@ -14,12 +14,13 @@ import msgspec
 from msgspec import UNSET, UnsetType
 
 from emulator.core.errors import INVALID_LOGIN_HINT, INVALID_REQUEST, ApiError
+from emulator.identity.states import RegType
 
 JWT_BEARER = "urn:ietf:params:oauth:grant-type:jwt-bearer"
 # Anonymous registrations get two read-only scopes: one public, one free tier.
 PRE_CLAIM_SCOPES = ["public:read", "free_tier:read"]
 POST_CLAIM_SCOPES = ["public:read", "free_tier:read", "account:read", "account:write"]
-IDENTITY_TYPES = ["anonymous", "service_auth"]
+IDENTITY_TYPES: list[str] = [RegType.ANONYMOUS, RegType.SERVICE_AUTH]
 
 _EMAIL = re.compile(r"^[^@\s]+@[^@\s]+\.[^@\s]+$")
 USER_CODE = re.compile(r"^\d{6}$")

@@ -22,6 +22,7 @@ from emulator.core.errors import (
     ApiError,
 )
 from emulator.hosted.logins import CLIENT_ID, DeviceCode, Logins, Session
+from emulator.hosted.states import LoginState
 from emulator.idp.forms import Decision, OAuthError, page_form
 
 DEVICE_CODE = "urn:ietf:params:oauth:grant-type:device_code"
@@ -111,7 +112,7 @@ def page_error(_: Request[Any, Any, Any], exc: ApiError) -> Response[str]:
 
 def _closed(row: Any, now: float) -> Response[str] | None:
     """The page of a code that no longer takes a decision (used or expired), or None while it does."""
-    if row["state"] != "pending":
+    if row["state"] != LoginState.PENDING:
         title, text = "This sign-in code was already used", f"The code {row['user_code']} works once."
     elif row["expires_at"] <= now:
         title, text = "This sign-in code expired", f"It was valid until {html.readable(row['expires_at'])}."

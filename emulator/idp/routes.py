@@ -70,7 +70,9 @@ from emulator.identity.claims import Closed, why_closed
 from emulator.identity.discovery import AuthorizationServer, OpenIdConfiguration, UpstreamConfiguration
 from emulator.identity.identity import Identity
 from emulator.identity.idjag import UPSTREAM_PATH, Exchanged, TokenExchange
+from emulator.identity.records import OpenAttempt
 from emulator.identity.signing import Jwks
+from emulator.identity.states import RegType
 from emulator.identity.wire import (
     CLAIM_PAGE,
     JWT_BEARER,
@@ -512,7 +514,7 @@ def _closed_page(closed: Closed) -> Response[str]:
 
 
 async def _claim_form(
-    request: Request[Any, Any, Any], attempt: Any, token: str, email: str, error: str = "", status: int = 200
+    request: Request[Any, Any, Any], attempt: OpenAttempt, token: str, email: str, error: str = "", status: int = 200
 ) -> Response[str]:
     """The decision form: which agent asks, for what, until when; `error` says what was wrong with a post."""
     idp = idp_of(request)
@@ -521,8 +523,8 @@ async def _claim_form(
         (attempt.registration_id,),
     )
     kind = attempt.registration_type
-    kind_text = "anonymous agent" if kind == "anonymous" else f"agent signing in for {attempt.login_hint or ''}"
-    added = [s for s in POST_CLAIM_SCOPES if kind != "anonymous" or s not in PRE_CLAIM_SCOPES]
+    kind_text = "anonymous agent" if kind == RegType.ANONYMOUS else f"agent signing in for {attempt.login_hint or ''}"
+    added = [s for s in POST_CLAIM_SCOPES if kind != RegType.ANONYMOUS or s not in PRE_CLAIM_SCOPES]
     rows = [
         ("Agent", f"<code>{html.escape(attempt.registration_id)}</code>"),
         ("Kind", f"{html.escape(kind)} ({html.escape(kind_text)})"),

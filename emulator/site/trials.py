@@ -28,6 +28,7 @@ from emulator.core.errors import (
 from emulator.hosted import plans, trials
 from emulator.hosted.records import Org
 from emulator.hosted.states import OrgState
+from emulator.identity.states import RegType
 from emulator.site.state import site_of
 
 _encode = msgspec.json.Encoder().encode
@@ -102,7 +103,7 @@ async def create_trial(
             "(type anonymous), exchange the assertion at /oauth2/token, and send Authorization: Bearer <token>",
         )
     grant = await site.identity.verify_access(token.strip())
-    if grant.registration_type != "anonymous":
+    if grant.registration_type != RegType.ANONYMOUS:
         raise INVALID_TOKEN("trials are for anonymous registrations; this token is not one")
     made = await trials.create(site.core, grant.registration_id, site.client_ip(request))
     trial = TrialOrg(
