@@ -213,8 +213,8 @@ ATTEMPT_COLUMNS = (
 
 
 async def open_attempt(db: Db, where: str, *args: object) -> OpenAttempt | None:
-    """The claim attempt `where` names (on `a`, a `?` for each of `args`) with what `why_closed` reads of its registration;
-    the newest when several match."""
+    """The claim attempt `where` names (on `a`, a `?` for each of `args`) with what `why_closed` reads of its
+    registration; the newest when several match."""
     return await fetch_one(
         db,
         OpenAttempt,
