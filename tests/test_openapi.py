@@ -156,3 +156,17 @@ def test_nothing_else_is_served_under_schema(emu: Emulator, path: str) -> None:
     assert auth.status_code == 404 and auth.json()["error"] == "not_found"
     api = httpx.get(emu.api + path)
     assert api.status_code == 404 and api.text.startswith("Not Found : ")
+
+
+def test_no_route_is_declared_in_a_style_litestar_deprecates(start_emulator: Any) -> None:
+    """Litestar 3 drops inferred path/query parameters and dependencies, and `Parameter(header=/query=)`: each
+    origin declares its parameters FromPath/QueryParameter/HeaderParameter and its dependencies NamedDependency.
+    The apps are built in the emulator's process, out of reach of pytest's filterwarnings (pyproject.toml), so
+    this one starts with deprecation warnings shown and reads its log."""
+    e = start_emulator("--no-watch", env={"PYTHONWARNINGS": "always::DeprecationWarning"})
+    for url in (e.url, e.auth, e.api):  # the documents too: Litestar builds them at the first request
+        assert httpx.get(url + DOCUMENT).status_code == 200
+    e.stop()
+    log = (e.state_dir / "test-emulator.log").read_text()
+    assert "LitestarDeprecationWarning" not in log, log[-4000:]
+    assert "Deprecated 'header' parameter" not in log and "Deprecated 'query' parameter" not in log, log[-4000:]

@@ -6,6 +6,8 @@ from __future__ import annotations
 from typing import Any
 
 from litestar import Request
+from litestar.di import NamedDependency
+from litestar.params import FromPath
 
 from emulator.admin import ops
 from emulator.admin.context import operator_of
@@ -28,7 +30,9 @@ def _api(request: Request[Any, Any, Any]) -> AgentsApi:
 
 
 @operation(ops.SERVICE_KEY_CREATE, body="create", status_code=201, errors=[BAD_REQUEST])
-async def service_key_create(request: Request[Any, Any, Any], create: ServiceKeyCreate) -> ServiceKeyCreated:
+async def service_key_create(
+    request: Request[Any, Any, Any], create: NamedDependency[ServiceKeyCreate]
+) -> ServiceKeyCreated:
     """A new service key; the answer shows the key, once."""
     return await service_keys.create(operator_of(request).core, create.name)
 
@@ -39,17 +43,17 @@ async def service_key_list(request: Request[Any, Any, Any]) -> ServiceKeyList:
 
 
 @operation(ops.SERVICE_KEY_REVOKE, errors=[BAD_REQUEST, ENTITY_NOT_FOUND])
-async def service_key_revoke(request: Request[Any, Any, Any], key_id: str) -> ServiceKeyView:
+async def service_key_revoke(request: Request[Any, Any, Any], key_id: FromPath[str]) -> ServiceKeyView:
     return await service_keys.revoke(operator_of(request).core, key_id)
 
 
 @operation(ops.REGISTRATION_REVOKE, errors=[ENTITY_NOT_FOUND])
-async def registration_revoke(request: Request[Any, Any, Any], registration_id: str) -> AgentRegistrationView:
+async def registration_revoke(request: Request[Any, Any, Any], registration_id: FromPath[str]) -> AgentRegistrationView:
     return await _api(request).revoke(registration_id, OPERATOR)
 
 
 @operation(ops.REGISTRATION_DELETE, errors=[ENTITY_NOT_FOUND])
-async def registration_delete(request: Request[Any, Any, Any], registration_id: str) -> RegistrationDeleted:
+async def registration_delete(request: Request[Any, Any, Any], registration_id: FromPath[str]) -> RegistrationDeleted:
     await _api(request).delete(registration_id)
     return RegistrationDeleted(registration_id, True)
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Annotated, Any
 
 from litestar import Request
-from litestar.params import Parameter
+from litestar.params import PathParameter, QueryParameter
 
 from emulator import __version__
 from emulator.admin import ops
@@ -19,7 +19,7 @@ from emulator.behaviour.traces import Trace
 from emulator.core.clock import iso
 from emulator.core.errors import CONFLICT, NOT_FOUND
 
-Who = Annotated[str, Parameter(max_length=200, description="a registration, an organization or an API key's name")]
+Who = Annotated[str, PathParameter(max_length=200, description="a registration, an organization or an API key's name")]
 
 
 @operation(ops.TRACE, errors=[NOT_FOUND, CONFLICT])
@@ -32,7 +32,7 @@ async def trace_get(request: Request[Any, Any, Any], who: Who) -> Trace:
 @operation(ops.REPORT, errors=[NOT_FOUND, CONFLICT])
 async def report_get(
     request: Request[Any, Any, Any],
-    agent: Annotated[str | None, Parameter(query="agent", max_length=200, required=False)] = None,
+    agent: Annotated[str | None, QueryParameter(name="agent", max_length=200, required=False)] = None,
 ) -> Report:
     """Every agent the journal knows (or one), with its counts, latency and findings."""
     journal = await read_journal(operator_of(request).core)
@@ -42,7 +42,7 @@ async def report_get(
 @operation(ops.RECORD, errors=[NOT_FOUND, CONFLICT])
 async def record_get(
     request: Request[Any, Any, Any],
-    agent: Annotated[str | None, Parameter(query="agent", max_length=200, required=False)] = None,
+    agent: Annotated[str | None, QueryParameter(name="agent", max_length=200, required=False)] = None,
 ) -> Record:
     """The run as a record (`emulator record save`): the journal, or one agent's part of it, secrets redacted."""
     core = operator_of(request).core

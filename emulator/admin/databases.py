@@ -6,7 +6,8 @@ from __future__ import annotations
 from typing import Annotated, Any
 
 from litestar import Request
-from litestar.params import Parameter
+from litestar.di import NamedDependency
+from litestar.params import FromPath, QueryParameter
 
 from emulator.admin import ops
 from emulator.admin.context import Operator, operator_of
@@ -55,7 +56,10 @@ async def databases_list(request: Request[Any, Any, Any]) -> DatabaseList:
 
 @operation(ops.DATABASE_LOGS, errors=[NOT_FOUND])
 async def database_logs(
-    request: Request[Any, Any, Any], org: str, db: str, since: Annotated[int, Parameter(ge=0, le=2**63 - 1)] = 0
+    request: Request[Any, Any, Any],
+    org: FromPath[str],
+    db: FromPath[str],
+    since: Annotated[int, QueryParameter(ge=0, le=2**63 - 1)] = 0,
 ) -> LogLines:
     """A database's log lines (its server's output and the emulator's notes), after line id `since`."""
     operator = operator_of(request)
@@ -68,7 +72,10 @@ async def database_logs(
 
 @operation(ops.DATABASE_TABLES, errors=[NOT_FOUND, CONFLICT, UNAVAILABLE])
 async def database_tables(
-    request: Request[Any, Any, Any], org: str, db: str, rows: Annotated[int, Parameter(ge=0, le=1000)] = 20
+    request: Request[Any, Any, Any],
+    org: FromPath[str],
+    db: FromPath[str],
+    rows: Annotated[int, QueryParameter(ge=0, le=1000)] = 20,
 ) -> TableList:
     """The database's tables, each with its columns, row count and first `rows` rows, as its own pixeltable reads
     them beside its running server (409 when it does not run: start it first)."""
@@ -86,7 +93,9 @@ async def database_tables(
 
 
 @operation(ops.SERVICE_CALL, body="call", errors=[NOT_FOUND, CONFLICT])
-async def service_call(request: Request[Any, Any, Any], org: str, db: str, call: ServiceCall) -> ServiceAnswer:
+async def service_call(
+    request: Request[Any, Any, Any], org: FromPath[str], db: FromPath[str], call: NamedDependency[ServiceCall]
+) -> ServiceAnswer:
     """The operator's request to a running service, straight to it (no credential; not an agent's request, so it
     is not journaled as one): what it answered."""
     platform = operator_of(request).platform
@@ -115,13 +124,13 @@ _VERB = (BAD_REQUEST, NOT_FOUND, CONFLICT)
 
 
 @operation(ops.DATABASE_STOP, errors=_VERB)
-async def database_stop(request: Request[Any, Any, Any], org: str, db: str) -> VerbAccepted:
+async def database_stop(request: Request[Any, Any, Any], org: FromPath[str], db: FromPath[str]) -> VerbAccepted:
     """What `pxt db stop` does, as the operator: the same generation, receipt and events."""
     return await _verb(request, org, db, "stop")
 
 
 @operation(ops.DATABASE_START, errors=_VERB)
-async def database_start(request: Request[Any, Any, Any], org: str, db: str) -> VerbAccepted:
+async def database_start(request: Request[Any, Any, Any], org: FromPath[str], db: FromPath[str]) -> VerbAccepted:
     return await _verb(request, org, db, "start")
 
 

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Annotated, Any
 
 from litestar import Request
+from litestar.di import NamedDependency
 from litestar.params import QueryParameter
 
 from emulator.admin import ops
@@ -67,7 +68,7 @@ def _declared_body() -> openapi.Body:
     dependencies={"declaration": openapi.BodyDependency(_declaration, _declared_body())},
     errors=[BAD_REQUEST],
 )
-async def apply(request: Request[Any, Any, Any], declaration: Declaration) -> Applied:
+async def apply(request: Request[Any, Any, Any], declaration: NamedDependency[Declaration]) -> Applied:
     """Apply the declared state in the body; `?name=` is the file name refusals point into (`FILE:LINE: …`)."""
     operator = operator_of(request)
     core, box, identity = operator.core, operator.platform.box, operator.identity

@@ -9,6 +9,7 @@ from typing import Annotated, Any
 
 import msgspec
 from litestar import Request, Response
+from litestar.di import NamedDependency
 from litestar.params import HeaderParameter, QueryParameter
 from litestar.response import Stream
 
@@ -87,7 +88,7 @@ async def clock_get(request: Request[Any, Any, Any]) -> ClockView:
 
 
 @operation(ops.CLOCK_MOVE, body="move", errors=[BAD_REQUEST])
-async def clock_move(request: Request[Any, Any, Any], move: ClockMove) -> ClockView:
+async def clock_move(request: Request[Any, Any, Any], move: NamedDependency[ClockMove]) -> ClockView:
     core = operator_of(request).core
     try:
         advance = parse_duration(str(move.advance)) if move.advance is not None else None
@@ -177,7 +178,7 @@ async def switches_get(request: Request[Any, Any, Any]) -> Switches:
 
 
 @operation(ops.SWITCHES_SET, body="wanted", errors=[BAD_REQUEST])
-async def switches_set(request: Request[Any, Any, Any], wanted: dict[str, bool]) -> Switches:
+async def switches_set(request: Request[Any, Any, Any], wanted: NamedDependency[dict[str, bool]]) -> Switches:
     switches = operator_of(request).core.switches
     for name, value in wanted.items():
         switches.set(name, value)

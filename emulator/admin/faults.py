@@ -6,7 +6,8 @@ from __future__ import annotations
 from typing import Annotated, Any
 
 from litestar import Request
-from litestar.params import Parameter
+from litestar.di import NamedDependency
+from litestar.params import PathParameter
 
 from emulator.admin import ops
 from emulator.admin.context import operator_of
@@ -22,7 +23,7 @@ async def faults_get(request: Request[Any, Any, Any]) -> FaultList:
 
 
 @operation(ops.FAULT_ADD, body="sent", status_code=201, errors=[BAD_REQUEST, NOT_FOUND])
-async def faults_add(request: Request[Any, Any, Any], sent: FaultSpec) -> FaultRuleView | FaultList:
+async def faults_add(request: Request[Any, Any, Any], sent: NamedDependency[FaultSpec]) -> FaultRuleView | FaultList:
     """A rule (its view), or a hold of requests to a path (the fault list with it)."""
     operator = operator_of(request)
     faults = operator.core.faults
@@ -49,13 +50,13 @@ async def faults_clear(request: Request[Any, Any, Any]) -> FaultsCleared:
 
 @operation(ops.FAULT_REMOVE, errors=[NOT_FOUND])
 async def faults_remove(
-    request: Request[Any, Any, Any], rule_id: Annotated[str, Parameter(max_length=40)]
+    request: Request[Any, Any, Any], rule_id: Annotated[str, PathParameter(max_length=40)]
 ) -> FaultRemoved:
     return FaultRemoved(operator_of(request).core.faults.remove(rule_id).view())
 
 
 @operation(ops.FAULTS_RELEASE, body="release")
-async def faults_release(request: Request[Any, Any, Any], release: FaultRelease) -> FaultsReleased:
+async def faults_release(request: Request[Any, Any, Any], release: NamedDependency[FaultRelease]) -> FaultsReleased:
     faults = operator_of(request).core.faults
     released = faults.release(release.path)
     left = faults.snapshot()

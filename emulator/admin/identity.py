@@ -7,6 +7,7 @@ from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 from litestar import Request
+from litestar.di import NamedDependency
 
 from emulator.admin import ops
 from emulator.admin.context import operator_of
@@ -60,13 +61,13 @@ async def _decide(request: Request[Any, Any, Any], body: ClaimDecision, approve:
 
 
 @operation(ops.CLAIM_APPROVE, body="decision", errors=_CLAIM_REFUSALS)
-async def claims_approve(request: Request[Any, Any, Any], decision: ClaimDecision) -> ClaimDecided:
+async def claims_approve(request: Request[Any, Any, Any], decision: NamedDependency[ClaimDecision]) -> ClaimDecided:
     """The person signs in and approves: the answer shows the 6-digit user code, once."""
     return await _decide(request, decision, True)
 
 
 @operation(ops.CLAIM_DENY, body="decision", errors=_CLAIM_REFUSALS)
-async def claims_deny(request: Request[Any, Any, Any], decision: ClaimDecision) -> ClaimDecided:
+async def claims_deny(request: Request[Any, Any, Any], decision: NamedDependency[ClaimDecision]) -> ClaimDecided:
     return await _decide(request, decision, False)
 
 
@@ -105,7 +106,7 @@ async def registrations_list(request: Request[Any, Any, Any]) -> RegistrationLis
 
 
 @operation(ops.LOGIN_APPROVE, body="decision", errors=[BAD_REQUEST, NOT_FOUND, GONE])
-async def logins_approve(request: Request[Any, Any, Any], decision: LoginDecision) -> LoginDecided:
+async def logins_approve(request: Request[Any, Any, Any], decision: NamedDependency[LoginDecision]) -> LoginDecided:
     await operator_of(request).logins.decide(decision.user_code, decision.email, not decision.deny)
     return LoginDecided(decision.user_code.upper(), decision.email.strip(), not decision.deny)
 
@@ -122,7 +123,7 @@ async def logins_pending(request: Request[Any, Any, Any]) -> LoginList:
 
 
 @operation(ops.ID_JAG, body="ask", status_code=201, errors=[BAD_REQUEST])
-async def id_jag_mint(request: Request[Any, Any, Any], ask: MintRequest) -> Minted:
+async def id_jag_mint(request: Request[Any, Any, Any], ask: NamedDependency[MintRequest]) -> Minted:
     """An ID-JAG from the upstream issuer the emulator plays, for a test person: what the person's own identity
     provider would give the agent by token exchange. Every field can make a bad one on purpose."""
     operator = operator_of(request)

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from litestar import Request
+from litestar.di import NamedDependency
 
 from emulator.admin import ops
 from emulator.admin.context import Operator, operator_of
@@ -38,7 +39,7 @@ async def trials_list(request: Request[Any, Any, Any]) -> TrialList:
 
 
 @operation(ops.TRIAL_CLAIM, body="claim", errors=[BAD_REQUEST, NOT_FOUND, CONFLICT])
-async def trials_claim(request: Request[Any, Any, Any], claim: TrialClaim) -> TrialClaimed:
+async def trials_claim(request: Request[Any, Any, Any], claim: NamedDependency[TrialClaim]) -> TrialClaimed:
     operator = operator_of(request)
     org = await orgs.find(operator.core.store, claim.org)
     if org is None:

@@ -9,7 +9,8 @@ from typing import Annotated, Any
 
 from litestar import Request
 from litestar.background_tasks import BackgroundTask
-from litestar.params import QueryParameter
+from litestar.di import NamedDependency
+from litestar.params import FromPath, QueryParameter
 from litestar.response import File
 
 from emulator.admin import ops
@@ -33,19 +34,19 @@ async def snapshots_list(request: Request[Any, Any, Any]) -> SnapshotList:
 
 
 @operation(ops.SNAPSHOT_SAVE, body="save", status_code=201, errors=[*_NAMED, *_BUSY])
-async def snapshot_save(request: Request[Any, Any, Any], save: SnapshotSave) -> SnapshotView:
+async def snapshot_save(request: Request[Any, Any, Any], save: NamedDependency[SnapshotSave]) -> SnapshotView:
     return await operator_of(request).core.snapshots.save(check_name(save.name))
 
 
 @operation(ops.SNAPSHOT_LOAD, errors=[*_NAMED, *_BUSY, UNPROCESSABLE])
-async def snapshot_load(request: Request[Any, Any, Any], name: str) -> SnapshotLoaded:
+async def snapshot_load(request: Request[Any, Any, Any], name: FromPath[str]) -> SnapshotLoaded:
     core = operator_of(request).core
     seconds = await core.snapshots.load(name)
     return SnapshotLoaded(name, seconds, core.clock.state().iso)
 
 
 @operation(ops.SNAPSHOT_DELETE, errors=_NAMED)
-async def snapshot_delete(request: Request[Any, Any, Any], name: str) -> SnapshotDeleted:
+async def snapshot_delete(request: Request[Any, Any, Any], name: FromPath[str]) -> SnapshotDeleted:
     await operator_of(request).core.snapshots.delete(name)
     return SnapshotDeleted(name)
 
@@ -55,7 +56,7 @@ async def snapshot_delete(request: Request[Any, Any, Any], name: str) -> Snapsho
     errors=[*_NAMED, *_BUSY],
     opt=openapi.custom_answer(openapi.Body({ops.SNAPSHOT_EXPORT.answer_media: _ARCHIVE}, description="NAME.tar.gz")),
 )
-async def snapshot_export(request: Request[Any, Any, Any], name: str) -> File:
+async def snapshot_export(request: Request[Any, Any, Any], name: FromPath[str]) -> File:
     packed = await operator_of(request).core.snapshots.export(name)
     return File(
         packed,
@@ -84,7 +85,7 @@ SnapshotName = Annotated[str | None, QueryParameter(name="name", description="th
     errors=[*_NAMED, *_BUSY, UNPROCESSABLE],
 )
 async def snapshot_import(
-    request: Request[Any, Any, Any], archive: AsyncIterator[bytes], name: SnapshotName = None
+    request: Request[Any, Any, Any], archive: NamedDependency[AsyncIterator[bytes]], name: SnapshotName = None
 ) -> SnapshotView:
     snapshots = operator_of(request).core.snapshots
     if name is not None:
@@ -97,7 +98,7 @@ async def snapshot_import(
 
 
 @operation(ops.RESET, body="reset_to", errors=[*_BUSY])
-async def reset(request: Request[Any, Any, Any], reset_to: ResetRequest) -> ResetView:
+async def reset(request: Request[Any, Any, Any], reset_to: NamedDependency[ResetRequest]) -> ResetView:
     """Everything a run made is gone, without a restart (see Core.reset)."""
     core = operator_of(request).core
     seconds = await core.reset(reset_to.to)

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from litestar import Request
+from litestar.di import NamedDependency
 
 from emulator.admin import ops
 from emulator.admin.context import operator_of
@@ -21,7 +22,7 @@ def _view(request: Request[Any, Any, Any]) -> WatchView:
 
 
 @operation(ops.WATCH_SET, body="wanted", errors=[BAD_REQUEST])
-async def watch_set(request: Request[Any, Any, Any], wanted: WatchSet) -> WatchView:
+async def watch_set(request: Request[Any, Any, Any], wanted: NamedDependency[WatchSet]) -> WatchView:
     """Watch these values (by name) and answer these canary hosts from now on, instead of what was set before."""
     try:
         operator_of(request).core.bus.watch.configure(wanted.values, wanted.canary_hosts)

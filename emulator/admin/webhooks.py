@@ -6,7 +6,8 @@ from __future__ import annotations
 from typing import Annotated, Any
 
 from litestar import Request
-from litestar.params import Parameter, QueryParameter
+from litestar.di import NamedDependency
+from litestar.params import PathParameter, QueryParameter
 
 from emulator.admin import ops
 from emulator.admin.context import operator_of
@@ -17,7 +18,7 @@ from emulator.identity import deliveries, endpoints
 
 
 @operation(ops.WEBHOOK_ADD, body="spec", status_code=201, errors=[BAD_REQUEST])
-async def webhooks_add(request: Request[Any, Any, Any], spec: WebhookAdd) -> WebhookCreated:
+async def webhooks_add(request: Request[Any, Any, Any], spec: NamedDependency[WebhookAdd]) -> WebhookCreated:
     """Add an endpoint; the answer shows its signing secret, the only time it is shown."""
     operator = operator_of(request)
     return await endpoints.add(operator.core, operator.platform.box, spec)
@@ -40,7 +41,7 @@ async def webhooks_deliveries(
 
 @operation(ops.WEBHOOK_REMOVE, errors=[NOT_FOUND])
 async def webhooks_remove(
-    request: Request[Any, Any, Any], endpoint_id: Annotated[str, Parameter(max_length=64)]
+    request: Request[Any, Any, Any], endpoint_id: Annotated[str, PathParameter(max_length=64)]
 ) -> WebhookRemoved:
     """Remove an endpoint: its pending deliveries go with it."""
     return await endpoints.remove(operator_of(request).core, endpoint_id)

@@ -15,9 +15,9 @@ from typing import Annotated, Any, NamedTuple
 import msgspec
 from litestar import Request, Response, get, post
 from litestar.datastructures import State
-from litestar.di import Provide
+from litestar.di import NamedDependency, Provide
 from litestar.exceptions import HTTPException
-from litestar.params import Parameter
+from litestar.params import HeaderParameter
 
 from emulator.cloud import blobs
 from emulator.cloud.answers import Answer, PixeltableAuth
@@ -132,8 +132,8 @@ class Call(NamedTuple):
 
 async def _caller(
     request: Request[Any, Any, Any],
-    api_key: Annotated[str | None, Parameter(header="x-api-key", include_in_schema=False)] = None,
-    authorization: Annotated[str | None, Parameter(header="authorization", include_in_schema=False)] = None,
+    api_key: Annotated[str | None, HeaderParameter(name="x-api-key", include_in_schema=False)] = None,
+    authorization: Annotated[str | None, HeaderParameter(name="authorization", include_in_schema=False)] = None,
 ) -> Caller:
     """The credential: `X-api-key`, else `Authorization: Bearer` (the document's security schemes say so)."""
     sent = {
@@ -142,7 +142,7 @@ async def _caller(
     return await platform_of(request).auth.from_headers(sent)
 
 
-async def _call(request: Request[Any, Any, Any], caller: Caller) -> Call:
+async def _call(request: Request[Any, Any, Any], caller: NamedDependency[Caller]) -> Call:
     """The body's envelope, read after the caller (a request without a credential is a 401 whatever it sends)."""
     try:
         body = jsonbody.decode(await request.body())
@@ -169,7 +169,7 @@ async def _call(request: Request[Any, Any, Any], caller: Caller) -> Call:
         BAD_REQUEST, CLIENT_TOO_OLD, UNAUTHORIZED, PLAN_LIMIT, STORE_FULL, FORBIDDEN, NOT_FOUND, CONFLICT, TOO_LARGE
     ),
 )
-async def management(request: Request[Any, Any, Any], call: Call) -> Answer:
+async def management(request: Request[Any, Any, Any], call: NamedDependency[Call]) -> Answer:
     platform = platform_of(request)
     caller, op = call.caller, call.name
     verdict = await platform.core.faults.request("api", "POST", request.url.path, operation_type=op)

@@ -10,7 +10,8 @@ import hashlib
 from typing import Annotated, Any
 
 from litestar import Request, Response, get, put
-from litestar.params import Parameter
+from litestar.di import NamedDependency
+from litestar.params import FromPath, FromQuery, HeaderParameter
 from litestar.response import File
 
 from emulator.cloud.context import platform_of
@@ -45,11 +46,11 @@ async def _archive(request: Request[Any, Any, Any]) -> bytes:
 )
 async def upload(
     request: Request[Any, Any, Any],
-    org_id: str,
-    sha256: str,
-    archive: bytes,
-    checksum: Annotated[str | None, Parameter(header="x-amz-checksum-sha256", required=False)] = None,
-    sig: str = "",
+    org_id: FromPath[str],
+    sha256: FromPath[str],
+    archive: NamedDependency[bytes],
+    checksum: Annotated[str | None, HeaderParameter(name="x-amz-checksum-sha256", required=False)] = None,
+    sig: FromQuery[str] = "",
 ) -> Response[bytes]:
     blobs = _blobs(request)
     if not is_sha(sha256):
@@ -72,7 +73,9 @@ async def upload(
     opt=openapi.custom_answer(openapi.Body(_ARCHIVE)),
     responses=errors(BAD_REQUEST, FORBIDDEN, NOT_FOUND),
 )
-async def download(request: Request[Any, Any, Any], sha256: str, exp: int = 0, sig: str = "") -> File:
+async def download(
+    request: Request[Any, Any, Any], sha256: FromPath[str], exp: FromQuery[int] = 0, sig: FromQuery[str] = ""
+) -> File:
     blobs = _blobs(request)
     blobs.check(sig, "get", sha256, str(exp))
     if exp < blobs.core.clock.now():

@@ -14,8 +14,9 @@ from typing import Any
 import msgspec
 from litestar import Request, Response, Router, get, patch, post
 from litestar.connection import ASGIConnection
-from litestar.di import Provide
+from litestar.di import NamedDependency, Provide
 from litestar.handlers.base import BaseRouteHandler
+from litestar.params import FromPath
 from litestar.types import Scope
 
 from emulator.core import contract, jsonbody, openapi
@@ -97,7 +98,7 @@ def _body(kind: type[msgspec.Struct]) -> openapi.BodyDependency:
     dependencies={"check": _body(CredentialCheck)},
     responses=contract.errors(UNAUTHORIZED, BAD_REQUEST),
 )
-async def validate(caller: Caller, check: CredentialCheck) -> CredentialValidation:
+async def validate(caller: NamedDependency[Caller], check: NamedDependency[CredentialCheck]) -> CredentialValidation:
     return await caller.api.validate(check)
 
 
@@ -107,7 +108,7 @@ async def validate(caller: Caller, check: CredentialCheck) -> CredentialValidati
     dependencies={"link": _body(AttemptLink)},
     responses=contract.errors(UNAUTHORIZED, BAD_REQUEST, FORBIDDEN, ENTITY_NOT_FOUND, CONFLICT),
 )
-async def link_attempt(caller: Caller, link: AttemptLink) -> ClaimView:
+async def link_attempt(caller: NamedDependency[Caller], link: NamedDependency[AttemptLink]) -> ClaimView:
     return await caller.api.link_external_user(link)
 
 
@@ -116,7 +117,7 @@ async def link_attempt(caller: Caller, link: AttemptLink) -> ClaimView:
     operation_id="get_registration",
     responses=contract.errors(UNAUTHORIZED, ENTITY_NOT_FOUND),
 )
-async def registration(caller: Caller, registration_id: str) -> AgentRegistrationView:
+async def registration(caller: NamedDependency[Caller], registration_id: FromPath[str]) -> AgentRegistrationView:
     return await caller.api.registration(registration_id)
 
 
@@ -126,7 +127,7 @@ async def registration(caller: Caller, registration_id: str) -> AgentRegistratio
     operation_id="revoke_registration",
     responses=contract.errors(UNAUTHORIZED, ENTITY_NOT_FOUND),
 )
-async def revoke(caller: Caller, registration_id: str) -> AgentRegistrationView:
+async def revoke(caller: NamedDependency[Caller], registration_id: FromPath[str]) -> AgentRegistrationView:
     return await caller.api.revoke(registration_id, caller.key_id)
 
 

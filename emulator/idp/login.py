@@ -7,6 +7,8 @@ from typing import Any, Literal
 
 import msgspec
 from litestar import MediaType, Request, Response, get, post
+from litestar.di import NamedDependency
+from litestar.params import FromQuery
 
 from emulator.core import contract, html
 from emulator.core.errors import (
@@ -77,7 +79,7 @@ def _unknown_client(_: object) -> ApiError:
     dependencies={"ask": page_form(DeviceAuthorization, {"client_id": _unknown_client})},
     responses=contract.errors(INVALID_CLIENT),
 )
-async def authorize_device(request: Request[Any, Any, Any], ask: DeviceAuthorization) -> DeviceCode:
+async def authorize_device(request: Request[Any, Any, Any], ask: NamedDependency[DeviceAuthorization]) -> DeviceCode:
     if ask.client_id != CLIENT_ID:
         raise _unknown_client(ask.client_id)
     return await _logins(request).start(ask.client_id)
@@ -97,7 +99,7 @@ def _grant_refused(_: object) -> ApiError:
         UNSUPPORTED_GRANT_TYPE, INVALID_GRANT, AUTHORIZATION_PENDING, ACCESS_DENIED, EXPIRED_TOKEN
     ),
 )
-async def authenticate(request: Request[Any, Any, Any], grant: Authentication) -> Response[Session]:
+async def authenticate(request: Request[Any, Any, Any], grant: NamedDependency[Authentication]) -> Response[Session]:
     logins = _logins(request)
     if grant.grant_type == DEVICE_CODE:
         answer = await logins.poll(grant.device_code or "", grant.client_id)
@@ -148,7 +150,7 @@ def _device_form(row: Any, user_code: str, email: str = "", error: str = "", sta
 
 
 @get("/device", operation_id="device_page", media_type=MediaType.HTML, exception_handlers={ApiError: page_error})
-async def device_page(request: Request[Any, Any, Any], user_code: str = "") -> Response[str]:
+async def device_page(request: Request[Any, Any, Any], user_code: FromQuery[str] = "") -> Response[str]:
     logins = _logins(request)
     row = await logins.lookup(user_code) if user_code else None
     if row is not None:
@@ -167,7 +169,7 @@ async def device_page(request: Request[Any, Any, Any], user_code: str = "") -> R
     dependencies={"form": page_form(DeviceForm)},
     responses=contract.errors(BAD_REQUEST, NOT_FOUND, GONE),
 )
-async def device_decide(request: Request[Any, Any, Any], form: DeviceForm) -> Response[str]:
+async def device_decide(request: Request[Any, Any, Any], form: NamedDependency[DeviceForm]) -> Response[str]:
     approve = form.decision != "deny"
     logins = _logins(request)
     user_code, email = form.user_code, form.email

@@ -15,10 +15,11 @@ from typing import Annotated, Any, Literal, Protocol, TypeVar, get_args
 import msgspec
 from litestar import MediaType, Request, Response, get, post, route
 from litestar.datastructures import State
+from litestar.di import NamedDependency
 from litestar.enums import ScopeType
 from litestar.exceptions import HTTPException
 from litestar.openapi import ResponseSpec
-from litestar.params import Parameter
+from litestar.params import FromQuery, HeaderParameter
 from litestar.types import ASGIApp, Receive, Scope, Send
 from msgspec import UNSET, UnsetType
 
@@ -244,7 +245,9 @@ def registration_body(type_: _FromObject[T_co]) -> openapi.BodyDependency:
         RATE_LIMIT_EXCEEDED,
     ),
 )
-async def register(request: Request[Any, Any, Any], registration: Registration) -> Registered | Refreshed:
+async def register(
+    request: Request[Any, Any, Any], registration: NamedDependency[Registration]
+) -> Registered | Refreshed:
     idp = idp_of(request)
     if registration.type != "refresh":
         quota = idp.limiter.hit(idp.client_ip(request))
@@ -268,7 +271,7 @@ _CLAIM_TOKEN_REFUSALS = (INVALID_REQUEST, INVALID_CLAIM_TOKEN, CLAIM_REVOKED, AL
     dependencies={"start": registration_body(ClaimStart)},
     responses=contract.errors(*_CLAIM_TOKEN_REFUSALS, INVALID_LOGIN_HINT),
 )
-async def start_claim(request: Request[Any, Any, Any], start: ClaimStart) -> ClaimStarted:
+async def start_claim(request: Request[Any, Any, Any], start: NamedDependency[ClaimStart]) -> ClaimStarted:
     return await idp_of(request).identity.start_claim(start)
 
 
@@ -282,7 +285,7 @@ async def start_claim(request: Request[Any, Any, Any], start: ClaimStart) -> Cla
         *_CLAIM_TOKEN_REFUSALS, INVALID_USER_CODE, CLAIM_DENIED, CLAIM_NOT_CONFIRMED, USER_CODE_EXPIRED
     ),
 )
-async def complete_claim(request: Request[Any, Any, Any], completion: ClaimCompletion) -> Claimed:
+async def complete_claim(request: Request[Any, Any, Any], completion: NamedDependency[ClaimCompletion]) -> Claimed:
     return await idp_of(request).identity.complete_claim(completion)
 
 
@@ -357,7 +360,7 @@ async def exchange(idp: Idp, grant: TokenForm) -> AccessToken:
     dependencies={"grant": contract.form(TokenForm, token_form)},
     responses=contract.errors(INVALID_REQUEST, UNSUPPORTED_GRANT_TYPE, INVALID_GRANT, INVALID_SCOPE),
 )
-async def token(request: Request[Any, Any, Any], grant: TokenForm) -> Response[AccessToken]:
+async def token(request: Request[Any, Any, Any], grant: NamedDependency[TokenForm]) -> Response[AccessToken]:
     # Reached only by what TokenFastPath leaves to the router (a large or chunked body); the same answer.
     return Response(await exchange(idp_of(request), grant), headers=_NO_STORE)
 
@@ -415,7 +418,7 @@ class RevokeForm(msgspec.Struct):
         **contract.errors(INVALID_REQUEST),
     },
 )
-async def revoke(request: Request[Any, Any, Any], revocation: RevokeForm) -> Response[bytes]:
+async def revoke(request: Request[Any, Any, Any], revocation: NamedDependency[RevokeForm]) -> Response[bytes]:
     """An empty 200 whether or not the token was known (RFC 7009 §2.2)."""
     idp = idp_of(request)
     if not await idp.logins.revoke(revocation.token):  # a pxt login session's token, or else an agent's
@@ -473,7 +476,7 @@ async def upstream_jwks(request: Request[Any, Any, Any]) -> Response[Jwks]:
     dependencies={"ask": oauth_form(TokenExchange)},
     responses=contract.errors(INVALID_REQUEST, UNSUPPORTED_GRANT_TYPE, INVALID_TARGET, INVALID_GRANT),
 )
-async def upstream_token(request: Request[Any, Any, Any], ask: TokenExchange) -> Response[Exchanged]:
+async def upstream_token(request: Request[Any, Any, Any], ask: NamedDependency[TokenExchange]) -> Response[Exchanged]:
     """RFC 8693 token exchange at the upstream: the person's ID token → an ID-JAG for this provider."""
     if not ask.subject_token:
         raise INVALID_REQUEST("subject_token is required (the person's ID token)")
@@ -568,7 +571,7 @@ class ClaimPageForm(msgspec.Struct, kw_only=True):
     exception_handlers={ApiError: page_error},
     responses=contract.errors(NOT_FOUND, GONE),
 )
-async def claim_page(request: Request[Any, Any, Any], token: str = "") -> Response[str]:
+async def claim_page(request: Request[Any, Any, Any], token: FromQuery[str] = "") -> Response[str]:
     idp = idp_of(request)
     attempt = await idp.identity.attempt_for(token=token or None)
     closed = why_closed(attempt, idp.core.clock.now(), html.readable)
@@ -586,7 +589,7 @@ async def claim_page(request: Request[Any, Any, Any], token: str = "") -> Respon
     dependencies={"form": page_form(ClaimPageForm)},
     responses=contract.errors(BAD_REQUEST, FORBIDDEN, NOT_FOUND, GONE),
 )
-async def claim_decide(request: Request[Any, Any, Any], form: ClaimPageForm) -> Response[str]:
+async def claim_decide(request: Request[Any, Any, Any], form: NamedDependency[ClaimPageForm]) -> Response[str]:
     email, token = form.email, form.token
     idp = idp_of(request)
     attempt = await idp.identity.attempt_for(token=token or None)
@@ -618,7 +621,8 @@ async def claim_decide(request: Request[Any, Any, Any], form: ClaimPageForm) -> 
     include_in_schema=False,
 )
 async def index(
-    request: Request[Any, Any, Any], accept: Annotated[str, Parameter(header="accept", include_in_schema=False)] = ""
+    request: Request[Any, Any, Any],
+    accept: Annotated[str, HeaderParameter(name="accept", include_in_schema=False)] = "",
 ) -> Response[str]:
     """Nothing is served at `/`: a browser gets a page that says so, other clients the usual JSON 404."""
     if request.method not in ("GET", "HEAD") or "text/html" not in accept:

@@ -20,7 +20,7 @@ from urllib.parse import parse_qs, parse_qsl
 
 import msgspec
 from litestar import Request, Response, get, post
-from litestar.di import Provide
+from litestar.di import NamedDependency, Provide
 from litestar.enums import ScopeType
 from litestar.response import Stream
 from litestar.types import Receive, Scope, Send
@@ -449,7 +449,7 @@ _POSTED_CALL = openapi.BodyDependency(_read_call, _ASK_BODY)
 
 
 @get(["/ask"], dependencies={"call": _CALL}, responses=_ASK_ERRORS, opt=_opt(_PREFER))
-async def ask_get(request: Request[Any, Any, Any], call: AskCall) -> Response[bytes] | Stream:
+async def ask_get(request: Request[Any, Any, Any], call: NamedDependency[AskCall]) -> Response[bytes] | Stream:
     return await _ask(site_of(request), call)
 
 
@@ -460,7 +460,7 @@ async def ask_get(request: Request[Any, Any, Any], call: AskCall) -> Response[by
     responses=errors(BAD_REQUEST, INVALID_JSON, CONFLICT, UNPROCESSABLE, RATE_LIMITED),  # and replays' conflicts
     opt=_opt(_PREFER, _KEY),
 )
-async def ask_post(request: Request[Any, Any, Any], call: AskCall) -> Response[bytes] | Stream:
+async def ask_post(request: Request[Any, Any, Any], call: NamedDependency[AskCall]) -> Response[bytes] | Stream:
     return await _ask(site_of(request), call)
 
 

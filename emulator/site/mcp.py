@@ -15,6 +15,7 @@ from typing import Annotated, Any, Literal, TypeVar
 
 import msgspec
 from litestar import Request, Response, delete, get, post
+from litestar.di import NamedDependency
 from litestar.openapi import ResponseSpec
 from litestar.params import HeaderParameter
 from msgspec import UNSET, UnsetType
@@ -635,7 +636,7 @@ def _answers() -> openapi.Body:
 )
 async def mcp_post(
     request: Request[Any, Any, Any],
-    posted: Posted,
+    posted: NamedDependency[Posted],
     accept: Accept = "",
     protocol: Annotated[str | None, HeaderParameter(name="mcp-protocol-version")] = None,
     idempotency_key: Annotated[str | None, HeaderParameter(name="idempotency-key")] = None,

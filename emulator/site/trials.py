@@ -9,7 +9,8 @@ from typing import Annotated, Any
 
 import msgspec
 from litestar import Request, Response, get, post
-from litestar.params import HeaderParameter
+from litestar.di import NamedDependency
+from litestar.params import FromPath, HeaderParameter
 
 from emulator.core import html, openapi
 from emulator.core.clock import iso
@@ -155,7 +156,7 @@ def _claim_form(org: Org, token: str, email: str = "", error: str = "", status: 
     responses=errors(NOT_FOUND),
     opt=_PAGE,
 )
-async def claim_page(request: Request[Any, Any, Any], token: str) -> Response[str]:
+async def claim_page(request: Request[Any, Any, Any], token: FromPath[str]) -> Response[str]:
     core = site_of(request).core
     org = await trials.by_claim_token(core, token)
     if org.state == OrgState.UNCLAIMED and (org.expires_at or 0) <= core.clock.now():  # its deletion is due
@@ -172,7 +173,9 @@ async def claim_page(request: Request[Any, Any, Any], token: str) -> Response[st
     responses=errors(BAD_REQUEST, NOT_FOUND, CONFLICT),
     opt=_PAGE,
 )
-async def claim_submit(request: Request[Any, Any, Any], token: str, form: ClaimForm) -> Response[str]:
+async def claim_submit(
+    request: Request[Any, Any, Any], token: FromPath[str], form: NamedDependency[ClaimForm]
+) -> Response[str]:
     site = site_of(request)
     org = await trials.by_claim_token(site.core, token)
     email = form.email
