@@ -27,6 +27,7 @@ import botocore.exceptions
 import httpx
 import pytest
 
+from emulator.config import Settings
 from emulator.core.processes import running
 from emulator.testkit import EmulatorError, Testkit
 from tests.agent_flow import must, s3_client
@@ -730,12 +731,20 @@ def test_10_a_secret_reaches_a_service_only_after_a_restart(session: Session) ->
     assert "restarted: 1 service(s)" in session.run("service", "restart", f"{session.db}/ingest")
 
     # The restart's answer waited for it (submit_hold) and carried a settled receipt: the client did not poll.
-    def ops() -> list[str]:  # the journal is written in the background: a request lands a moment after its answer
+    def calls() -> list[dict[str, object]]:  # the journal is written in the background: a request lands a moment after
         found = session.admin(f"/_emulator/journal?kinds=http.request&since={since}&limit=5000")["events"]
-        return [e["data"].get("op") for e in found]
+        return [e["data"] for e in found]
+
+    def ops() -> list[object]:
+        return [c.get("op") for c in calls()]
 
     assert eventually(lambda: "restart_service" in ops(), timeout=15), ops()
-    assert "get_receipts" not in ops(), ops()
+    (held,) = [c["ms"] for c in calls() if c.get("op") == "restart_service"]
+    hold_ms = Settings().submit_hold * 1000  # the session keeps the default
+    # Polled only when the restart outlasted the hold (a machine loaded enough to take 10 s for it): then the
+    # client's poll is what the protocol asks.
+    if isinstance(held, int | float) and held < hold_ms * 0.95:
+        assert "get_receipts" not in ops(), (held, ops())
     assert key_seen() == "unset"
     logs = session.run("service", "logs", f"{session.db}/ingest", "--tail", "10000")
     assert logs.count(spare) == spares_before + 2, logs
