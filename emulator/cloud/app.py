@@ -96,7 +96,8 @@ def operations_answer() -> openapi.Body:
     fewer would also take them."""
     kinds = list(dict.fromkeys(kind for op in OPERATIONS.values() for kind in op.answers))
     schemas, components = openapi.schema_of(*kinds)
-    fields = {kind: len(components[kind.__name__].get("required", ())) for kind in kinds}
+    required = {kind: components[kind.__name__].get("required") for kind in kinds}
+    fields = {kind: len(listed) if isinstance(listed, list) else 0 for kind, listed in required.items()}
     order = sorted(range(len(kinds)), key=lambda i: -fields[kinds[i]])
     return openapi.Body({openapi.JSON: {"schema": {"oneOf": [schemas[i] for i in order]}}}, components)
 
@@ -110,7 +111,8 @@ def operations_body() -> openapi.Body:
     variants = []
     for op, (kind, _) in OPERATIONS.items():
         shape = components[kind.__name__]
-        properties = {**shape["properties"], "operation_type": {"type": "string", "enum": [op]}}
+        given = shape["properties"]
+        properties = {**(given if isinstance(given, dict) else {}), "operation_type": {"type": "string", "enum": [op]}}
         properties |= {name: as_checked[name] for name in properties.keys() & as_checked.keys()}
         components[f"op_{op}"] = {**shape, "title": op, "properties": properties}
         variants.append({"$ref": f"#/components/schemas/op_{op}"})

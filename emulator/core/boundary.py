@@ -293,7 +293,10 @@ class BoundaryGate:
             await self.app(scope, receive, send)
             return
         routed, operator, refusal = self.boundary.admit(
-            scope["method"], scope["path"], scope.get("raw_path"), asgi_headers(scope["headers"])
+            scope["method"],
+            scope["path"],
+            scope["raw_path"] if "raw_path" in scope else None,
+            asgi_headers(scope["headers"]),
         )
         if refusal is not None:
             kind, body = self.render(refusal, routed or scope["path"])

@@ -12,7 +12,7 @@ from __future__ import annotations
 import fnmatch
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
+from typing import cast
 
 import msgspec
 
@@ -98,14 +98,15 @@ def carry(status: int, content_type: str, body: bytes, text: str) -> bytes | Non
         return None
     found = [False]  # whether any string value carries it
 
-    def walk(value: Any) -> Any:
+    # Decoded JSON: a dict has str keys, and what a dict or list holds is JSON too, hence the casts after each check.
+    def walk(value: object) -> object:
         if isinstance(value, str):
             found[0] = True
             return append(value, text)
         if isinstance(value, dict):
-            return {k: walk(v) for k, v in value.items()}
+            return {k: walk(v) for k, v in cast("dict[str, object]", value).items()}
         if isinstance(value, list):
-            return [walk(v) for v in value]
+            return [walk(v) for v in cast("list[object]", value)]
         return value
 
     try:
@@ -115,5 +116,5 @@ def carry(status: int, content_type: str, body: bytes, text: str) -> bytes | Non
     if not found[0]:
         if not isinstance(changed, dict):
             return None
-        changed["note"] = text
+        cast("dict[str, object]", changed)["note"] = text
     return msgspec.json.encode(changed)

@@ -19,11 +19,11 @@ def client_ip(request: Any, trust_forwarded: bool) -> str:
 def scope_client_ip(scope: Scope, trust_forwarded: bool) -> str:
     """The rule, read from an ASGI scope (also for what is answered before a router)."""
     if trust_forwarded:
-        for name, value in scope.get("headers", ()):
+        for name, value in scope["headers"] if "headers" in scope else ():
             if name == b"x-forwarded-for":
                 forwarded = value.decode("latin-1")
                 if forwarded:
                     return forwarded.split(",")[0].strip()
                 break
-    client = scope.get("client")
+    client = scope["client"] if "client" in scope else None
     return str(client[0]) if client else "unknown"

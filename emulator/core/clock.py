@@ -51,6 +51,14 @@ class Clock:
     def frozen(self) -> bool:
         return self._frozen_at is not None
 
+    @property
+    def offset(self) -> float:
+        return self._offset
+
+    @property
+    def frozen_at(self) -> float | None:
+        return self._frozen_at
+
     def state(self) -> ClockState:
         return ClockState(now=self.now(), frozen=self.frozen, offset=self._offset)
 

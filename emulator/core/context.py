@@ -6,7 +6,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncGenerator, Awaitable, Callable
 
 import msgspec
 
@@ -81,7 +81,7 @@ class Core:
         return core
 
     async def _save_clock(self) -> None:
-        saved = _SavedClock(offset=self.clock._offset, frozen_at=self.clock._frozen_at)
+        saved = _SavedClock(offset=self.clock.offset, frozen_at=self.clock.frozen_at)
         await self.store.set_meta("clock", msgspec.json.encode(saved).decode())
 
     async def run_due(self) -> None:
@@ -118,7 +118,7 @@ class Core:
         self._after_load.append(hook)
 
     @contextlib.asynccontextmanager
-    async def exclusive(self) -> AsyncIterator[None]:
+    async def exclusive(self) -> AsyncGenerator[None, None]:
         """Nothing else resets, saves or loads, and no due job (a sweep, an expiry) runs meanwhile."""
         async with self._reset_lock, self._due_lock:
             yield

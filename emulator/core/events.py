@@ -22,7 +22,7 @@ import heapq
 import itertools
 import logging
 import sqlite3
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Generator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from typing import Any
@@ -72,7 +72,7 @@ _CAUSED: ContextVar[Caused | None] = ContextVar("caused", default=None)
 
 
 @contextmanager
-def caused() -> Iterator[Caused]:
+def caused() -> Generator[Caused, None, None]:
     """Count what this context publishes (a request's task and the tasks it starts), for its answer to wait on."""
     holder = Caused()
     token = _CAUSED.set(holder)

@@ -15,7 +15,7 @@ from emulator.core.prerouted import send_whole
 
 async def drop(scope: Scope) -> None:
     """Close the request's connection without an answer (the server's protocol put the means in the scope)."""
-    abort = (scope.get("extensions") or {}).get(DROP_EXTENSION)
+    abort = ((scope["extensions"] if "extensions" in scope else None) or {}).get(DROP_EXTENSION)
     if callable(abort):
         abort()
         await asyncio.sleep(0)  # the server sees the connection lost, and sends nothing more

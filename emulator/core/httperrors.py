@@ -8,6 +8,7 @@ import logging
 import math
 import time
 from pathlib import Path
+from typing import cast
 
 from litestar.exceptions import HTTPException, InternalServerException
 
@@ -23,13 +24,20 @@ def http_detail(exc: HTTPException) -> str:
             "the request body is larger than this endpoint takes (the http_max_body_bytes setting; snapshot "
             "imports and blob uploads have their own bounds)"
         )
-    extra = exc.extra if isinstance(exc.extra, list) else []
-    problems = [
-        f"{p['key']} ({getattr(p.get('source'), 'value', p.get('source')) or 'parameter'}): {p['message']}"
-        for p in extra
-        if isinstance(p, dict) and "key" in p and "message" in p
-    ]
+    extra: list[object] = exc.extra if isinstance(exc.extra, list) else []
+    problems = [said for said in map(_problem, extra) if said is not None]
     return f"{exc.detail}: {'; '.join(problems)}" if problems else str(exc.detail)
+
+
+def _problem(problem: object) -> str | None:
+    """One of Litestar's validation problems (a dict with `key`, `message` and maybe `source`, a ParamType) as words;
+    None for anything else."""
+    if not isinstance(problem, dict):
+        return None
+    p = cast("dict[object, object]", problem)  # a dict, as checked; of anything (its values are only printed)
+    if "key" not in p or "message" not in p:
+        return None
+    return f"{p['key']} ({getattr(p.get('source'), 'value', p.get('source')) or 'parameter'}): {p['message']}"
 
 
 def log_internal_error(method: str, path: str, exc: Exception) -> None:

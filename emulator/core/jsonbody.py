@@ -11,14 +11,20 @@ from __future__ import annotations
 
 import base64
 import re
-from collections.abc import Callable
-from typing import Any, TypeVar, overload
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, TypeAlias, TypeVar, overload
 
 import msgspec
 
 MAX_DEPTH = 64  # no body or token the emulator takes nests deeper than a handful of levels
 
 T = TypeVar("T")
+
+# Any JSON value, what `decode` gives without a type, for what is open by nature (a JSON Schema, an OpenAPI
+# document, a service's answer). The containers are read-only (covariant), so that a list of schemas or a dict of
+# strings is a Json; code that changes one narrows it first (`isinstance(v, dict)`: decoded JSON is dicts and lists).
+# For the type checker only: at run time it is a string, so no msgspec struct can have a field of it.
+Json: TypeAlias = "str | int | float | bool | Sequence[Json] | Mapping[str, Json] | None"
 
 
 class NotJson(ValueError):

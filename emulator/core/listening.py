@@ -65,7 +65,7 @@ class Listening:
     """Every port this emulator listens on, with what listens there, and the names it goes by. Empty (nothing
     known) where no server bound sockets (a core opened by a test alone)."""
 
-    ports: Mapping[int, str] = field(default_factory=dict)  # each port → what listens there ("site", …)
+    ports: Mapping[int, str] = field(default_factory=dict[int, str])  # each port → what listens there ("site", …)
     names: frozenset[str] = frozenset()  # its configured names (host, public_host, allowed_hosts), lower-case
     later: Callable[[], Mapping[int, str]] = _none  # ports opened since the start: the service gateways
 

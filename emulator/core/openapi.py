@@ -19,20 +19,22 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from types import UnionType
-from typing import Any, TypedDict, get_args, get_origin
+from typing import Any, Protocol, TypedDict, get_args, get_origin
 
 import msgspec
 from litestar import Request, Response
 from litestar.di import Provide
 from litestar.exceptions import NotFoundException, ValidationException
+from litestar.handlers import HTTPRouteHandler
 from litestar.openapi import OpenAPIConfig
 from litestar.openapi.plugins import JsonRenderPlugin
 from litestar.openapi.spec import Components, SecurityScheme
 from litestar.router import Router
-from litestar.routes import HTTPRoute
+from litestar.routes import BaseRoute, HTTPRoute
 
 from emulator import __version__
 from emulator.core.errors import ApiError
+from emulator.core.jsonbody import Json
 
 SCHEMA_PATH = "/schema"
 DOCUMENT_PATH = f"{SCHEMA_PATH}/openapi.json"
@@ -44,10 +46,11 @@ _REF = "#/components/schemas/{name}"
 JSON = "application/json"
 FORM = "application/x-www-form-urlencoded"
 
-# Open JSON by nature, so kept as dicts: what Litestar generates (and this module adds to), and a JSON Schema
-# (msgspec's, or one written by hand for a body that is not a structure).
-Document = dict[str, Any]
-JsonSchema = dict[str, Any]
+# Open JSON by nature: a JSON Schema (msgspec's, or one written by hand for a body that is not a structure), and
+# the document Litestar generates, which `finish` copies and adds to (hence a dict at its top: its objects inside
+# are dicts too, as decoded, which `_object` narrows them to before changing one).
+JsonSchema = Mapping[str, Json]
+Document = dict[str, Json]
 
 
 class MediaType(TypedDict):
@@ -56,13 +59,17 @@ class MediaType(TypedDict):
     schema: JsonSchema
 
 
-class Parameter(msgspec.Struct, frozen=True, kw_only=True):
+@dataclass(frozen=True, kw_only=True)
+class Parameter:
     """A query parameter a handler reads itself, as an operation's `parameters` list shows it."""
 
     name: str
-    in_: str = msgspec.field(name="in")
+    in_: str
     required: bool
     schema: JsonSchema
+
+    def as_json(self) -> Json:
+        return {"name": self.name, "in": self.in_, "required": self.required, "schema": self.schema}
 
 
 @dataclass(frozen=True)
@@ -99,8 +106,8 @@ class ErrorShape:
     writers: tuple[Callable[..., Any], ...]
     description: str
 
-    def response(self, description: str | None = None) -> dict[str, Any]:
-        answer: dict[str, Any] = {
+    def response(self, description: str | None = None) -> dict[str, Json]:
+        answer: dict[str, Json] = {
             "description": description or self.description,
             "content": {self.media_type: {"schema": self.schema}},
         }
@@ -111,13 +118,13 @@ class ErrorShape:
         return answer
 
 
-def schema_of(*types: Any) -> tuple[list[JsonSchema], dict[str, JsonSchema]]:
+def schema_of(*types: object) -> tuple[list[JsonSchema], dict[str, JsonSchema]]:
     """msgspec's JSON Schemas of `types` (refs into `#/components/schemas`) and the components they use."""
     schemas, components = msgspec.json.schema_components(types, ref_template=_REF)
     return list(schemas), components
 
 
-def body(type_: Any, *media_types: str, required: bool = True, description: str | None = None) -> dict[str, Body]:
+def body(type_: object, *media_types: str, required: bool = True, description: str | None = None) -> dict[str, Body]:
     """`opt=` for a handler that decodes its body itself: the body is `type_` in each media type (JSON by default)."""
     (schema,), components = schema_of(type_)
     content = {media: MediaType(schema=schema) for media in media_types or (JSON,)}
@@ -144,7 +151,7 @@ def no_body(answers: Mapping[int, str]) -> dict[str, dict[int, str]]:
     return {_NO_BODY: dict(answers)}
 
 
-def query(**types: Any) -> dict[str, list[Parameter]]:
+def query(**types: object) -> dict[str, list[Parameter]]:
     """`opt=` for query parameters a handler reads from the request itself (all optional)."""
     schemas, _ = schema_of(*types.values())
     return {
@@ -169,57 +176,80 @@ class _Document(JsonRenderPlugin):
         return self._rendered
 
 
-def _is_litestars_default_error(response: Mapping[str, Any]) -> bool:
-    schema = response.get("content", {}).get(JSON, {}).get("schema", {})
-    return set(schema.get("properties", ())) == {"status_code", "detail", "extra"}
+def _object(value: Json) -> dict[str, Json]:
+    """An object of the document (decoded: a dict); an empty one for anything else (nothing there)."""
+    return value if isinstance(value, dict) else {}
 
 
-def _writer(handler: Any, exc: type[Exception]) -> Callable[..., Any] | None:
+def _member(parent: dict[str, Json], key: str) -> dict[str, Json]:
+    """`parent[key]`, an object of the document, made (empty) when absent, as `setdefault` would."""
+    child = parent.setdefault(key, {})
+    if not isinstance(child, dict):
+        raise ValueError(f"{key!r} in the OpenAPI document is not an object")
+    return child
+
+
+def _is_litestars_default_error(response: Json) -> bool:
+    schema = _object(_object(_object(response).get("content")).get(JSON)).get("schema")
+    return set(_object(_object(schema).get("properties"))) == {"status_code", "detail", "extra"}
+
+
+class _Handlers(Protocol):
+    """A route handler as `_writer` reads it: Litestar's type of an exception handler leaves its request's parts
+    unknown, of which only the handler's identity is used here."""
+
+    def resolve_exception_handlers(self) -> Mapping[int | type[Exception], Callable[..., object]]: ...
+
+
+def _writer(handler: _Handlers, exc: type[Exception]) -> Callable[..., object] | None:
     """The exception handler that writes `exc` on this route (that of its nearest base), as Litestar finds it."""
     resolved = handler.resolve_exception_handlers()
     return next((resolved[base] for base in exc.__mro__ if base in resolved), None)
 
 
-def _shape(handler: Any, exc: type[Exception], errors: tuple[ErrorShape, ...]) -> ErrorShape | None:
+def _shape(handler: HTTPRouteHandler, exc: type[Exception], errors: tuple[ErrorShape, ...]) -> ErrorShape | None:
     writer = _writer(handler, exc)
     return next((shape for shape in errors if writer in shape.writers), None)
 
 
-def _add_components(schemas: dict[str, JsonSchema], components: Mapping[str, JsonSchema], what: str) -> None:
+def _add_components(schemas: dict[str, Json], components: Mapping[str, JsonSchema], what: str) -> None:
     for name, component in components.items():
         if schemas.setdefault(name, component) != component:
             raise ValueError(f"two different {what} are both called {name} in the OpenAPI document")
 
 
-def _errors(operation: Document, handler: Any, shapes: tuple[ErrorShape, ...], schemas: dict[str, JsonSchema]) -> None:
+def _errors(
+    operation: dict[str, Json], handler: HTTPRouteHandler, shapes: tuple[ErrorShape, ...], schemas: dict[str, Json]
+) -> None:
     """The error answers of one operation: each declared one (core/contract.errors, no body yet) and Litestar's default
     get the body the route's exception handler writes; that body is the `default` answer too."""
-    responses: dict[str, Any] = operation.setdefault("responses", {})
+    responses = _member(operation, "responses")
     refusals = _shape(handler, ApiError, shapes)  # what the route's own refusals are written as
     litestars = _shape(handler, ValidationException, shapes)  # and Litestar's (a bad path parameter)
     for status, response in responses.items():
         shape = None
         if _is_litestars_default_error(response):
             shape = litestars
-        elif status[0] in "45" and "content" not in response:
+        elif status[0] in "45" and "content" not in _object(response):
             if refusals is None:
                 raise ValueError(f"{operation.get('operationId')} declares a {status} but no ErrorShape writes it")
             shape = refusals
         if shape is not None:
-            responses[status] = shape.response(response.get("description"))
+            description = _object(response).get("description")
+            responses[status] = shape.response(description if isinstance(description, str) else None)
             _add_components(schemas, shape.components, "error bodies")
     if refusals is not None:
         responses.setdefault("default", refusals.response())
         _add_components(schemas, refusals.components, "error bodies")
 
 
-def _returned(handler: Any) -> Body | None:
+def _returned(handler: HTTPRouteHandler) -> Body | None:
     """The 2xx of a handler that returns a struct (or a union of them, or `Response[T]` of one) in msgspec's schema,
     the one the rest of the document uses; None for anything else (bytes, a stream, a page: Litestar's stays)."""
-    annotation = handler.parsed_fn_signature.return_type.annotation
+    annotation: object = handler.parsed_fn_signature.return_type.annotation
     if get_origin(annotation) is Response:
         (annotation,) = get_args(annotation)
-    kinds = get_args(annotation) if isinstance(annotation, UnionType) else (annotation,)
+    kinds: tuple[object, ...] = get_args(annotation) if isinstance(annotation, UnionType) else (annotation,)
     if not all(
         isinstance(kind, type) and issubclass(kind, msgspec.Struct) and kind is not msgspec.Struct for kind in kinds
     ):
@@ -229,40 +259,57 @@ def _returned(handler: Any) -> Body | None:
     return Body({JSON: MediaType(schema=schema)}, components)
 
 
-def finish(document: Mapping[str, Any], routes: list[Any], errors: Iterable[ErrorShape] = ()) -> Document:
+def _content(declared: Body) -> Json:
+    """A body's `content` as the document holds it."""
+    return {media: {"schema": given["schema"]} for media, given in declared.content.items()}
+
+
+def finish(document: Mapping[str, Json], routes: Iterable[BaseRoute], errors: Iterable[ErrorShape] = ()) -> Document:
     """A copy of `document` whose operations carry the request bodies their handlers declared, their answers in
     msgspec's schemas, and the error bodies their exception handlers write (in place of Litestar's default one; as
     `default` too). Where Litestar's schema generator and msgspec's both name a type, msgspec's is kept: one type,
     one schema, the one the wire is checked against."""
     shapes = tuple(errors)
     doc: Document = msgspec.json.decode(msgspec.json.encode(document))
-    ours: dict[str, JsonSchema] = {}
+    ours: dict[str, Json] = {}
     for route in routes:
         if not isinstance(route, HTTPRoute):
             continue
         for method, (handler, _) in route.route_handler_map.items():
-            operation = doc.get("paths", {}).get(route.path_format or "/", {}).get(method.lower())
-            if operation is None:
+            operation = _object(doc.get("paths")).get(route.path_format or "/")
+            operation = _object(operation).get(method.lower())
+            if not isinstance(operation, dict):
                 continue
-            if handler.opt.get(_QUERY):
-                operation["parameters"] = [*operation.get("parameters", ()), *handler.opt[_QUERY]]
-            declared = handler.opt.get(_OPT)
+            queried: list[Parameter] = handler.opt.get(_QUERY) or []
+            if queried:
+                listed = operation.get("parameters")
+                operation["parameters"] = [
+                    *(listed if isinstance(listed, list) else ()),
+                    *(parameter.as_json() for parameter in queried),
+                ]
+            declared: object = handler.opt.get(_OPT)
             for dependency in handler.resolve_dependencies().values():
                 if isinstance(dependency, BodyDependency):
                     declared = dependency.declared
             if isinstance(declared, Body):
                 _add_components(ours, declared.components, "request bodies")
-                operation["requestBody"] = {"content": declared.content, "required": declared.required}
+                request_body: dict[str, Json] = {"content": _content(declared), "required": declared.required}
                 if declared.description:
-                    operation["requestBody"]["description"] = declared.description
-            answer = handler.opt.get(_ANSWER) or _returned(handler)
+                    request_body["description"] = declared.description
+                operation["requestBody"] = request_body
+            answer: object = handler.opt.get(_ANSWER) or _returned(handler)
+            responses = _member(operation, "responses")
             if isinstance(answer, Body):
                 _add_components(ours, answer.components, "answers")
-                operation["responses"][str(handler.status_code)]["content"] = answer.content
+                success = responses[str(handler.status_code)]  # Litestar's: a KeyError, were it missing, as before
+                if not isinstance(success, dict):
+                    raise ValueError(f"{operation.get('operationId')}: its {handler.status_code} is not an object")
+                success["content"] = _content(answer)
             _errors(operation, handler, shapes, ours)
-            for status, said in handler.opt.get(_NO_BODY, {}).items():
-                operation["responses"][str(status)] = {"description": said}
-    doc.setdefault("components", {}).setdefault("schemas", {}).update(ours)
+            no_body: Mapping[int, str] = handler.opt.get(_NO_BODY) or {}
+            for status, said in no_body.items():
+                responses[str(status)] = {"description": said}
+    _member(_member(doc, "components"), "schemas").update(ours)
     return doc
 
 

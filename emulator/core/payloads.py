@@ -20,10 +20,12 @@ from typing import Any, ClassVar, Self, TypeVar
 import msgspec
 from msgspec import UNSET, UnsetType
 
+from emulator.core.jsonbody import Json
 from emulator.core.kinds import Kind
 
-Unread = dict[str, Any]
-"""A journal row whose data is not its kind's shape (written by another version): kept as it is."""
+Unread = dict[str, Json]
+"""A journal row whose data is not its kind's shape (written by another version): kept as it is, a JSON object (what
+the journal writes is its payloads')."""
 
 
 # Each payload repeats `frozen=True, kw_only=True`: msgspec applies kw_only to a class's own fields only, and the

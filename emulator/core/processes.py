@@ -51,7 +51,7 @@ def marked(name: str, value: str) -> list[int]:
 
 def _holding(part: str, entry: bytes) -> list[int]:
     """The processes whose /proc/PID/`part` (NUL-separated: cmdline, environ) has `entry` as one of its items."""
-    found = []
+    found: list[int] = []
     try:
         pids = [int(p) for p in os.listdir("/proc") if p.isdigit()]
     except OSError:

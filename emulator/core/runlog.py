@@ -18,7 +18,7 @@ import time
 from collections import deque
 from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 import msgspec
 
@@ -94,7 +94,7 @@ class _Unwritten:
         self._ok = True
 
 
-class _Terminal(_Unwritten, logging.StreamHandler):
+class _Terminal(_Unwritten, logging.StreamHandler[TextIO]):
     def emit(self, record: logging.LogRecord) -> None:
         super().emit(record)
         self.written()
@@ -191,7 +191,7 @@ def describe(kind: str, subject: str | None, data: Mapping[str, object]) -> str:
     (as the dashboard shows them)."""
     if kind in WEBHOOK_TRIES:
         return f"{kind} [{subject}] {webhook_try(kind, data)}"
-    fields = []
+    fields: list[str] = []
     for key, value in data.items():
         if value is None or key in HIDDEN:
             continue
@@ -223,7 +223,7 @@ class EventLog:
             # would find its oldest events gone (a busy run writes the journal in batches of thousands).
             async for batch in self._bus.follow_batches(last, limit=self._bus.cap):
                 last = batch[-1].seq
-                lines = []
+                lines: list[tuple[int, str]] = []
                 for event in batch:
                     found = line(event)
                     if found is not None and log.isEnabledFor(found[0]):

