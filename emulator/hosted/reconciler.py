@@ -17,8 +17,6 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
-import msgspec
-
 from emulator.core import kinds
 from emulator.core.address import Address
 from emulator.core.context import Core
@@ -41,7 +39,16 @@ from emulator.hosted.auth import Authenticator
 from emulator.hosted.blobs import Blobs
 from emulator.hosted.databases import DbChange
 from emulator.hosted.receipts import settled
-from emulator.hosted.records import AsSent, Database, DatabaseResources, ReceiptError, Service, service_label
+from emulator.hosted.records import (
+    Database,
+    DatabaseResources,
+    ProjectFingerprint,
+    ReceiptError,
+    Service,
+    ServiceResources,
+    sent,
+    service_label,
+)
 from emulator.hosted.states import ACCEPTS_UPDATE, OBSERVED, BuildOutcome, DbState, Phase, ServiceState
 from emulator.runtime.environments import BuildFailed
 from emulator.runtime.metering import DatabaseUsage
@@ -471,10 +478,19 @@ class Reconciler:
             await hook(place.org_id, place.db)
 
     def _release(
-        self, row: Database, digest: str, fingerprint: AsSent | None, resources: DatabaseResources | None = None
+        self,
+        row: Database,
+        digest: str,
+        fingerprint: ProjectFingerprint | None,
+        resources: DatabaseResources | None = None,
     ) -> Release:
         archive = self.blobs.path(row.archive_sha256) if row.archive_sha256 else None
-        project = msgspec.convert(fingerprint, ProjectVersions) if fingerprint else None
+        project = None
+        if fingerprint:
+            project = ProjectVersions(
+                pixeltable_version=sent(fingerprint.pixeltable_version),
+                python_version=sent(fingerprint.python_version),
+            )
         return Release(digest, project, archive, _sizes(resources or row.current))
 
     async def _launch(
@@ -482,7 +498,7 @@ class Reconciler:
         row: Database,
         *,
         digest: str | None = None,
-        fingerprint: AsSent | None = None,
+        fingerprint: ProjectFingerprint | None = None,
         resources: DatabaseResources | None = None,
     ) -> None:
         """(Re)start the database's server on its current release (or the given one)."""
@@ -592,8 +608,11 @@ class Reconciler:
     async def _start_service(self, place: Place, row: Service) -> None:
         await self.route(place.org_id, place.slug, place.db)  # the database's server (and its release) first
         label = row.label
-        resources = msgspec.convert(row.desired.get("resources") or {}, Resources)  # as plans.ServiceSize filled it
-        release = ServiceRelease(row.base_path, row.name, row.desired["app_module"], resources, label)
+        size = row.desired.resources or ServiceResources()  # as plans.ServiceSize filled it
+        resources = Resources(
+            cpu=size.cpu, memory_mb=size.memory_mb, workers=size.workers, file_cache_gb=size.file_cache_gb
+        )
+        release = ServiceRelease(row.base_path, row.name, row.desired.app_module, resources, label)
         changes = self.supervisor.service_resize(place.org_id, place.db, release)
         if changes:
             await self.line(place, f"resizing service {label}: {', '.join(changes)}", service=label)
