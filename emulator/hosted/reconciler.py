@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncGenerator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -140,7 +140,7 @@ class Reconciler:
         self.auth.runtime_keys.clear()
 
     @contextlib.asynccontextmanager
-    async def paused(self) -> AsyncIterator[None]:
+    async def paused(self) -> AsyncGenerator[None]:
         """No workload runs while a snapshot copies the databases' files: jobs under way finish first, nothing
         starts meanwhile (a tunnel connection waits), and the services that ran start again after."""
         if self._tasks:
@@ -360,7 +360,7 @@ class Reconciler:
             raise INTERNAL(f"database {place.db} has no update to run")
         fingerprint = target.fingerprint
         digest = databases.environment_digest(fingerprint)
-        warnings = []
+        warnings: list[str] = []
         failed = self.core.faults.next_update("db_update_fails", place.slug, place.db)
         if failed is not None:
             raise INTERNAL(failed)  # the job's failure: FAILED, with the reason, as any other
