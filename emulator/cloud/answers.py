@@ -2,9 +2,10 @@
 of 0.7.21: `ApiKeyRecord`, `DatabaseReport`, `ServiceInstanceRecord`, and the answers that carry them).
 
 Every field is sent, `null` included, as the product does; the domain's records become these here, at the edge.
-A database's resources are the domain's `DatabaseResources`; a project fingerprint and a service's spec stay open
-objects (`AsSent`): the client defines them and the emulator keeps what it was sent. Each operation's function in
-operations.py names its answer type as its return annotation (the OpenAPI document's answer is read off them).
+A database's resources are the domain's `DatabaseResources`; a project fingerprint and a service mutation are the
+domain's `ProjectFingerprint` and `ServiceMutation`, which keep what the client sent of their members. Each
+operation's function in operations.py names its answer type as its return annotation (the OpenAPI document's
+answer is read off them).
 """
 
 from __future__ import annotations
@@ -14,7 +15,18 @@ from typing import Literal
 import msgspec
 
 from emulator.core.clock import iso
-from emulator.hosted.records import ApiKey, AsSent, Database, DatabaseResources, Receipt, Service
+from emulator.hosted.records import (
+    ApiKey,
+    Database,
+    DatabaseResources,
+    OpenObject,
+    ProjectFingerprint,
+    Receipt,
+    Service,
+    ServiceMutation,
+    ServiceResources,
+    sent,
+)
 from emulator.hosted.states import BuildOutcome, DbState, ServiceState
 
 
@@ -155,7 +167,7 @@ class ReceiptAnswer(Answer):
 class Archive(Answer):
     presigned_url: str
     digest: str
-    fingerprint: AsSent  # the client's ProjectFingerprint
+    fingerprint: ProjectFingerprint
 
 
 class LogRecord(Answer):
@@ -174,6 +186,15 @@ class UsageResource(Answer):
     unit: Literal["count", "bytes"]
 
 
+class Meter(Answer):
+    """A metered line of the product's usage (the emulator meters nothing, so sends none)."""
+
+    label: str
+    quantity: float
+    unit: str
+    usd: float | None
+
+
 class Usage(Answer):
     plan: str
     period_start: str
@@ -184,7 +205,7 @@ class Usage(Answer):
     included_usd: float = 0.0
     stops_at_limit: bool = True
     limit_reached_at: None = None
-    meters: list[AsSent] = msgspec.field(default_factory=list)  # empty: nothing is metered (objects in the product)
+    meters: list[Meter] = msgspec.field(default_factory=list)  # empty: nothing is metered
 
 
 class ServiceGenerationAnswer(Answer):
@@ -208,7 +229,7 @@ class Upload(Answer):
 class PlanAnswer(Answer):
     generations: Generations
     report: DatabaseReport
-    services: list[AsSent]  # the current specs of the services the change names, as they were accepted
+    services: list[ServiceMutation]  # the current specs of the services the change names, as they were accepted
     upload: Upload | None  # where to put the archive, when the emulator does not hold it yet
     plan: None = None
 
@@ -218,15 +239,15 @@ class ServiceInstanceRecord(Answer):
     base_path: str
     endpoint: str
     app_module: str
-    spec: AsSent | None  # the client's ServiceSpec, as its mutation sent it
+    spec: OpenObject | None  # the client's ServiceSpec, as its mutation sent it
     otel: bool
     state: ServiceState
     created_at: float
     updated_at: float
     error: str | None
-    fingerprint: AsSent | None  # the ProjectFingerprint its pod reported (report_service_instance)
+    fingerprint: ProjectFingerprint | None  # the one its pod reported (report_service_instance)
     update_pending: bool
-    resources: AsSent  # as its accepted spec holds them (filled in: plans.ServiceSize)
+    resources: ServiceResources  # as its accepted spec holds them (filled in: plans.ServiceSize)
     description: str | None
     receipt: Receipt | None
 
@@ -237,17 +258,17 @@ class ServiceInstanceRecord(Answer):
             service_name=row.name,
             base_path=row.base_path,
             endpoint=endpoint,
-            app_module=desired.get("app_module", ""),
-            spec=desired.get("spec"),
-            otel=bool(desired.get("otel")),
+            app_module=desired.app_module,
+            spec=sent(desired.spec),
+            otel=bool(desired.otel),
             state=row.state,
             created_at=row.created_at,
             updated_at=row.updated_at,
             error=row.error,
             fingerprint=row.fingerprint,
             update_pending=False,
-            resources=desired.get("resources") or {},
-            description=desired.get("description"),
+            resources=desired.resources or ServiceResources(),
+            description=sent(desired.description),
             receipt=row.receipt,
         )
 

@@ -24,7 +24,6 @@ from emulator.cloud.answers import Answer, PixeltableAuth
 from emulator.cloud.compat import refuse_old_client
 from emulator.cloud.context import platform_of
 from emulator.cloud.operations import OPERATIONS, SCOPED, Operation
-from emulator.cloud.requests import KEPT_AS_SENT
 from emulator.core import jsonbody, openapi
 from emulator.core.boundary import Boundary, BoundaryGate, by_path
 from emulator.core.contract import error_shape, errors
@@ -106,14 +105,12 @@ def operations_body() -> openapi.Body:
     """The management API's body as the document shows it: one object per operation, told apart by its
     `operation_type` (the request types of emulator.cloud.requests, which the handler decodes strictly)."""
     kinds = list(dict.fromkeys(op.request for op in OPERATIONS.values()))
-    checked, components = openapi.schema_of(*kinds, *KEPT_AS_SENT.values())
-    as_checked = dict(zip(KEPT_AS_SENT, checked[len(kinds) :], strict=True))
+    _, components = openapi.schema_of(*kinds)
     variants = []
     for op, (kind, _) in OPERATIONS.items():
         shape = components[kind.__name__]
         given = shape["properties"]
         properties = {**(given if isinstance(given, dict) else {}), "operation_type": {"type": "string", "enum": [op]}}
-        properties |= {name: as_checked[name] for name in properties.keys() & as_checked.keys()}
         components[f"op_{op}"] = {**shape, "title": op, "properties": properties}
         variants.append({"$ref": f"#/components/schemas/op_{op}"})
     for kind in kinds:  # each operation has its own copy, with its operation_type

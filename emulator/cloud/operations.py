@@ -305,7 +305,7 @@ async def retry(p: Platform, caller: Caller, req: rq.Retry) -> a.ReceiptAnswer:
 
 
 def _service_key(name: str | None, base: str | None) -> tuple[str, str]:
-    return updates.mutation_key({"service_name": name, "base_path": base or ""})
+    return updates.service_key(name, base or "")
 
 
 async def list_services(p: Platform, caller: Caller, req: rq.ListServices) -> a.Instances:

@@ -1,9 +1,9 @@
 """One request type per control-plane operation: the body of `POST {api_url}` decoded strictly before any rule
 runs, so a wrongly typed field is a 400 that names it. Fields the client sends that no rule reads are ignored.
 
-Integers that name a stored row (generations) lie in SQLite's range. The parts of a submission that are kept as
-the client sent them (a database target with its project fingerprint, service mutations) are checked against the
-shape the emulator reads from them, and handed on unchanged.
+Integers that name a stored row (generations) lie in SQLite's range. The parts of a submission the platform keeps (a
+database target with its project fingerprint, service mutations) are `hosted.records` types, which keep what the
+client sent of their members.
 
 Shapes follow the 0.7.21 client's management client (pixeltable/service/management_client.py and
 pxtfs_protocol.py): `org` is optional everywhere (the credential's organization), `db` names a database.
@@ -11,12 +11,12 @@ pxtfs_protocol.py): `org` is optional everywhere (the credential's organization)
 
 from __future__ import annotations
 
-from types import UnionType
-from typing import Annotated, Any, Literal
+from typing import Annotated, Literal
 
 import msgspec
 
-from emulator.hosted.records import AsSent
+# The client's objects a submission carries, which the platform keeps (hosted.records).
+from emulator.hosted.records import DatabaseTarget, ProjectFingerprint, ServiceMutation
 
 HOME = "home"
 # A generation: a counter kept in SQLite, so within its 64-bit signed integers.
@@ -117,72 +117,10 @@ class ExpectedGenerations(msgspec.Struct):
     services: list[ServiceGeneration] | None = None
 
 
-class Fingerprint(msgspec.Struct):
-    """What the emulator reads of a ProjectFingerprint (the environment's digest, the archive's, the build)."""
-
-    files: dict[str, str] = {}
-    python_version: str | None = None
-    system_dependencies: list[str] | None = None
-    pixeltable_version: str | None = None
-    uv_options: str | None = None
-    installed_from_project: dict[str, str] | None = None
-    config: dict[str, dict[str, Any]] | None = None
-
-
-class DatabaseTarget(msgspec.Struct):
-    cpu: float | None = None
-    memory_mb: float | None = None
-    workers: float | None = None
-    disk_gb: float | None = None
-    fingerprint: Fingerprint | None = None
-    pxt_md_version: int | None = None
-    force_build_nonce: str | None = None
-
-
-class ServiceResources(msgspec.Struct):
-    cpu: float | None = None
-    memory_mb: float | None = None
-    workers: float | None = None
-    file_cache_gb: float | None = None
-
-
-class ServiceMutation(msgspec.Struct):
-    service_name: str
-    app_module: str
-    base_path: str | None = None
-    lifecycle: str = "running"
-    resources: ServiceResources | None = None
-    spec: AsSent | None = None  # the client's ServiceSpec; kept whole, answered back as its instance's spec
-    description: str | None = None
-
-
-def check_shape(value: Any, shape: Any, at: str) -> None:
-    """Refuse `value` (found at `$.<at>`) unless it decodes as `shape`; a ValueError becomes the 400 naming it."""
-    try:
-        msgspec.convert(value, shape)
-    except msgspec.ValidationError as e:
-        message = str(e)
-        if " - at `$" in message:
-            raise ValueError(message.replace(" - at `$", f" - at `$.{at}", 1)) from None
-        raise ValueError(f"{message} - at `$.{at}`") from None
-
-
-KEPT_AS_SENT: dict[str, UnionType] = {
-    "database_target": DatabaseTarget | None,
-    "service_mutations": list[ServiceMutation] | None,
-}
-"""Fields a change keeps as the client sent them (the platform stores and answers back what it was sent, fields it
-does not read included), checked as these types when decoded and shown as them in the OpenAPI document."""
-
-
 class PrepareUpdate(DbScoped, kw_only=True):
-    database_target: AsSent | None = None
+    database_target: DatabaseTarget | None = None
     blob: Blob | None = None
-    service_mutations: list[AsSent] | None = None
-
-    def __post_init__(self) -> None:
-        for name, shape in KEPT_AS_SENT.items():
-            check_shape(getattr(self, name), shape, name)
+    service_mutations: list[ServiceMutation] | None = None
 
 
 class SubmitUpdate(PrepareUpdate, kw_only=True):
@@ -210,7 +148,7 @@ class ServiceRef(OrgScoped, kw_only=True):
 
 
 class ReportServiceInstance(ServiceRef, kw_only=True):
-    fingerprint: AsSent | None = None  # the ProjectFingerprint the pod loaded
+    fingerprint: ProjectFingerprint | None = None  # the ProjectFingerprint the pod loaded
 
 
 # --- the media store (pxtfs_protocol.py) --------------------------------------------------------------------

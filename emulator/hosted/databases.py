@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-from typing import Any
 
 import msgspec
 from msgspec import UNSET, UnsetType
@@ -18,34 +17,39 @@ from emulator.core.context import Core
 from emulator.core.errors import NOT_FOUND
 from emulator.core.store import Db, fetch_all, fetch_one, one, run
 from emulator.hosted import plans, receipts, states
-from emulator.hosted.records import AsSent, Database, DatabaseResources, Receipt
+from emulator.hosted.records import Database, DatabaseResources, ProjectFingerprint, Receipt, sent
 from emulator.hosted.states import BuildOutcome, DbState, IllegalTransition
 
 _SELECT = "SELECT d.*, o.slug FROM databases d JOIN orgs o ON o.id = d.org_id"
 
 
-def canonical(value: Any) -> str:
-    return json.dumps(value, sort_keys=True, separators=(",", ":"))
+def canonical(value: object) -> str:
+    """The client's `canonical_json` of a JSON value (a struct as the JSON it encodes to)."""
+    return json.dumps(msgspec.to_builtins(value), sort_keys=True, separators=(",", ":"))
 
 
-def archive_digest(fingerprint: AsSent) -> str:
+def _files(fingerprint: ProjectFingerprint) -> dict[str, str]:
+    return fingerprint.files if fingerprint.files is not UNSET else {}
+
+
+def archive_digest(fingerprint: ProjectFingerprint) -> str:
     """`ProjectFingerprint.archive_digest()` of the client: sha256 of the canonical JSON of `files`."""
-    return hashlib.sha256(canonical(fingerprint.get("files", {})).encode()).hexdigest()
+    return hashlib.sha256(canonical(_files(fingerprint)).encode()).hexdigest()
 
 
-def environment_digest(fingerprint: AsSent | None) -> str:
+def environment_digest(fingerprint: ProjectFingerprint | None) -> str:
     """What the environment (the image) depends on: manifests, Python, system packages, pixeltable, uv options."""
     if not fingerprint:
         return "base"
-    files = fingerprint.get("files", {})
+    files = _files(fingerprint)
     manifests = {k: v for k, v in files.items() if k in ("uv.lock", "requirements.txt", "pyproject.toml")}
-    manifests |= fingerprint.get("installed_from_project") or {}
+    manifests |= sent(fingerprint.installed_from_project) or {}
     parts = [
         manifests,
-        fingerprint.get("python_version"),
-        fingerprint.get("system_dependencies") or [],
-        fingerprint.get("pixeltable_version"),
-        fingerprint.get("uv_options"),
+        sent(fingerprint.python_version),
+        sent(fingerprint.system_dependencies) or [],
+        sent(fingerprint.pixeltable_version),
+        sent(fingerprint.uv_options),
     ]
     return hashlib.sha256(canonical(parts).encode()).hexdigest()
 
@@ -112,7 +116,7 @@ class DbChange(msgspec.Struct, kw_only=True):
     gateway_port: int | UnsetType | None = UNSET
 
 
-def _column(value: Any) -> Any:
+def _column(value: object) -> object:
     if isinstance(value, Receipt):
         return receipts.encode(value)
     if isinstance(value, DatabaseResources):  # as json.dumps has always written the column (", " and ": ")

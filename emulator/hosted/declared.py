@@ -21,7 +21,7 @@ from __future__ import annotations
 import contextlib
 import re
 import tomllib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator
 from datetime import UTC, datetime
 from typing import Literal
 
@@ -154,7 +154,7 @@ class Refused(Exception):
 
 
 @contextlib.contextmanager
-def _at(*path: str | int) -> Iterator[None]:
+def _at(*path: str | int) -> Generator[None]:
     """A domain rule's refusal (an ApiError) becomes a refusal of this place in the file."""
     try:
         yield

@@ -15,10 +15,8 @@ from typing import Literal
 import msgspec
 
 from emulator.core.errors import PLAN_LIMIT
-from emulator.hosted.records import AsSent, DatabaseResources, Size
+from emulator.hosted.records import DatabaseResources, DatabaseTarget, ServiceResources, Size
 
-# A database's size keys, as `pixeltable.toml` declares them.
-DATABASE_SIZE = ("cpu", "memory_mb", "workers", "disk_gb")
 # A service's size keys.
 SERVICE_SIZE = ("cpu", "memory_mb", "workers", "file_cache_gb")
 
@@ -61,14 +59,19 @@ def check_new_database(trial: bool, db: str) -> None:
         )
 
 
-def check_database_size(target: AsSent, trial: bool) -> None:
+def declared_size(target: DatabaseTarget) -> dict[str, Size | None]:
+    """A target's size keys as declared (None: left as they are)."""
+    return {"cpu": target.cpu, "memory_mb": target.memory_mb, "workers": target.workers, "disk_gb": target.disk_gb}
+
+
+def check_database_size(target: DatabaseTarget, trial: bool) -> None:
     """A declared database size within the plan (positivity is the request's own check)."""
     if not trial:
         return
     over = [
-        f"{n} {target[n]} (at most {TRIAL_DATABASE[n]})"
-        for n in DATABASE_SIZE
-        if target.get(n) is not None and target[n] > TRIAL_DATABASE[n]
+        f"{n} {v} (at most {TRIAL_DATABASE[n]})"
+        for n, v in declared_size(target).items()
+        if v is not None and v > TRIAL_DATABASE[n]
     ]
     if over:
         raise PLAN_LIMIT(
@@ -86,10 +89,11 @@ class ServiceSize(msgspec.Struct, kw_only=True):
     file_cache_gb: Size
 
 
-def service_resources(name: str, declared: AsSent | None, trial: bool) -> ServiceSize:
+def service_resources(name: str, declared: ServiceResources | None, trial: bool) -> ServiceSize:
     """A service's resources: the declared ones over the defaults, within the plan."""
-    declared = declared or {}
-    resources = {k: declared.get(k) if declared.get(k) is not None else v for k, v in DEFAULT_SERVICE.items()}
+    d = declared or ServiceResources()
+    sent = {"cpu": d.cpu, "memory_mb": d.memory_mb, "workers": d.workers, "file_cache_gb": d.file_cache_gb}
+    resources: dict[str, Size] = {k: d if (d := sent.get(k)) is not None else v for k, v in DEFAULT_SERVICE.items()}
     if trial:
         over = [f"{k} {resources[k]} (at most {v})" for k, v in TRIAL_SERVICE.items() if resources[k] > v]
         if over:

@@ -13,11 +13,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncGenerator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
-
-import msgspec
 
 from emulator.core import kinds
 from emulator.core.address import Address
@@ -41,7 +39,16 @@ from emulator.hosted.auth import Authenticator
 from emulator.hosted.blobs import Blobs
 from emulator.hosted.databases import DbChange
 from emulator.hosted.receipts import settled
-from emulator.hosted.records import AsSent, Database, DatabaseResources, ReceiptError, Service, service_label
+from emulator.hosted.records import (
+    Database,
+    DatabaseResources,
+    ProjectFingerprint,
+    ReceiptError,
+    Service,
+    ServiceResources,
+    sent,
+    service_label,
+)
 from emulator.hosted.states import ACCEPTS_UPDATE, OBSERVED, BuildOutcome, DbState, Phase, ServiceState
 from emulator.runtime.environments import BuildFailed
 from emulator.runtime.metering import DatabaseUsage
@@ -133,7 +140,7 @@ class Reconciler:
         self.auth.runtime_keys.clear()
 
     @contextlib.asynccontextmanager
-    async def paused(self) -> AsyncIterator[None]:
+    async def paused(self) -> AsyncGenerator[None]:
         """No workload runs while a snapshot copies the databases' files: jobs under way finish first, nothing
         starts meanwhile (a tunnel connection waits), and the services that ran start again after."""
         if self._tasks:
@@ -353,7 +360,7 @@ class Reconciler:
             raise INTERNAL(f"database {place.db} has no update to run")
         fingerprint = target.fingerprint
         digest = databases.environment_digest(fingerprint)
-        warnings = []
+        warnings: list[str] = []
         failed = self.core.faults.next_update("db_update_fails", place.slug, place.db)
         if failed is not None:
             raise INTERNAL(failed)  # the job's failure: FAILED, with the reason, as any other
@@ -471,10 +478,19 @@ class Reconciler:
             await hook(place.org_id, place.db)
 
     def _release(
-        self, row: Database, digest: str, fingerprint: AsSent | None, resources: DatabaseResources | None = None
+        self,
+        row: Database,
+        digest: str,
+        fingerprint: ProjectFingerprint | None,
+        resources: DatabaseResources | None = None,
     ) -> Release:
         archive = self.blobs.path(row.archive_sha256) if row.archive_sha256 else None
-        project = msgspec.convert(fingerprint, ProjectVersions) if fingerprint else None
+        project = None
+        if fingerprint:
+            project = ProjectVersions(
+                pixeltable_version=sent(fingerprint.pixeltable_version),
+                python_version=sent(fingerprint.python_version),
+            )
         return Release(digest, project, archive, _sizes(resources or row.current))
 
     async def _launch(
@@ -482,7 +498,7 @@ class Reconciler:
         row: Database,
         *,
         digest: str | None = None,
-        fingerprint: AsSent | None = None,
+        fingerprint: ProjectFingerprint | None = None,
         resources: DatabaseResources | None = None,
     ) -> None:
         """(Re)start the database's server on its current release (or the given one)."""
@@ -592,8 +608,11 @@ class Reconciler:
     async def _start_service(self, place: Place, row: Service) -> None:
         await self.route(place.org_id, place.slug, place.db)  # the database's server (and its release) first
         label = row.label
-        resources = msgspec.convert(row.desired.get("resources") or {}, Resources)  # as plans.ServiceSize filled it
-        release = ServiceRelease(row.base_path, row.name, row.desired["app_module"], resources, label)
+        size = row.desired.resources or ServiceResources()  # as plans.ServiceSize filled it
+        resources = Resources(
+            cpu=size.cpu, memory_mb=size.memory_mb, workers=size.workers, file_cache_gb=size.file_cache_gb
+        )
+        release = ServiceRelease(row.base_path, row.name, row.desired.app_module, resources, label)
         changes = self.supervisor.service_resize(place.org_id, place.db, release)
         if changes:
             await self.line(place, f"resizing service {label}: {', '.join(changes)}", service=label)

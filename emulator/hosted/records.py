@@ -2,21 +2,85 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 import msgspec
 from msgspec import UNSET, UnsetType
 
 from emulator.hosted.states import BuildOutcome, DbState, OrgState, Phase, ServiceState
 
-# What a declared state did to one row: made it, changed it, or found it as declared.
-
-AsSent = dict[str, Any]
-"""A JSON object kept as the client sent it (a database target, a project fingerprint, a service mutation): the
-platform checks the members it reads (`cloud.requests`), and stores, hashes and answers back the whole object,
-members it does not read included, so it stays open JSON."""
-
 Size = int | float  # a declared size, answered back as it was declared (1 stays 1, 1.0 stays 1.0)
+
+# The client's objects the platform keeps and answers back (a project fingerprint, a service mutation) are typed
+# with the members of the 0.7.21 client (pixeltable/utils/project.py, service/management_protocol.py). A member the
+# client left out is UNSET and stays out, one it sent as null stays null, so what is answered back is what was
+# sent; a member the emulator does not know is dropped. Parts the platform never reads (a project's config
+# sections, a service's ServiceSpec) are open JSON objects, passed through.
+
+T = TypeVar("T")
+
+
+def sent(value: T | UnsetType) -> T | None:
+    """A member of a client's object as it reads it: None when left out."""
+    return None if value is UNSET else value
+
+
+OpenObject = dict[str, Any]
+"""A JSON object passed through unread (a ServiceSpec, a config section's keys): nothing here reads its members.
+(Not `dict[str, object]`: msgspec's JSON Schema, which the OpenAPI document is made of, has no schema for `object`.)"""
+
+
+class ProjectFingerprint(msgspec.Struct, kw_only=True):
+    """The client's `ProjectFingerprint`: what the project's archive and environment digests are made of."""
+
+    files: dict[str, str] | UnsetType = UNSET
+    python_version: str | UnsetType | None = UNSET
+    system_dependencies: list[str] | UnsetType | None = UNSET
+    pixeltable_version: str | UnsetType | None = UNSET
+    uv_options: str | UnsetType | None = UNSET
+    installed_from_project: dict[str, str] | UnsetType | None = UNSET
+    config: dict[str, OpenObject] | UnsetType | None = UNSET  # the project config's sections
+
+    def __bool__(self) -> bool:
+        """An empty object (`{}`) names no project, as null does."""
+        return any(getattr(self, name) is not UNSET for name in self.__struct_fields__)
+
+
+class DatabaseTarget(msgspec.Struct, kw_only=True):
+    """A submission's `DatabaseTarget`: the declared size (None: as it is now) and the project to run."""
+
+    cpu: Size | None = None
+    memory_mb: Size | None = None
+    workers: Size | None = None
+    disk_gb: Size | None = None
+    fingerprint: ProjectFingerprint | None = None
+    pxt_md_version: int | None = None
+    force_build_nonce: str | None = None  # `pxt db build-image` sends a fresh one
+
+
+class ServiceResources(msgspec.Struct, kw_only=True):
+    """A service's `ServiceResources`: as a mutation declares them (None: the platform chooses), and as an accepted
+    one holds them (filled in: `plans.ServiceSize`)."""
+
+    cpu: Size | None = None
+    memory_mb: Size | None = None
+    workers: Size | None = None
+    file_cache_gb: Size | None = None
+
+
+class ServiceMutation(msgspec.Struct, kw_only=True):
+    """A submission's `ServiceMutation`, kept (base path, lifecycle and resources filled in) as the service's desired
+    state and answered back by `prepare_update`."""
+
+    service_name: str
+    base_path: str | UnsetType | None = UNSET
+    lifecycle: str | UnsetType = UNSET  # "running" when left out
+    spec: OpenObject | UnsetType | None = UNSET  # the client's ServiceSpec, answered back as its instance's spec
+    app_module: str
+    otel: bool | UnsetType = UNSET
+    resources: ServiceResources | UnsetType | None = UNSET
+    description: str | UnsetType | None = UNSET
+    pin: str | UnsetType | None = UNSET
 
 
 class DatabaseResources(msgspec.Struct, kw_only=True):
@@ -27,7 +91,7 @@ class DatabaseResources(msgspec.Struct, kw_only=True):
     memory_mb: Size
     workers: Size
     disk_gb: Size
-    fingerprint: AsSent | None  # the project's ProjectFingerprint (None: no project yet)
+    fingerprint: ProjectFingerprint | None  # None: no project yet
     pxt_md_version: int
     default_bucket: str | None
     # an update's (`pxt db build-image` sends one; null otherwise); UNSET: the database was never updated
@@ -113,10 +177,10 @@ class Service(msgspec.Struct, kw_only=True):
     base_path: str
     name: str
     generation: int
-    desired: AsSent  # the ServiceMutation last accepted (resources filled in)
+    desired: ServiceMutation  # the one last accepted (base path, lifecycle and resources filled in)
     state: ServiceState
     error: str | None = None
-    fingerprint: Any = None  # what its pod reported
+    fingerprint: ProjectFingerprint | None = None  # what its pod reported
     receipt: Receipt | None = None
     created_at: float
     updated_at: float

@@ -10,9 +10,11 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import msgspec
+
 from emulator.core.store import Db, fetch_all, fetch_one, one, run
 from emulator.hosted import receipts, states
-from emulator.hosted.records import AsSent, Receipt, Service
+from emulator.hosted.records import ProjectFingerprint, Receipt, Service, ServiceMutation
 from emulator.hosted.states import IllegalTransition, ServiceState
 
 _SELECT = "SELECT s.*, o.slug FROM services s JOIN orgs o ON o.id = s.org_id"
@@ -51,7 +53,7 @@ async def count(db: Db, org_id: str) -> int:
 
 
 async def insert(
-    conn: Db, service_id: str, org_id: str, database: str, desired: AsSent, receipt: Receipt, now: float
+    conn: Db, service_id: str, org_id: str, database: str, desired: ServiceMutation, receipt: Receipt, now: float
 ) -> None:
     await run(
         conn,
@@ -64,7 +66,7 @@ async def insert(
             receipt.base_path,
             receipt.service_name,
             receipt.generation,
-            json.dumps(desired),
+            _json(desired),
             ServiceState.DEPLOYING,
             receipts.encode(receipt),
             now,
@@ -80,7 +82,7 @@ async def accept(
     now: float,
     *,
     state: ServiceState,
-    desired: AsSent | None = None,
+    desired: ServiceMutation | None = None,
     submission: str | None = None,
 ) -> None:
     """A new generation of an existing service: its receipt (here and in the receipts table) and state, and for a
@@ -91,7 +93,7 @@ async def accept(
             service,
             state,
             "generation = ?, desired = ?, error = NULL, receipt = ?",
-            (receipt.generation, json.dumps(desired), receipts.encode(receipt), now),
+            (receipt.generation, _json(desired), receipts.encode(receipt), now),
         )
     else:
         await _write(
@@ -124,12 +126,19 @@ async def settle(conn: Db, service: Service, receipt: Receipt, now: float, state
     await receipts.rewrite(conn, receipt)
 
 
-async def set_fingerprint(db: Db, org_id: str, database: str, base: str, name: str, fingerprint: Any) -> None:
+async def set_fingerprint(
+    db: Db, org_id: str, database: str, base: str, name: str, fingerprint: ProjectFingerprint | None
+) -> None:
     await run(
         db,
         "UPDATE services SET fingerprint = ? WHERE org_id = ? AND db = ? AND base_path = ? AND name = ?",
-        (json.dumps(fingerprint), org_id, database, base, name),
+        (_json(fingerprint), org_id, database, base, name),
     )
+
+
+def _json(value: ServiceMutation | ProjectFingerprint | None) -> str:
+    """A JSON column, as json.dumps has always written it (", " and ": ")."""
+    return json.dumps(msgspec.to_builtins(value))
 
 
 async def delete(db: Db, service_id: str) -> None:

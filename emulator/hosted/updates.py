@@ -12,6 +12,7 @@ import hashlib
 from dataclasses import dataclass, field
 
 import msgspec
+from msgspec import UNSET
 
 from emulator.core import kinds
 from emulator.core.context import Core
@@ -20,7 +21,17 @@ from emulator.core.payloads import DbUpdateAccepted, ServiceAccepted
 from emulator.hosted import databases, orgs, plans, receipts, services
 from emulator.hosted.blobs import Blobs
 from emulator.hosted.reconciler import Reconciler
-from emulator.hosted.records import AsSent, Database, DatabaseResources, Org, Receipt, Size, service_label
+from emulator.hosted.records import (
+    Database,
+    DatabaseResources,
+    DatabaseTarget,
+    Org,
+    Receipt,
+    ServiceMutation,
+    ServiceResources,
+    Size,
+    service_label,
+)
 from emulator.hosted.states import ACCEPTS_UPDATE, DbState, Phase, ServiceState
 
 
@@ -35,9 +46,9 @@ class Change:
     """What a submission asks for: a database target and its archive, and/or service mutations."""
 
     db: str
-    target: AsSent | None
+    target: DatabaseTarget | None
     blob: Blob | None
-    mutations: list[AsSent]
+    mutations: list[ServiceMutation]
 
 
 @dataclass(frozen=True)
@@ -48,15 +59,11 @@ class Expected:
     services: dict[tuple[str, str], int | None] = field(default_factory=dict)  # (base_path, name) → generation
 
 
-def check_target(target: AsSent, trial: bool) -> AsSent:
-    for name in plans.DATABASE_SIZE:
-        value = target.get(name)
-        if value is not None and (not isinstance(value, int | float) or isinstance(value, bool) or value <= 0):
+def check_target(target: DatabaseTarget, trial: bool) -> DatabaseTarget:
+    for name, value in plans.declared_size(target).items():
+        if value is not None and value <= 0:
             raise BAD_REQUEST(f"database_target.{name} must be a positive number")
     plans.check_database_size(target, trial)
-    fingerprint = target.get("fingerprint")
-    if fingerprint is not None and not isinstance(fingerprint, dict):
-        raise BAD_REQUEST("database_target.fingerprint must be an object")
     return target
 
 
@@ -70,10 +77,14 @@ def check_blob(blob: Blob | None) -> Blob | None:
     return blob
 
 
-def mutation_key(m: AsSent) -> tuple[str, str]:
+def mutation_key(m: ServiceMutation) -> tuple[str, str]:
     """(base_path, service_name) of a service mutation."""
-    name, base = m.get("service_name"), m.get("base_path") or ""
-    if not isinstance(name, str) or not name or not isinstance(base, str):
+    return service_key(m.service_name, m.base_path or "")
+
+
+def service_key(name: str | None, base: str) -> tuple[str, str]:
+    """(base_path, service_name) of a service a request names."""
+    if not name:
         raise BAD_REQUEST("each service mutation needs a service_name (and a string base_path)")
     return base.strip("/"), name
 
@@ -83,24 +94,23 @@ def check_new_database(org: Org, db: str) -> None:
     orgs.check_name(db, "database")
 
 
-def desired(target: AsSent, row: Database | None, trial: bool) -> DatabaseResources:
+def desired(target: DatabaseTarget, row: Database | None, trial: bool) -> DatabaseResources:
     """The resources the database is to run with: the declared ones, the rest as they are now."""
     base = (row.current if row is not None else None) or plans.base_resources(trial)
 
-    def size(name: str) -> Size:
-        sent = target.get(name)
-        return sent if sent is not None else getattr(base, name)
+    def size(sent: Size | None, now: Size) -> Size:
+        return sent if sent is not None else now
 
     return DatabaseResources(
-        cpu=size("cpu"),
-        memory_mb=size("memory_mb"),
-        workers=size("workers"),
-        disk_gb=size("disk_gb"),
-        fingerprint=target.get("fingerprint"),
-        pxt_md_version=target.get("pxt_md_version") or plans.PXT_MD_VERSION,
+        cpu=size(target.cpu, base.cpu),
+        memory_mb=size(target.memory_mb, base.memory_mb),
+        workers=size(target.workers, base.workers),
+        disk_gb=size(target.disk_gb, base.disk_gb),
+        fingerprint=target.fingerprint,
+        pxt_md_version=target.pxt_md_version or plans.PXT_MD_VERSION,
         default_bucket=base.default_bucket,
         # `pxt db build-image` sends a fresh nonce: the reconciler rebuilds the environment for it.
-        force_build_nonce=target.get("force_build_nonce"),
+        force_build_nonce=target.force_build_nonce,
     )
 
 
@@ -119,7 +129,7 @@ class Plan:
 
     row: Database | None
     services: list[tuple[str, str, int]]
-    specs: list[AsSent]
+    specs: list[ServiceMutation]
     upload_url: str | None
 
 
@@ -139,7 +149,7 @@ async def prepare(core: Core, blobs: Blobs, reconciler: Reconciler, org_id: str,
         upload = blobs.upload_url(org_id, blob.sha256)
     existing = await services.of_database(core.store, org_id, db)
     generations: list[tuple[str, str, int]] = []
-    specs: list[AsSent] = []
+    specs: list[ServiceMutation] = []
     for m in mutations:
         base, name = mutation_key(m)
         found = existing.get((base, name))
@@ -168,7 +178,7 @@ async def submit(
     resent = await receipts.of_submission(core.store, org_id, submission)
     if resent:
         return resent
-    accepted = []
+    accepted: list[Receipt] = []
     if change.target is not None:
         accepted.append(await _submit_database(core, blobs, reconciler, org_id, slug, change, expected, submission))
     if change.mutations:
@@ -186,7 +196,7 @@ async def _submit_database(
     expected: Expected,
     submission: str,
 ) -> Receipt:
-    db, target = change.db, change.target or {}
+    db, target = change.db, change.target or DatabaseTarget()
     org = await _org(core, org_id)
     check_target(target, org.trial)
     blob = check_blob(change.blob)
@@ -254,19 +264,18 @@ async def _submit_services(
         new = [k for k in keys if k not in existing]
         plans.check_service_count(kinds.database(slug, db), len(existing) + len(new), org.trial)
         for m, (base, name) in zip(mutations, keys, strict=True):
-            if m.get("lifecycle", "running") != "running":
+            if m.lifecycle not in (UNSET, "running"):
                 raise BAD_REQUEST("only lifecycle running is accepted in a submission")
             row = existing.get((base, name))
             have = row.generation if row else 0
             want = expected.services.get((base, name), have)
             if want != have:
                 raise CONFLICT(f"service {name} is at generation {have}, not {want}")
-            spec = {
-                **m,
-                "base_path": base,
-                "resources": msgspec.to_builtins(plans.service_resources(name, m.get("resources"), org.trial)),
-                "lifecycle": "running",
-            }
+            size = plans.service_resources(name, m.resources or None, org.trial)
+            filled = ServiceResources(
+                cpu=size.cpu, memory_mb=size.memory_mb, workers=size.workers, file_cache_gb=size.file_cache_gb
+            )
+            spec = msgspec.structs.replace(m, base_path=base, resources=filled, lifecycle="running")
             service_id = row.id if row else core.ids.ident("svc_")
             receipt = receipts.new(
                 "service",

@@ -287,7 +287,7 @@ class Registrations:
             return  # the usual answer, without a write transaction
         async with self.core.store.transaction() as conn:  # read again and written in one transaction
             ids = [str(r[0]) for r in await many(conn, f"SELECT id FROM registrations WHERE {due}", args)]
-            events = []
+            events: list[agent_events.Recorded] = []
             for reg_id in ids:
                 await conn.execute(
                     "UPDATE registrations SET expired_at = ?, updated_at = ? WHERE id = ?", (now, now, reg_id)

@@ -270,14 +270,23 @@ class Sender:
             core, t.delivery_id, t.event_id, t.attempt, (status, error, ms), state, next_at, now
         ):
             return
-        common = {"url": t.url, "event_id": t.event_id, "event": t.event, "attempt": t.attempt, "status": status}
         if delivered:
-            core.bus.publish(t.endpoint_id, WebhookDelivered(**common, ms=ms))
-        else:
-            core.bus.publish(
-                t.endpoint_id,
-                WebhookFailed(**common, error=error, ms=ms, next_at=iso(next_at) if next_at is not None else None),
+            tried = WebhookDelivered(
+                url=t.url, event_id=t.event_id, event=t.event, attempt=t.attempt, status=status, ms=ms
             )
+            core.bus.publish(t.endpoint_id, tried)
+        else:
+            failed = WebhookFailed(
+                url=t.url,
+                event_id=t.event_id,
+                event=t.event,
+                attempt=t.attempt,
+                status=status,
+                error=error,
+                ms=ms,
+                next_at=iso(next_at) if next_at is not None else None,
+            )
+            core.bus.publish(t.endpoint_id, failed)
 
 
 def _reason(e: BaseException) -> str:
