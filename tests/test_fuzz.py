@@ -2,7 +2,8 @@
 
 - **schemathesis** against each Litestar origin's own OpenAPI document (`/schema/openapi.json`): the site (with
   `/_emulator`), the identity provider and the control plane, each on an emulator of its own (the site's run moves
-  the clock and flips switches), with the credentials that reach past authentication.
+  the clock and flips switches), with the credentials that reach past authentication, and with response validation
+  on: each answer in a status, media type, body and headers its document declares (`CHECKS`).
 - **hypothesis** for the control plane's operations, which one schema describes only as a union: one strategy per
   `operation_type`, drawing each field of its request type from valid values (the trial's organization, `main`)
   and from type-confused and boundary values (wrong JSON types, 2**64, unicode, nested lists, missing fields).
