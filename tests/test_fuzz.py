@@ -2,7 +2,8 @@
 
 - **schemathesis** against each Litestar origin's own OpenAPI document (`/schema/openapi.json`): the site (with
   `/_emulator`), the identity provider and the control plane, each on an emulator of its own (the site's run moves
-  the clock and flips switches), with the credentials that reach past authentication.
+  the clock and flips switches), with the credentials that reach past authentication, and with response validation
+  on: each answer in a status, media type, body and headers its document declares (`CHECKS`).
 - **hypothesis** for the control plane's operations, which one schema describes only as a union: one strategy per
   `operation_type`, drawing each field of its request type from valid values (the trial's organization, `main`)
   and from type-confused and boundary values (wrong JSON types, 2**64, unicode, nested lists, missing fields).
@@ -125,9 +126,22 @@ def login_session(e: Emulator, email: str) -> str:
 # --- schemathesis, per origin ---------------------------------------------------------------------------------
 
 
+# No 5xx, and every answer as its operation's document declares it: a declared status, in a declared media type,
+# its body valid under the declared schema (an event stream's events too), its declared headers as declared.
+CHECKS = ",".join(
+    [
+        "not_a_server_error",
+        "status_code_conformance",
+        "content_type_conformance",
+        "response_schema_conformance",
+        "response_headers_conformance",
+    ]
+)
+
+
 def schemathesis(e: Emulator, url: str, *args: str) -> None:
-    """A bounded schemathesis run against the origin at `url`: every answer below 500. It runs in the emulator's
-    directory, where it keeps its cache of failures."""
+    """A bounded schemathesis run against the origin at `url`: every answer below 500 and as its document declares
+    it. It runs in the emulator's directory, where it keeps its cache of failures."""
     cmd = [
         sys.executable,
         "-m",
@@ -135,7 +149,7 @@ def schemathesis(e: Emulator, url: str, *args: str) -> None:
         "run",
         url + "/schema/openapi.json",
         "--checks",
-        "not_a_server_error",
+        CHECKS,
         "--max-examples",
         str(SCHEMATHESIS_EXAMPLES),
         "--seed",

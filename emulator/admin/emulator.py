@@ -148,8 +148,9 @@ async def journal(
 
 def _event_stream() -> openapi.Body:
     """The stream's answer as the document shows it: Server-Sent Events, each `data:` an EventView."""
-    (schema,), components = openapi.schema_of(EventView)
-    return openapi.Body({ops.EVENTS.answer_media: {"schema": schema}}, components, description="one EventView a data:")
+    _, components = openapi.schema_of(EventView)
+    stream = openapi.event_stream("EventView")
+    return openapi.Body({ops.EVENTS.answer_media: stream}, components, description="one EventView a data:")
 
 
 @operation(ops.EVENTS, errors=[BAD_REQUEST], opt=openapi.custom_answer(_event_stream()))

@@ -89,16 +89,17 @@ PLAIN = error_shape(
 
 
 def operations_answer() -> openapi.Body:
-    """The management API's answer as the document shows it: one of the operations' answer types (their handlers'
-    return annotations). A client tries them in turn and keeps the first that reads, and an answer type's fields
-    are all required (answers.py sends every one): so those with more fields come first, where a reader of
-    fewer would also take them."""
+    """The management API's answer as the document shows it: any of the operations' answer types (their handlers'
+    return annotations). `anyOf`, not `oneOf`: the operation (in the request) decides the type, and an answer may
+    also read as another type whose fields it has (unknown fields are allowed). A client tries them in turn and
+    keeps the first that reads, and an answer type's fields are all required (answers.py sends every one): so
+    those with more fields come first, where a reader of fewer would also take them."""
     kinds = list(dict.fromkeys(kind for op in OPERATIONS.values() for kind in op.answers))
     schemas, components = openapi.schema_of(*kinds)
     required = {kind: components[kind.__name__].get("required") for kind in kinds}
     fields = {kind: len(listed) if isinstance(listed, list) else 0 for kind, listed in required.items()}
     order = sorted(range(len(kinds)), key=lambda i: -fields[kinds[i]])
-    return openapi.Body({openapi.JSON: {"schema": {"oneOf": [schemas[i] for i in order]}}}, components)
+    return openapi.Body({openapi.JSON: {"schema": {"anyOf": [schemas[i] for i in order]}}}, components)
 
 
 def operations_body() -> openapi.Body:

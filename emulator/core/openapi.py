@@ -136,6 +136,14 @@ def raw_body(media_type: str, schema: JsonSchema, description: str | None = None
     return {_OPT: Body({media_type: MediaType(schema=schema)}, description=description)}
 
 
+def event_stream(ref: str) -> MediaType:
+    """A `text/event-stream` answer as the document shows it: each event an object of SSE's fields (OpenAPI 3.2's
+    reading, which schemathesis follows), whose `data` is JSON of the component `ref`."""
+    data = {"type": "string", "contentMediaType": JSON, "contentSchema": {"$ref": _REF.format(name=ref)}}
+    fields = {"data": data, "event": {"type": "string"}, "id": {"type": "string"}, "retry": {"type": "integer"}}
+    return MediaType(schema={"type": "object", "properties": fields, "required": ["data"]})
+
+
 def custom_body(declared: Body) -> dict[str, Body]:
     return {_OPT: declared}
 
@@ -243,6 +251,15 @@ def _errors(
         _add_components(schemas, refusals.components, "error bodies")
 
 
+def _http_dates(responses: dict[str, Json]) -> None:
+    """Litestar shows a file's `Last-Modified` as an RFC 3339 `date-time`; it sends an HTTP-date (RFC 9110)."""
+    for response in responses.values():
+        modified = _object(_object(_object(response).get("headers")).get("last-modified"))
+        if _object(modified.get("schema")).get("format") == "date-time":
+            modified["schema"] = {"type": "string", "description": "an HTTP-date (RFC 9110)"}
+            modified["description"] = "when the file last changed"
+
+
 def _returned(handler: HTTPRouteHandler) -> Body | None:
     """The 2xx of a handler that returns a struct (or a union of them, or `Response[T]` of one) in msgspec's schema,
     the one the rest of the document uses; None for anything else (bytes, a stream, a page: Litestar's stays)."""
@@ -306,6 +323,7 @@ def finish(document: Mapping[str, Json], routes: Iterable[BaseRoute], errors: It
                     raise ValueError(f"{operation.get('operationId')}: its {handler.status_code} is not an object")
                 success["content"] = _content(answer)
             _errors(operation, handler, shapes, ours)
+            _http_dates(responses)
             no_body: Mapping[int, str] = handler.opt.get(_NO_BODY) or {}
             for status, said in no_body.items():
                 responses[str(status)] = {"description": said}

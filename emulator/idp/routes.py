@@ -569,7 +569,7 @@ class ClaimPageForm(msgspec.Struct, kw_only=True):
     operation_id="claim_page",
     media_type=MediaType.HTML,
     exception_handlers={ApiError: page_error},
-    responses=contract.errors(NOT_FOUND, GONE),
+    responses=contract.errors(BAD_REQUEST, NOT_FOUND, GONE),
 )
 async def claim_page(request: Request[Any, Any, Any], token: FromQuery[str] = "") -> Response[str]:
     idp = idp_of(request)

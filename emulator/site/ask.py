@@ -422,7 +422,7 @@ def _answer_shapes() -> openapi.Body:
     AskEvents (a component of its own)."""
     (success, event), components = openapi.schema_of(AskSuccess, AskEvent)
     components["AskEvent"] = {**event, "description": "one `data:` line of the /ask event stream"}
-    stream = openapi.MediaType(schema={"$ref": "#/components/schemas/AskEvent"})
+    stream = openapi.event_stream("AskEvent")
     return openapi.Body({openapi.JSON: openapi.MediaType(schema=success), "text/event-stream": stream}, components)
 
 
