@@ -315,9 +315,7 @@ def _decode(raw: TomlTable, errors: list[str]) -> tuple[TaskFile, dict[str, list
     return msgspec.structs.replace(spec, emulator=msgspec.structs.replace(spec.emulator, **items)), numbers
 
 
-def _unknown(
-    raw: object, info: mi.Type, path: Path_, doc: TomlTable, errors: list[str], untagged: set[Path_]
-) -> None:
+def _unknown(raw: object, info: mi.Type, path: Path_, doc: TomlTable, errors: list[str], untagged: set[Path_]) -> None:
     """Each key of `raw` that its struct does not have, said with where it is and the nearest name, and dropped."""
     if isinstance(info, mi.UnionType):
         structs = [t for t in info.types if isinstance(t, mi.StructType)]
