@@ -609,8 +609,9 @@ class DockerLauncher:
         self.sockets.close()
 
 
-class _MemoryStats(TypedDict, total=False):
+class MemoryStats(TypedDict, total=False):
     usage: int
+    max_usage: int  # cgroup v1's (not read)
     stats: dict[str, int]  # cgroup v1's total_inactive_file, v2's inactive_file, …
 
 
@@ -625,7 +626,7 @@ class _CpuStats(TypedDict, total=False):
 class Stats(TypedDict, total=False):
     """What `container_usage` reads of the engine's stats (docker-py's `Container.stats`)."""
 
-    memory_stats: _MemoryStats
+    memory_stats: MemoryStats
     cpu_stats: _CpuStats
 
 
