@@ -11,9 +11,10 @@ import difflib
 import os
 import re
 import tomllib
-from datetime import UTC, date, datetime
+from collections.abc import Mapping
+from datetime import UTC, date, datetime, time
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeAlias
 
 import msgspec
 
@@ -25,6 +26,11 @@ from emulator.core.ids import SERVICE_KEY
 DEFAULT_DOCS = shipped.DOCS
 DEFAULT_INTEGRATIONS = shipped.INTEGRATIONS
 SUPPORTED_API_VERSIONS = ("1",)
+
+
+# A TOML value as `tomllib` reads it (a settings file, a task's `task.toml`), before it is checked against a type.
+TomlValue: TypeAlias = "str | int | float | bool | datetime | date | time | list[TomlValue] | dict[str, TomlValue]"
+TomlTable: TypeAlias = dict[str, TomlValue]
 
 
 def default_state_dir() -> Path:
@@ -244,7 +250,7 @@ _BOOL = {
 FIELDS = tuple(f for f in Settings.__struct_fields__)
 ORIGIN_PORTS = ("site_port", "auth_port", "api_port", "tunnel_port", "s3_port")
 # The ports `free_ports` takes free, each with its value that means "a free one".
-FREE_PORT_VALUES: dict[str, Any] = {**dict.fromkeys(ORIGIN_PORTS, 0), "gateway_ports": ""}
+FREE_PORT_VALUES: dict[str, int | str] = {**dict.fromkeys(ORIGIN_PORTS, 0), "gateway_ports": ""}
 
 # `EMULATOR_*` variables that are not settings, and who reads them: any other name that is not a setting's
 # (`EMULATOR_<SETTING>`) is refused at start with the nearest name, as a wrong flag or file key is. A test holds
@@ -445,7 +451,7 @@ def toml_types(name: str) -> tuple[type, ...]:
     return (str,)
 
 
-def check_values(values: dict[str, Any]) -> None:
+def check_values(values: Mapping[str, object]) -> None:
     """Settings given by name, coerced and validated as `load_settings` does with the rest at their defaults:
     ConfigError names the first bad one (a task's settings, before any trial starts with them)."""
     _validate(Settings(**{name: _coerce(name, value) for name, value in values.items()}))
@@ -460,14 +466,15 @@ def env_of(name: str) -> str:
     return f"EMULATOR_{name.upper()}"
 
 
-def load_settings(flags: dict[str, Any] | None = None, env: dict[str, str] | None = None) -> Settings:
+def load_settings(flags: Mapping[str, object] | None = None, env: dict[str, str] | None = None) -> Settings:
     """Merge flags, environment and file into validated settings. A bad value's message says where it came from:
     the flag, the environment variable or the file."""
     flags = {k: v for k, v in (flags or {}).items() if v is not None}
     env = dict(os.environ if env is None else env)
     _refuse_unknown_variables(env)
     from_env = {name: env[env_of(name)] for name in FIELDS if env_of(name) in env}
-    config_path = flags.pop("config", None) or env.get("EMULATOR_CONFIG")
+    config_flag = flags.pop("config", None)
+    config_path = str(config_flag) if config_flag else env.get("EMULATOR_CONFIG")
     where: dict[str, str] = {}  # each setting's source, as a person would look for it
     try:
         state_dir = _coerce("state_dir", flags.get("state_dir") or from_env.get("state_dir") or default_state_dir())
@@ -476,6 +483,7 @@ def load_settings(flags: dict[str, Any] | None = None, env: dict[str, str] | Non
         where |= {name: str(file_path) for name in from_file}
         where |= {name: env_of(name) for name in from_env}
         where |= {name: flag_of(name) for name in flags}
+        # Settings' keyword arguments, each of its setting's type (`_coerce` makes it so).
         merged: dict[str, Any] = {}
         for source in (from_file, from_env, flags):
             for name, value in source.items():
@@ -518,7 +526,7 @@ def _refuse_unknown_variables(env: dict[str, str]) -> None:
     )
 
 
-def _read_file(path: Path, required: bool) -> dict[str, Any]:
+def _read_file(path: Path, required: bool) -> TomlTable:
     if not path.is_file():
         if required:
             raise ConfigError(f"config: {path} does not exist")

@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 import sys
 
-from emulator.runtime.containers import container_usage
+from emulator.runtime.containers import Stats, container_usage
 from emulator.runtime.metering import Meter
 from emulator.runtime.process import ProcessTree
 from emulator.runtime.workload import Usage
@@ -62,12 +62,12 @@ async def test_a_process_tree_is_metered_while_it_runs_with_its_ended_children_a
 
 
 def test_a_containers_stats_read_as_docker_stats_counts_them() -> None:
-    v1 = {
+    v1: Stats = {
         "cpu_stats": {"cpu_usage": {"total_usage": 2_500_000_000}},
         "memory_stats": {"usage": 300 * 2**20, "max_usage": 400 * 2**20, "stats": {"total_inactive_file": 100 * 2**20}},
     }
     assert container_usage(v1) == Usage(2.5, 200 * 2**20)
-    v2 = {
+    v2: Stats = {
         "cpu_stats": {"cpu_usage": {"total_usage": 10**9}},
         "memory_stats": {"usage": 50 * 2**20, "stats": {"inactive_file": 0}},
     }

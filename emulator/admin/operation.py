@@ -12,6 +12,7 @@ from types import UnionType
 from typing import Any, TypeVar, get_args, get_origin
 
 from litestar import Response, delete, get, post
+from litestar.di import Provide
 from litestar.handlers import HTTPRouteHandler
 from litestar.response import File, Stream
 
@@ -80,7 +81,7 @@ def operation(
     body: str | None = None,
     status_code: int = 200,
     errors: Iterable[Failure] = (),
-    dependencies: Mapping[str, Any] | None = None,
+    dependencies: Mapping[str, Provide] | None = None,
     **options: Any,
 ) -> Callable[[Callable[..., Any]], HTTPRouteHandler]:
     """The route of `op`: its method and path; its body, when `body` names the handler's parameter, read typed as

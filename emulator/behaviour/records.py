@@ -47,7 +47,7 @@ class RecordedEvent(msgspec.Struct, kw_only=True):
     at: str
     kind: str
     subject: str | None
-    data: dict[str, Any]
+    data: dict[str, Any]  # the payload as JSON; `Any` as the document shows it: msgspec documents no `object`
 
 
 class Record(msgspec.Struct, kw_only=True):

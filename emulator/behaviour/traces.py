@@ -22,6 +22,7 @@ class Step(msgspec.Struct, kw_only=True):
     status: int | None = None
     ms: float | None = None
     subject: str | None = None
+    # The event's payload as JSON. `Any` as the document shows it (`"type": "object"`): msgspec documents no `object`.
     data: dict[str, Any] = {}
 
 
@@ -47,8 +48,9 @@ _ORIGIN_OF = {
 
 def step(e: Event) -> Step:
     d = e.data
-    data: dict[str, Any] = msgspec.to_builtins(d)  # any kind's fields, as the journal holds them
-    status = data.get("status") if isinstance(data.get("status"), int) else None  # a call's, an exit's, …
+    data: dict[str, object] = msgspec.to_builtins(d)  # any kind's fields, as the journal holds them
+    said = data.get("status")
+    status = said if isinstance(said, int) else None  # a call's, an exit's, …
     ms = d.ms if isinstance(d, HttpRequest | GatewayRequest) else None
     family = e.kind.split(".", 1)[0]
     if isinstance(d, HttpRequest):

@@ -32,10 +32,11 @@ import shutil
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, cast
+from typing import Any, TypedDict, cast
 
 import docker.errors
 import httpx
+from docker.types import EndpointConfig
 from testcontainers.core.container import DockerContainer
 
 from emulator.admin.client import Locator
@@ -50,6 +51,25 @@ STATE = "/var/lib/pxt-emulator"
 CACHE_IN_CONTAINER = "/root/.cache/pxt-emulator"  # where `build_cache` is mounted (its envs/)
 HEALTHY_TIMEOUT = 120.0
 STOP_TIMEOUT = 60  # seconds the emulator has to stop before the engine kills it
+
+
+class _Config(TypedDict):
+    """What a container is, for reuse (its digest's part that the constructor knows)."""
+
+    image: str
+    runtime: str
+    docker_socket: bool
+    build_cache: str | None
+    state_dir: str | None
+    settings: dict[str, str]
+    admin_token: str  # its SHA-256
+
+
+class _Networking(TypedDict, total=False):
+    """docker-py's `containers.create` keywords for the container's network."""
+
+    network: str
+    networking_config: dict[str, EndpointConfig]
 
 
 class PxtEmulatorContainer(DockerContainer):
@@ -71,7 +91,7 @@ class PxtEmulatorContainer(DockerContainer):
         self.admin_token = admin_token
         self._reused = False
         # What the container is, for reuse (ports aside: a reused container keeps its own).
-        self._config: dict[str, Any] = {
+        self._config: _Config = {
             "image": image,
             "runtime": runtime,
             "docker_socket": docker_socket,
@@ -160,10 +180,8 @@ class PxtEmulatorContainer(DockerContainer):
     def _start_kept(self, client: Any, digest: str) -> None:
         """A container to reuse, started as Testcontainers' start does but without its session's label (its reaper
         would remove the container when this session ends)."""
-        from docker.types import EndpointConfig
-
         self._configure()
-        network: dict[str, Any] = {}
+        network: _Networking = {}
         if self._network is not None:
             network = {
                 "network": self._network.name,

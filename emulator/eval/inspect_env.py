@@ -29,7 +29,7 @@ import signal
 import subprocess
 import time
 from pathlib import Path
-from typing import Any, ClassVar, Literal, overload
+from typing import ClassVar, Literal, overload
 
 import anyio
 import anyio.abc
@@ -157,8 +157,8 @@ class EmulatorSandbox(SandboxEnvironment):
 
     @override
     @classmethod
-    def config_deserialize(cls, config: dict[str, Any]) -> BaseModel:
-        return EmulatorSandboxConfig(**config)
+    def config_deserialize(cls, config: dict[str, object]) -> BaseModel:
+        return EmulatorSandboxConfig.model_validate(config)  # pydantic checks each value
 
     @override
     @classmethod

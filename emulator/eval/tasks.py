@@ -44,7 +44,7 @@ import msgspec
 import msgspec.inspect as mi
 
 from emulator import config
-from emulator.config import DEFAULT_DOCS, FIELDS, ConfigError
+from emulator.config import DEFAULT_DOCS, FIELDS, ConfigError, TomlTable, TomlValue
 from emulator.core import canaries
 from emulator.core.kinds import Kind
 from emulator.eval.checks import Check, EventCheck, ScorecardCheck, SecretCheck, never_fails, never_passes
@@ -157,8 +157,10 @@ class TaskFile(msgspec.Struct, forbid_unknown_fields=True):
     agent: AgentSection = msgspec.field(default_factory=AgentSection)
     schema_version: str = "1.1"
     version: str | None = None  # Harbor's older name of schema_version
+    # Free-form, and Harbor's sections for its own runs (its verifier, container and reference solution): taken as
+    # they are, never read here. `Any`, as the schema shows them (`"type": "object"`): msgspec takes no recursive
+    # alias such as `config.TomlTable`, and documents no `object`.
     metadata: dict[str, Any] = msgspec.field(default_factory=dict)
-    # Harbor's sections for its own runs (its verifier, container and reference solution): taken, not read here.
     verifier: dict[str, Any] = msgspec.field(default_factory=dict)
     environment: dict[str, Any] = msgspec.field(default_factory=dict)
     solution: dict[str, Any] = msgspec.field(default_factory=dict)
@@ -281,14 +283,14 @@ Path_ = tuple[str | int, ...]  # where a value is: table names and keys, and ind
 ARRAYS = {"checks": Check, "canaries": Canary, "moments": Moment}  # each item decoded alone: all of their errors
 
 
-def _decode(raw: dict[str, Any], errors: list[str]) -> tuple[TaskFile, dict[str, list[int]]] | None:
+def _decode(raw: TomlTable, errors: list[str]) -> tuple[TaskFile, dict[str, list[int]]] | None:
     """The file as its structs, with every error in `errors`: every unknown key (it is dropped, so that the rest is
     still decoded), then each item of the `[emulator]` arrays alone, then everything else. With the items that
     decoded, and their numbers in the file (counted from 1) by array; None when the rest did not decode."""
     untagged: set[Path_] = set()  # items whose `check` names no check: said once, not decoded
     _unknown(raw, mi.type_info(TaskFile), (), raw, errors, untagged)
     emulator = raw.get("emulator")
-    items: dict[str, list[Any]] = {}
+    items: dict[str, list[object]] = {}  # each array's items as their structs
     numbers: dict[str, list[int]] = {name: [] for name in ARRAYS}
     if isinstance(emulator, dict):
         for name, kind in ARRAYS.items():
@@ -313,9 +315,7 @@ def _decode(raw: dict[str, Any], errors: list[str]) -> tuple[TaskFile, dict[str,
     return msgspec.structs.replace(spec, emulator=msgspec.structs.replace(spec.emulator, **items)), numbers
 
 
-def _unknown(
-    raw: object, info: mi.Type, path: Path_, doc: dict[str, Any], errors: list[str], untagged: set[Path_]
-) -> None:
+def _unknown(raw: object, info: mi.Type, path: Path_, doc: TomlTable, errors: list[str], untagged: set[Path_]) -> None:
     """Each key of `raw` that its struct does not have, said with where it is and the nearest name, and dropped."""
     if isinstance(info, mi.UnionType):
         structs = [t for t in info.types if isinstance(t, mi.StructType)]
@@ -352,28 +352,27 @@ def _hint(name: str, known: Iterable[str], sep: str = "") -> str:
     return f"{sep}(did you mean {close[0]}?)" if close else ""
 
 
-def _where(path: Path_, doc: dict[str, Any]) -> str:
+def _where(path: Path_, doc: TomlTable) -> str:
     """A place in the file as its author reads it: `[agent]`, `[emulator.settings]`, `[[emulator.checks]] #2
     (event)`, `[[emulator.moments]] #1 fault` (arrays of tables counted from 1, a check with its kind)."""
     tables: list[str] = []
     item, inner = "", []
-    node: Any = doc
+    node: TomlValue | None = doc
     for part in path:
+        node = _step(node, part)
         if isinstance(part, int):
-            node = node[part] if isinstance(node, list) and part < len(node) else None
             kind = node.get("check") if isinstance(node, dict) else None
             item = (f"{item} {'.'.join(inner)}" if item else f"[[{'.'.join(tables)}]]") + f" #{part + 1}"
             item += f" ({kind})" if isinstance(kind, str) else ""
             inner = []
         else:
-            node = node.get(part) if isinstance(node, dict) else None
             (inner if item else tables).append(part)
     if item:
         return f"{item} {'.'.join(inner)}".rstrip()
     return f"[{'.'.join(tables)}]" if tables else "the top level"
 
 
-def _key(path: Path_, key: str, doc: dict[str, Any]) -> str:
+def _key(path: Path_, key: str, doc: TomlTable) -> str:
     """A key as its author reads it: `[agent] timeout_sec`, `[[emulator.moments]] #1 fault.status`, `emulator`."""
     if any(isinstance(part, int) for part in path):
         return _where((*path, key), doc)
@@ -383,7 +382,7 @@ def _key(path: Path_, key: str, doc: dict[str, Any]) -> str:
 _STEP = re.compile(r"\.([^.\[]+)|\[(\d+)\]")
 
 
-def _said(error: msgspec.ValidationError, at: Path_, doc: dict[str, Any]) -> str:
+def _said(error: msgspec.ValidationError, at: Path_, doc: TomlTable) -> str:
     """A decoding error of the value at `at` with where it is, as `_where` says it (msgspec says `$.a[0].b`)."""
     message, _, where = str(error).partition(" - at `$")
     path = list(at)
@@ -394,14 +393,18 @@ def _said(error: msgspec.ValidationError, at: Path_, doc: dict[str, Any]) -> str
     return f"{_where(tuple(path), doc)}: {message}"
 
 
-def _node(doc: dict[str, Any], path: Sequence[str | int]) -> Any:
-    node: Any = doc
+def _node(doc: TomlTable, path: Sequence[str | int]) -> TomlValue | None:
+    node: TomlValue | None = doc
     for part in path:
-        if isinstance(part, int):
-            node = node[part] if isinstance(node, list) and part < len(node) else None
-        else:
-            node = node.get(part) if isinstance(node, dict) else None
+        node = _step(node, part)
     return node
+
+
+def _step(node: TomlValue | None, part: str | int) -> TomlValue | None:
+    """The item `part` of an array, or the value of key `part` of a table; None when there is none."""
+    if isinstance(part, int):
+        return node[part] if isinstance(node, list) and part < len(node) else None
+    return node.get(part) if isinstance(node, dict) else None
 
 
 # --- what the values mean ----------------------------------------------------------------------------------------

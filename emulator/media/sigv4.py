@@ -16,7 +16,6 @@ import hmac
 import re
 import time
 from collections.abc import Callable, Mapping
-from typing import Any
 from urllib.parse import quote, unquote
 
 import msgspec
@@ -27,6 +26,9 @@ _AUTH = re.compile(
     r"\s*Signature=(?P<signature>[0-9a-f]{64})\s*$"
 )
 _SPACES = re.compile(r"\s+")
+
+# A WSGI environ: its CGI variables are strings (PEP 3333), its `wsgi.*` keys are not; read through `_text`.
+Environ = Mapping[str, object]
 
 
 class Signed(msgspec.Struct, frozen=True):
@@ -43,11 +45,11 @@ class Refused(msgspec.Struct, frozen=True):
     access_key: str = ""
 
 
-def check(environ: Mapping[str, Any], secret_of: Callable[[str], str | None]) -> Signed | Refused:
+def check(environ: Environ, secret_of: Callable[[str], str | None]) -> Signed | Refused:
     """Whether the request in `environ` is signed with a key that `secret_of` knows (None: an unknown key)."""
-    query = _pairs(environ.get("QUERY_STRING", ""))
+    query = _pairs(_text(environ, "QUERY_STRING"))
     params = dict(query)
-    header = environ.get("HTTP_AUTHORIZATION", "")
+    header = _text(environ, "HTTP_AUTHORIZATION")
     if params.get("X-Amz-Algorithm") is not None or "X-Amz-Signature" in params:
         if params.get("X-Amz-Algorithm") != ALGORITHM:
             return Refused("AuthorizationQueryParametersError", f"X-Amz-Algorithm must be {ALGORITHM}")
@@ -64,8 +66,8 @@ def check(environ: Mapping[str, Any], secret_of: Callable[[str], str | None]) ->
                 return Refused("InvalidRequest", "Signature Version 2 is not supported; sign with AWS4-HMAC-SHA256")
             return Refused("AuthorizationHeaderMalformed", "The authorization header is malformed")
         credential, signed_headers, signature = match["credential"], match["signed"], match["signature"]
-        amz_date = environ.get("HTTP_X_AMZ_DATE", "")
-        payload = environ.get("HTTP_X_AMZ_CONTENT_SHA256", "")
+        amz_date = _text(environ, "HTTP_X_AMZ_DATE")
+        payload = _text(environ, "HTTP_X_AMZ_CONTENT_SHA256")
         if not payload:
             return Refused("InvalidRequest", "Missing required header for this request: x-amz-content-sha256")
     else:
@@ -85,7 +87,7 @@ def check(environ: Mapping[str, Any], secret_of: Callable[[str], str | None]) ->
         return Refused("AuthorizationHeaderMalformed", "SignedHeaders must be sorted and include host")
     canonical = "\n".join(
         [
-            environ.get("REQUEST_METHOD", ""),
+            _text(environ, "REQUEST_METHOD"),
             _canonical_path(environ),
             "&".join(f"{_encode(k)}={_encode(v)}" for k, v in sorted(query)),
             "".join(f"{name}:{_header(environ, name)}\n" for name in names),
@@ -150,16 +152,16 @@ def _pairs(raw: str) -> list[tuple[str, str]]:
 _ESCAPE = re.compile(r"%[0-9a-fA-F]{2}")
 
 
-def _canonical_path(environ: Mapping[str, Any]) -> str:
+def _canonical_path(environ: Environ) -> str:
     """The path as the client sent (and signed) it, escapes kept as they are (a key's encoded '/' is not a '/'),
     and anything a client left unencoded encoded."""
-    raw = environ.get("RAW_URI") or environ.get("REQUEST_URI")
+    raw = _text(environ, "RAW_URI") or _text(environ, "REQUEST_URI")
     if raw:
         path = raw.split("?", 1)[0]
         if "://" in path:  # an absolute-form request target
             path = "/" + path.split("://", 1)[1].partition("/")[2]
     else:  # PATH_INFO holds the decoded path's bytes as latin-1 (PEP 3333)
-        path = quote(environ.get("PATH_INFO", "").encode("latin-1"), safe="/~")
+        path = quote(_text(environ, "PATH_INFO").encode("latin-1"), safe="/~")
     path = _ESCAPE.sub(lambda m: m.group(0).upper(), path)
     return quote(path.encode("latin-1", "replace"), safe="/~%") or "/"  # the target's bytes, as latin-1 holds them
 
@@ -168,7 +170,13 @@ def _encode(value: str) -> str:
     return quote(value.encode("utf-8", "surrogateescape"), safe="-_.~")
 
 
-def _header(environ: Mapping[str, Any], name: str) -> str:
+def _header(environ: Environ, name: str) -> str:
     key = name.upper().replace("-", "_")
-    value = environ.get(key if key in ("CONTENT_TYPE", "CONTENT_LENGTH") else f"HTTP_{key}", "")
-    return _SPACES.sub(" ", str(value).strip())
+    value = _text(environ, key if key in ("CONTENT_TYPE", "CONTENT_LENGTH") else f"HTTP_{key}")
+    return _SPACES.sub(" ", value.strip())
+
+
+def _text(environ: Environ, key: str) -> str:
+    """A CGI variable of the environ (a string, PEP 3333); "" when it is not there."""
+    value = environ.get(key, "")
+    return value if isinstance(value, str) else str(value)

@@ -609,7 +609,28 @@ class DockerLauncher:
         self.sockets.close()
 
 
-def container_usage(stats: dict[str, Any]) -> Usage | None:
+class MemoryStats(TypedDict, total=False):
+    usage: int
+    max_usage: int  # cgroup v1's (not read)
+    stats: dict[str, int]  # cgroup v1's total_inactive_file, v2's inactive_file, …
+
+
+class _CpuUsage(TypedDict, total=False):
+    total_usage: int  # ns
+
+
+class _CpuStats(TypedDict, total=False):
+    cpu_usage: _CpuUsage
+
+
+class Stats(TypedDict, total=False):
+    """What `container_usage` reads of the engine's stats (docker-py's `Container.stats`)."""
+
+    memory_stats: MemoryStats
+    cpu_stats: _CpuStats
+
+
+def container_usage(stats: Stats) -> Usage | None:
     """A reading of the engine's stats (cgroup v1 or v2); None for a container that no longer runs (no memory
     figures)."""
     memory = stats.get("memory_stats") or {}

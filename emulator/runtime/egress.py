@@ -21,9 +21,8 @@ import shutil
 import stat
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
-from typing import Any
 
-from emulator.runtime.engine import Engine
+from emulator.runtime.engine import Created, Engine, Network
 
 log = logging.getLogger("emulator.runtime.egress")
 
@@ -40,13 +39,13 @@ class EgressError(RuntimeError):
     pass
 
 
-def ensure_network(engine: Engine, name: str, bridge: str = BRIDGE) -> tuple[dict[str, Any], str]:
+def ensure_network(engine: Engine, name: str, bridge: str = BRIDGE) -> tuple[Network, str]:
     """The emulator's network (made on first use), as the engine describes it, and its gateway address."""
     with _host_lock():  # two emulators starting at once must not both create it (same bridge name)
-        found = engine.call("GET", "/networks", {"filters": json.dumps({"name": [name]})}) or []
+        found: list[Network] = engine.call("GET", "/networks", {"filters": json.dumps({"name": [name]})}) or []
         ident = next((n["Id"] for n in found if n.get("Name") == name), None)
         if ident is None:
-            made = engine.call(
+            made: Created = engine.call(
                 "POST",
                 "/networks/create",
                 body={
@@ -58,7 +57,7 @@ def ensure_network(engine: Engine, name: str, bridge: str = BRIDGE) -> tuple[dic
                 },
             )
             ident = made["Id"]
-    network: dict[str, Any] = engine.call("GET", f"/networks/{ident}")
+    network: Network = engine.call("GET", f"/networks/{ident}")
     configs = network.get("IPAM", {}).get("Config") or []
     gateway = next((c.get("Gateway") for c in configs if c.get("Gateway")), None)
     if not gateway:
@@ -66,7 +65,7 @@ def ensure_network(engine: Engine, name: str, bridge: str = BRIDGE) -> tuple[dic
     return network, gateway
 
 
-def bridge_of(network: dict[str, Any]) -> str:
+def bridge_of(network: Network) -> str:
     options = network.get("Options") or {}
     return options.get("com.docker.network.bridge.name") or "br-" + network["Id"][:12]
 

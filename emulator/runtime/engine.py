@@ -15,12 +15,60 @@ import json
 import os
 import socket
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Required, TypedDict
 from urllib.parse import quote, urlencode
 
 TIMEOUT = 120.0  # s: docker-py's timeout for the emulator's calls
 # (method, path with query, JSON body or None, timeout) → (status, body)
 Send = Callable[[str, str, bytes | None, float], tuple[int, bytes]]
+
+
+# --- what the emulator reads of the engine's answers (each holds more; an engine may answer null for a list or table)
+
+
+class IpamConfig(TypedDict, total=False):
+    Gateway: str
+
+
+class Ipam(TypedDict, total=False):
+    Config: list[IpamConfig] | None
+
+
+class Network(TypedDict, total=False):
+    """GET /networks/{id}, and each network GET /networks lists."""
+
+    Id: Required[str]
+    Name: str
+    Options: dict[str, str] | None
+    IPAM: Ipam
+
+
+class Created(TypedDict):
+    """POST /networks/create."""
+
+    Id: str
+
+
+class Mount(TypedDict, total=False):
+    Type: str
+    RW: bool
+    Source: str
+    Destination: str
+
+
+class ContainerInfo(TypedDict, total=False):
+    """GET /containers/{id}/json."""
+
+    Id: Required[str]
+    Image: str
+    Mounts: list[Mount] | None
+
+
+class ContainerSummary(TypedDict, total=False):
+    """Each container GET /containers/json lists."""
+
+    Id: Required[str]
+    Labels: dict[str, str] | None
 
 
 class EngineError(RuntimeError):
@@ -117,7 +165,7 @@ class Engine:
         method: str,
         path: str,
         query: dict[str, str] | None = None,
-        body: dict[str, Any] | None = None,
+        body: dict[str, object] | None = None,
         timeout: float = TIMEOUT,
     ) -> Any:
         """The JSON of the engine's answer (None when it has no body); EngineError on a refusal, OSError when it is
@@ -155,7 +203,7 @@ class Engine:
             raise
         return True
 
-    def containers(self, label: str) -> list[dict[str, Any]]:
+    def containers(self, label: str) -> list[ContainerSummary]:
         """Every container (running or not) that carries the label, as the engine lists them."""
         found = self.call("GET", "/containers/json", {"all": "1", "filters": json.dumps({"label": [label]})})
         return found if isinstance(found, list) else []

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
-from emulator.runtime.engine import Engine, EngineError
+from emulator.runtime.engine import ContainerInfo, Engine, EngineError
 
 # The engine bind-mounts each container's /etc/hostname from its own directory, named by the container's id.
 _ID_IN_MOUNTS = re.compile(r"/containers/([0-9a-f]{64})/hostname\s+/etc/hostname\s")
@@ -57,7 +57,7 @@ def detect(engine: Engine, state_dir: Path, ident: str | None = None) -> Sibling
     if ident is None:
         return None
     try:
-        info: dict[str, Any] = engine.call("GET", f"/containers/{quote(ident, safe='')}/json")
+        info: ContainerInfo = engine.call("GET", f"/containers/{quote(ident, safe='')}/json")
     except EngineError as e:
         if e.status == 404:
             return None

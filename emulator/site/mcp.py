@@ -11,7 +11,7 @@ are HTTP 200 with an `error` object, as the product spec says; only transport ru
 from __future__ import annotations
 
 import json
-from typing import Annotated, Any, Literal, TypeVar
+from typing import Annotated, Any, Literal, TypeVar, cast
 
 import msgspec
 from litestar import Request, Response, delete, get, post
@@ -55,9 +55,9 @@ _RESULT_ITEM = {
     },
     "required": ["name", "url", "description"],
 }
-# A JSON object as a client sends it (a method's params, a tool's arguments): open until the method's params type or
-# the tool's input schema checks it.
-JsonObject = dict[str, Any]
+# A JSON object as a client sends it (a method's params, a tool's arguments): open until the method's params type
+# (`_params`) or the tool's input schema (`_check_args`, which narrows each value) checks it.
+JsonObject = dict[str, object]
 P = TypeVar("P", bound=msgspec.Struct)
 
 
@@ -227,7 +227,9 @@ class JsonRpcRequest(msgspec.Struct):
     jsonrpc: str
     method: str
     id: RequestId | None = None
-    params: JsonObject | None = None  # each method's own: InitializeParams, CallParams, none for the others
+    # Each method's own (InitializeParams, CallParams, none for the others), read as JsonObject. `Any` as the document
+    # shows it (`"type": "object"`): msgspec documents no `object`.
+    params: dict[str, Any] | None = None
 
 
 class InitializeParams(msgspec.Struct, rename="camel"):
@@ -482,10 +484,11 @@ def _call_tool(site: Site, params: JsonObject) -> SearchDocsResult | Integration
     args = call.arguments or {}
     if not isinstance(args, dict):
         return _tool_error(f"{name}: params.arguments must be an object")
-    problem = _check_args(tool, args)
+    checked = cast(JsonObject, args)  # decoded JSON: an object's keys are strings
+    problem = _check_args(tool, checked)
     if problem:
         return _tool_error(problem)
-    return _TOOL_IMPLS[name](site, args)
+    return _TOOL_IMPLS[name](site, checked)
 
 
 def read_message(raw: bytes) -> Posted:
