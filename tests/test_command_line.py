@@ -29,23 +29,24 @@ from emulator.config import (
     load_settings,
 )
 from tests.conftest import Emulator
+from tests.reference_pages import page, table_rows
 from tests.test_cli import FREE_PORTS, run
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def readme_settings() -> set[str]:
-    """The setting names in the first column of the README's table of settings."""
-    section = (ROOT / "README.md").read_text().split("### Settings", 1)[1].split("\n## ", 1)[0]
-    names: set[str] = set()
-    for row in section.splitlines():
-        if row.startswith("| `"):
-            names |= set(re.findall(r"`([a-z_0-9]+)`", row.split("|")[1]))
-    return names
+def reference_settings() -> dict[str, list[str]]:
+    """The site's settings reference (generated from the code): each setting's row, by its name."""
+    return {row[0]: row for row in table_rows(page("settings")) if row[0] in FIELDS or row[0].islower()}
 
 
-def test_every_setting_is_a_flag_an_environment_variable_a_file_key_and_a_readme_row(tmp_path: Path) -> None:
-    assert readme_settings() == set(FIELDS)
+def test_every_setting_is_a_flag_an_environment_variable_a_file_key_and_a_reference_row(tmp_path: Path) -> None:
+    rows = reference_settings()
+    assert set(rows) >= set(FIELDS)
+    for name in FIELDS:
+        # the row names the flag `up --help` offers, the variable the loader reads, and the help of the flag
+        assert flag_of(name) in rows[name][1] or name in {"site_port", "watch_docs"}, rows[name]
+        assert rows[name][2] == f"EMULATOR_{name.upper()}" and HELP[name].split(" (")[0] in rows[name][4]
     up_help = run("up", "--help").stdout
     p = parser()
     for name in FIELDS:
