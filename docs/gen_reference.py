@@ -543,14 +543,51 @@ def _producer(name: str) -> str:
     return f"benchmarks/{name.removesuffix('-results.json').replace('-', '_')}.py"
 
 
+# The headline figures: what each asks, its results file and the figure's key there (dots go down into tables).
+HEADLINES = (
+    ("`GET /health` throughput, emulator / bare app", "results.json", "ratios.health_ratio", "×"),
+    ("`GET /ask` / bare app's `/health`", "results.json", "ratios.ask_get_ratio", "×"),
+    ("`POST /ask` / bare app's `/health`", "results.json", "ratios.ask_post_ratio", "×"),
+    ("token exchanges per second (ES256)", "results.json", "absolute.emu_token_rps", " req/s"),
+    ("start to a healthy `/health`, emulator / bare app", "results.json", "ratios.startup_ratio", "×"),
+    ("idle memory (RSS), emulator / bare app", "results.json", "ratios.rss_ratio", "×"),
+    ("hosted workflow, empty build cache / local", "hosted-init-first-results.json", "ratios.cold_ratio", "×"),
+    ("hosted workflow, new state dir on a warm build cache / local", "hosted-init-first-results.json",
+     "ratios.fresh_warm_cache_ratio", "×"),
+    ("hosted workflow, warm / local", "hosted-init-first-results.json", "ratios.warm_ratio", "×"),
+    ("ten `emulator exec` runs / ten local runs", "throwaway-results.json", "ratio", "×"),
+    ("idle throwaway emulator / developer profile (RSS)", "memory-results.json", "ratios.throwaway_to_developer_rss", "×"),
+    ("`service restart` to the first 200, from the spare / cold", "services-results.json", "ratios.restart_vs_cold", "×"),
+    ("reset with a hosted database / a restart", "testkit-results.json", "ratios.reset_hosted", "×"),
+    ("snapshot load with a hosted database / a restart", "testkit-results.json", "ratios.load_hosted", "×"),
+    ("`emulator eval` (namespace sandbox) / `emulator exec`, per trial", "evaluation-results.json",
+     "ratio_to_exec.eval_namespace", "×"),
+    ("container start / pip-installed start", "container-results.json", "ratios.start_ratio", "×"),
+)
+
+
+def _at(data: object, dotted: str) -> object:
+    for part in dotted.split("."):
+        if not isinstance(data, dict) or part not in data:
+            raise KeyError(f"no {dotted} in a benchmark's results")
+        data = data[part]
+    return data
+
+
 def page_benchmark_figures(out: IO[str]) -> None:
     out.write("# Benchmark figures\n\n")
     generated(out, "`benchmarks/*-results.json`, as the last run of each benchmark wrote them")
     out.write(
         "Each benchmark writes its results file; these are their figures (ratios to a reference measured in the same "
         "run, medians in seconds, sizes), without the single runs. How they are measured: "
-        "[How the benchmarks measure](../explanation/benchmarks.md).\n\n"
+        "[How the benchmarks measure](../explanation/benchmarks.md).\n\n## Headline figures\n\n"
+        "| Figure | Value | From |\n|---|---|---|\n"
     )
+    for label, name, key, unit in HEADLINES:
+        data = json.loads((ROOT / "benchmarks" / name).read_text())
+        value = _at(data, key)
+        out.write(f"| {label} | {value:g}{unit} | `{name}` ({str(data.get('date', ''))[:10]}) |\n")
+    out.write("\n")
     for path in sorted((ROOT / "benchmarks").glob("*results.json")):
         data = json.loads(path.read_text())
         rows: list[tuple[str, str]] = []
