@@ -12,7 +12,6 @@ the test kit's API from its docstrings (mkdocstrings). A change to any of them c
 from __future__ import annotations
 
 import argparse
-import ast
 import inspect
 import json
 import re
@@ -324,7 +323,9 @@ def page_task_format(out: IO[str]) -> None:
 # --- events ---------------------------------------------------------------------------------------------------
 
 
-def _source_groups(module: types.ModuleType, match: Callable[[str], str | None]) -> list[tuple[str, list[tuple[str, str]]]]:
+def _source_groups(
+    module: types.ModuleType, match: Callable[[str], str | None]
+) -> list[tuple[str, list[tuple[str, str]]]]:
     """A module's definitions in source order, grouped by the comment line that precedes each group; each with the
     comment on its own line (or the lines above it)."""
     groups: list[tuple[str, list[tuple[str, str]]]] = []
@@ -493,9 +494,7 @@ def page_openapi(out: IO[str], documents: dict[str, dict[str, Any]]) -> None:
                 if method not in {"get", "post", "put", "patch", "delete", "head"}:
                     continue
                 body = op.get("requestBody", {}).get("content", {})
-                bodies = ", ".join(
-                    f"{code(mt)} {_ref_name(c.get('schema', {}))}" for mt, c in body.items()
-                )
+                bodies = ", ".join(f"{code(mt)} {_ref_name(c.get('schema', {}))}" for mt, c in body.items())
                 answers = ", ".join(sorted(op.get("responses", {})))
                 summary = (op.get("description") or "").split("\n")[0] or op.get("summary", "")
                 out.write(f"| {code(method.upper() + ' ' + path)} | {cell(summary)} | {cell(bodies)} | {answers} |\n")
@@ -535,7 +534,7 @@ def _figures(prefix: str, value: object, rows: list[tuple[str, str]], depth: int
 # The results files not named after their benchmark.
 _PRODUCERS = {
     "results.json": "benchmarks/load.py",
-    "hosted-init-first-results.json": "benchmarks/hosted.py --init-first --out benchmarks/hosted-init-first-results.json",
+    "hosted-init-first-results.json": "benchmarks/hosted.py --init-first",
 }
 
 
@@ -552,16 +551,34 @@ HEADLINES = (
     ("start to a healthy `/health`, emulator / bare app", "results.json", "ratios.startup_ratio", "×"),
     ("idle memory (RSS), emulator / bare app", "results.json", "ratios.rss_ratio", "×"),
     ("hosted workflow, empty build cache / local", "hosted-init-first-results.json", "ratios.cold_ratio", "×"),
-    ("hosted workflow, new state dir on a warm build cache / local", "hosted-init-first-results.json",
-     "ratios.fresh_warm_cache_ratio", "×"),
+    (
+        "hosted workflow, new state dir on a warm build cache / local",
+        "hosted-init-first-results.json",
+        "ratios.fresh_warm_cache_ratio",
+        "×",
+    ),
     ("hosted workflow, warm / local", "hosted-init-first-results.json", "ratios.warm_ratio", "×"),
     ("ten `emulator exec` runs / ten local runs", "throwaway-results.json", "ratio", "×"),
-    ("idle throwaway emulator / developer profile (RSS)", "memory-results.json", "ratios.throwaway_to_developer_rss", "×"),
-    ("`service restart` to the first 200, from the spare / cold", "services-results.json", "ratios.restart_vs_cold", "×"),
+    (
+        "idle throwaway emulator / developer profile (RSS)",
+        "memory-results.json",
+        "ratios.throwaway_to_developer_rss",
+        "×",
+    ),
+    (
+        "`service restart` to the first 200, from the spare / cold",
+        "services-results.json",
+        "ratios.restart_vs_cold",
+        "×",
+    ),
     ("reset with a hosted database / a restart", "testkit-results.json", "ratios.reset_hosted", "×"),
     ("snapshot load with a hosted database / a restart", "testkit-results.json", "ratios.load_hosted", "×"),
-    ("`emulator eval` (namespace sandbox) / `emulator exec`, per trial", "evaluation-results.json",
-     "ratio_to_exec.eval_namespace", "×"),
+    (
+        "`emulator eval` (namespace sandbox) / `emulator exec`, per trial",
+        "evaluation-results.json",
+        "ratio_to_exec.eval_namespace",
+        "×",
+    ),
     ("container start / pip-installed start", "container-results.json", "ratios.start_ratio", "×"),
 )
 

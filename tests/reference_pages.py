@@ -1,4 +1,4 @@
-"""The documentation site's generated reference pages (docs/gen_reference.py), rendered here as the build renders them."""
+"""The documentation site's generated reference pages (docs/gen_reference.py), rendered as the build renders them."""
 
 from __future__ import annotations
 

@@ -35,6 +35,7 @@ from emulator.core.kinds import Kind
 from emulator.hosted.logins import CLIENT_ID
 from tests import agent_flow as flow
 from tests.conftest import FROZEN_AT, Emulator
+from tests.reference_pages import page, table_rows
 from tests.test_proxy import Origin, echo_through
 from tui.app import Dashboard, short
 from tui.filter import RowFilter
@@ -546,13 +547,11 @@ async def test_the_log_colours_errors_wraps_long_lines_and_hints_at_an_empty_dat
         assert "starts on the first connection" in app.log_view.hint()
 
 
-def test_the_readme_lists_every_key_of_the_dashboard() -> None:
-    readme = (Path(__file__).parent.parent / "README.md").read_text()
-    section = readme[readme.index("## The live dashboard") :]
+def test_the_reference_lists_every_key_of_the_dashboard_with_its_command() -> None:
+    rows = {row[0]: row for row in table_rows(page("dashboard-keys"))}
     for key in KEYS:
-        assert f"`{key.label}`" in section, key.label
-        if key.cli:
-            assert key.cli in section
+        assert key.label in rows and rows[key.label][1] == " ".join(key.help.split()), key.label
+        assert rows[key.label][4] == (key.cli or ""), key.label
 
 
 # --- acts -------------------------------------------------------------------------------------
