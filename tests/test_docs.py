@@ -205,7 +205,8 @@ def run_page(page: Path) -> tuple[float, str]:
         log = state / "emulator.log"
         tail = "\n".join(log.read_text(errors="replace").splitlines()[-40:]) if log.is_file() else "(no log)"
         if proc.returncode != 0:
-            pytest.fail(f"{name}: exit {proc.returncode}\n{output[-20000:]}\n--- emulator.log (tail)\n{tail}")
+            also = "".join(f"\nand it left behind {what}" for what in left)
+            pytest.fail(f"{name}: exit {proc.returncode}{also}\n{output[-20000:]}\n--- emulator.log (tail)\n{tail}")
         assert not left, f"{name} left behind:\n" + "\n".join(left)
     finally:
         shutil.rmtree(base, ignore_errors=True)
