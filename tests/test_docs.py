@@ -103,10 +103,15 @@ def script(page: str, found: list[Snippet]) -> str:
     return "\n".join(parts)
 
 
+def sources() -> list[Path]:
+    """The README (its taste) and every page of the site."""
+    return [ROOT / "README.md", *sorted(DOCS.rglob("*.md"))]
+
+
 def marked_pages() -> list[Path]:
     """Every page with a marker (a page whose markers do not parse is kept: its test says why)."""
     pages = []
-    for page in sorted(DOCS.rglob("*.md")):
+    for page in sources():
         text = page.read_text(encoding="utf-8")
         if MARKER not in text:
             continue
@@ -228,7 +233,7 @@ def test_site_builds_strictly(tmp_path: Path) -> None:
     assert (tmp_path / "site" / "tutorial" / "index.html").is_file()
 
 
-@pytest.mark.parametrize("page", PAGES, ids=[str(p.relative_to(DOCS)) for p in PAGES])
+@pytest.mark.parametrize("page", PAGES, ids=[str(p.relative_to(ROOT)) for p in PAGES])
 def test_runnable_snippets_run(page: Path) -> None:
     elapsed, _ = run_page(page)  # it fails the test on a failed script or anything left behind
     print(f"{page.relative_to(ROOT)}: {elapsed:.1f} s")
@@ -246,7 +251,7 @@ def test_every_page_marks_only_blocks_it_can_run() -> None:
     """Every page's markers parse (a marker before prose, an untitled non-bash block or a title outside the
     working directory would run nothing, or the wrong thing)."""
     errors = []
-    for page in sorted(DOCS.rglob("*.md")):
+    for page in sources():
         try:
             snippets(page.read_text(encoding="utf-8"))
         except SnippetError as e:

@@ -317,9 +317,10 @@ def test_the_html_page_folds_each_trials_transcript_and_steps_until_opened(brows
     tab.close()
 
 
-def test_the_readmes_example_line_is_what_eval_prints() -> None:
-    """The README shows a task's line of the text output; it is this module's, for three trials that all passed."""
-    readme = (ROOT / "README.md").read_text()
+def test_the_docs_example_line_is_what_eval_prints() -> None:
+    """The evaluation how-to shows a task's line of the text output; it is this module's, for three trials that all
+    passed."""
+    readme = (ROOT / "docs" / "how-to" / "evaluate.md").read_text()
     trials = [
         _trial(n, True, usage=AgentUsage(input_tokens=0, output_tokens=0, usd=0.0, model="scripted, no model"))
         for n in (1, 2, 3)
