@@ -274,7 +274,7 @@ NOT_SETTINGS: dict[str, str] = {
 }
 
 # What each setting does, in a line: the help of its flag (`emulator up --help`). A test holds this, the flags
-# and the README's table of settings to the same names.
+# and the site's settings reference (generated from it) to the same names.
 HELP: dict[str, str] = {
     "host": "address every origin listens on (default 127.0.0.1)",
     "site_port": "port of the site origin (default 8700; 0 picks a free one)",

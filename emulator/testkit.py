@@ -595,7 +595,7 @@ def _claim(claim: str, email: str) -> ClaimDecision:
 
 
 class Faults:
-    """Fault rules (see the README's Faults): errors in each origin's format, latency, drops, hosted faults."""
+    """Fault rules (docs/how-to/faults-and-clock.md): errors in each origin's format, latency, drops, hosted faults."""
 
     def __init__(self, kit: Testkit) -> None:
         self._kit = kit

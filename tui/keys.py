@@ -1,4 +1,4 @@
-"""Every key of the dashboard in one list: it makes the bindings, the `?` screen and the README's key table.
+"""Every key of the dashboard in one list: it makes the bindings, the `?` screen and the site's key reference.
 
 An act (a key that changes the emulator) names the `emulator` command that does the same, and is hidden
 with `--readonly`.

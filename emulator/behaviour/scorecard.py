@@ -1,6 +1,6 @@
 """The scorecard: rules over the journal that name what a well-behaved client of the spec does.
 
-Rules are data: each has an id, a one-line why (the README's table is this table; a test keeps them equal) and
+Rules are data: each has an id, a one-line why (the site's rules page is generated from this table) and
 a check over one agent's events that returns the evidence (event numbers) of each time it broke the rule. How
 long an agent waited is the longer of the emulator's clock and real time, so an agent that sleeps for real on
 a frozen clock, or a test that moves the clock instead of sleeping, both count as having waited.

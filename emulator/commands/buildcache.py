@@ -33,10 +33,10 @@ def register(sub: Any) -> dict[str, Callable[[argparse.Namespace], int]]:
     p = sub.add_parser(
         "build-cache",
         help="list the per-user cache of built environments, or empty it (--clear)",
-        description="The hosted environments every emulator of this user shares (see `build_cache` in the README): "
-        "each entry's size, when it was last used, and whether a running emulator uses it. --clear removes every "
-        "entry no running emulator uses. The Docker runtime's images are the engine's: `docker image prune "
-        "--all --filter label=pxt-emulator=env` removes those no container uses.",
+        description="The hosted environments every emulator of this user shares (the `build_cache` setting, "
+        "`emulator up --help`): each entry's size, when it was last used, and whether a running emulator uses it. "
+        "--clear removes every entry no running emulator uses. The Docker runtime's images are the engine's: "
+        "`docker image prune --all --filter label=pxt-emulator=env` removes those no container uses.",
     )
     p.add_argument("--build-cache", metavar="PATH", help="the cache (default: the setting, else the per-user one)")
     p.add_argument("--clear", action="store_true", help="remove every entry no running emulator uses")

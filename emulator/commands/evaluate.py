@@ -51,7 +51,7 @@ def register(sub: Any) -> dict[str, Callable[[argparse.Namespace], int]]:
     p.add_argument(
         "--schema",
         action="store_true",
-        help="print the JSON Schema of task.toml (for an editor: see the README's `#:schema`) and exit",
+        help="print the JSON Schema of task.toml (for an editor: a `#:schema PATH` first line in task.toml) and exit",
     )
     p.add_argument("-k", type=int, help="trials per task (default: each task's own `trials`)")
     p.add_argument("--parallel", type=int, default=1, metavar="N", help="trials of a task at once (default 1)")

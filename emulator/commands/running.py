@@ -32,6 +32,7 @@ from emulator.config import (
 )
 from emulator.core import runlog
 from emulator.core.private import private_dir
+from emulator.core.processes import running
 from emulator.core.statelock import holder
 from emulator.core.switches import OFF_AT_FIRST
 
@@ -348,7 +349,9 @@ def cmd_down(args: argparse.Namespace) -> int:
         pass
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline:
-        if holder(folder) is None:  # released when it has stopped (a zombie holds no lock)
+        # The lock is released as its teardown ends (a zombie holds none); the process itself then exits: `down`
+        # answers once it has, so that nothing of the emulator runs after it ("stopped" means gone).
+        if holder(folder) is None and not running(pid):
             print(f"emulator: stopped (pid {pid})")
             return 0
         time.sleep(0.05)

@@ -293,7 +293,9 @@ def _known(path: Path) -> str:
     if path[0] == "clock":
         return f"clock has {', '.join(ClockDecl.__struct_fields__)}"
     kind = _TABLES.get(str(path[0]))
-    return f"[[{path[0]}]] has {', '.join(kind.__struct_fields__)}" if kind else "see the README"
+    if kind is None:
+        return f"the top level has {', '.join(DeclaredState.__struct_fields__)}"
+    return f"[[{path[0]}]] has {', '.join(kind.__struct_fields__)}"
 
 
 # --- checking it against the rules (no store needed) --------------------------------------------------------------

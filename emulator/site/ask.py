@@ -1,6 +1,6 @@
 """`GET|POST /ask`: NLWeb-style question answering over the docs corpus, as JSON or as SSE.
 
-Rules decided here where the spec is silent (the README's fidelity notes repeat them):
+Rules decided here where the spec is silent (docs/explanation/fidelity.md repeats them):
 - `query` wins over `q` when both are sent; NLWeb v0.54's `{"query": {"text": ...}}` is accepted.
 - A POST body's fields win over the query string's; a form-encoded body is read as form fields.
 - Streaming: `prefer.streaming` in the body, else `Prefer: streaming=true|false`, else the legacy

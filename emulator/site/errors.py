@@ -3,7 +3,7 @@
 The spec lists four codes (`bad_request`, `rate_limited`, `not_found`, `invalid_json`), for the refusals it shows:
 a 400 always shows one of them (another 400 of the catalogue, core/errors.py, shows `bad_request`). A refusal the
 spec does not show (401, 403, 413, 415, 503, 507, ...) keeps the catalogue's code for its status, so a client that
-branches on the code reads what happened (the README's fidelity notes say so).
+branches on the code reads what happened (the fidelity notes, docs/explanation/fidelity.md, say so).
 """
 
 from __future__ import annotations
