@@ -510,8 +510,11 @@ def page_testkit(out: IO[str]) -> None:
     out.write(
         "`pip install` of the emulator brings a pytest plugin: its `emulator` fixture is a `Testkit` (an emulator "
         "started on free ports for the session, reset between tests). Scripts use `Testkit` directly.\n\n"
-        "::: emulator.pytest_plugin\n    options:\n      show_root_heading: true\n      members: true\n\n"
-        "::: emulator.testkit\n    options:\n      show_root_heading: true\n      filters: ['!^_']\n\n"
+        "::: emulator.pytest_plugin\n    options:\n      show_root_heading: true\n"
+        "      members: [emulator, emulator_env]\n\n"
+        "::: emulator.testkit\n    options:\n      show_root_heading: true\n      filters: ['!^_']\n"
+        "      members: [Testkit, Clock, Acts, Faults, Snapshots, EmulatorError]\n"
+        "      show_if_no_docstring: true\n      inherited_members: false\n\n"
     )
 
 

@@ -2,9 +2,10 @@
 
 `emulator.pytest_plugin` hands a `Testkit` to tests as the `emulator` fixture; scripts can use it directly:
 
-    with Testkit.start(args=["--freeze-clock", "2026-01-01T00:00:00Z"]) as emu:
-        emu.clock.advance("48h")
-        emu.assert_event("trial.expired", org="agent-1a2b3c")
+    with Testkit.start(Path("state"), args=["--freeze-clock", "2026-01-01T00:00:00Z"]) as emu:
+        ...  # an agent makes a trial, agent-1a2b3c
+        emu.clock.advance("48h1s")
+        emu.assert_event("trial.expired", subject="agent-1a2b3c")
 
 Everything goes through the emulator's own API (`/_emulator`), so a test does exactly what a person at the
 command line or the dashboard could, and the same calls work on an emulator started elsewhere (`attach`).
@@ -196,9 +197,13 @@ class Testkit:
         self._http = httpx.Client(base_url=self.url, timeout=120, trust_env=False, headers=headers)
         self._client = Client(self.url, Httpx(self._http))
         self.clock = Clock(self)
+        """The emulator's clock: `now`, `advance`, `set`, `freeze`, `resume`."""
         self.acts = Acts(self)
+        """What the person and the operator do: claims, trial claims, sign-ins, ID-JAGs, service keys."""
         self.faults = Faults(self)
+        """Fault rules and holds: `add`, `injected` (a context manager), `hold`, `release`, `list`, `clear`."""
         self.snapshots = Snapshots(self)
+        """Snapshots of the whole state: `save`, `load`, `list`, `delete`, `export`, `import_file`."""
 
     # -- how to get one
 
@@ -265,10 +270,12 @@ class Testkit:
 
     @property
     def auth_url(self) -> str:
+        """The identity provider's URL (`EMULATOR_AUTH_URL`)."""
         return self.endpoints.auth
 
     @property
     def api_url(self) -> str:
+        """The control plane's URL (`PIXELTABLE_API_URL`)."""
         return self.endpoints.api
 
     @property
@@ -380,6 +387,8 @@ class Testkit:
         return found[0]
 
     def assert_no_event(self, kind: str, subject: str | None = None, **data: object) -> None:
+        """No event of `kind` (with this subject and these data fields) since the test began, or an AssertionError
+        that lists the first few there were."""
         found = self.find_events(kind, subject, **data)
         if found:
             raise AssertionError(
