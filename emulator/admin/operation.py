@@ -38,16 +38,21 @@ WITH_BODY = (BAD_REQUEST, UNSUPPORTED_MEDIA_TYPE, TOO_LARGE)
 _ROUTE = {"GET": get, "POST": post, "DELETE": delete}
 
 
+def _decoder(type_: type[T]) -> Callable[[bytes], T]:
+    """The one way an operator body is read: as `type_`, empty as `{}`, refused as a 400 with msgspec's words."""
+    return jsonbody.decoder(type_, BAD_REQUEST, empty=b"{}")
+
+
 def decode(body: bytes, type_: type[T]) -> T:
     """An operator body as `type_` (empty reads as `{}`), refused as a 400 in the operator's envelope with msgspec's
     words. A route that takes its body typed gets it read the same way, through `operator_body`."""
-    return jsonbody.decoder(type_, BAD_REQUEST, empty=b"{}")(body)
+    return _decoder(type_)(body)
 
 
 def operator_body(type_: type[T]) -> openapi.BodyDependency:
     """`dependencies={name: operator_body(T)}`: the handler's parameter `name: T` is its body, read as `decode` reads
     it (core/contract.py)."""
-    return contract.body(type_, jsonbody.decoder(type_, BAD_REQUEST, empty=b"{}"))
+    return contract.body(type_, _decoder(type_))
 
 
 def answered_types(annotation: Any) -> tuple[Any, ...]:

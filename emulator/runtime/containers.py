@@ -310,8 +310,10 @@ class DockerLauncher:
     def unenforced(self) -> tuple[str, ...]:
         return tuple(self.missing)
 
-    def _labels(self, **extra: str) -> dict[str, str]:
-        self.labelled = True  # asked for as a container of the instance is made: the close sweeps for it
+    def _new_container_labels(self, **extra: str) -> dict[str, str]:
+        """The labels of a container about to be made; asking for them records that this run made one, which its
+        close then sweeps for (the one place a container of the instance gets its label)."""
+        self.labelled = True
         return {"pxt-emulator": self.instance, **extra}
 
     async def open(self) -> None:
@@ -348,7 +350,9 @@ class DockerLauncher:
         if self.sibling is None:
             yield None
             return
-        host = HostHelper(self.client, self.sibling, _name(f"pxt-{self.instance}-host"), self._labels(role="host"))
+        host = HostHelper(
+            self.client, self.sibling, _name(f"pxt-{self.instance}-host"), self._new_container_labels(role="host")
+        )
         try:
             try:
                 await asyncio.to_thread(host.open)
@@ -468,7 +472,7 @@ class DockerLauncher:
                 ipc_mode="shareable",
                 shm_size="256m",
                 volumes={str(self.helper_dir): {"bind": str(Path(HELPER).parent), "mode": "ro"}},
-                labels=self._labels(role="pod"),
+                labels=self._new_container_labels(role="pod"),
             )
             self.pods[spec.base] = pod
             return pod
@@ -535,7 +539,7 @@ class DockerLauncher:
                 network=self.network_name,
                 pid_mode=f"container:{pod.id}",
                 ipc_mode=f"container:{pod.id}",
-                labels=self._labels(
+                labels=self._new_container_labels(
                     role=spec.role, base=str(spec.base), **({"service": spec.service} if spec.service else {})
                 ),
                 **limits,
