@@ -162,6 +162,9 @@ class Settings(msgspec.Struct, kw_only=True):
     # A service key (sk_test_…) the agents API accepts besides those made with `emulator service-key create`: for a
     # CI whose service under test is configured before the emulator starts. Empty: none.
     service_api_key: str = ""
+    # The MCP revisions /mcp offers (comma-separated, of MCP_REVISIONS): `2025-11-25`, the handshake era (initialize,
+    # and the versions before it), and `2026-07-28`, the stateless one. Both by default: today's clients keep working.
+    mcp_revisions: str = "2025-11-25,2026-07-28"
 
     @property
     def public(self) -> str:
@@ -170,6 +173,12 @@ class Settings(msgspec.Struct, kw_only=True):
         if self.public_host:
             return self.public_host
         return "127.0.0.1" if self.host in ("0.0.0.0", "::", "") else ""
+
+    @property
+    def mcp_offered(self) -> tuple[str, ...]:
+        """`mcp_revisions` as a tuple, in the order of MCP_REVISIONS (validated at load)."""
+        named = {r.strip() for r in self.mcp_revisions.split(",")}
+        return tuple(r for r in MCP_REVISIONS if r in named)
 
     @property
     def gateway_range(self) -> range | None:
@@ -193,6 +202,9 @@ class Settings(msgspec.Struct, kw_only=True):
 
 
 RUNTIMES = ("auto", "docker", "process")
+# The MCP revisions /mcp can offer: the newest of the handshake era (which also negotiates 2024-11-05 to 2025-06-18 in
+# `initialize`) and the stateless era's first.
+MCP_REVISIONS = ("2025-11-25", "2026-07-28")
 # developer: one long-lived emulator, tuned for fast restarts; throwaway: one of many short-lived ones (`exec`, the
 # pytest plugin, an evaluation's trials), tuned for memory.
 PROFILES = ("developer", "throwaway")
@@ -355,6 +367,9 @@ HELP: dict[str, str] = {
     "admin_token": "a token every /_emulator call must carry (Authorization: Bearer, or X-Emulator-Token), for an "
     "emulator others can reach; `emulator env` and the CLI pass it (EMULATOR_ADMIN_TOKEN). A flag shows in `ps`: "
     "give it as EMULATOR_ADMIN_TOKEN or in the config file instead",
+    "mcp_revisions": "the MCP revisions /mcp offers, comma-separated: 2025-11-25 (the initialize handshake, and the "
+    "versions before it) and 2026-07-28 (stateless: server/discover, per-request _meta); default both, negotiated per "
+    "request",
     "service_api_key": "a service key (sk_test_…) the identity provider's agents API (/agents/*) also accepts, for a "
     "service configured before the emulator starts (default none)",
 }
@@ -604,6 +619,12 @@ def _validate(s: Settings) -> None:
         not s.admin_token or len(s.admin_token) >= 16,
         "admin_token",
         "must be at least 16 characters (one others cannot guess)",
+    )
+    named = [r.strip() for r in s.mcp_revisions.split(",") if r.strip()]
+    check(
+        bool(named) and all(r in MCP_REVISIONS for r in named),
+        "mcp_revisions",
+        f"{s.mcp_revisions!r} is not a comma-separated list of {', '.join(MCP_REVISIONS)} (at least one)",
     )
     try:
         EgressPolicy.parse(s.proxy_egress)

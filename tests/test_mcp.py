@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import base64
 import json
+from typing import Any
 
 import httpx
 import pytest
@@ -12,13 +14,16 @@ from mcp.types import TextContent
 from tests.conftest import Emulator
 
 
-@pytest.mark.parametrize("mode", ["auto", "legacy"])
-async def test_official_sdk_connects_lists_and_calls_both_tools(emu: Emulator, mode: str) -> None:
-    # "auto" first probes the stateless 2026 era (server/discover); this handshake-era server must
-    # make it fall back to initialize, as "legacy" does directly.
+@pytest.mark.parametrize(
+    ("mode", "spoken"), [("auto", "2026-07-28"), ("2026-07-28", "2026-07-28"), ("legacy", "2025-11-25")]
+)
+async def test_official_sdk_connects_lists_and_calls_both_tools(emu: Emulator, mode: str, spoken: str) -> None:
+    # "auto" probes the stateless era (server/discover), which /mcp offers beside the handshake era by default, so it
+    # stays there; "legacy" does the initialize handshake; a version pin speaks it without probing.
     async with Client(emu.url + "/mcp", mode=mode) as client:
-        assert client.protocol_version == "2025-11-25"
-        assert client.server_info is not None and client.server_info.name == "pixeltable-web"
+        assert client.protocol_version == spoken
+        if mode != spoken:  # a version pin skips discovery, so the client has not asked who the server is
+            assert client.server_info is not None and client.server_info.name == "pixeltable-web"
         tools = (await client.list_tools()).tools
         assert [t.name for t in tools] == ["search_docs", "list_integrations"]
         search = next(t for t in tools if t.name == "search_docs")
@@ -209,3 +214,91 @@ async def test_each_mcp_call_is_an_event(emu: Emulator, client: httpx.AsyncClien
     )
     events = emu.journal("site.mcp", since)
     assert [(e["data"]["method"], e["data"]["tool"]) for e in events] == [("tools/call", "list_integrations")]
+
+
+MODERN = "2026-07-28"
+
+
+def modern(method: str, params: dict | None = None, rid: int = 7, version: str = MODERN) -> dict:
+    """A 2026-07-28 request: its version and client capabilities in `_meta`."""
+    meta = {"io.modelcontextprotocol/protocolVersion": version, "io.modelcontextprotocol/clientCapabilities": {}}
+    return {"jsonrpc": "2.0", "id": rid, "method": method, "params": {**(params or {}), "_meta": meta}}
+
+
+def modern_headers(method: str, name: str | None = None, version: str = MODERN) -> dict[str, str]:
+    headers = {"MCP-Protocol-Version": version, "Mcp-Method": method}
+    return headers | ({"Mcp-Name": name} if name is not None else {})
+
+
+async def test_stateless_requests_are_checked_against_their_headers(emu: Emulator, client: httpx.AsyncClient) -> None:
+    since = emu.journal()[-1]["seq"]
+    discover = await rpc(client, modern("server/discover"), **modern_headers("server/discover"))
+    assert discover.status_code == 200
+    found = discover.json()["result"]
+    assert found["resultType"] == "complete" and found["supportedVersions"][:2] == [MODERN, "2025-11-25"]
+    assert found["ttlMs"] >= 0 and found["cacheScope"] == "public"
+    assert found["_meta"]["io.modelcontextprotocol/serverInfo"]["name"] == "pixeltable-web"
+    listed = (await rpc(client, modern("tools/list"), **modern_headers("tools/list"))).json()["result"]
+    assert [t["name"] for t in listed["tools"]] == ["search_docs", "list_integrations"]
+    assert listed["ttlMs"] == found["ttlMs"] and listed["cacheScope"] == "public"
+
+    call = modern("tools/call", {"name": "list_integrations", "arguments": {"category": "llm"}})
+    encoded = "=?base64?" + base64.b64encode(b"list_integrations").decode() + "?="
+    for name in ("list_integrations", encoded):  # plain, or in the sentinel encoding
+        r = await rpc(client, call, **modern_headers("tools/call", name))
+        assert r.status_code == 200 and r.json()["result"]["resultType"] == "complete"
+
+    # Each refusal: 400 with the request's id and the code the transport spec gives it.
+    refusals = [
+        (call, modern_headers("tools/call", "search_docs"), -32020, "Mcp-Name"),
+        (call, modern_headers("tools/call"), -32020, "Mcp-Name"),
+        (call, modern_headers("tools/list", "list_integrations"), -32020, "Mcp-Method"),
+        (call, {"Mcp-Method": "tools/call", "Mcp-Name": "list_integrations"}, -32020, "MCP-Protocol-Version"),
+        (modern("tools/list", version="2099-01-01"), modern_headers("tools/list"), -32020, "does not match"),
+        ({"jsonrpc": "2.0", "id": 7, "method": "tools/list"}, modern_headers("tools/list"), -32602, "_meta"),
+    ]
+    for body, headers, code, fragment in refusals:
+        r = await rpc(client, body, **headers)
+        assert (r.status_code, r.json()["id"], r.json()["error"]["code"]) == (400, 7, code), r.text
+        assert fragment in r.json()["error"]["message"]
+    unknown = modern("tools/list", version="2099-01-01")
+    r = await rpc(client, unknown, **modern_headers("tools/list", version="2099-01-01"))
+    assert r.status_code == 400 and r.json()["error"]["code"] == -32022
+    assert r.json()["error"]["data"] == {"supported": found["supportedVersions"], "requested": "2099-01-01"}
+    for removed in ("initialize", "ping", "resources/list"):
+        r = await rpc(client, modern(removed), **modern_headers(removed))
+        assert (r.status_code, r.json()["error"]["code"]) == (404, -32601)
+    served = {e["data"]["method"]: e["data"]["revision"] for e in emu.journal("site.mcp", since)}
+    assert served["server/discover"] == MODERN and served["ping"] == MODERN
+
+
+async def test_the_handshake_era_is_unchanged_beside_the_stateless_one(client: httpx.AsyncClient) -> None:
+    # Without _meta, a request is the handshake era's, whatever it names: no resultType, no cache hints.
+    listed = (await rpc(client, {"jsonrpc": "2.0", "id": 1, "method": "tools/list"})).json()["result"]
+    assert set(listed) == {"tools"}
+    r = await rpc(client, {"jsonrpc": "2.0", "id": 1, "method": "ping"}, **{"MCP-Protocol-Version": "2025-11-25"})
+    assert r.json() == {"jsonrpc": "2.0", "id": 1, "result": {}}
+
+
+async def test_the_setting_offers_one_era_or_the_other(start_emulator: Any) -> None:
+    legacy_only = start_emulator("--mcp-revisions", "2025-11-25")
+    async with Client(legacy_only.url + "/mcp", mode="auto") as client:
+        assert client.protocol_version == "2025-11-25"  # the probe is refused as a handshake-era server does
+        assert [t.name for t in (await client.list_tools()).tools] == ["search_docs", "list_integrations"]
+    async with legacy_only.client() as c:
+        r = await rpc(c, modern("server/discover"), **modern_headers("server/discover"))
+        assert r.status_code == 400 and r.json()["error"]["code"] == -32600  # not a modern error: fall back
+
+    modern_only = start_emulator("--mcp-revisions", "2026-07-28")
+    async with Client(modern_only.url + "/mcp", mode="auto") as client:
+        assert client.protocol_version == MODERN
+        assert not (await client.call_tool("search_docs", {"query": "embedding index"})).is_error
+    with pytest.raises(Exception) as refused:  # the SDK's MCPError, in a task group's error
+        async with Client(modern_only.url + "/mcp", mode="legacy"):
+            pass
+    assert "2026-07-28" in repr(refused.value) or "2026-07-28" in str(refused.value.__cause__)
+    async with modern_only.client() as c:
+        init = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": "2025-11-25"}}
+        r = await rpc(c, init)
+        assert r.status_code == 400 and r.json()["error"]["data"] == {"supported": [MODERN], "requested": "2025-11-25"}
+        assert "server/discover" in r.json()["error"]["message"]

@@ -1,11 +1,13 @@
-"""The official MCP conformance suite's server scenarios against `/mcp`.
+"""The official MCP conformance suite's server scenarios against `/mcp`, for both revisions it serves.
 
-`@modelcontextprotocol/conformance` (pinned) runs what the 2025-11-25 revision requires, on that revision's wire:
-the initialize handshake, which is the era /mcp speaks. The suite needs Node >= 22, so Node itself comes from npm
-next to it, in a cache dir reused across runs. `/mcp` takes no credential (tests/test_mcp.py calls it bare), so
-the suite needs no token. Failures the emulator cannot pass, because the suite calls fixture tools, resources
-and prompts that /mcp does not have, are listed check by check in mcp_conformance_expected.yaml; any other
-failing check fails this test, and so does a listed check that now passes.
+`@modelcontextprotocol/conformance` (pinned) runs what a revision requires, on that revision's wire: 2025-11-25's
+initialize handshake, and 2026-07-28's stateless requests (server/discover, per-request `_meta`, mirrored headers,
+cache hints). /mcp offers both by default and tells them apart per request, so one emulator is tested for each.
+The suite needs Node >= 22, so Node itself comes from npm next to it, in a cache dir reused across runs. `/mcp`
+takes no credential (tests/test_mcp.py calls it bare), so the suite needs no token. Failures the emulator cannot
+pass, because the suite calls fixture tools, resources and prompts that /mcp does not have, are listed check by
+check in each revision's expected-failures file; any other failing check fails this test, and so does a listed
+check that now passes.
 """
 
 from __future__ import annotations
@@ -28,9 +30,26 @@ from tests.conftest import Emulator
 
 SUITE_VERSION = "0.2.0-alpha.12"
 NODE_VERSION = "22.23.3"  # the suite's `engines`: node >= 22; the machine's own Node may be older
-REVISION = "2025-11-25"  # the newest revision /mcp negotiates; 2026-07-28 is the stateless era it does not speak
 PINS = {"@modelcontextprotocol/conformance": SUITE_VERSION, "node": NODE_VERSION}
-EXPECTED = Path(__file__).with_name("mcp_conformance_expected.yaml")
+# Each revision /mcp serves, and the failures expected of it (fixture tools, prompts, resources it has not).
+EXPECTED = {
+    "2025-11-25": Path(__file__).with_name("mcp_conformance_expected.yaml"),
+    "2026-07-28": Path(__file__).with_name("mcp_conformance_expected_2026.yaml"),
+}
+# Checks of the stateless era that must pass, whatever the expected-failures file says: the envelope's rules.
+MUST_PASS_2026 = {
+    "server-stateless": (
+        "sep-2575-server-implements-discover",
+        "sep-2575-request-meta-invalid-missing-meta",
+        "sep-2575-server-unsupported-version-error",
+        "sep-2575-http-server-header-mismatch-400",
+        "sep-2575-http-server-method-not-found-404",
+        "sep-2575-http-server-error-jsonrpc-id",
+        "sep-2575-http-server-method-not-found-404-initialize",
+    ),
+    "http-header-validation": ("sep-2243-server-reject-invalid-headers", "sep-2243-server-reject-error-code"),
+    "caching": ("sep-2549-tools-list-caching-hints", "sep-2549-ttl-non-negative", "sep-2549-cache-scope-valid"),
+}
 DNS_REBINDING = "dns-rebinding-protection"
 SCENARIO_TIMEOUT_MS = 30_000  # per scenario, enforced by the suite; the whole run is bounded below
 RUN_TIMEOUT = 300.0
@@ -156,12 +175,13 @@ def _judge(results: dict[str, list[dict[str, Any]]], expected: list[str]) -> lis
     return problems
 
 
-def test_mcp_conformance_server_scenarios(emu: Emulator, conformance: Suite, tmp_path: Path) -> None:
-    expected: list[str] = yaml.safe_load(EXPECTED.read_text())["server"]
+@pytest.mark.parametrize("revision", sorted(EXPECTED))
+def test_mcp_conformance_server_scenarios(emu: Emulator, conformance: Suite, tmp_path: Path, revision: str) -> None:
+    expected: list[str] = yaml.safe_load(EXPECTED[revision].read_text())["server"]
     assert not [e for e in expected if e.split(":", 1)[0] == DNS_REBINDING], "DNS rebinding protection must pass"
     out = tmp_path / "results"
     cmd = [str(conformance.node), str(conformance.script), "server", "--url", f"{emu.url}/mcp"]
-    cmd += ["--requirements", REVISION, "--expected-failures", str(EXPECTED)]
+    cmd += ["--requirements", revision, "--expected-failures", str(EXPECTED[revision])]
     cmd += ["--timeout", str(SCENARIO_TIMEOUT_MS), "--output-dir", str(out)]
     env = {k: v for k, v in os.environ.items() if k.lower() not in _PROXY_VARS}
     try:
@@ -191,4 +211,10 @@ def test_mcp_conformance_server_scenarios(emu: Emulator, conformance: Suite, tmp
         problems.append(f"{DNS_REBINDING} did not pass: {json.dumps(dns, indent=1)[:2000]}")
     elif not 400 <= rejected["details"]["statusCode"] < 500:
         problems.append(f"{DNS_REBINDING}: the foreign Host got {rejected['details']['statusCode']}, not a 4xx")
+    if revision == "2026-07-28":
+        for scenario, must in MUST_PASS_2026.items():
+            verdicts = _verdicts(results.get(scenario, []))
+            failed = [c for c in must if verdicts.get(c, {}).get("status") != "SUCCESS"]
+            if failed:
+                problems.append(f"{scenario}: the stateless envelope's checks {failed} did not all pass")
     assert not problems, "\n".join(problems) + "\n\n" + output

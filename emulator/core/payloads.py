@@ -239,6 +239,9 @@ class SiteMcp(Payload, frozen=True, kw_only=True):
     tool: Any = UNSET  # the `name` a tools/call sent, whatever its JSON type
     method: str | UnsetType | None = UNSET
     error: int | UnsetType | None = UNSET
+    # The MCP revision the request was served in: "2025-11-25" (the initialize handshake's era, whichever of its
+    # versions) or "2026-07-28" (stateless). Unset on a replayed answer.
+    revision: str | UnsetType = UNSET
 
 
 # --- the identity provider --------------------------------------------------------------------------------------

@@ -1,15 +1,26 @@
-"""`/mcp`: a read-only MCP server over Streamable HTTP (handshake era), JSON-RPC 2.0, stateless.
+"""`/mcp`: a read-only MCP server over Streamable HTTP, JSON-RPC 2.0, without sessions, in both eras.
 
 `GET /mcp` (and `/.well-known/mcp`, `/.well-known/mcp.json`) returns the product's descriptor; a GET
 that only accepts an event stream is the transport's server-to-client stream request and gets 405, as
 does DELETE (there are no sessions). `POST /mcp` takes one JSON-RPC message: requests are answered
-with `application/json`, notifications and posted responses with 202 and no body. JSON-RPC failures
-are HTTP 200 with an `error` object, as the product spec says; only transport rules (`Accept`,
-`MCP-Protocol-Version`, idempotency conflicts) use other statuses.
+with `application/json`, notifications and posted responses with 202 and no body.
+
+Two eras, chosen per request as MCP 2026-07-28's backward-compatibility section describes (`era_of`), among the
+revisions the `mcp_revisions` setting offers:
+- the handshake era (2024-11-05 to 2025-11-25): `initialize`, then requests with `MCP-Protocol-Version`; JSON-RPC
+  failures are HTTP 200 with an `error` object, as the product spec says; only transport rules (`Accept`,
+  `MCP-Protocol-Version`, idempotency conflicts) use other statuses.
+- the stateless era (2026-07-28): no `initialize`; each request carries its version and client capabilities in
+  `params._meta` and its version, method and name in headers (`check_modern`), and is answered on its own:
+  `server/discover`, results with `resultType`, the server's identity in `_meta`, list results with cache hints.
+  Refusals of the envelope are 400 (-32020 header mismatch, -32022 unsupported version, -32602 bad `_meta`), an
+  unknown or removed method 404 (-32601); every error echoes the request's id.
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
 import json
 from typing import Annotated, Any, Literal, TypeVar, cast
 
@@ -20,6 +31,7 @@ from litestar.openapi import ResponseSpec
 from litestar.params import HeaderParameter
 from msgspec import UNSET, UnsetType
 
+from emulator.config import MCP_REVISIONS
 from emulator.core import canaries, jsonbody, openapi
 from emulator.core.contract import body, error_shape, errors
 from emulator.core.errors import BAD_REQUEST, CONFLICT, UNPROCESSABLE, ApiError
@@ -28,7 +40,22 @@ from emulator.site.idempotency import Answer, fingerprint, guarded, read_key
 from emulator.site.state import Accept, Integration, Site, site_of
 
 PRODUCT_PROTOCOL = "2025-06-18"
+# The handshake era's versions (negotiated in `initialize`) and the stateless era's (declared on each request).
 SUPPORTED_PROTOCOLS = ("2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25")
+MODERN_PROTOCOLS = ("2026-07-28",)
+LEGACY_ERA, MODERN_ERA = MCP_REVISIONS
+# What a request without MCP-Protocol-Version speaks, as the transport spec lets a server assume.
+DEFAULT_PROTOCOL = "2025-03-26"
+META_VERSION = "io.modelcontextprotocol/protocolVersion"
+META_CAPABILITIES = "io.modelcontextprotocol/clientCapabilities"
+# Where list results and discovery may be cached: the tools never change while the emulator runs and /mcp answers
+# everyone alike (no credential), so five minutes, shareable.
+CACHE_TTL_MS = 300_000
+CACHE_SCOPE = "public"
+# Whose `Mcp-Name` header mirrors which param (the transport spec's standard request headers).
+NAMED_BY = {"tools/call": "name", "resources/read": "uri", "prompts/get": "name"}
+# Methods of the handshake era that 2026-07-28 removed: named as such in their -32601.
+REMOVED_METHODS = ("initialize", "ping", "logging/setLevel", "resources/subscribe", "resources/unsubscribe")
 SERVER_INFO = {"name": "pixeltable-web", "version": "1.0.0"}
 INSTRUCTIONS = (
     "Read-only tools about Pixeltable and Pixeltable Cloud. search_docs finds documentation pages for "
@@ -37,6 +64,7 @@ INSTRUCTIONS = (
 )
 USAGE = "POST JSON-RPC 2.0 messages (initialize, tools/list, tools/call, ping) to this endpoint."
 METHODS = ("initialize", "ping", "tools/list", "tools/call")
+MODERN_METHODS = ("server/discover", "tools/list", "tools/call")
 
 PARSE_ERROR, INVALID_REQUEST, METHOD_NOT_FOUND, INVALID_PARAMS, INTERNAL_ERROR = (
     -32700,
@@ -45,6 +73,8 @@ PARSE_ERROR, INVALID_REQUEST, METHOD_NOT_FOUND, INVALID_PARAMS, INTERNAL_ERROR =
     -32602,
     -32603,
 )
+# The codes 2026-07-28 reserves (-32020 to -32099) that /mcp answers.
+HEADER_MISMATCH, UNSUPPORTED_VERSION = -32020, -32022
 
 _RESULT_ITEM = {
     "type": "object",
@@ -178,12 +208,24 @@ class Text(msgspec.Struct):
     text: str
 
 
+class ResultMeta(msgspec.Struct, frozen=True):
+    """A 2026-07-28 result's `_meta`: the server says who it is on each result."""
+
+    server_info: dict[str, str] = msgspec.field(name="io.modelcontextprotocol/serverInfo")
+
+
+MODERN_META = ResultMeta(SERVER_INFO)
+
+
 class _ToolResult(msgspec.Struct, rename="camel", kw_only=True):
     """`tools/call`'s result: text for the model, the structured answer its output schema describes, and whether
     it is an error the model can correct (a bad argument) rather than a protocol error. One type per tool (and one
     for the errors), so each one's structured content has its own schema."""
 
     content: list[Text]
+    # 2026-07-28 only (unset, so absent, in the handshake era): "complete", and the server's identity.
+    result_type: str | UnsetType = UNSET
+    meta: ResultMeta | UnsetType = msgspec.field(default=UNSET, name="_meta")
 
 
 class SearchDocsResult(_ToolResult, kw_only=True):
@@ -207,8 +249,25 @@ class InitializeResult(msgspec.Struct, rename="camel"):
     instructions: str
 
 
-class ToolList(msgspec.Struct):
+class ToolList(msgspec.Struct, rename="camel", kw_only=True):
     tools: list[Tool]
+    # 2026-07-28 only (unset, so absent, in the handshake era): "complete", cache hints, the server's identity.
+    result_type: str | UnsetType = UNSET
+    ttl_ms: int | UnsetType = UNSET
+    cache_scope: str | UnsetType = UNSET
+    meta: ResultMeta | UnsetType = msgspec.field(default=UNSET, name="_meta")
+
+
+class DiscoverResult(msgspec.Struct, rename="camel", kw_only=True):
+    """`server/discover`'s result (2026-07-28): the versions and capabilities this server offers, and who it is."""
+
+    result_type: str = "complete"
+    supported_versions: list[str]
+    capabilities: dict[str, dict[str, bool]]
+    instructions: str
+    ttl_ms: int = CACHE_TTL_MS
+    cache_scope: str = CACHE_SCOPE
+    meta: ResultMeta = msgspec.field(default=MODERN_META, name="_meta")
 
 
 class Nothing(msgspec.Struct):
@@ -252,9 +311,17 @@ class CallParams(msgspec.Struct):
 # --- the answers: one envelope per method's result, and the error -------------------------------------------------
 
 
+class UnsupportedVersion(msgspec.Struct, frozen=True):
+    """-32022's data: the versions to retry with, and the one asked for."""
+
+    supported: list[str]
+    requested: str
+
+
 class JsonRpcError(msgspec.Struct):
     code: int
     message: str
+    data: UnsupportedVersion | UnsetType = UNSET
 
 
 class JsonRpcFailure(msgspec.Struct, omit_defaults=True, kw_only=True):
@@ -294,9 +361,13 @@ class Pong(_Answered):
     result: Nothing
 
 
-Answered = Initialized | ToolsListed | DocsSearched | IntegrationsListed | ToolRefused | Pong
+class Discovered(_Answered):
+    result: DiscoverResult
+
+
+Answered = Initialized | Discovered | ToolsListed | DocsSearched | IntegrationsListed | ToolRefused | Pong
 # As the document lists them: a generated client tries them in turn, so the most demanding come first.
-ANSWERS = (JsonRpcFailure, Initialized, ToolsListed, DocsSearched, IntegrationsListed, ToolRefused, Pong)
+ANSWERS = (JsonRpcFailure, Initialized, Discovered, ToolsListed, DocsSearched, IntegrationsListed, ToolRefused, Pong)
 
 
 # --- a posted message, as read ----------------------------------------------------------------------------------
@@ -541,7 +612,7 @@ def dispatch(site: Site, call: Call) -> Answered | JsonRpcFailure:
         if method == "ping":
             return Pong("2.0", rid, Nothing())
         if method == "tools/list":
-            return ToolsListed("2.0", rid, ToolList(TOOLS))
+            return ToolsListed("2.0", rid, ToolList(tools=TOOLS))
         if method == "tools/call":
             result = _call_tool(site, call.params)
             if isinstance(result, SearchDocsResult):
@@ -554,8 +625,161 @@ def dispatch(site: Site, call: Call) -> Answered | JsonRpcFailure:
         return _failure(rid, f.code, f.message)
 
 
-def _failure(rid: RequestId | None, code: int, message: str) -> JsonRpcFailure:
-    return JsonRpcFailure(jsonrpc="2.0", id=rid, error=JsonRpcError(code, message))
+def _failure(
+    rid: RequestId | None, code: int, message: str, data: UnsupportedVersion | UnsetType = UNSET
+) -> JsonRpcFailure:
+    return JsonRpcFailure(jsonrpc="2.0", id=rid, error=JsonRpcError(code, message, data))
+
+
+# --- the stateless era (2026-07-28) -----------------------------------------------------------------------------
+
+
+class Headers(msgspec.Struct, frozen=True):
+    """The request headers the transport mirrors from the body (None: absent), as sent (OWS trimmed)."""
+
+    version: str | None = None
+    method: str | None = None
+    name: str | None = None
+
+
+def offered_versions(offered: tuple[str, ...]) -> list[str]:
+    """Every protocol version the offered revisions speak, newest first (discovery's and -32022's list)."""
+    versions: list[str] = []
+    if MODERN_ERA in offered:
+        versions += reversed(MODERN_PROTOCOLS)
+    if LEGACY_ERA in offered:
+        versions += reversed(SUPPORTED_PROTOCOLS)
+    return versions
+
+
+def _meta_of(message: Call | Notice | Flawed) -> object:
+    return message.params.get("_meta") if isinstance(message, Call) else None
+
+
+def era_of(offered: tuple[str, ...], headers: Headers, message: Call | Notice | Flawed) -> str:
+    """Which era serves a request. With both offered, as 2026-07-28 says a dual-era server chooses: a request that
+    declares its version in `_meta`, or names in its header a version the handshake era does not know, is modern;
+    one without either (`initialize` above all) or with a handshake-era version is legacy."""
+    if MODERN_ERA not in offered:
+        return LEGACY_ERA
+    if LEGACY_ERA not in offered:
+        return MODERN_ERA
+    meta = _meta_of(message)
+    if isinstance(meta, dict) and META_VERSION in meta:
+        return MODERN_ERA
+    if headers.version is None or headers.version in SUPPORTED_PROTOCOLS:
+        return LEGACY_ERA
+    return MODERN_ERA
+
+
+def _unsupported(rid: RequestId, requested: str, offered: tuple[str, ...]) -> JsonRpcFailure:
+    supported = offered_versions(offered)
+    hint = "" if LEGACY_ERA in offered else " (this server has no initialize handshake: send server/discover)"
+    message = f"Unsupported protocol version {requested!r}; supported: {', '.join(supported)}{hint}"
+    return _failure(rid, UNSUPPORTED_VERSION, message, UnsupportedVersion(supported, requested))
+
+
+def _header_value(value: str) -> str | None:
+    """A mirrored header's value: as sent, or the text a `=?base64?…?=` sentinel encodes (None: not decodable)."""
+    if not (value.startswith("=?base64?") and value.endswith("?=")):
+        return value
+    try:
+        return base64.b64decode(value[len("=?base64?") : -len("?=")], validate=True).decode("utf-8")
+    except (binascii.Error, UnicodeDecodeError):
+        return None
+
+
+def check_modern(call: Call, headers: Headers, offered: tuple[str, ...]) -> JsonRpcFailure | None:
+    """A 2026-07-28 request's envelope, checked as the transport spec orders it: the version (header, then
+    `_meta`), the mirrored headers against the body, `_meta`'s required fields. None: the request may be served."""
+    rid, method = call.id, call.method
+    meta = call.params.get("_meta")
+    declared = isinstance(meta, dict) and META_VERSION in meta
+    if not declared and (headers.version is None or headers.version in SUPPORTED_PROTOCOLS):
+        # A handshake-era request where only the stateless era is offered.
+        asked = call.params.get("protocolVersion") if method == "initialize" else headers.version
+        return _unsupported(rid, asked if isinstance(asked, str) else DEFAULT_PROTOCOL, offered)
+    if headers.version is None:
+        return _failure(rid, HEADER_MISMATCH, "Header mismatch: the MCP-Protocol-Version header is required")
+    if headers.version not in MODERN_PROTOCOLS:
+        return _unsupported(rid, headers.version, offered)
+    if headers.method is None:
+        return _failure(rid, HEADER_MISMATCH, "Header mismatch: the Mcp-Method header is required")
+    if headers.method != method:
+        return _failure(
+            rid, HEADER_MISMATCH, f"Header mismatch: Mcp-Method {headers.method!r} does not match the body's {method!r}"
+        )
+    field = NAMED_BY.get(method)
+    if field is not None:
+        named = call.params.get(field)
+        if headers.name is None:
+            return _failure(
+                rid, HEADER_MISMATCH, f"Header mismatch: {method} needs an Mcp-Name header (params.{field})"
+            )
+        sent = _header_value(headers.name)
+        if sent is None:
+            return _failure(rid, HEADER_MISMATCH, "Header mismatch: Mcp-Name is not valid =?base64?…?= UTF-8")
+        if sent != named:
+            return _failure(
+                rid, HEADER_MISMATCH, f"Header mismatch: Mcp-Name {sent!r} does not match params.{field} {named!r}"
+            )
+    if not isinstance(meta, dict):
+        return _failure(rid, INVALID_PARAMS, f"params._meta is required (an object with {META_VERSION})")
+    checked = cast(JsonObject, meta)
+    version = checked.get(META_VERSION)
+    if not isinstance(version, str):
+        return _failure(rid, INVALID_PARAMS, f"params._meta needs {META_VERSION} (a string)")
+    if not isinstance(checked.get(META_CAPABILITIES), dict):
+        return _failure(rid, INVALID_PARAMS, f"params._meta needs {META_CAPABILITIES} (an object)")
+    if version != headers.version:
+        return _failure(
+            rid,
+            HEADER_MISMATCH,
+            f"Header mismatch: MCP-Protocol-Version {headers.version!r} does not match _meta's {version!r}",
+        )
+    return None
+
+
+def dispatch_modern(site: Site, call: Call, offered: tuple[str, ...]) -> Answered | JsonRpcFailure:
+    """A checked 2026-07-28 call's answer: its result, with `resultType` and the server's identity, or the error."""
+    method, rid = call.method, call.id
+    if method == "server/discover":
+        capabilities = {"tools": {"listChanged": False}}
+        return Discovered(
+            "2.0",
+            rid,
+            DiscoverResult(
+                supported_versions=offered_versions(offered), capabilities=capabilities, instructions=INSTRUCTIONS
+            ),
+        )
+    if method == "tools/list":
+        listed = ToolList(
+            tools=TOOLS, result_type="complete", ttl_ms=CACHE_TTL_MS, cache_scope=CACHE_SCOPE, meta=MODERN_META
+        )
+        return ToolsListed("2.0", rid, listed)
+    if method == "tools/call":
+        answer = dispatch(site, call)
+        if isinstance(answer, (DocsSearched, IntegrationsListed, ToolRefused)):
+            done = msgspec.structs.replace(answer.result, result_type="complete", meta=MODERN_META)
+            return msgspec.structs.replace(answer, result=done)
+        return answer
+    removed = f" ({method} was removed in 2026-07-28)" if method in REMOVED_METHODS else ""
+    return _failure(
+        rid, METHOD_NOT_FOUND, f"Method not found: {method}{removed}; this server answers {', '.join(MODERN_METHODS)}"
+    )
+
+
+def answer_modern(
+    site: Site, call: Call, headers: Headers, offered: tuple[str, ...]
+) -> tuple[int, Answered | JsonRpcFailure]:
+    """A 2026-07-28 request's HTTP status and answer: 400 for a refused envelope, 404 (-32601) for a method this
+    server does not have, else 200 (a tool's unknown name, -32602, stays a JSON-RPC error in a 200)."""
+    refused = check_modern(call, headers, offered)
+    if refused is not None:
+        return 400, refused
+    reply = dispatch_modern(site, call, offered)
+    missing = isinstance(reply, JsonRpcFailure) and reply.error.code == METHOD_NOT_FOUND
+    return (404 if missing else 200), reply
 
 
 # --- HTTP -----------------------------------------------------------------------------------------
@@ -641,6 +865,8 @@ async def mcp_post(
     posted: NamedDependency[Posted],
     accept: Accept = "",
     protocol: Annotated[str | None, HeaderParameter(name="mcp-protocol-version")] = None,
+    mcp_method: Annotated[str | None, HeaderParameter(name="mcp-method")] = None,
+    mcp_name: Annotated[str | None, HeaderParameter(name="mcp-name")] = None,
     idempotency_key: Annotated[str | None, HeaderParameter(name="idempotency-key")] = None,
 ) -> Response[bytes]:
     site = site_of(request)
@@ -650,7 +876,10 @@ async def mcp_post(
             INVALID_REQUEST,
             "Not Acceptable: the client must accept application/json (and text/event-stream)",
         )
-    if protocol is not None and protocol.strip() not in SUPPORTED_PROTOCOLS:
+    offered = site.core.settings.mcp_offered
+    headers = Headers(_trimmed(protocol), _trimmed(mcp_method), _trimmed(mcp_name))
+    era = era_of(offered, headers, posted.message)
+    if era == LEGACY_ERA and protocol is not None and protocol.strip() not in SUPPORTED_PROTOCOLS:
         return _transport_error(
             400,
             INVALID_REQUEST,
@@ -671,15 +900,27 @@ async def mcp_post(
         tool, called = posted.tool, message.method
         if isinstance(message, Notice):
             return Answer(202, {})
-        reply = message.failure if isinstance(message, Flawed) else dispatch(site, message)
+        status = 200
+        if isinstance(message, Flawed):
+            reply = message.failure
+        elif era == MODERN_ERA:
+            status, reply = answer_modern(site, message, headers, offered)
+        else:
+            reply = dispatch(site, message)
         error = reply.error.code if isinstance(reply, JsonRpcFailure) else None
-        return Answer(200, {"Content-Type": "application/json"}, _encode(reply))
+        return Answer(status, {"Content-Type": "application/json"}, _encode(reply))
 
     fp = fingerprint(_canonical(posted.raw)) if key is not None else ""
     answer, replayed = await guarded(site.idempotency, f"{ip} POST /mcp", key, fp, produce)
-    site.core.bus.publish(ip, SiteMcp(status=answer.status, replayed=replayed, tool=tool, method=called, error=error))
+    served = UNSET if replayed else era
+    event = SiteMcp(status=answer.status, replayed=replayed, tool=tool, method=called, error=error, revision=served)
+    site.core.bus.publish(ip, event)
     media = answer.headers.pop("Content-Type", None)
     return Response(answer.body, status_code=answer.status, media_type=media, headers=answer.headers)
+
+
+def _trimmed(header: str | None) -> str | None:
+    return None if header is None else header.strip()  # a field value's surrounding whitespace is not its own
 
 
 def _canonical(body: bytes) -> bytes:
