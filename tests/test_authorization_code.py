@@ -15,7 +15,7 @@ import ssl
 import threading
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 from urllib.parse import parse_qs, urlencode, urlsplit
 
 import httpx
@@ -29,7 +29,7 @@ REDIRECT = "http://127.0.0.1:9/callback"  # never reached: the tests read the Lo
 
 
 class _Docs(http.server.BaseHTTPRequestHandler):
-    docs: dict[str, bytes] = {}
+    docs: ClassVar[dict[str, bytes]] = {}
 
     def do_GET(self) -> None:
         body = self.docs.get(self.path)
@@ -38,7 +38,7 @@ class _Docs(http.server.BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(body or b"{}")
 
-    def log_message(self, *_: object) -> None:
+    def log_message(self, format: str, *args: object) -> None:
         pass
 
 
@@ -245,7 +245,7 @@ def _tls(tmp: Path) -> tuple[ssl.SSLContext, Path]:
     from cryptography.hazmat.primitives.asymmetric import ec
     from cryptography.x509.oid import NameOID
 
-    now = datetime.datetime.now(datetime.timezone.utc)
+    now = datetime.datetime.now(datetime.UTC)
     ca_key = ec.generate_private_key(ec.SECP256R1())
     ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "test CA")])
     ca = (
