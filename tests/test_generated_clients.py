@@ -461,8 +461,8 @@ def test_every_control_plane_operation_declares_its_answer_and_its_text_errors(g
 
 def test_every_identity_provider_operation_declares_its_answer_and_its_errors(generated: str) -> None:
     """Each 2xx of the auth document is a JSON object (a struct's schema), a page (text/html) or, for revocation, an
-    empty 200; the sign-in page's decision is a 303 to the client; the signposts (paths that only refuse) declare that refusal and no 2xx; every error is the body the
-    route's handler writes, never Litestar's default."""
+    empty 200; the sign-in page's decision is a 303 to the client; the signposts (paths that only refuse) declare
+    that refusal and no 2xx; every error is the body the route's handler writes, never Litestar's default."""
     document = msgspec.json.decode((Path(generated) / "auth.json").read_bytes())
     schemas = document["components"]["schemas"]
     kinds: dict[str, list[str]] = {}
