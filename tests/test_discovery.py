@@ -26,7 +26,14 @@ async def test_authorization_server_metadata(client: httpx.AsyncClient, emu: Emu
     meta = (await client.get(base + "/.well-known/oauth-authorization-server")).json()
     assert meta["issuer"] == emu.auth  # byte for byte, on both origins
     assert meta["token_endpoint"] == emu.auth + "/oauth2/token"
-    assert meta["grant_types_supported"] == ["urn:ietf:params:oauth:grant-type:jwt-bearer"]
+    assert meta["grant_types_supported"] == [
+        "urn:ietf:params:oauth:grant-type:jwt-bearer",
+        "authorization_code",
+        "refresh_token",
+    ]
+    assert meta["authorization_endpoint"] == emu.auth + "/oauth2/authorize"
+    assert meta["response_types_supported"] == ["code"] and meta["code_challenge_methods_supported"] == ["S256"]
+    assert meta["client_id_metadata_document_supported"] is True
     assert "registration_endpoint" not in meta  # that name means RFC 7591 dynamic client registration
     agent = meta["agent_auth"]
     assert agent["register_uri"] == agent["identity_endpoint"] == emu.auth + "/agent/identity"
@@ -38,8 +45,9 @@ async def test_authorization_server_metadata(client: httpx.AsyncClient, emu: Emu
 async def test_openid_configuration(client: httpx.AsyncClient, emu: Emulator, where: str) -> None:
     base = emu.auth if where == "auth" else emu.url
     oidc = (await client.get(base + "/.well-known/openid-configuration")).json()
-    for field in (
+    for field in (  # every field OpenID Connect Discovery §3 REQUIRES
         "issuer",
+        "authorization_endpoint",
         "jwks_uri",
         "response_types_supported",
         "subject_types_supported",
@@ -48,13 +56,10 @@ async def test_openid_configuration(client: httpx.AsyncClient, emu: Emulator, wh
     ):
         assert field in oidc
     assert oidc["issuer"] == emu.auth and oidc["jwks_uri"] == emu.auth + "/.well-known/jwks.json"
-    # No browser authorization flow is served, so none is advertised (RFC 8414 allows leaving it out when no
-    # grant type uses it); the path itself says so.
-    assert "authorization_endpoint" not in oidc and oidc["grant_types_supported"] == [
-        "urn:ietf:params:oauth:grant-type:jwt-bearer"
-    ]
-    r = await client.get(emu.auth + "/oauth2/authorize")
-    assert r.status_code == 400 and r.json()["error"] == "unsupported_response_type"
+    assert oidc["authorization_endpoint"] == emu.auth + "/oauth2/authorize"
+    # the endpoint advertised is served: without a client it says so on a page (nowhere safe to redirect to)
+    r = await client.get(oidc["authorization_endpoint"])
+    assert r.status_code == 400 and "client_id is required" in r.text
 
 
 @pytest.mark.parametrize("where", ["auth", "site"])
@@ -65,10 +70,10 @@ async def test_authlib_validates_both_server_documents(client: httpx.AsyncClient
     AuthorizationServerMetadata(meta).validate()
     oidc = (await client.get(base + "/.well-known/openid-configuration")).json()
     OpenIDProviderMetadata(oidc).validate()
-    # what is advertised is what is served: no response type that hands out a credential (there is no browser
-    # flow), and the signing key's algorithm next to the RS256 that OpenID Connect Discovery requires
-    assert meta["response_types_supported"] == oidc["response_types_supported"] == ["none"]
-    assert "authorization_endpoint" not in meta and "authorization_endpoint" not in oidc
+    # what is advertised is what is served: the authorization code grant (tests/test_authorization_code.py), and
+    # the signing key's algorithm next to the RS256 that OpenID Connect Discovery requires
+    assert meta["response_types_supported"] == oidc["response_types_supported"] == ["code"]
+    assert meta["authorization_endpoint"] == oidc["authorization_endpoint"] == emu.auth + "/oauth2/authorize"
     assert oidc["id_token_signing_alg_values_supported"] == ["ES256", "RS256"]
 
 

@@ -218,3 +218,21 @@ def test_mcp_conformance_server_scenarios(emu: Emulator, conformance: Suite, tmp
             if failed:
                 problems.append(f"{scenario}: the stateless envelope's checks {failed} did not all pass")
     assert not problems, "\n".join(problems) + "\n\n" + output
+
+
+def test_mcp_conformance_authorization_server_metadata(emu: Emulator, conformance: Suite, tmp_path: Path) -> None:
+    """The suite's `authorization` command against the identity provider's issuer: its server metadata scenario
+    passes (authorization_endpoint, response_types_supported, code_challenge_methods_supported). Its
+    authorization-code-grant scenario needs a pre-registered --client-id and is not run (a client here is the URL of
+    its metadata document; tests/test_authorization_code.py drives that flow with the MCP SDK's client)."""
+    out = tmp_path / "results"
+    scenario = "authorization-server-metadata-endpoint"
+    cmd = [str(conformance.node), str(conformance.script), "authorization", "--url", emu.auth]
+    cmd += ["--scenario", scenario, "--output-dir", str(out)]
+    env = {k: v for k, v in os.environ.items() if k.lower() not in _PROXY_VARS}
+    run = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=env)
+    output = f"$ {' '.join(cmd)}\n{run.stdout}\n{run.stderr}"
+    found = list(out.glob(f"authorization-server-{scenario}-*/checks.json"))
+    assert run.returncode == 0 and len(found) == 1, output
+    checks = json.loads(found[0].read_text())
+    assert checks and all(c["status"] == "SUCCESS" for c in checks), output + json.dumps(checks, indent=2)[:4000]

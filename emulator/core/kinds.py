@@ -46,6 +46,8 @@ class Kind(StrEnum):
     IDP_LOGIN_DENIED = "idp.login_denied"
     IDP_SESSION = "idp.session"
     IDP_REVOKED = "idp.revoked"  # a registration revoked by the service side (subject: the registration)
+    IDP_AUTHORIZED = "idp.authorized"  # a person approved a client (authorization code grant; subject: the user)
+    IDP_AUTHORIZATION_DENIED = "idp.authorization_denied"  # a person denied one (subject: its client_id)
     IDP_IDJAG_REFUSED = "idp.idjag_refused"  # an ID-JAG refused, and why (subject: its upstream issuer)
     # the registration events a service receives, WorkOS's names (subject: the registration)
     AGENT_REGISTRATION_CREATED = "agent.registration.created"

@@ -299,6 +299,19 @@ class IdpUserCreated(Payload, frozen=True, kw_only=True):
     email: str
 
 
+class IdpAuthorized(Payload, frozen=True, kw_only=True):
+    KIND = Kind.IDP_AUTHORIZED
+    email: str
+    client_id: str
+    scope: str
+    resource: str
+
+
+class IdpAuthorizationDenied(Payload, frozen=True, kw_only=True):
+    KIND = Kind.IDP_AUTHORIZATION_DENIED
+    client_id: str
+
+
 class IdpLoginStarted(Payload, frozen=True, kw_only=True):
     KIND = Kind.IDP_LOGIN_STARTED
 

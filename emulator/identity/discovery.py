@@ -51,15 +51,17 @@ class AuthorizationServer(msgspec.Struct, kw_only=True):
     """RFC 8414 server metadata."""
 
     issuer: str
+    authorization_endpoint: str
     token_endpoint: str
     revocation_endpoint: str
     jwks_uri: str
     grant_types_supported: list[str]
-    # RFC 8414 requires the member, and validators (Authlib) refuse an empty list. No grant here uses an
-    # authorization endpoint (none is advertised), and "none" (OAuth 2.0 Multiple Response Type Encoding
-    # Practices §4) is the registered value for one that returns no credentials: true of this provider, where
-    # "code" would promise a browser flow it does not have.
-    response_types_supported: list[str]
+    response_types_supported: list[str]  # the authorization code grant's
+    response_modes_supported: list[str]
+    code_challenge_methods_supported: list[str]  # PKCE: S256 only (OAuth 2.1; `plain` is refused)
+    # A client_id may be the URL of the client's metadata document (draft-ietf-oauth-client-id-metadata-document,
+    # the MCP authorization spec's way to identify a client without registration; there is no registration_endpoint)
+    client_id_metadata_document_supported: bool
     token_endpoint_auth_methods_supported: list[str]
     revocation_endpoint_auth_methods_supported: list[str]
     scopes_supported: list[str]
@@ -70,8 +72,9 @@ class OpenIdConfiguration(AuthorizationServer, kw_only=True):
     """OpenID Connect Discovery: the server metadata and what an OpenID provider must also say."""
 
     subject_types_supported: list[str]
-    # No flow here issues an ID token; ES256 is the provider's key, and RS256 is listed because OpenID Connect
-    # Discovery §3 requires it of every provider (validators such as Authlib refuse the document without it).
+    # No flow here issues an ID token (no `openid` scope is offered); ES256 is the provider's key, and RS256 is
+    # listed because OpenID Connect Discovery §3 requires it of every provider (validators such as Authlib refuse
+    # the document without it).
     id_token_signing_alg_values_supported: list[str]
     claims_supported: list[str]
 
@@ -94,11 +97,15 @@ def authorization_server(identity: Identity) -> AuthorizationServer:
     types = identity.identity_types()
     return AuthorizationServer(
         issuer=auth,
+        authorization_endpoint=f"{auth}/oauth2/authorize",
         token_endpoint=f"{auth}/oauth2/token",
         revocation_endpoint=f"{auth}/oauth2/revoke",
         jwks_uri=f"{auth}/.well-known/jwks.json",
-        grant_types_supported=[JWT_BEARER],
-        response_types_supported=["none"],
+        grant_types_supported=[JWT_BEARER, "authorization_code", "refresh_token"],
+        response_types_supported=["code"],
+        response_modes_supported=["query"],
+        code_challenge_methods_supported=["S256"],
+        client_id_metadata_document_supported=True,
         token_endpoint_auth_methods_supported=["none"],
         revocation_endpoint_auth_methods_supported=["none"],
         scopes_supported=POST_CLAIM_SCOPES,

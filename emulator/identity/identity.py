@@ -3,7 +3,8 @@
 `registrations.py` (registrations: register, the ID-JAG registration, the claim's completion, expiry, declared
 states), `claims.py` (claim_attempts: start a claim, the person's decision), `tokens.py` (access_tokens,
 refresh_tokens, idjag_jtis: assertions, the jwt-bearer exchange, the site's check, revocation, refresh) and
-`users.py` (users, identity_links). The wire types are `wire.py`'s, the operator's views `views.py`'s.
+`users.py` (users, identity_links), `authcodes.py` (authorization_codes, person_refresh_tokens: a person's browser
+sign-in for an OAuth client). The wire types are `wire.py`'s, the operator's views `views.py`'s.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 import aiosqlite
 
 from emulator.core.context import Core
+from emulator.identity.authcodes import AuthCodes
 from emulator.identity.claims import Claims
 from emulator.identity.idjag import Upstream
 from emulator.identity.records import OpenAttempt
@@ -44,6 +46,7 @@ class Identity:
         self.tokens = Tokens(core, signer, urls)
         self.claims = Claims(core, urls, self.users)
         self.registrations = Registrations(core, urls, self.upstream, self.tokens, self.claims, self.users)
+        self.authcodes = AuthCodes(core, signer, urls, self.users)
 
     def identity_types(self) -> list[str]:
         """The registration types discovery advertises: ID-JAG only while its switch is on."""

@@ -65,6 +65,18 @@ class SessionClaims(Claims, kw_only=True, frozen=True, omit_defaults=True):
     exp: int
 
 
+class PersonClaims(Claims, kw_only=True, frozen=True, omit_defaults=True):
+    """A person's access token from the authorization code grant (`sub`: the user, `aud`: the resource asked for,
+    `client_id`: the OAuth client the person approved)."""
+
+    client_id: str
+    scope: str
+    jti: str
+    iat: int
+    exp: int
+    email: str
+
+
 class Jwk(msgspec.Struct, kw_only=True):
     """The public half of the signing key (RFC 7517), its members in the order joserfc gives them."""
 
@@ -93,7 +105,7 @@ class Signer:
         self._es256: Callable[[bytes], bytes] | None = None  # the key's private half, signing
         # token → (typ, claims) of a good signature: a P-256 check is most of the CPU of a token exchange or an
         # authenticated call, and the answer for the same bytes and key never changes (expiry is checked by callers)
-        self._verified: OrderedDict[str, tuple[str, AgentClaims | SessionClaims]] = OrderedDict()
+        self._verified: OrderedDict[str, tuple[str, AgentClaims | SessionClaims | PersonClaims]] = OrderedDict()
 
     @classmethod
     def of(cls, state_dir: Path) -> Signer:
@@ -142,9 +154,10 @@ class Signer:
             raise ValueError("the signing key has no private half")
         return (signing + b"." + _b64(self._es256(signing))).decode()
 
-    def verify(self, token: str) -> tuple[str, AgentClaims | SessionClaims]:
+    def verify(self, token: str) -> tuple[str, AgentClaims | SessionClaims | PersonClaims]:
         """(typ, claims) of a token signed by this key, its claims decoded strictly as the kind it is (a session's
-        names its `sid`). Expiry is the caller's business (emulator clock)."""
+        names its `sid`, an agent's its `registration_type`, else a person's). Expiry is the caller's business
+        (emulator clock)."""
         known = self._verified.get(token)
         if known is not None:
             self._verified.move_to_end(token)
@@ -155,7 +168,8 @@ class Signer:
         try:
             jsonbody.check_token(token)  # joserfc decodes header and claims recursively: 50,000 levels would raise
             decoded = jwt.decode(token, self._loaded(), algorithms=["ES256"])
-            kind = SessionClaims if "sid" in decoded.claims else AgentClaims
+            claims = decoded.claims
+            kind = SessionClaims if "sid" in claims else AgentClaims if "registration_type" in claims else PersonClaims
             verified = str(decoded.header.get("typ", "")), msgspec.convert(decoded.claims, kind)
         except (JoseError, ValueError, TypeError) as e:  # msgspec.ValidationError is a ValueError
             raise InvalidToken(str(e) or type(e).__name__) from None

@@ -29,7 +29,7 @@ from emulator.identity import agent_events
 from emulator.identity.agent_events import AccessTokenIssued, CredentialIssuedData, RegistrationRef
 from emulator.identity.idjag import SKEW
 from emulator.identity.records import HeldRefreshToken, RefreshTokenRecord, RegistrationRecord, TokenCheck
-from emulator.identity.signing import ACCESS_TOKEN_TYP, ASSERTION_TYP, AgentClaims, InvalidToken, Signer
+from emulator.identity.signing import ACCESS_TOKEN_TYP, ASSERTION_TYP, AgentClaims, InvalidToken, PersonClaims, Signer
 from emulator.identity.states import RegStatus
 from emulator.identity.wire import (
     POST_CLAIM_SCOPES,
@@ -155,6 +155,11 @@ class Tokens:
         if typ == ASSERTION_TYP:
             raise INVALID_TOKEN(
                 f"this is an identity assertion; exchange it at {self.urls.auth}/oauth2/token first",
+            )
+        if typ == ACCESS_TOKEN_TYP and isinstance(claims, PersonClaims):
+            raise INVALID_TOKEN(
+                "this is a person's access token (the authorization code grant); this endpoint takes an agent's: "
+                "register at /agent/identity and exchange its assertion at /oauth2/token",
             )
         if (
             typ != ACCESS_TOKEN_TYP

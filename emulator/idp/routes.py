@@ -19,7 +19,7 @@ from litestar.di import NamedDependency
 from litestar.enums import ScopeType
 from litestar.exceptions import HTTPException
 from litestar.openapi import ResponseSpec
-from litestar.params import FromQuery, HeaderParameter
+from litestar.params import FromQuery, HeaderParameter, QueryParameter
 from litestar.types import ASGIApp, Receive, Scope, Send
 from msgspec import UNSET, UnsetType
 
@@ -40,6 +40,7 @@ from emulator.core.errors import (
     GONE,
     INTERACTION_REQUIRED,
     INVALID_CLAIM_TOKEN,
+    INVALID_CLIENT,
     INVALID_GRANT,
     INVALID_LOGIN_HINT,
     INVALID_REFRESH_TOKEN,
@@ -54,7 +55,6 @@ from emulator.core.errors import (
     SERVER_ERROR,
     SERVICE_AUTH_REGISTRATION_DISABLED,
     UNSUPPORTED_GRANT_TYPE,
-    UNSUPPORTED_RESPONSE_TYPE,
     USER_CODE_EXPIRED,
     ApiError,
     code_for,
@@ -67,6 +67,7 @@ from emulator.core.webapp import App
 from emulator.hosted.logins import Logins
 from emulator.identity import discovery
 from emulator.identity.agents_api import AgentsApi
+from emulator.identity.authcodes import AuthRequest, PersonToken, RedirectError
 from emulator.identity.claims import Closed, why_closed
 from emulator.identity.discovery import AuthorizationServer, OpenIdConfiguration, UpstreamConfiguration
 from emulator.identity.identity import Identity
@@ -90,6 +91,7 @@ from emulator.identity.wire import (
     Registered,
     Registration,
     Scopes,
+    valid_email,
 )
 from emulator.idp import agents, login
 from emulator.idp.forms import Decision, OAuthError, oauth_form, oauth_reader, page_form
@@ -310,32 +312,32 @@ async def old_paths(request: Request[Any, Any, Any]) -> None:
 
 JwtBearer = Literal["urn:ietf:params:oauth:grant-type:jwt-bearer"]
 assert get_args(JwtBearer) == (JWT_BEARER,)
+GrantType = Literal["urn:ietf:params:oauth:grant-type:jwt-bearer", "authorization_code", "refresh_token"]
 
 
 class TokenForm(msgspec.Struct, kw_only=True):
-    """The jwt-bearer grant (RFC 7523) at /oauth2/token: the registration's identity assertion."""
+    """/oauth2/token: the jwt-bearer grant (RFC 7523: the registration's identity assertion), the authorization code
+    grant (OAuth 2.1 §4.1.3, with PKCE's code_verifier) and a person's refresh token (§4.3)."""
 
-    grant_type: JwtBearer
-    assertion: Annotated[str, msgspec.Meta(min_length=1)]
-    scope: str | None = None  # narrower than the registration's
+    grant_type: GrantType
+    assertion: str = ""  # jwt-bearer
+    scope: str | None = None  # narrower than what was granted
+    code: str = ""  # authorization_code
+    redirect_uri: str = ""
+    code_verifier: str = ""
+    client_id: str = ""
+    refresh_token: str = ""  # refresh_token
+    resource: str = ""  # RFC 8707
 
 
 def _grant_refused(grant: object) -> ApiError:
     hint = ""
     if isinstance(grant, str) and ("device_code" in grant or "claim" in grant):
         hint = "; there is no polling grant: complete the claim at /agent/identity/claim/complete"
-    elif grant == "refresh_token":
-        hint = "; refresh tokens go to /agent/identity with type refresh"
-    return UNSUPPORTED_GRANT_TYPE(f"grant_type must be {JWT_BEARER}{hint}")
+    return UNSUPPORTED_GRANT_TYPE(f"grant_type must be {JWT_BEARER}, authorization_code or refresh_token{hint}")
 
 
-_read_token_form = oauth_reader(
-    TokenForm,
-    {
-        "grant_type": _grant_refused,
-        "assertion": lambda _: INVALID_REQUEST("assertion is required (the registration's identity.assertion)"),
-    },
-)
+_read_token_form = oauth_reader(TokenForm, {"grant_type": _grant_refused})
 
 
 def token_form(headers: Mapping[str, str], body: bytes) -> TokenForm:
@@ -346,7 +348,16 @@ def token_form(headers: Mapping[str, str], body: bytes) -> TokenForm:
     return _read_token_form(headers.get("content-type", ""), body)
 
 
-async def exchange(idp: Idp, grant: TokenForm) -> AccessToken:
+async def exchange(idp: Idp, grant: TokenForm) -> AccessToken | PersonToken:
+    codes = idp.identity.authcodes
+    if grant.grant_type == "authorization_code":
+        return await codes.redeem(grant.code, grant.code_verifier, grant.redirect_uri, grant.client_id, grant.resource)
+    if grant.grant_type == "refresh_token":
+        if grant.refresh_token.startswith("art_"):
+            raise INVALID_GRANT("an agent's refresh token goes to /agent/identity with type refresh")
+        return await codes.refresh(grant.refresh_token, grant.client_id, grant.scope or "", grant.resource)
+    if not grant.assertion:
+        raise INVALID_REQUEST("assertion is required (the registration's identity.assertion)")
     if grant.assertion.startswith("art_"):
         raise INVALID_GRANT("refresh tokens go to /agent/identity with type refresh")
     return await idp.identity.exchange(grant.assertion, grant.scope)
@@ -358,9 +369,13 @@ async def exchange(idp: Idp, grant: TokenForm) -> AccessToken:
     operation_id="token",
     exception_handlers={ApiError: oauth_error},
     dependencies={"grant": contract.form(TokenForm, token_form)},
-    responses=contract.errors(INVALID_REQUEST, UNSUPPORTED_GRANT_TYPE, INVALID_GRANT, INVALID_SCOPE),
+    responses=contract.errors(
+        INVALID_REQUEST, INVALID_CLIENT, UNSUPPORTED_GRANT_TYPE, INVALID_GRANT, INVALID_SCOPE, INVALID_TARGET
+    ),
 )
-async def token(request: Request[Any, Any, Any], grant: NamedDependency[TokenForm]) -> Response[AccessToken]:
+async def token(
+    request: Request[Any, Any, Any], grant: NamedDependency[TokenForm]
+) -> Response[AccessToken | PersonToken]:
     # Reached only by what TokenFastPath leaves to the router (a large or chunked body); the same answer.
     return Response(await exchange(idp_of(request), grant), headers=_NO_STORE)
 
@@ -421,22 +436,142 @@ class RevokeForm(msgspec.Struct):
 async def revoke(request: Request[Any, Any, Any], revocation: NamedDependency[RevokeForm]) -> Response[bytes]:
     """An empty 200 whether or not the token was known (RFC 7009 §2.2)."""
     idp = idp_of(request)
-    if not await idp.logins.revoke(revocation.token):  # a pxt login session's token, or else an agent's
+    # a pxt login session's token, a person's refresh token (the authorization code grant's), or else an agent's
+    if not await idp.logins.revoke(revocation.token) and not await idp.identity.authcodes.revoke(revocation.token):
         await idp.identity.revoke(revocation.token)
     return Response(b"", status_code=200, headers=_NO_STORE)
 
 
+class AuthorizeForm(msgspec.Struct, kw_only=True):
+    """The authorization request (OAuth 2.1 §4.1.1, RFC 7636, RFC 8707), as the sign-in page posts it back (hidden
+    fields), with who signs in and the person's decision (denying needs no e-mail)."""
+
+    response_type: str = ""
+    client_id: str = ""
+    redirect_uri: str = ""
+    code_challenge: str = ""
+    code_challenge_method: str = ""
+    state: str = ""
+    scope: str = ""
+    resource: str = ""
+    email: str = ""
+    decision: Decision = "approve"
+
+
+_REQUEST_FIELDS = (
+    "response_type",
+    "client_id",
+    "redirect_uri",
+    "code_challenge",
+    "code_challenge_method",
+    "state",
+    "scope",
+    "resource",
+)
+
+
+def _redirect(location: str) -> Response[str]:
+    """303 to the client's redirect URI (a POST's answer is followed with a GET)."""
+    return Response("", status_code=303, headers={"Location": location, **_NO_STORE}, media_type=MediaType.TEXT)
+
+
+async def _checked(idp: Idp, form: AuthorizeForm) -> AuthRequest:
+    return await idp.identity.authcodes.check_request(
+        response_type=form.response_type,
+        client_id=form.client_id,
+        redirect_uri=form.redirect_uri,
+        code_challenge=form.code_challenge,
+        code_challenge_method=form.code_challenge_method,
+        state=form.state,
+        scope=form.scope,
+        resource=form.resource,
+    )
+
+
+def _authorize_form(form: AuthorizeForm, ask: AuthRequest, error: str = "", status: int = 200) -> Response[str]:
+    """The person's sign-in page for a client: who asks, for what, where the answer goes."""
+    name = ask.client.client_name or ask.client.client_id
+    rows = [
+        ("Application", f"{html.escape(name)} (<code>{html.escape(ask.client.client_id)}</code>)"),
+        ("Asks for", ", ".join(f"<code>{html.escape(s)}</code>" for s in ask.scope.split())),
+        ("For", f"<code>{html.escape(ask.resource)}</code>"),
+        ("Returns to", f"<code>{html.escape(ask.redirect_uri)}</code>"),
+    ]
+    fields = "".join(html.hidden(name, str(getattr(form, name))) for name in _REQUEST_FIELDS)
+    body = (
+        f"<p>{html.escape(name)} asks to act for you on your Pixeltable Cloud account.</p>"
+        + html.facts(rows)
+        + (html.error_box(error) if error else "")
+        + "<p>Sign in to approve it; deny it if you did not start this (no sign-in needed).</p>"
+        + f'<form method="post" action="/oauth2/authorize">{fields}'
+        + html.email_input(form.email)
+        + html.decision_buttons("Sign in and approve")
+        + "</form>"
+    )
+    return html.page("Sign in to Pixeltable Cloud", body, status)
+
+
 @get(
     "/oauth2/authorize",
-    status_code=400,
     operation_id="authorize",
-    exception_handlers={ApiError: oauth_error},
-    description="A signpost: there is no browser flow here, so it refuses (unsupported_response_type).",
+    media_type=MediaType.HTML,
+    exception_handlers={ApiError: page_error},
+    responses=contract.errors(INVALID_REQUEST, INVALID_CLIENT),
+    description="The authorization code grant's sign-in page (PKCE S256); a request refused after its redirect URI "
+    "is checked goes back to the client there (303).",
 )
-async def authorize() -> None:
-    raise UNSUPPORTED_RESPONSE_TYPE(
-        "this provider has no browser authorization flow; agents register at /agent/identity",
+async def authorize(
+    request: Request[Any, Any, Any],
+    response_type: FromQuery[str] = "",
+    client_id: FromQuery[str] = "",
+    redirect_uri: FromQuery[str] = "",
+    code_challenge: FromQuery[str] = "",
+    code_challenge_method: FromQuery[str] = "",
+    # `state` and `scope` are names Litestar reserves (its state, the ASGI scope)
+    state_: Annotated[str, QueryParameter(name="state")] = "",
+    scope_: Annotated[str, QueryParameter(name="scope")] = "",
+    resource: FromQuery[str] = "",
+) -> Response[str]:
+    form = AuthorizeForm(
+        response_type=response_type,
+        client_id=client_id,
+        redirect_uri=redirect_uri,
+        code_challenge=code_challenge,
+        code_challenge_method=code_challenge_method,
+        state=state_,
+        scope=scope_,
+        resource=resource,
     )
+    try:
+        ask = await _checked(idp_of(request), form)
+    except RedirectError as e:
+        return _redirect(e.redirect)
+    return _authorize_form(form, ask)
+
+
+@post(
+    "/oauth2/authorize",
+    status_code=303,
+    operation_id="decide_authorization",
+    media_type=MediaType.HTML,
+    exception_handlers={ApiError: page_error},
+    dependencies={"form": page_form(AuthorizeForm)},
+    responses=contract.errors(BAD_REQUEST, INVALID_REQUEST, INVALID_CLIENT),
+)
+async def authorize_decide(request: Request[Any, Any, Any], form: NamedDependency[AuthorizeForm]) -> Response[str]:
+    """The person's decision: to the client's redirect URI with a code, or with error=access_denied."""
+    idp = idp_of(request)
+    try:
+        ask = await _checked(idp, form)
+    except RedirectError as e:
+        return _redirect(e.redirect)
+    codes = idp.identity.authcodes
+    if form.decision == "deny":
+        return _redirect(codes.deny(ask))
+    email = form.email.strip()
+    if not valid_email(email):
+        return _authorize_form(form, ask, "Enter the e-mail address you sign in with.", 400)
+    return _redirect(await codes.approve(ask, email))
 
 
 # --- discovery ------------------------------------------------------------------------------------
@@ -648,6 +783,7 @@ HANDLERS = [
     token,
     revoke,
     authorize,
+    authorize_decide,
     jwks,
     as_metadata,
     oidc,
