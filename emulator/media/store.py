@@ -495,7 +495,11 @@ def _read_form(environ: WSGIEnvironment) -> tuple[IO[bytes], form.Posted | sigv4
         spool.write(chunk)
         remaining -= len(chunk)
     spool.seek(0)
-    _, fields, files = parse_form_data({**environ, "wsgi.input": spool}, max_form_parts=1000)
+    try:
+        _, fields, files = parse_form_data({**environ, "wsgi.input": spool}, max_form_parts=1000)
+    except Exception as e:  # werkzeug's bounds (too many parts...) raise even when parsing is silent
+        message = f"The body of your POST request is not well-formed multipart/form-data ({type(e).__name__})."
+        return spool, sigv4.Refused("MalformedPOSTRequest", message)
     spool.seek(0)
     environ["wsgi.input"] = spool
     named = {name.lower(): str(fields.get(name, "")) for name in fields}
