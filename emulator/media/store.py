@@ -6,10 +6,11 @@ server, run in a thread of `emulator up`, rather than a hand-written S3: the cli
 with boto3 (SigV4, path-style addressing, multipart uploads, listings, range reads) and downloads through
 presigned URLs, and moto is a maintained, widely used implementation of exactly that API that runs from
 PyPI, in process, with no binary to fetch. One physical bucket per database, `pxt-<org_id>-<db>`, made on
-first use. moto accepts any key pair, so the per-organization credentials handed out are a courtesy to
-the client (which needs some), not a boundary; they are derived from a key in `<state-dir>/keys/`, never
-stored and never logged. Presigned URLs do expire: a small WSGI layer refuses them after `X-Amz-Expires`,
-which moto alone does not, so the client's re-sign on 403 is exercised.
+first use. moto accepts any key pair; the layer in front of it (`_authorized`) takes only the key of the
+bucket a request names (SigV4, SigV2 or a browser form's signed policy) or the emulator's own. The
+per-database keys are derived from a key in `<state-dir>/keys/`, never stored and never logged. Presigned
+URLs (SigV4 and SigV2) and browser-form uploads do expire, on the emulator's clock: a small WSGI layer
+refuses them at their end, which moto alone does not, so the client's re-sign on 403 is exercised.
 
 The trial's 50 GB (`media_quota_bytes`) is the sum of the object sizes in the organization's buckets, read
 with an S3 listing. At or over it, `get_bucket_credentials` answers `no_space_left: true` with a
