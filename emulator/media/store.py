@@ -489,12 +489,18 @@ def _read_form(environ: WSGIEnvironment) -> tuple[IO[bytes], form.Posted | sigv4
     if not length.isdigit():
         return spool, sigv4.Refused("MissingContentLength", "You must provide the Content-Length HTTP header.")
     remaining, source = int(length), environ["wsgi.input"]
-    while remaining > 0:
-        chunk = source.read(min(remaining, 1 << 16))
-        if not chunk:
-            break
-        spool.write(chunk)
-        remaining -= len(chunk)
+    try:
+        while remaining > 0:
+            chunk = source.read(min(remaining, 1 << 16))
+            if not chunk:
+                break
+            spool.write(chunk)
+            remaining -= len(chunk)
+    except OSError:  # the connection's reading side was shut (the body's deadline) or reset
+        pass
+    if remaining > 0:
+        message = "You did not provide the number of bytes specified by the Content-Length HTTP header."
+        return spool, sigv4.Refused("IncompleteBody", message)
     spool.seek(0)
     try:
         _, fields, files = parse_form_data({**environ, "wsgi.input": spool}, max_form_parts=1000)
