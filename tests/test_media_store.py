@@ -379,6 +379,12 @@ async def test_boto3_default_and_sigv4_presigned_urls_get_and_put(emu: Emulator)
         r = await c.get(presigned(client_of(made_up), "get_object", bucket, key))
         assert s3_error(r)[:2] == (403, "InvalidAccessKeyId")
         assert s3(creds).get_object(Bucket=bucket, Key=key)["Body"].read() == body  # nothing else was written
+    # SigV2 signs the content type and the x-amz-* headers a URL was made for: a PUT must send those
+    typed = presigned(default_client(creds), "put_object", bucket, "typed.png", ContentType="image/png")
+    r = await c.put(typed, content=b"png", headers={"Content-Type": "image/gif"})
+    assert s3_error(r)[:2] == (403, "SignatureDoesNotMatch")
+    assert (await c.put(typed, content=b"png", headers={"Content-Type": "image/png"})).status_code == 200
+    assert s3(creds).head_object(Bucket=bucket, Key="typed.png")["ContentType"] == "image/png"
     await c.aclose()
 
 
