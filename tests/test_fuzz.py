@@ -488,6 +488,8 @@ SUBRESOURCES = [
     "attributes",
     "X-Amz-Date=garbage&X-Amz-Expires=1",
     "X-Amz-Date=20261101T000000Z&X-Amz-Expires=99999999999999999999999",
+    "AWSAccessKeyId=PXTEX&Signature=%%%&Expires=garbage",
+    "AWSAccessKeyId=&Signature=x&Expires=99999999999999999999999",
 ]
 S3_BODIES = st.one_of(
     st.just(b""),

@@ -9,6 +9,8 @@ tunnel is uploaded to the home bucket, stored there by the hosted database and r
 
 from __future__ import annotations
 
+import asyncio
+import base64
 import importlib.metadata
 import io
 import json
@@ -20,6 +22,8 @@ import textwrap
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import parse_qs, quote, urlsplit
+from xml.etree import ElementTree
 
 import boto3
 import botocore.config
@@ -290,6 +294,232 @@ async def test_a_bucket_answers_its_own_databases_key_and_presigned_urls_only(em
     got = await c.get((await presign(c, emu, t, "private.bin", "get")).json()["url"])
     assert got.status_code == 200 and got.content == b"mine"
     assert s3(mine).get_object(Bucket=bucket, Key="private.bin")["Body"].read() == b"mine"
+    await c.aclose()
+
+
+# --- presigning as S3 does it: boto3 and s3fs at their defaults ------------------------------------------------
+
+
+def default_client(creds: dict[str, Any], region: str = "us-east-1") -> Any:
+    """boto3 as an application builds it: no signature version, no addressing style (in us-east-1 its presigned
+    URLs and forms are SigV2, its requests SigV4)."""
+    return boto3.client(
+        "s3",
+        endpoint_url=creds["endpoint_url"],
+        region_name=region,
+        aws_access_key_id=creds["access_key_id"],
+        aws_secret_access_key=creds["secret_access_key"],
+    )
+
+
+def signing_client(creds: dict[str, Any], version: str = "s3v4", **config: Any) -> Any:
+    """boto3 told which signature to use: SigV4 (`s3v4`) or SigV2 headers (`s3`)."""
+    return boto3.client(
+        "s3",
+        endpoint_url=creds["endpoint_url"],
+        region_name="us-east-1",
+        aws_access_key_id=creds["access_key_id"],
+        aws_secret_access_key=creds["secret_access_key"],
+        config=botocore.config.Config(signature_version=version, **config),
+    )
+
+
+def s3_error(r: httpx.Response) -> tuple[int, str, str]:
+    """The status, and the code and message of S3's XML error body."""
+    root = ElementTree.fromstring(r.content)
+    return r.status_code, root.findtext("Code") or "", root.findtext("Message") or ""
+
+
+def tampered(url: str, name: str) -> str:
+    """The URL with the first character of its `name` parameter's value changed."""
+    value = parse_qs(urlsplit(url).query)[name][0]
+    swapped = ("B" if value[0] != "B" else "C") + value[1:]
+    return url.replace(f"{name}={quote(value, safe='')}", f"{name}={quote(swapped, safe='')}")
+
+
+def presigned(client: Any, method: str, bucket: str, key: str, **params: Any) -> str:
+    return client.generate_presigned_url(method, Params={"Bucket": bucket, "Key": key, **params}, ExpiresIn=3600)
+
+
+async def test_boto3_default_and_sigv4_presigned_urls_get_and_put(emu: Emulator) -> None:
+    """boto3's default presigned URL (query-string SigV2) and a SigV4 one both read and write the bucket over plain
+    HTTP, with a signed subresource (`response-content-type`); a changed subresource or signature, a lengthened
+    lifetime, another organization's key and a made-up key are refused as S3 refuses them, and nothing is written."""
+    c, t = await trial(emu)
+    _, other = await trial(emu)
+    creds, theirs = (await credentials(c, emu, t)).json(), (await credentials(c, emu, other)).json()
+    bucket = creds["resolved_bucket_name"]
+    key = "media/a b+c/é.bin"
+    for client, marker in ((default_client(creds), "AWSAccessKeyId="), (signing_client(creds), "X-Amz-Algorithm=")):
+        put = presigned(client, "put_object", bucket, key)
+        assert marker in put, put
+        body = marker.encode() * 50
+        r = await c.put(put, content=body)
+        assert r.status_code == 200, r.text
+        get = presigned(client, "get_object", bucket, key, ResponseContentType="text/x-test")
+        r = await c.get(get)
+        assert r.status_code == 200 and r.content == body, r.text
+        # the subresource is signed (SigV2 signs it in the resource, SigV4 in the query): changing it is refused
+        other_type = get.replace("text%2Fx-test", "text%2Fhtml")
+        assert other_type != get and s3_error(await c.get(other_type))[:2] == (403, "SignatureDoesNotMatch")
+        signature = "Signature" if marker.startswith("AWS") else "X-Amz-Signature"
+        assert s3_error(await c.get(tampered(get, signature)))[:2] == (403, "SignatureDoesNotMatch")
+        r = await c.put(tampered(put, signature), content=b"tampered")
+        assert s3_error(r)[:2] == (403, "SignatureDoesNotMatch")
+        # the signature covers the lifetime: a URL made to last longer is not the URL that was signed
+        longer = re.sub(r"(Expires=)(\d+)", lambda m: m[1] + str(int(m[2]) + 86_400), get)
+        assert longer != get and s3_error(await c.get(longer))[:2] == (403, "SignatureDoesNotMatch")
+        # another organization's credentials presign a URL for this bucket: refused, as their signed requests are
+        foreign = default_client(theirs) if marker.startswith("AWS") else signing_client(theirs)
+        status, code, message = s3_error(await c.put(presigned(foreign, "put_object", bucket, key), content=b"x"))
+        assert (status, code) == (403, "AccessDenied") and f"does not reach bucket {bucket}" in message
+        assert s3_error(await c.get(presigned(foreign, "get_object", bucket, key)))[:2] == (403, "AccessDenied")
+        made_up = {**creds, "access_key_id": "AKIAIOSFODNN7EXAMPLE"}
+        client_of = default_client if marker.startswith("AWS") else signing_client
+        r = await c.get(presigned(client_of(made_up), "get_object", bucket, key))
+        assert s3_error(r)[:2] == (403, "InvalidAccessKeyId")
+        assert s3(creds).get_object(Bucket=bucket, Key=key)["Body"].read() == body  # nothing else was written
+    # SigV2 signs the content type and the x-amz-* headers a URL was made for: a PUT must send those
+    typed = presigned(default_client(creds), "put_object", bucket, "typed.png", ContentType="image/png")
+    r = await c.put(typed, content=b"png", headers={"Content-Type": "image/gif"})
+    assert s3_error(r)[:2] == (403, "SignatureDoesNotMatch")
+    assert (await c.put(typed, content=b"png", headers={"Content-Type": "image/png"})).status_code == 200
+    assert s3(creds).head_object(Bucket=bucket, Key="typed.png")["ContentType"] == "image/png"
+    await c.aclose()
+
+
+async def test_sigv2_signed_requests_work_with_botos_s3_signer(emu: Emulator) -> None:
+    """A client configured for SigV2 headers (`signature_version="s3"`) reads, writes and lists its bucket; with
+    another organization's key it is refused."""
+    c, t = await trial(emu)
+    _, other = await trial(emu)
+    creds, theirs = (await credentials(c, emu, t)).json(), (await credentials(c, emu, other)).json()
+    bucket = creds["resolved_bucket_name"]
+    v2 = signing_client(creds, "s3")
+    v2.put_object(Bucket=bucket, Key="v2/x y.txt", Body=b"v2", ContentType="text/plain", Metadata={"who": "v2"})
+    got = v2.get_object(Bucket=bucket, Key="v2/x y.txt")
+    assert got["Body"].read() == b"v2" and got["Metadata"] == {"who": "v2"}
+    assert [o["Key"] for o in v2.list_objects_v2(Bucket=bucket, Prefix="v2/")["Contents"]] == ["v2/x y.txt"]
+    with pytest.raises(botocore.exceptions.ClientError) as e:
+        signing_client(theirs, "s3", retries={"max_attempts": 1}).get_object(Bucket=bucket, Key="v2/x y.txt")
+    assert e.value.response["Error"]["Code"] == "AccessDenied"
+    await c.aclose()
+
+
+async def test_s3fs_url_downloads_and_uploads_with_default_settings(emu: Emulator) -> None:
+    """s3fs (fsspec) with the credentials and endpoint only: it writes through signed requests, and `fs.url()`
+    (boto3's default presigning underneath) gives URLs that download and upload."""
+    import s3fs
+
+    c, t = await trial(emu)
+    creds = (await credentials(c, emu, t)).json()
+    bucket = creds["resolved_bucket_name"]
+    fs = s3fs.S3FileSystem(
+        key=creds["access_key_id"],
+        secret=creds["secret_access_key"],
+        endpoint_url=creds["endpoint_url"],
+        skip_instance_cache=True,
+    )
+    await asyncio.to_thread(fs.pipe, f"{bucket}/fs/one.txt", b"from s3fs")
+    url = str(await asyncio.to_thread(fs.url, f"{bucket}/fs/one.txt", expires=600))
+    assert "AWSAccessKeyId=" in url, url
+    r = await c.get(url)
+    assert r.status_code == 200 and r.content == b"from s3fs", r.text
+    put = str(await asyncio.to_thread(fs.url, f"{bucket}/fs/two.txt", expires=600, client_method="put_object"))
+    assert (await c.put(put, content=b"via a URL")).status_code == 200
+    assert await asyncio.to_thread(fs.cat, f"{bucket}/fs/two.txt") == b"via a URL"
+    assert s3_error(await c.get(tampered(url, "Signature")))[:2] == (403, "SignatureDoesNotMatch")
+    await c.aclose()
+
+
+async def test_presigned_post_uploads_a_form_and_keeps_to_its_policy(emu: Emulator) -> None:
+    """`generate_presigned_post`, SigV2 (boto3's default) and SigV4: the form uploads with httpx (`${filename}`
+    filled in, the content type the form gave), the object is mirrored to disk, and a form that breaks its
+    policy, a changed signature, another organization's form and an unsigned form are refused in S3's terms."""
+    c, t = await trial(emu)
+    _, other = await trial(emu)
+    creds, theirs = (await credentials(c, emu, t)).json(), (await credentials(c, emu, other)).json()
+    bucket = creds["resolved_bucket_name"]
+    for client, signature in ((default_client(creds), "signature"), (signing_client(creds), "x-amz-signature")):
+        post = client.generate_presigned_post(
+            bucket,
+            "forms/${filename}",
+            Fields={"Content-Type": "text/plain"},
+            Conditions=[{"Content-Type": "text/plain"}, ["content-length-range", 1, 1000]],
+            ExpiresIn=600,
+        )
+        assert signature in post["fields"] and post["url"].endswith(bucket), post
+        name = f"{signature}.txt"
+        r = await c.post(post["url"], data=post["fields"], files={"file": (name, b"posted " + name.encode())})
+        assert r.status_code == 204, r.text
+        got = s3(creds).get_object(Bucket=bucket, Key=f"forms/{name}")
+        assert got["Body"].read() == b"posted " + name.encode() and got["ContentType"] == "text/plain"
+        manifest = json.loads((emu.state_dir / "media" / f"{bucket}.json").read_text())
+        assert f"forms/{name}" in manifest  # written through like any other upload
+
+        async def refused(
+            fields: dict[str, str], content: bytes = b"data", url: str = post["url"]
+        ) -> tuple[int, str, str]:
+            r = await c.post(url, data=fields, files={"file": ("f.txt", content)})
+            return s3_error(r)
+
+        fields = post["fields"]
+        assert await refused({**fields, "key": "elsewhere/f.txt"}) == (
+            403,
+            "AccessDenied",
+            'Invalid according to Policy: Policy Condition failed: ["starts-with", "$key", "forms/"]',
+        )
+        assert (await refused({**fields, "Content-Type": "text/html"}))[:2] == (403, "AccessDenied")
+        extra = await refused({**fields, "x-amz-meta-smuggled": "1"})
+        assert extra == (403, "AccessDenied", "Invalid according to Policy: Extra input fields: x-amz-meta-smuggled")
+        assert (await refused(fields, b"x" * 1001))[:2] == (400, "EntityTooLarge")
+        assert (await refused({**fields, signature: "0" + fields[signature][1:]}))[:2] == (403, "SignatureDoesNotMatch")
+        policy = json.loads(base64.b64decode(fields["policy"]))
+        policy["conditions"][1] = ["content-length-range", 1, 10**9]  # a looser policy is not the one signed
+        looser = base64.b64encode(json.dumps(policy).encode()).decode()
+        assert (await refused({**fields, "policy": looser}))[:2] == (403, "SignatureDoesNotMatch")
+        unsigned = {k: v for k, v in fields.items() if k in ("key", "Content-Type")}
+        assert (await refused(unsigned))[:2] == (403, "AccessDenied")
+        # another organization's credentials sign a form for this bucket
+        foreign = (default_client if signature == "signature" else signing_client)(theirs)
+        theirs_post = foreign.generate_presigned_post(bucket, "forms/stolen.txt", ExpiresIn=600)
+        status, code, message = await refused(theirs_post["fields"])
+        assert (status, code) == (403, "AccessDenied") and f"does not reach bucket {bucket}" in message
+    keys = [o["Key"] for o in s3(creds).list_objects_v2(Bucket=bucket, Prefix="forms/")["Contents"]]
+    assert sorted(keys) == ["forms/signature.txt", "forms/x-amz-signature.txt"]  # nothing refused was written
+    # a form that is not a form: S3's 400, never a 500
+    r = await c.post(
+        post["url"], content=b"--x\r\nnonsense", headers={"Content-Type": "multipart/form-data; boundary=x"}
+    )
+    assert r.status_code == 400 and s3_error(r)[1] == "InvalidArgument", r.text
+    await c.aclose()
+
+
+async def test_client_presigned_urls_and_forms_expire_on_the_emulators_clock(start_emulator: Any) -> None:
+    """URLs and forms a client presigns at its wall clock expire when the emulator's clock passes their end, as S3's
+    clock would: moving the clock two hours expires an hour's URL (SigV2 and SigV4) and an hour's form."""
+    e: Emulator = start_emulator("--no-watch")  # the clock follows the wall clock, as the signer's does
+    c, t = await trial(e)
+    creds = (await credentials(c, e, t)).json()
+    bucket = creds["resolved_bucket_name"]
+    s3(creds).put_object(Bucket=bucket, Key="clock.bin", Body=b"tick")
+    clients = (default_client(creds), signing_client(creds))
+    urls = [presigned(client, "get_object", bucket, "clock.bin") for client in clients]
+    forms = [client.generate_presigned_post(bucket, "clock-form.bin", ExpiresIn=3600) for client in clients]
+    for url in urls:
+        assert (await c.get(url)).content == b"tick"
+    for post in forms:
+        r = await c.post(post["url"], data=post["fields"], files={"file": ("f", b"form")})
+        assert r.status_code == 204, r.text
+    e.advance("2h")
+    for url in urls:
+        r = await c.get(url)
+        assert s3_error(r) == (403, "AccessDenied", "Request has expired"), r.text
+        assert "<ServerTime>" in r.text and "<Expires>" in r.text
+    for post in forms:
+        r = await c.post(post["url"], data=post["fields"], files={"file": ("f", b"late")})
+        assert s3_error(r) == (403, "AccessDenied", "Invalid according to Policy: Policy expired."), r.text
+    assert s3(creds).get_object(Bucket=bucket, Key="clock-form.bin")["Body"].read() == b"form"
     await c.aclose()
 
 

@@ -27,7 +27,7 @@ _AUTH = re.compile(
 )
 _SPACES = re.compile(r"\s+")
 
-# A WSGI environ: its CGI variables are strings (PEP 3333), its `wsgi.*` keys are not; read through `_text`.
+# A WSGI environ: its CGI variables are strings (PEP 3333), its `wsgi.*` keys are not; read through `environ_text`.
 Environ = Mapping[str, object]
 
 
@@ -47,9 +47,9 @@ class Refused(msgspec.Struct, frozen=True):
 
 def check(environ: Environ, secret_of: Callable[[str], str | None]) -> Signed | Refused:
     """Whether the request in `environ` is signed with a key that `secret_of` knows (None: an unknown key)."""
-    query = _pairs(_text(environ, "QUERY_STRING"))
+    query = query_pairs(environ_text(environ, "QUERY_STRING"))
     params = dict(query)
-    header = _text(environ, "HTTP_AUTHORIZATION")
+    header = environ_text(environ, "HTTP_AUTHORIZATION")
     if params.get("X-Amz-Algorithm") is not None or "X-Amz-Signature" in params:
         if params.get("X-Amz-Algorithm") != ALGORITHM:
             return Refused("AuthorizationQueryParametersError", f"X-Amz-Algorithm must be {ALGORITHM}")
@@ -62,12 +62,10 @@ def check(environ: Environ, secret_of: Callable[[str], str | None]) -> Signed | 
     elif header:
         match = _AUTH.match(header)
         if match is None:
-            if header.startswith("AWS "):
-                return Refused("InvalidRequest", "Signature Version 2 is not supported; sign with AWS4-HMAC-SHA256")
             return Refused("AuthorizationHeaderMalformed", "The authorization header is malformed")
         credential, signed_headers, signature = match["credential"], match["signed"], match["signature"]
-        amz_date = _text(environ, "HTTP_X_AMZ_DATE")
-        payload = _text(environ, "HTTP_X_AMZ_CONTENT_SHA256")
+        amz_date = environ_text(environ, "HTTP_X_AMZ_DATE")
+        payload = environ_text(environ, "HTTP_X_AMZ_CONTENT_SHA256")
         if not payload:
             return Refused("InvalidRequest", "Missing required header for this request: x-amz-content-sha256")
     else:
@@ -87,7 +85,7 @@ def check(environ: Environ, secret_of: Callable[[str], str | None]) -> Signed | 
         return Refused("AuthorizationHeaderMalformed", "SignedHeaders must be sorted and include host")
     canonical = "\n".join(
         [
-            _text(environ, "REQUEST_METHOD"),
+            environ_text(environ, "REQUEST_METHOD"),
             _canonical_path(environ),
             "&".join(f"{_encode(k)}={_encode(v)}" for k, v in sorted(query)),
             "".join(f"{name}:{_header(environ, name)}\n" for name in names),
@@ -97,17 +95,23 @@ def check(environ: Environ, secret_of: Callable[[str], str | None]) -> Signed | 
     )
     scope = f"{day}/{region}/s3/aws4_request"
     to_sign = f"{ALGORITHM}\n{amz_date}\n{scope}\n{hashlib.sha256(canonical.encode()).hexdigest()}"
+    expected = hmac.new(signing_key(secret, day, region), to_sign.encode(), hashlib.sha256).hexdigest()
+    if not hmac.compare_digest(expected, signature):
+        return Refused("SignatureDoesNotMatch", MISMATCH)
+    return Signed(access_key)
+
+
+MISMATCH = (
+    "The request signature we calculated does not match the signature you provided. Check your key and signing method."
+)
+
+
+def signing_key(secret: str, day: str, region: str) -> bytes:
+    """SigV4's key for one day, region and S3: the HMAC chain over the credential scope."""
     key = f"AWS4{secret}".encode()
     for part in (day, region, "s3", "aws4_request"):
         key = hmac.new(key, part.encode(), hashlib.sha256).digest()
-    expected = hmac.new(key, to_sign.encode(), hashlib.sha256).hexdigest()
-    if not hmac.compare_digest(expected, signature):
-        return Refused(
-            "SignatureDoesNotMatch",
-            "The request signature we calculated does not match the signature you provided. Check your key and "
-            "signing method.",
-        )
-    return Signed(access_key)
+    return key
 
 
 def presign(method: str, url: str, key: tuple[str, str], at: float, expires: int, region: str = "us-east-1") -> str:
@@ -132,14 +136,11 @@ def presign(method: str, url: str, key: tuple[str, str], at: float, expires: int
     canonical_query = "&".join(f"{_encode(k)}={_encode(v)}" for k, v in query)
     canonical = "\n".join([method.upper(), path, canonical_query, f"host:{host}\n", "host", "UNSIGNED-PAYLOAD"])
     to_sign = f"{ALGORITHM}\n{stamp}\n{scope}\n{hashlib.sha256(canonical.encode()).hexdigest()}"
-    signing = f"AWS4{key[1]}".encode()
-    for part in (day, region, "s3", "aws4_request"):
-        signing = hmac.new(signing, part.encode(), hashlib.sha256).digest()
-    signature = hmac.new(signing, to_sign.encode(), hashlib.sha256).hexdigest()
+    signature = hmac.new(signing_key(key[1], day, region), to_sign.encode(), hashlib.sha256).hexdigest()
     return f"{scheme}://{host}{path}?{canonical_query}&X-Amz-Signature={signature}"
 
 
-def _pairs(raw: str) -> list[tuple[str, str]]:
+def query_pairs(raw: str) -> list[tuple[str, str]]:
     """A query string's pairs, percent-decoded ('+' stays '+': S3 signs it so, unlike a form)."""
     pairs = []
     for part in raw.split("&"):
@@ -155,13 +156,13 @@ _ESCAPE = re.compile(r"%[0-9a-fA-F]{2}")
 def _canonical_path(environ: Environ) -> str:
     """The path as the client sent (and signed) it, escapes kept as they are (a key's encoded '/' is not a '/'),
     and anything a client left unencoded encoded."""
-    raw = _text(environ, "RAW_URI") or _text(environ, "REQUEST_URI")
+    raw = environ_text(environ, "RAW_URI") or environ_text(environ, "REQUEST_URI")
     if raw:
         path = raw.split("?", 1)[0]
         if "://" in path:  # an absolute-form request target
             path = "/" + path.split("://", 1)[1].partition("/")[2]
     else:  # PATH_INFO holds the decoded path's bytes as latin-1 (PEP 3333)
-        path = quote(_text(environ, "PATH_INFO").encode("latin-1"), safe="/~")
+        path = quote(environ_text(environ, "PATH_INFO").encode("latin-1"), safe="/~")
     path = _ESCAPE.sub(lambda m: m.group(0).upper(), path)
     return quote(path.encode("latin-1", "replace"), safe="/~%") or "/"  # the target's bytes, as latin-1 holds them
 
@@ -172,11 +173,11 @@ def _encode(value: str) -> str:
 
 def _header(environ: Environ, name: str) -> str:
     key = name.upper().replace("-", "_")
-    value = _text(environ, key if key in ("CONTENT_TYPE", "CONTENT_LENGTH") else f"HTTP_{key}")
+    value = environ_text(environ, key if key in ("CONTENT_TYPE", "CONTENT_LENGTH") else f"HTTP_{key}")
     return _SPACES.sub(" ", value.strip())
 
 
-def _text(environ: Environ, key: str) -> str:
+def environ_text(environ: Environ, key: str) -> str:
     """A CGI variable of the environ (a string, PEP 3333); "" when it is not there."""
     value = environ.get(key, "")
     return value if isinstance(value, str) else str(value)

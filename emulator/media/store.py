@@ -6,10 +6,11 @@ server, run in a thread of `emulator up`, rather than a hand-written S3: the cli
 with boto3 (SigV4, path-style addressing, multipart uploads, listings, range reads) and downloads through
 presigned URLs, and moto is a maintained, widely used implementation of exactly that API that runs from
 PyPI, in process, with no binary to fetch. One physical bucket per database, `pxt-<org_id>-<db>`, made on
-first use. moto accepts any key pair, so the per-organization credentials handed out are a courtesy to
-the client (which needs some), not a boundary; they are derived from a key in `<state-dir>/keys/`, never
-stored and never logged. Presigned URLs do expire: a small WSGI layer refuses them after `X-Amz-Expires`,
-which moto alone does not, so the client's re-sign on 403 is exercised.
+first use. moto accepts any key pair; the layer in front of it (`_authorized`) takes only the key of the
+bucket a request names (SigV4, SigV2 or a browser form's signed policy) or the emulator's own. The
+per-database keys are derived from a key in `<state-dir>/keys/`, never stored and never logged. Presigned
+URLs (SigV4 and SigV2) and browser-form uploads do expire, on the emulator's clock: a small WSGI layer
+refuses them at their end, which moto alone does not, so the client's re-sign on 403 is exercised.
 
 The trial's 50 GB (`media_quota_bytes`) is the sum of the object sizes in the organization's buckets, read
 with an S3 listing. At or over it, `get_bucket_credentials` answers `no_space_left: true` with a
@@ -38,12 +39,13 @@ import secrets
 import select
 import shutil
 import socket
+import tempfile
 import threading
 import time
 from collections.abc import Awaitable, Callable, Iterable
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, TypeVar
+from typing import IO, TYPE_CHECKING, Any, Literal, TypeVar
 from urllib.parse import parse_qs, unquote
 from wsgiref.types import StartResponse, WSGIEnvironment
 from xml.etree import ElementTree
@@ -56,7 +58,7 @@ from emulator.core.context import Core
 from emulator.core.payloads import MediaBucketCreated, MediaBucketDropped, MediaRestored, MediaUploadsExpired
 from emulator.core.private import private_key
 from emulator.core.snapshots import copy_tree, in_thread
-from emulator.media import sigv4
+from emulator.media import form, sigv2, sigv4
 
 if TYPE_CHECKING:
     from werkzeug.serving import BaseWSGIServer
@@ -180,37 +182,41 @@ def _bounded(app: Callable[..., Iterable[bytes]]) -> Callable[..., Iterable[byte
     return wsgi
 
 
-_EXPIRED = (
-    b'<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>AccessDenied</Code>'
-    b"<Message>Request has expired</Message></Error>"
-)
-
-
-def _refuse_expired(
-    app: Callable[..., Iterable[bytes]], now: Callable[[], float], own_key: str
-) -> Callable[..., Iterable[bytes]]:
-    """Refuse a presigned request after `X-Amz-Date + X-Amz-Expires`, as S3 does (moto does not check).
-
-    The emulator's own presigned URLs (`get_presigned_url(s)`, signed with its own key) are dated on the emulator's
-    clock and expire on it (`now`), as everything else does; a URL a client signed itself with its bucket's key is
-    dated by the client's wall clock and expires on the wall clock.
-    """
+def _refuse_expired(app: Callable[..., Iterable[bytes]], now: Callable[[], float]) -> Callable[..., Iterable[bytes]]:
+    """Refuse a presigned request after `X-Amz-Date + X-Amz-Expires` (SigV4) or after `Expires` (SigV2's instant),
+    as S3 does (moto does not check), on the emulator's clock (`now`): the URLs the emulator presigns are dated on
+    it, and a URL a client presigned at its wall clock expires when the emulator's clock passes its end (a test
+    moves the clock rather than sleeping). A URL dated ahead of the clock is taken (S3 says "Request is not yet
+    valid"): a clock frozen in the past would otherwise refuse every URL a client signs."""
 
     def wsgi(environ: WSGIEnvironment, start_response: StartResponse) -> Iterable[bytes]:
         query = parse_qs(environ.get("QUERY_STRING", ""))
-        if "X-Amz-Date" in query and "X-Amz-Expires" in query:
-            ours = query.get("X-Amz-Credential", [""])[0].startswith(own_key + "/")
-            try:
+        end: float | None = None
+        try:
+            if "X-Amz-Date" in query and "X-Amz-Expires" in query:
                 signed = datetime.strptime(query["X-Amz-Date"][0], "%Y%m%dT%H%M%SZ").replace(tzinfo=UTC)
-                expired = (now() if ours else time.time()) > signed.timestamp() + int(query["X-Amz-Expires"][0])
-            except ValueError:
-                expired = True
-            if expired:
-                start_response("403 Forbidden", [("Content-Type", "application/xml")])
-                return [_EXPIRED]
+                end = signed.timestamp() + int(query["X-Amz-Expires"][0])
+            elif "Expires" in query and ("Signature" in query or "AWSAccessKeyId" in query):
+                end = float(int(query["Expires"][0]))
+        except (ValueError, OverflowError):
+            end = -math.inf
+        if end is not None and now() > end:
+            start_response("403 Forbidden", [("Content-Type", "application/xml")])
+            if environ.get("REQUEST_METHOD") == "HEAD":
+                return []
+            ends = _iso(end) if math.isfinite(end) else ""
+            extra = {"Expires": ends, "ServerTime": _iso(now())}
+            return [_s3_error("AccessDenied", "Request has expired", extra)]
         return app(environ, start_response)
 
     return wsgi
+
+
+def _iso(ts: float) -> str:
+    try:
+        return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    except (OverflowError, OSError, ValueError):
+        return ""
 
 
 def _refuse_unreadable(
@@ -245,10 +251,12 @@ def _refuse_unreadable(
     return wsgi
 
 
-def _s3_error(code: str, message: str) -> bytes:
+def _s3_error(code: str, message: str, extra: dict[str, str] | None = None) -> bytes:
+    """S3's XML error body; `extra`: the elements S3 adds for some codes (an expired URL's `Expires`...)."""
+    more = "".join(f"<{k}>{xml_escape(v)}</{k}>" for k, v in (extra or {}).items() if v)
     return (
         '<?xml version="1.0" encoding="UTF-8"?>\n'
-        f"<Error><Code>{code}</Code><Message>{xml_escape(message)}</Message></Error>"
+        f"<Error><Code>{code}</Code><Message>{xml_escape(message)}</Message>{more}</Error>"
     ).encode()
 
 
@@ -324,6 +332,8 @@ def _write_through(
         query = parse_qs(environ.get("QUERY_STRING", ""), keep_blank_values=True)
         bucket, key = _bucket_and_key(environ)
         what = object_change(method, key, query)
+        if environ.get(FORM_KEY):  # a browser-form upload: the object its form named
+            key, what = str(environ[FORM_KEY]), "object"
         if status[:1] == "2" and bucket and what is not None:
             try:
                 changed(what, bucket, key)
@@ -408,30 +418,105 @@ class Keys:
         return self._derive(f"bucket\0{bucket}")
 
 
-def _authorized(app: Callable[..., Iterable[bytes]], keys: Keys) -> Callable[..., Iterable[bytes]]:
-    """Who may do what: a request must be signed (SigV4, a header or a presigned URL's query) with the emulator's own
-    key, or with the key of the one bucket it names (a copy's source included); anything else is S3's 403 (400 for
-    a malformed signature), before moto sees it. moto itself accepts any key pair."""
+def _authorized(
+    app: Callable[..., Iterable[bytes]], keys: Keys, now: Callable[[], float] = time.time
+) -> Callable[..., Iterable[bytes]]:
+    """Who may do what: a request must be signed with the emulator's own key, or with the key of the one bucket it
+    names (a copy's source included): SigV4 (a header or a presigned URL's query), SigV2 (a presigned URL's query,
+    boto3's default in us-east-1, or a header), or a browser form's signed policy (`form`, checked on the emulator's
+    clock `now`); anything else is S3's 403 (400 for a malformed signature or policy), before moto sees it. moto
+    itself accepts any key pair."""
 
     def wsgi(environ: WSGIEnvironment, start_response: StartResponse) -> Iterable[bytes]:
-        bucket, _ = _bucket_and_key(environ)
+        bucket, key = _bucket_and_key(environ)
         allowed = dict([keys.own, keys.of_bucket(bucket)]) if bucket else dict([keys.own])
-        verdict = sigv4.check(environ, allowed.get)
-        if isinstance(verdict, sigv4.Signed) and verdict.access_key != keys.own[0]:
-            source = unquote(environ.get("HTTP_X_AMZ_COPY_SOURCE", "")).split("?")[0].lstrip("/").partition("/")[0]
-            if source and source != bucket:
-                verdict = sigv4.Refused("AccessDenied", f"Access Denied: this key does not reach bucket {source}")
-        if isinstance(verdict, sigv4.Refused):
-            if verdict.code == "InvalidAccessKeyId" and verdict.access_key.startswith(KEY_PREFIX):
-                # one of the emulator's keys (their prefix says so), for another bucket
-                what = f"bucket {bucket}" if bucket else "the list of buckets"
-                verdict = sigv4.Refused("AccessDenied", f"Access Denied: this key does not reach {what}")
-            status = "403 Forbidden" if verdict.code in _FORBIDDEN else "400 Bad Request"
-            start_response(status, [("Content-Type", "application/xml")])
-            return [] if environ.get("REQUEST_METHOD") == "HEAD" else [_s3_error(verdict.code, verdict.message)]
-        return app(environ, start_response)
+        spool: IO[bytes] | None = None
+        try:
+            if _is_form_upload(environ, bucket, key):
+                spool, posted = _read_form(environ)
+                if isinstance(posted, sigv4.Refused):
+                    verdict: sigv4.Signed | sigv4.Refused = posted
+                else:
+                    checked = form.check(posted, bucket, allowed.get, now())
+                    verdict = checked if isinstance(checked, sigv4.Refused) else checked[0]
+                    if not isinstance(checked, sigv4.Refused):
+                        environ[FORM_KEY] = checked[1]  # the object it writes, for the mirror
+            elif sigv2.signed_with_v2(environ):
+                verdict = sigv2.check(environ, allowed.get)
+            else:
+                verdict = sigv4.check(environ, allowed.get)
+            if isinstance(verdict, sigv4.Signed) and verdict.access_key != keys.own[0]:
+                source = unquote(environ.get("HTTP_X_AMZ_COPY_SOURCE", "")).split("?")[0].lstrip("/").partition("/")[0]
+                if source and source != bucket:
+                    verdict = sigv4.Refused("AccessDenied", f"Access Denied: this key does not reach bucket {source}")
+            if isinstance(verdict, sigv4.Refused):
+                if verdict.code == "InvalidAccessKeyId" and verdict.access_key.startswith(KEY_PREFIX):
+                    # one of the emulator's keys (their prefix says so), for another bucket
+                    what = f"bucket {bucket}" if bucket else "the list of buckets"
+                    verdict = sigv4.Refused("AccessDenied", f"Access Denied: this key does not reach {what}")
+                status = "403 Forbidden" if verdict.code in _FORBIDDEN else "400 Bad Request"
+                start_response(status, [("Content-Type", "application/xml")])
+                return [] if environ.get("REQUEST_METHOD") == "HEAD" else [_s3_error(verdict.code, verdict.message)]
+            return app(environ, start_response)
+        finally:
+            if spool is not None:
+                spool.close()  # moto has read it: `_write_through` holds the answer until the body is consumed
 
     return wsgi
+
+
+FORM_KEY = "emulator.media.form_key"  # environ: the object key a browser-form upload writes
+_FORM_SPOOL = 8 * MIB  # a form's body stays in memory up to this, then goes to a temporary file
+
+
+def _is_form_upload(environ: WSGIEnvironment, bucket: str, key: str) -> bool:
+    """A browser-form upload: a multipart form POSTed to a bucket (S3's POST Object)."""
+    content_type = str(environ.get("CONTENT_TYPE", "")).lower()
+    return (
+        environ.get("REQUEST_METHOD") == "POST"
+        and bool(bucket)
+        and not key
+        and content_type.startswith("multipart/form-data")
+    )
+
+
+def _read_form(environ: WSGIEnvironment) -> tuple[IO[bytes], form.Posted | sigv4.Refused]:
+    """The form's body, read into a spool that replaces `wsgi.input` (moto reads it again), and its fields."""
+    from werkzeug.formparser import parse_form_data
+
+    spool: IO[bytes] = tempfile.SpooledTemporaryFile(max_size=_FORM_SPOOL)
+    length = str(environ.get("CONTENT_LENGTH") or "")
+    if not length.isdigit():
+        return spool, sigv4.Refused("MissingContentLength", "You must provide the Content-Length HTTP header.")
+    remaining, source = int(length), environ["wsgi.input"]
+    try:
+        while remaining > 0:
+            chunk = source.read(min(remaining, 1 << 16))
+            if not chunk:
+                break
+            spool.write(chunk)
+            remaining -= len(chunk)
+    except OSError:  # the connection's reading side was shut (the body's deadline) or reset
+        pass
+    if remaining > 0:
+        message = "You did not provide the number of bytes specified by the Content-Length HTTP header."
+        return spool, sigv4.Refused("IncompleteBody", message)
+    spool.seek(0)
+    try:
+        _, fields, files = parse_form_data({**environ, "wsgi.input": spool}, max_form_parts=1000)
+    except Exception as e:  # werkzeug's bounds (too many parts...) raise even when parsing is silent
+        message = f"The body of your POST request is not well-formed multipart/form-data ({type(e).__name__})."
+        return spool, sigv4.Refused("MalformedPOSTRequest", message)
+    spool.seek(0)
+    environ["wsgi.input"] = spool
+    named = {name.lower(): str(fields.get(name, "")) for name in fields}
+    upload = files.get("file")
+    if upload is not None:
+        upload.stream.seek(0, os.SEEK_END)
+        return spool, form.Posted(named, upload.filename or "", upload.stream.tell())
+    if "file" in named:  # a file sent as a plain field: its text is the object
+        return spool, form.Posted(named, "", len(named["file"].encode()))
+    return spool, form.Posted(named, None, None)
 
 
 _FORBIDDEN = frozenset({"AccessDenied", "InvalidAccessKeyId", "SignatureDoesNotMatch"})
@@ -467,7 +552,7 @@ def s3_app(
 
     app.request_class = S3Request
     served = _declare_composite(_write_through(_refuse_unreadable(app, raised), changed))
-    return _until_restored(_refuse_expired(_authorized(served, keys), now, keys.own[0]), restored, keys.own[0])
+    return _until_restored(_refuse_expired(_authorized(served, keys, now), now), restored, keys.own[0])
 
 
 def client(endpoint: str, key: tuple[str, str], **config: Any) -> Any:
