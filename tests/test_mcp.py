@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import base64
 import json
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import httpx
 import pytest
 from mcp import Client
-from mcp.types import TextContent
+from mcp.shared.exceptions import MCPError
+from mcp.types import ElicitRequestFormParams, ElicitRequestParams, ElicitResult, TextContent
 
 from tests.conftest import Emulator
 
@@ -302,3 +304,147 @@ async def test_the_setting_offers_one_era_or_the_other(start_emulator: Any) -> N
         r = await rpc(c, init)
         assert r.status_code == 400 and r.json()["error"]["data"] == {"supported": [MODERN], "requested": "2025-11-25"}
         assert "server/discover" in r.json()["error"]["message"]
+
+
+# --- protocol faults: what an agent's MCP client sees when /mcp breaks the protocol on purpose ----------------------
+
+
+@pytest.fixture
+def fault(emu: Emulator) -> Iterator[Callable[..., dict[str, Any]]]:
+    """Arm a fault rule on the shared emulator (every rule goes after the test)."""
+
+    def add(**rule: Any) -> dict[str, Any]:
+        r = emu.admin().post("/_emulator/faults", json=rule)
+        assert r.status_code == 201, r.text
+        return r.json()
+
+    yield add
+    emu.admin().delete("/_emulator/faults").raise_for_status()
+
+
+def _fired(emu: Emulator, rule: str) -> list[dict[str, Any]]:
+    return [e for e in emu.journal("fault.fired") if e["data"]["rule"] == rule]
+
+
+async def test_unsupported_version_fault_makes_the_sdk_fall_back_to_the_handshake(
+    emu: Emulator, fault: Callable[..., dict[str, Any]]
+) -> None:
+    # The discovery probe is refused as if 2026-07-28 were not offered: -32022 names the versions that are, and the
+    # official client falls back to the initialize handshake, then works in 2025-11-25.
+    rule = fault(mcp_method="server/discover", mcp="unsupported_version", count=1)
+    async with Client(emu.url + "/mcp") as client:
+        assert client.protocol_version == "2025-11-25"
+        assert (await client.call_tool("list_integrations", {"category": "llm"})).is_error is False
+    assert len(_fired(emu, rule["id"])) == 1
+    async with emu.client() as c:  # the rule is spent: the probe is answered again
+        fault(mcp_method="tools/list", mcp="unsupported_version", count=1)
+        r = await rpc(c, modern("tools/list"), **modern_headers("tools/list"))
+        assert r.status_code == 400
+        error = r.json()["error"]
+        assert r.json()["id"] == 7 and error["code"] == -32022
+        assert error["data"]["requested"] == "2026-07-28"
+        assert "2026-07-28" not in error["data"]["supported"] and "2025-11-25" in error["data"]["supported"]
+
+
+async def test_a_pinned_client_sees_the_unsupported_version_as_an_error(
+    emu: Emulator, fault: Callable[..., dict[str, Any]]
+) -> None:
+    fault(mcp_method="tools/call", tool="search_docs", mcp="unsupported_version")
+    async with Client(emu.url + "/mcp", mode="2026-07-28") as client:
+        assert not (await client.call_tool("list_integrations", {})).is_error  # another tool: not matched
+        with pytest.raises(MCPError) as refused:
+            await client.call_tool("search_docs", {"query": "tables"})
+        assert refused.value.error.code == -32022
+
+
+@pytest.mark.parametrize("events", [0, 1])
+async def test_a_cut_stream_fails_the_call_and_the_next_one_works(
+    emu: Emulator, fault: Callable[..., dict[str, Any]], events: int
+) -> None:
+    rule = fault(mcp_method="tools/call", mcp="stream_cut", events=events, message="going down", count=1)
+    logged: list[Any] = []
+
+    async def log(params: Any) -> None:
+        logged.append(params.data)
+
+    async with Client(emu.url + "/mcp", mode="2026-07-28", logging_callback=log, log_level="info") as client:
+        with pytest.raises(MCPError) as cut:
+            await client.call_tool("search_docs", {"query": "tables"})
+        assert "SSE stream ended without a response" in cut.value.error.message
+        assert logged == (["going down"] if events else [])  # the event sent before the cut reached the agent
+        assert not (await client.call_tool("search_docs", {"query": "tables"})).is_error  # the rule is spent
+    assert len(_fired(emu, rule["id"])) == 1
+    assert "Traceback" not in emu.log()
+
+
+async def test_input_required_is_answered_by_the_persons_confirmation(
+    emu: Emulator, fault: Callable[..., dict[str, Any]]
+) -> None:
+    # Every call of search_docs asks the person first (the rule stays armed); the retry with the answer completes it.
+    fault(mcp_method="tools/call", tool="search_docs", mcp="input_required", message="Search the docs for you?")
+    asked: list[str] = []
+
+    async def confirm(context: Any, params: ElicitRequestParams) -> ElicitResult:
+        assert isinstance(params, ElicitRequestFormParams)
+        asked.append(params.message)
+        return ElicitResult(action="accept", content={"confirm": True})
+
+    async with Client(emu.url + "/mcp", mode="2026-07-28", elicitation_callback=confirm) as client:
+        found = await client.call_tool("search_docs", {"query": "embedding index", "limit": 2})
+        assert not found.is_error and 1 <= len(found.structured_content["results"]) <= 2
+        assert asked == ["Search the docs for you?"]
+        assert not (await client.call_tool("list_integrations", {})).is_error and len(asked) == 1  # not matched
+
+
+async def test_input_required_declined_is_a_tool_error_and_without_elicitation_state_alone(
+    emu: Emulator, fault: Callable[..., dict[str, Any]]
+) -> None:
+    fault(mcp_method="tools/call", mcp="input_required")
+
+    async def decline(context: Any, params: ElicitRequestParams) -> ElicitResult:
+        return ElicitResult(action="decline")
+
+    async with Client(emu.url + "/mcp", mode="2026-07-28", elicitation_callback=decline) as client:
+        refused = await client.call_tool("search_docs", {"query": "tables"})
+        assert refused.is_error and isinstance(refused.content[0], TextContent)
+        assert "did not confirm" in refused.content[0].text
+    # A client that declared no elicitation gets requestState alone (never a request it cannot answer): it repeats
+    # the call with the state and the call completes.
+    async with Client(emu.url + "/mcp", mode="2026-07-28") as client:
+        assert not (await client.call_tool("search_docs", {"query": "tables"})).is_error
+    async with emu.client() as c:  # the raw first round, and a forged state refused
+        headers = modern_headers("tools/call", "search_docs")
+        call = {"name": "search_docs", "arguments": {"query": "x"}}
+        first = (await rpc(c, modern("tools/call", call, rid=1), **headers)).json()
+        assert first["result"]["resultType"] == "input_required" and "inputRequests" not in first["result"]
+        forged = {**call, "requestState": "bm90IG91cnM="}
+        r = await rpc(c, modern("tools/call", forged, rid=2), **headers)
+        assert r.json()["error"]["code"] == -32602 and "requestState" in r.json()["error"]["message"]
+        # The handshake era has no input_required: the rule does not match there.
+        legacy = await rpc(
+            c,
+            {
+                "jsonrpc": "2.0",
+                "id": 3,
+                "method": "tools/call",
+                "params": {"name": "search_docs", "arguments": {"query": "x"}},
+            },
+        )
+        assert legacy.json()["result"]["isError"] is False
+
+
+@pytest.mark.parametrize(
+    ("rule", "says"),
+    [
+        ({"mcp_method": "tools/list", "mcp": "input_required"}, "input_required answers a tools/call"),
+        ({"mcp_method": "tools/call", "mcp": "stream_cut", "events": 2}, "events (0 or 1)"),
+        ({"mcp_method": "tools/call", "mcp": "nap"}, "unknown mcp fault"),
+        ({"mcp": "stream_cut", "path": "/mcp"}, "go(es) with mcp_method"),
+        ({"mcp_method": "tools/list", "tool": "search_docs", "mcp": "stream_cut"}, "tool goes with"),
+        ({"mcp_method": "tools/call", "mcp": "stream_cut", "status": 503}, "mcp excludes status"),
+        ({"mcp_method": "tools/call", "origin": "api", "status": 503}, "origin site"),
+    ],
+)
+def test_a_bad_mcp_fault_is_refused(emu: Emulator, rule: dict[str, Any], says: str) -> None:
+    r = emu.admin().post("/_emulator/faults", json=rule)
+    assert r.status_code == 400 and says in r.text, r.text

@@ -13,7 +13,7 @@ from emulator.admin import ops
 from emulator.admin.wire import FaultList, FaultRuleView
 from emulator.commands import common
 from emulator.commands.common import add_json, add_locator, plain_or_exit
-from emulator.core.faults import HOSTED, KILLS, ORIGINS, FaultSpec
+from emulator.core.faults import HOSTED, KILLS, MCP_FAULTS, ORIGINS, FaultSpec
 
 # flag → the rule's field, for the flags that carry a value
 _FIELDS = (
@@ -21,6 +21,10 @@ _FIELDS = (
     "path",
     "method",
     "operation_type",
+    "mcp_method",
+    "tool",
+    "mcp",
+    "events",
     "status",
     "message",
     "retry_after",
@@ -46,6 +50,7 @@ def register(sub: Any) -> dict[str, Callable[[argparse.Namespace], int]]:
         epilog="examples:\n  emulator fault add --path /ask --status 503 --retry-after 5 --count 2\n"
         "  emulator fault add --operation-type list_orgs --status 500 --nth 3\n"
         "  emulator fault add --origin auth --path '/oauth2/*' --drop --probability 0.2 --seed 7\n"
+        "  emulator fault add --mcp-method tools/call --tool search_docs --mcp input_required\n"
         "  emulator fault add --hosted db_update_fails --target acme:main --message 'out of disk'\n"
         "  emulator fault add --hosted kill_database --target acme:main\n"
         "  emulator fault list\n  emulator fault clear",
@@ -59,12 +64,16 @@ def register(sub: Any) -> dict[str, Callable[[argparse.Namespace], int]]:
     match.add_argument("--path", help="the path, exactly, or a prefix ending with * (the tunnel's is /ORG/DB)")
     match.add_argument("--method", help="the HTTP method (default: any)")
     match.add_argument("--operation-type", help="a control-plane operation_type (list_orgs, submit_update, …)")
+    match.add_argument("--mcp-method", help="/mcp's JSON-RPC method (tools/call, server/discover, initialize, …)")
+    match.add_argument("--tool", help="a tools/call's tool name (with --mcp-method tools/call)")
     effect = add.add_argument_group("what it does")
     effect.add_argument("--status", type=int, help="answer this error status (400-599)")
     effect.add_argument("--message", help="the error's message (or a hosted fault's reason)")
     effect.add_argument("--retry-after", type=int, help="seconds, in Retry-After (with --status 429 or 503)")
     effect.add_argument("--latency-ms", type=int, help="wait this long before answering (or going on)")
     effect.add_argument("--drop", action="store_true", help="close the connection without an answer")
+    effect.add_argument("--mcp", choices=MCP_FAULTS, help="a protocol fault on /mcp (with --mcp-method)")
+    effect.add_argument("--events", type=int, choices=(0, 1), help="stream_cut: events sent before the cut")
     effect.add_argument("--hosted", choices=HOSTED, help="a hosted fault instead (with --target)")
     effect.add_argument("--target", help="the hosted fault's database ORG:DB (or DB), or ORG:DB:SERVICE")
     when = add.add_argument_group("when it fires")
@@ -85,8 +94,11 @@ def register(sub: Any) -> dict[str, Callable[[argparse.Namespace], int]]:
 def describe(rule: FaultSpec) -> str:
     if rule.hosted:
         return f"{rule.hosted}{' of ' + rule.target if rule.target else ''}"
-    where = " ".join(str(v) for v in (rule.origin, rule.method, rule.operation_type, rule.path) if v)
-    if rule.drop:
+    mcp = f"/mcp {rule.mcp_method}{' ' + rule.tool if rule.tool else ''}" if rule.mcp_method else None
+    where = " ".join(str(v) for v in (rule.origin, rule.method, rule.operation_type, mcp or rule.path) if v)
+    if rule.mcp:
+        effect = rule.mcp + (f" after {rule.events} event(s)" if rule.events else "")
+    elif rule.drop:
         effect = "drop"
     elif rule.status:
         effect = f"{rule.status}" + (f" Retry-After {rule.retry_after}" if rule.retry_after is not None else "")

@@ -1,9 +1,11 @@
 """Faults on purpose: rules that make calls fail, slow down or drop, and holds.
 
-A rule matches requests by origin, path, method or control-plane `operation_type` and fires on the Nth
+A rule matches requests by origin, path, method, control-plane `operation_type`, or `/mcp`'s JSON-RPC method
+(`mcp_method`, and a tools/call's `tool`) and fires on the Nth
 match, N times, or with a seeded probability (a `random.Random(seed)` of its own, so a run repeats). When it
 fires it answers a chosen status in the origin's own error format with that status's own code (`code_for`: 503
-is `service_unavailable`) and `Retry-After` where asked, adds latency, or drops the connection; each firing is a
+is `service_unavailable`) and `Retry-After` where asked, adds latency, or drops the connection; on `/mcp` it can
+also break the protocol (`mcp`: an unsupported version, a cut stream, an `input_required` result); each firing is a
 `fault.fired` journal event. Hosted rules make the next `db update` fail, or its environment build; killing a
 workload is done once, when the rule is added.
 
@@ -40,6 +42,10 @@ METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS", "CONNECT"
 NEXT_UPDATE = ("db_update_fails", "build_fails")
 KILLS = ("kill_database", "kill_service")
 HOSTED = (*NEXT_UPDATE, *KILLS)
+# Protocol faults on /mcp (rules with an `mcp_method`): the client's revision refused as unsupported (-32022), the
+# answer's event stream cut (after `events` events, 0 or 1), or a tools/call answered `input_required` (2026-07-28).
+MCP_FAULTS = ("unsupported_version", "stream_cut", "input_required")
+MCP_ORIGIN = "site"
 DROP_EXTENSION = "emulator.drop"  # the ASGI scope's way to the socket (core.httpserver puts it there)
 
 
@@ -50,6 +56,10 @@ class FaultSpec(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True):
     path: str | None = None  # exact, or a prefix when it ends with `*`
     method: str | None = None
     operation_type: str | None = None
+    mcp_method: str | None = None  # /mcp's JSON-RPC method (tools/call, server/discover, initialize, …)
+    tool: str | None = None  # a tools/call's tool name (with mcp_method tools/call)
+    mcp: str | None = None  # a protocol fault on /mcp: one of MCP_FAULTS
+    events: int | None = None  # stream_cut: events sent before the cut (0: none, 1: a notification first)
     status: int | None = None
     message: str | None = None
     retry_after: int | None = None
@@ -94,8 +104,11 @@ class Rule:
         s = self.spec
         if s.hosted:
             return f"{s.hosted}{' of ' + s.target if s.target else ''}"
-        where = " ".join(x for x in (s.origin, s.method, s.operation_type or s.path) if x) or "every request"
-        if s.drop:
+        mcp = f"/mcp {s.mcp_method}{' ' + s.tool if s.tool else ''}" if s.mcp_method else None
+        where = " ".join(x for x in (s.origin, s.method, mcp or s.operation_type or s.path) if x) or "every request"
+        if s.mcp:
+            effect = s.mcp.replace("_", " ") + (f" after {s.events} event(s)" if s.events else "")
+        elif s.drop:
             effect = "drop the connection"
         elif s.status:
             effect = f"answer {s.status}" + (f" (Retry-After {s.retry_after})" if s.retry_after is not None else "")
@@ -118,6 +131,8 @@ class Verdict:
     message: str
     retry_after: int | None
     drop: bool
+    mcp: str | None = None  # a protocol fault (MCP_FAULTS), answered by /mcp itself
+    events: int = 0
 
     def error(self) -> ApiError:
         status = self.status or 503
@@ -136,7 +151,8 @@ def _bad(message: str) -> ApiError:
 def _validate(spec: FaultSpec, operations: frozenset[str]) -> None:
     """A rule must match something sensible and do something; refused whole otherwise."""
     if spec.hold is not None:
-        if any(getattr(spec, f) not in (None, False, 1) for f in ("origin", "path", "method", "operation_type")):
+        matching = ("origin", "path", "method", "operation_type", "mcp_method", "tool", "mcp", "events")
+        if any(getattr(spec, f) not in (None, False, 1) for f in matching):
             raise _bad("hold takes only a path to hold and count")
         if not spec.hold.startswith("/"):
             raise _bad("hold names a path starting with /")
@@ -146,7 +162,8 @@ def _validate(spec: FaultSpec, operations: frozenset[str]) -> None:
     if spec.hosted is not None:
         if spec.hosted not in HOSTED:
             raise _bad(f"unknown hosted fault {spec.hosted!r}; one of {', '.join(HOSTED)}")
-        other = [f for f in ("origin", "path", "method", "operation_type", "status", "latency_ms", "retry_after")]
+        other = ["origin", "path", "method", "operation_type", "mcp_method", "tool", "mcp", "events", "status"]
+        other += ["latency_ms", "retry_after"]
         given = [f for f in other if getattr(spec, f) is not None] + (["drop"] if spec.drop else [])
         if given:
             raise _bad(f"a hosted fault takes target, message and count only, not {', '.join(given)}")
@@ -167,10 +184,11 @@ def _validate(spec: FaultSpec, operations: frozenset[str]) -> None:
                 raise _bad("operation_type is the control plane's (origin api)")
             if operations and spec.operation_type not in operations:
                 raise _bad(f"unknown operation_type {spec.operation_type!r}; one of {', '.join(sorted(operations))}")
-        if spec.origin is None and spec.path is None and spec.operation_type is None:
-            raise _bad("a fault needs something to match: origin, path, operation_type (or hosted)")
-        if spec.status is None and not spec.drop and not spec.latency_ms:
-            raise _bad("a fault needs an effect: status, latency_ms or drop")
+        _validate_mcp(spec)
+        if spec.origin is None and spec.path is None and spec.operation_type is None and spec.mcp_method is None:
+            raise _bad("a fault needs something to match: origin, path, operation_type, mcp_method (or hosted)")
+        if spec.status is None and not spec.drop and not spec.latency_ms and spec.mcp is None:
+            raise _bad("a fault needs an effect: status, latency_ms, drop or mcp")
         if spec.status is not None and not 400 <= spec.status <= 599:
             raise _bad("status must be an error status, 400 to 599")
         if spec.drop and spec.status is not None:
@@ -191,6 +209,33 @@ def _validate(spec: FaultSpec, operations: frozenset[str]) -> None:
         raise _bad("message is at most 500 characters")
 
 
+def _validate_mcp(spec: FaultSpec) -> None:
+    """The /mcp fields: matched in /mcp's handler by JSON-RPC method (as operation_type is in the control plane's)."""
+    if spec.mcp_method is None:
+        given = [f for f in ("tool", "mcp", "events") if getattr(spec, f) is not None]
+        if given:
+            raise _bad(f"{', '.join(given)} go(es) with mcp_method (the /mcp JSON-RPC method to match)")
+        return
+    if spec.origin not in (None, MCP_ORIGIN) or spec.path not in (None, "/mcp") or spec.operation_type is not None:
+        raise _bad("mcp_method matches /mcp's JSON-RPC method (origin site, path /mcp, no operation_type)")
+    if not spec.mcp_method or len(spec.mcp_method) > 100:
+        raise _bad("mcp_method names a JSON-RPC method (tools/call, server/discover, initialize, …)")
+    if spec.tool is not None and spec.mcp_method != "tools/call":
+        raise _bad("tool goes with mcp_method tools/call")
+    if spec.mcp is None:
+        if spec.events is not None:
+            raise _bad("events goes with mcp stream_cut")
+        return
+    if spec.mcp not in MCP_FAULTS:
+        raise _bad(f"unknown mcp fault {spec.mcp!r}; one of {', '.join(MCP_FAULTS)}")
+    if spec.status is not None or spec.drop:
+        raise _bad("mcp excludes status and drop: the protocol fault is the answer")
+    if spec.mcp == "input_required" and spec.mcp_method != "tools/call":
+        raise _bad("input_required answers a tools/call (2026-07-28 allows it on no other method /mcp serves)")
+    if spec.events is not None and (spec.mcp != "stream_cut" or spec.events not in (0, 1)):
+        raise _bad("events (0 or 1) goes with mcp stream_cut")
+
+
 def checked(spec: FaultSpec, operations: frozenset[str] = frozenset()) -> FaultSpec:
     """The rule, normalized, or an ApiError (400) saying what is wrong with it: the API's check, and an evaluation
     task's before any trial (its `[[emulator.moments]]` faults), with no emulator running (`operations` empty: any
@@ -198,6 +243,8 @@ def checked(spec: FaultSpec, operations: frozenset[str] = frozenset()) -> FaultS
     _validate(spec, operations)
     if spec.method is not None:
         spec = msgspec.structs.replace(spec, method=spec.method.upper())
+    if spec.mcp_method is not None and spec.origin is None:
+        spec = msgspec.structs.replace(spec, origin=MCP_ORIGIN)
     if spec.hosted in NEXT_UPDATE and spec.count is None:
         spec = msgspec.structs.replace(spec, count=1)  # "the next update fails", not every one after it
     return spec
@@ -277,14 +324,29 @@ class Faults:
         operation_type: str | UnsetType | None = UNSET,
     ) -> None:
         s = rule.spec
-        effect = s.hosted or ("drop" if s.drop else f"status {s.status}" if s.status else f"latency {s.latency_ms} ms")
+        effect = (
+            s.hosted
+            or s.mcp
+            or ("drop" if s.drop else f"status {s.status}" if s.status else f"latency {s.latency_ms} ms")
+        )
         fired = FaultFired(
             rule=rule.id, effect=effect, fired=rule.fired, origin=origin, method=method, operation_type=operation_type
         )
         self.bus.publish(subject, fired)
 
-    async def request(self, origin: str, method: str, path: str, operation_type: str | None = None) -> Verdict | None:
-        """The verdict of the first rule that fires on this request (after its latency), or None to go on."""
+    async def request(
+        self,
+        origin: str,
+        method: str,
+        path: str,
+        operation_type: str | None = None,
+        *,
+        mcp_method: str | None = None,
+        tool: str | None = None,
+        modern: bool = False,
+    ) -> Verdict | None:
+        """The verdict of the first rule that fires on this request (after its latency), or None to go on. Rules
+        with an operation_type (or mcp_method) match only where the handler that reads it asks."""
         if not self.rules or path.startswith(ADMIN_PREFIX):
             return None
         for rule in list(self.rules.values()):
@@ -297,6 +359,10 @@ class Faults:
                 continue
             if s.operation_type != operation_type:
                 continue  # operation rules fire in the control plane's handler, the others at the origin's gate
+            if s.mcp_method != mcp_method or (s.tool is not None and s.tool != tool):
+                continue  # /mcp's rules fire in its handler, once the JSON-RPC message is read
+            if s.mcp == "input_required" and not modern:
+                continue  # a result of 2026-07-28 only: the handshake era has no such answer
             if s.path is not None and not (path.startswith(s.path[:-1]) if s.path.endswith("*") else path == s.path):
                 continue
             if not self._fires(rule):
@@ -304,10 +370,12 @@ class Faults:
             self._publish(rule, path, origin=origin, method=method, operation_type=operation_type)
             if s.latency_ms:
                 await asyncio.sleep(s.latency_ms / 1000)  # real time: latency is what the client waits
-            if s.status is None and not s.drop:
+            if s.status is None and not s.drop and s.mcp is None:
                 return None
+            if s.mcp is not None:  # /mcp words its own (an empty message: the rule gave none)
+                return Verdict(rule.id, None, s.message or "", None, False, s.mcp, s.events or 0)
             message = s.message or f"injected fault {rule.id}: {error_code(s.status or 503).replace('_', ' ')}"
-            return Verdict(rule.id, s.status, message, s.retry_after, s.drop)
+            return Verdict(rule.id, s.status, message, s.retry_after, s.drop, s.mcp, s.events or 0)
         return None
 
     def next_update(self, kind: str, org: str, db: str) -> str | None:

@@ -22,6 +22,7 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+from collections.abc import AsyncIterator
 from typing import Annotated, Any, Literal, TypeVar, cast
 
 import msgspec
@@ -29,12 +30,15 @@ from litestar import Request, Response, delete, get, post
 from litestar.di import NamedDependency
 from litestar.openapi import ResponseSpec
 from litestar.params import HeaderParameter
+from litestar.response import Stream
 from msgspec import UNSET, UnsetType
 
 from emulator.config import MCP_REVISIONS
 from emulator.core import canaries, jsonbody, openapi
 from emulator.core.contract import body, error_shape, errors
 from emulator.core.errors import BAD_REQUEST, CONFLICT, UNPROCESSABLE, ApiError
+from emulator.core.faultgate import drop
+from emulator.core.faults import Verdict
 from emulator.core.payloads import SiteMcp
 from emulator.site.idempotency import Answer, fingerprint, guarded, read_key
 from emulator.site.state import Accept, Integration, Site, site_of
@@ -270,6 +274,29 @@ class DiscoverResult(msgspec.Struct, rename="camel", kw_only=True):
     meta: ResultMeta = msgspec.field(default=MODERN_META, name="_meta")
 
 
+class ElicitForm(msgspec.Struct, rename="camel", kw_only=True):
+    """An `elicitation/create` request's params (form mode): what to ask the person, and the answer's schema."""
+
+    mode: str = "form"
+    message: str
+    requested_schema: dict[str, Any]
+
+
+class ElicitRequest(msgspec.Struct, kw_only=True):
+    method: str = "elicitation/create"
+    params: ElicitForm
+
+
+class InputRequiredResult(msgspec.Struct, rename="camel", kw_only=True):
+    """A 2026-07-28 `input_required` result: what the client must ask the person (only when it declared
+    `elicitation`), and the state it echoes when it repeats the call with the answers."""
+
+    result_type: str = "input_required"
+    input_requests: dict[str, ElicitRequest] | UnsetType = UNSET
+    request_state: str
+    meta: ResultMeta = msgspec.field(default=MODERN_META, name="_meta")
+
+
 class Nothing(msgspec.Struct):
     """`{}`: ping's result."""
 
@@ -365,9 +392,23 @@ class Discovered(_Answered):
     result: DiscoverResult
 
 
-Answered = Initialized | Discovered | ToolsListed | DocsSearched | IntegrationsListed | ToolRefused | Pong
+class InputAsked(_Answered):
+    result: InputRequiredResult
+
+
+Answered = Initialized | Discovered | ToolsListed | DocsSearched | IntegrationsListed | ToolRefused | Pong | InputAsked
 # As the document lists them: a generated client tries them in turn, so the most demanding come first.
-ANSWERS = (JsonRpcFailure, Initialized, Discovered, ToolsListed, DocsSearched, IntegrationsListed, ToolRefused, Pong)
+ANSWERS = (
+    JsonRpcFailure,
+    Initialized,
+    Discovered,
+    ToolsListed,
+    InputAsked,
+    DocsSearched,
+    IntegrationsListed,
+    ToolRefused,
+    Pong,
+)
 
 
 # --- a posted message, as read ----------------------------------------------------------------------------------
@@ -758,6 +799,10 @@ def dispatch_modern(site: Site, call: Call, offered: tuple[str, ...]) -> Answere
         )
         return ToolsListed("2.0", rid, listed)
     if method == "tools/call":
+        if "requestState" in call.params or "inputResponses" in call.params:
+            asked = _second_round(call)
+            if asked is not None:
+                return asked
         answer = dispatch(site, call)
         if isinstance(answer, (DocsSearched, IntegrationsListed, ToolRefused)):
             done = msgspec.structs.replace(answer.result, result_type="complete", meta=MODERN_META)
@@ -767,6 +812,77 @@ def dispatch_modern(site: Site, call: Call, offered: tuple[str, ...]) -> Answere
     return _failure(
         rid, METHOD_NOT_FOUND, f"Method not found: {method}{removed}; this server answers {', '.join(MODERN_METHODS)}"
     )
+
+
+# --- input_required (2026-07-28's multi-round trip), as a fault rule provokes it -------------------------------------
+
+INPUT_KEY = "confirm"  # the one input request's key, and its form's one field
+# No tool of /mcp needs the person, so what a fault rule asks is a confirmation.
+CONFIRM_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {INPUT_KEY: {"type": "boolean", "title": "Go on with the call"}},
+    "required": [INPUT_KEY],
+}
+
+
+class _State(msgspec.Struct, frozen=True):
+    """What `requestState` carries (tampering can do no worse than fail the call: the tools only read, so it is
+    not signed): the tool asked about, and the question (None: state only, the client declared no elicitation)."""
+
+    tool: str
+    ask: str | None
+
+
+def _encode_state(state: _State) -> str:
+    return base64.urlsafe_b64encode(_encode(state)).decode()
+
+
+def _decode_state(raw: object, tool: object) -> _State:
+    try:
+        state = msgspec.json.decode(base64.urlsafe_b64decode(str(raw).encode()), type=_State)
+    except (binascii.Error, ValueError, msgspec.DecodeError):
+        raise _Failure(INVALID_PARAMS, "params.requestState is not one this server issued") from None
+    if not isinstance(raw, str) or state.tool != tool:
+        raise _Failure(INVALID_PARAMS, "params.requestState is not one this server issued for this tool")
+    return state
+
+
+def input_required(call: Call, message: str | None) -> InputAsked:
+    """The first round: ask the person (an elicitation, if the client declared it can), and the state to echo."""
+    tool = str(call.params.get("name"))
+    meta = cast(JsonObject, call.params.get("_meta") or {})
+    capabilities = meta.get(META_CAPABILITIES)
+    can_ask = isinstance(capabilities, dict) and "elicitation" in capabilities
+    ask = (message or f"{tool} needs your confirmation to go on.") if can_ask else None
+    return _asking(call.id, _State(tool, ask))
+
+
+def _asking(rid: RequestId, state: _State) -> InputAsked:
+    requests: dict[str, ElicitRequest] | UnsetType = UNSET
+    if state.ask is not None:
+        requests = {INPUT_KEY: ElicitRequest(params=ElicitForm(message=state.ask, requested_schema=CONFIRM_SCHEMA))}
+    return InputAsked("2.0", rid, InputRequiredResult(input_requests=requests, request_state=_encode_state(state)))
+
+
+def _second_round(call: Call) -> InputAsked | ToolRefused | JsonRpcFailure | None:
+    """A tools/call repeated with `requestState` (and the answers): asked again when an answer is missing, refused
+    when the person declined, else None: the call goes on as any other."""
+    try:
+        state = _decode_state(call.params.get("requestState"), call.params.get("name"))
+    except _Failure as f:
+        return _failure(call.id, f.code, f.message)
+    if state.ask is None:
+        return None
+    responses = call.params.get("inputResponses")
+    answer = responses.get(INPUT_KEY) if isinstance(responses, dict) else None
+    action = answer.get("action") if isinstance(answer, dict) else None
+    if action not in ("accept", "decline", "cancel"):
+        return _asking(call.id, state)  # the answer is missing: ask again, as the spec advises
+    content = answer.get("content") if isinstance(answer, dict) else None
+    if action == "accept" and isinstance(content, dict) and content.get(INPUT_KEY) is not False:
+        return None
+    refused = _tool_error(f"{state.tool}: not run; the person did not confirm (elicitation {action})")
+    return ToolRefused("2.0", call.id, msgspec.structs.replace(refused, result_type="complete", meta=MODERN_META))
 
 
 def answer_modern(
@@ -886,8 +1002,27 @@ async def mcp_post(
             f"Bad Request: unsupported MCP-Protocol-Version {protocol.strip()!r}; "
             f"supported: {', '.join(SUPPORTED_PROTOCOLS)}",
         )
-    key = read_key(idempotency_key)
     ip = site.client_ip(request)
+    if isinstance(posted.message, Call) and site.core.faults.armed and not _answering(posted.message, era):
+        call = posted.message
+        name = call.params.get("name") if call.method == "tools/call" else None
+        verdict = await site.core.faults.request(
+            "site",
+            "POST",
+            "/mcp",
+            mcp_method=call.method,
+            tool=name if isinstance(name, str) else None,
+            modern=era == MODERN_ERA,
+        )
+        if verdict is not None:
+            faulted, error = await _faulted(request, call, verdict, era, headers, offered)
+            status = faulted.status_code or 200
+            event = SiteMcp(
+                status=status, replayed=False, tool=posted.tool, method=call.method, error=error, revision=era
+            )
+            site.core.bus.publish(ip, event)
+            return faulted
+    key = read_key(idempotency_key)
     # What the journal says of the call: unset on a replayed answer (produce does not run).
     tool: object = UNSET
     called: str | UnsetType | None = UNSET
@@ -917,6 +1052,87 @@ async def mcp_post(
     site.core.bus.publish(ip, event)
     media = answer.headers.pop("Content-Type", None)
     return Response(answer.body, status_code=answer.status, media_type=media, headers=answer.headers)
+
+
+def _answering(call: Call, era: str) -> bool:
+    """A 2026-07-28 tools/call repeated with the answers an `input_required` asked for: it completes the call, so no
+    fault rule matches it again."""
+    return era == MODERN_ERA and call.method == "tools/call" and "requestState" in call.params
+
+
+def _requested(call: Call, headers: Headers, era: str) -> str:
+    """The protocol version a request asks for (what -32022 says was requested)."""
+    meta = call.params.get("_meta")
+    declared = meta.get(META_VERSION) if isinstance(meta, dict) else None
+    asked = call.params.get("protocolVersion") if call.method == "initialize" else headers.version or declared
+    if isinstance(asked, str):
+        return asked
+    return MODERN_PROTOCOLS[-1] if era == MODERN_ERA else DEFAULT_PROTOCOL
+
+
+async def _faulted(
+    request: Request[Any, Any, Any], call: Call, verdict: Verdict, era: str, headers: Headers, offered: tuple[str, ...]
+) -> tuple[Response[bytes], int | None]:
+    """A fault rule's answer to a /mcp request: an HTTP status (as a JSON-RPC error), a dropped connection, or a
+    protocol fault (`verdict.mcp`); and the JSON-RPC error code it answers, for the journal."""
+    if verdict.drop:
+        await drop(request.scope)
+        return Response(b"", status_code=502), None  # never sent: the connection is gone
+    if verdict.mcp is None:
+        raise verdict.error()
+    if verdict.mcp == "unsupported_version":  # as if the client's revision were not offered
+        rest = tuple(r for r in offered if r != era)
+        return _json_answer(400, _unsupported(call.id, _requested(call, headers, era), rest)), UNSUPPORTED_VERSION
+    if verdict.mcp == "stream_cut":
+        return _cut_stream(request, verdict), None
+    refused = check_modern(call, headers, offered)  # input_required: a 2026-07-28 tools/call (faults sees to it)
+    if refused is not None:
+        return _json_answer(400, refused), refused.error.code
+    return _json_answer(200, input_required(call, verdict.message or None)), None
+
+
+def _json_answer(status: int, reply: Answered | JsonRpcFailure) -> Response[bytes]:
+    return Response(_encode(reply), status_code=status, media_type="application/json")
+
+
+class LogParams(msgspec.Struct):
+    level: str
+    logger: str
+    data: str
+
+
+class LogNotice(msgspec.Struct):
+    """`notifications/message`: the event a cut stream may carry before it is cut."""
+
+    jsonrpc: str
+    method: str
+    params: LogParams
+
+
+def _cut_stream(request: Request[Any, Any, Any], verdict: Verdict) -> Response[bytes]:
+    """An event stream that is cut: after a comment (so the answer's head is out), and `verdict.events` events, the
+    connection closes before the call's response, as a server or a proxy that dies mid-answer does."""
+    scope = request.scope
+
+    async def events() -> AsyncIterator[bytes]:
+        yield b": stream opened\n\n"
+        if verdict.events:
+            notice = LogNotice(
+                "2.0",
+                "notifications/message",
+                LogParams(
+                    "info",
+                    SERVER_INFO["name"],
+                    verdict.message or f"injected fault {verdict.rule}: the stream will be cut",
+                ),
+            )
+            yield b"event: message\ndata: " + _encode(notice) + b"\n\n"
+        await drop(scope)
+
+    return cast(
+        Response[bytes],
+        Stream(events(), media_type="text/event-stream", headers={"Cache-Control": "no-cache"}),
+    )
 
 
 def _trimmed(header: str | None) -> str | None:
