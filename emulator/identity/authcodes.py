@@ -4,8 +4,9 @@ metadata-document). This module is the one writer of `authorization_codes` and `
 
 - A client is identified by the URL of its metadata document (https, or http on a loopback host); the document is
   fetched on each authorization request (no cache: a test that changes it sees the change) and the redirect URI
-  must be one it lists (a loopback http redirect URI matches on any port, RFC 8252 §7.3). Any other client_id is
-  `invalid_client`: there is no registration of clients.
+  must be one it lists (a loopback http redirect URI matches on any port, RFC 8252 §7.3). The one other kind: a
+  client_id the `loopback_clients` setting names, a public client whose redirect URI may be any http loopback URI.
+  Any other client_id is `invalid_client`: there is no registration of clients.
 - A code lives `CODE_TTL` seconds on the emulator's clock, works once, and only with the client, redirect URI,
   PKCE verifier and resource of its request. A second use of a code is refused (the tokens it gave stay: there
   is no record of which access token a code issued).
@@ -94,6 +95,11 @@ def _is_loopback(host: str) -> bool:
         return ipaddress.ip_address(host).is_loopback
     except ValueError:
         return False
+
+
+def _loopback_http(uri: str) -> bool:
+    parts = urlsplit(uri)
+    return parts.scheme == "http" and parts.hostname is not None and _is_loopback(parts.hostname) and not parts.fragment
 
 
 def is_metadata_url(client_id: str) -> bool:
@@ -208,7 +214,12 @@ class AuthCodes:
         the rest (refused to the client at its redirect URI, as RedirectError)."""
         if not client_id:
             raise INVALID_REQUEST("client_id is required")
-        client = await fetch_client(client_id)
+        if client_id in self.core.settings.loopback_client_ids:  # pre-registered (the loopback_clients setting)
+            if not _loopback_http(redirect_uri):
+                raise INVALID_REQUEST(f"redirect_uri must be an http loopback URI for the client {client_id!r}")
+            client = ClientMetadata(client_id=client_id, redirect_uris=[redirect_uri])
+        else:
+            client = await fetch_client(client_id)
         if not redirect_uri:
             if len(client.redirect_uris) != 1:
                 raise INVALID_REQUEST("redirect_uri is required: the client lists more than one")
