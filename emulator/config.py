@@ -165,6 +165,9 @@ class Settings(msgspec.Struct, kw_only=True):
     # The MCP revisions /mcp offers (comma-separated, of MCP_REVISIONS): `2025-11-25`, the handshake era (initialize,
     # and the versions before it), and `2026-07-28`, the stateless one. Both by default: today's clients keep working.
     mcp_revisions: str = "2025-11-25,2026-07-28"
+    # OAuth client_ids the identity provider knows without a metadata document (comma-separated): public clients
+    # (PKCE, no secret) whose redirect URI may be any http loopback URI (RFC 8252 §7.3). Empty: none.
+    loopback_clients: str = ""
 
     @property
     def public(self) -> str:
@@ -179,6 +182,10 @@ class Settings(msgspec.Struct, kw_only=True):
         """`mcp_revisions` as a tuple, in the order of MCP_REVISIONS (validated at load)."""
         named = {r.strip() for r in self.mcp_revisions.split(",")}
         return tuple(r for r in MCP_REVISIONS if r in named)
+
+    @property
+    def loopback_client_ids(self) -> frozenset[str]:
+        return frozenset(c.strip() for c in self.loopback_clients.split(",") if c.strip())
 
     @property
     def gateway_range(self) -> range | None:
@@ -370,6 +377,9 @@ HELP: dict[str, str] = {
     "mcp_revisions": "the MCP revisions /mcp offers, comma-separated: 2025-11-25 (the initialize handshake, and the "
     "versions before it) and 2026-07-28 (stateless: server/discover, per-request _meta); default both, negotiated per "
     "request",
+    "loopback_clients": "OAuth client_ids the identity provider's authorization code grant knows without a client ID "
+    "metadata document, comma-separated: public (PKCE) clients whose redirect URI may be any http loopback URI, such "
+    "as the MCP conformance suite's authorization-code-grant run with --client-id (default none)",
     "service_api_key": "a service key (sk_test_…) the identity provider's agents API (/agents/*) also accepts, for a "
     "service configured before the emulator starts (default none)",
 }

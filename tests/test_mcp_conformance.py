@@ -26,7 +26,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.conftest import Emulator
+from tests.conftest import Emulator, free_ports
 
 SUITE_VERSION = "0.2.0-alpha.12"
 NODE_VERSION = "22.23.3"  # the suite's `engines`: node >= 22; the machine's own Node may be older
@@ -223,8 +223,7 @@ def test_mcp_conformance_server_scenarios(emu: Emulator, conformance: Suite, tmp
 def test_mcp_conformance_authorization_server_metadata(emu: Emulator, conformance: Suite, tmp_path: Path) -> None:
     """The suite's `authorization` command against the identity provider's issuer: its server metadata scenario
     passes (authorization_endpoint, response_types_supported, code_challenge_methods_supported). Its
-    authorization-code-grant scenario needs a pre-registered --client-id and is not run (a client here is the URL of
-    its metadata document; tests/test_authorization_code.py drives that flow with the MCP SDK's client)."""
+    authorization-code-grant scenario is test_mcp_conformance_authorization_code_grant's."""
     out = tmp_path / "results"
     scenario = "authorization-server-metadata-endpoint"
     cmd = [str(conformance.node), str(conformance.script), "authorization", "--url", emu.auth]
@@ -234,5 +233,53 @@ def test_mcp_conformance_authorization_server_metadata(emu: Emulator, conformanc
     output = f"$ {' '.join(cmd)}\n{run.stdout}\n{run.stderr}"
     found = list(out.glob(f"authorization-server-{scenario}-*/checks.json"))
     assert run.returncode == 0 and len(found) == 1, output
+    checks = json.loads(found[0].read_text())
+    assert checks and all(c["status"] == "SUCCESS" for c in checks), output + json.dumps(checks, indent=2)[:4000]
+
+
+CONFORMANCE_CLIENT = "conformance-client"
+
+
+def test_mcp_conformance_authorization_code_grant(start_emulator: Any, conformance: Suite, tmp_path: Path) -> None:
+    """The suite's authorization-code-grant scenario, with a client the `loopback_clients` setting pre-registers (the
+    suite's client has no metadata document): it prints the authorization URL and waits for its loopback callback;
+    this test is the person's browser (the sign-in page, its form posted back, the redirect followed), and the suite
+    exchanges the code with PKCE and checks the token response."""
+    import httpx
+
+    from tests.test_authorization_code import hidden_fields
+
+    emu = start_emulator("--no-watch", "--loopback-clients", CONFORMANCE_CLIENT)
+    out = tmp_path / "results"
+    scenario = "authorization-code-grant"
+    cmd = [str(conformance.node), str(conformance.script), "authorization", "--url", emu.auth]
+    cmd += ["--client-id", CONFORMANCE_CLIENT, "--resource", emu.url]  # every scenario: this one reads the metadata's
+    cmd += ["--port", free_ports(1)[0], "--output-dir", str(out)]
+    env = {k: v for k, v in os.environ.items() if k.lower() not in _PROXY_VARS}
+    suite = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    printed: list[str] = []
+    try:
+        assert suite.stdout is not None
+        for line in suite.stdout:  # the suite prints the URL, then waits (5 minutes at most) for the callback
+            printed.append(line)
+            if line.startswith(emu.auth + "/oauth2/authorize?"):
+                break
+        else:
+            raise AssertionError("the suite printed no authorization URL:\n" + "".join(printed))
+        with httpx.Client(timeout=20, trust_env=False) as browser:
+            page = browser.get(line.strip())
+            assert page.status_code == 200, page.text
+            form = {**hidden_fields(page.text), "email": "conformance@example.com", "decision": "approve"}
+            r = browser.post(emu.auth + "/oauth2/authorize", data=form, headers={"Origin": emu.auth})
+            assert r.status_code == 303, r.text
+            assert browser.get(r.headers["location"]).status_code == 200  # the suite's callback server
+        rest, err = suite.communicate(timeout=120)
+    finally:
+        if suite.poll() is None:
+            suite.kill()
+            suite.wait()
+    output = f"$ {' '.join(cmd)}\n{''.join(printed)}{rest}\n{err}"
+    found = list(out.glob(f"authorization-server-{scenario}-*/checks.json"))
+    assert suite.returncode == 0 and len(found) == 1, output
     checks = json.loads(found[0].read_text())
     assert checks and all(c["status"] == "SUCCESS" for c in checks), output + json.dumps(checks, indent=2)[:4000]

@@ -68,6 +68,11 @@ def register(sub: Any) -> dict[str, Callable[[argparse.Namespace], int]]:
     jag.add_argument("--audience", help="its aud (default: the identity provider's issuer)")
     jag.add_argument("--client-id", default="agent", help="the agent's client_id claim")
     jag.add_argument(
+        "--resource",
+        help="its resource claim: the site's URL for the jwt-bearer grant at {auth_url}/oauth2/token (MCP's "
+        "enterprise-managed authorization)",
+    )
+    jag.add_argument(
         "--id-token",
         action="store_true",
         help="print the person's ID token instead, which the agent exchanges for an ID-JAG at "
@@ -161,6 +166,7 @@ def cmd_id_jag(args: argparse.Namespace) -> int:
             expires_in=parse_duration(args.expires_in) if args.expires_in else None,
             audience=args.audience,
             client_id=args.client_id,
+            resource=args.resource,
             id_token=args.id_token,
         )
     except ValueError as e:

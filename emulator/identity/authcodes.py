@@ -4,8 +4,9 @@ metadata-document). This module is the one writer of `authorization_codes` and `
 
 - A client is identified by the URL of its metadata document (https, or http on a loopback host); the document is
   fetched on each authorization request (no cache: a test that changes it sees the change) and the redirect URI
-  must be one it lists (a loopback http redirect URI matches on any port, RFC 8252 §7.3). Any other client_id is
-  `invalid_client`: there is no registration of clients.
+  must be one it lists (a loopback http redirect URI matches on any port, RFC 8252 §7.3). The one other kind: a
+  client_id the `loopback_clients` setting names, a public client whose redirect URI may be any http loopback URI.
+  Any other client_id is `invalid_client`: there is no registration of clients.
 - A code lives `CODE_TTL` seconds on the emulator's clock, works once, and only with the client, redirect URI,
   PKCE verifier and resource of its request. A second use of a code is refused (the tokens it gave stay: there
   is no record of which access token a code issued).
@@ -28,6 +29,7 @@ from urllib.parse import urlencode, urlsplit
 
 import aiosqlite
 import msgspec
+from msgspec import UNSET, UnsetType
 
 from emulator.core.clock import iso
 from emulator.core.context import Core
@@ -35,6 +37,8 @@ from emulator.core.errors import INVALID_CLIENT, INVALID_GRANT, INVALID_REQUEST,
 from emulator.core.ids import secret_hash
 from emulator.core.payloads import IdpAuthorizationDenied, IdpAuthorized, IdpTokenIssued
 from emulator.core.store import one
+from emulator.identity import tokens, users
+from emulator.identity.idjag import ID_JAG_TYPE, Upstream
 from emulator.identity.signing import ACCESS_TOKEN_TYP, PersonClaims, Signer
 from emulator.identity.users import Users
 from emulator.identity.wire import POST_CLAIM_SCOPES, Urls
@@ -51,7 +55,7 @@ class PersonToken(msgspec.Struct, kw_only=True):
     token_type: str = "Bearer"
     expires_in: int
     scope: str
-    refresh_token: str
+    refresh_token: str | UnsetType = UNSET  # none for an ID-JAG: the client asks the person's IdP for a fresh one
 
 
 class ClientMetadata(msgspec.Struct, kw_only=True):
@@ -91,6 +95,11 @@ def _is_loopback(host: str) -> bool:
         return ipaddress.ip_address(host).is_loopback
     except ValueError:
         return False
+
+
+def _loopback_http(uri: str) -> bool:
+    parts = urlsplit(uri)
+    return parts.scheme == "http" and parts.hostname is not None and _is_loopback(parts.hostname) and not parts.fragment
 
 
 def is_metadata_url(client_id: str) -> bool:
@@ -171,11 +180,12 @@ async def fetch_client(client_id: str) -> ClientMetadata:
 
 
 class AuthCodes:
-    def __init__(self, core: Core, signer: Signer, urls: Urls, users: Users) -> None:
+    def __init__(self, core: Core, signer: Signer, urls: Urls, users: Users, upstream: Upstream) -> None:
         self.core = core
         self.signer = signer
         self.urls = urls
         self.users = users
+        self.upstream = upstream
 
     def resource_of(self, resource: str) -> str:
         """RFC 8707: the site, or a URL under it; none asked means the site."""
@@ -204,7 +214,12 @@ class AuthCodes:
         the rest (refused to the client at its redirect URI, as RedirectError)."""
         if not client_id:
             raise INVALID_REQUEST("client_id is required")
-        client = await fetch_client(client_id)
+        if client_id in self.core.settings.loopback_client_ids:  # pre-registered (the loopback_clients setting)
+            if not _loopback_http(redirect_uri):
+                raise INVALID_REQUEST(f"redirect_uri must be an http loopback URI for the client {client_id!r}")
+            client = ClientMetadata(client_id=client_id, redirect_uris=[redirect_uri])
+        else:
+            client = await fetch_client(client_id)
         if not redirect_uri:
             if len(client.redirect_uris) != 1:
                 raise INVALID_REQUEST("redirect_uri is required: the client lists more than one")
@@ -332,8 +347,55 @@ class AuthCodes:
             )
         return self._issued(user, token)
 
+    async def grant_id_jag(self, assertion: str, client_id: str, resource: str, scope: str) -> PersonToken:
+        """The jwt-bearer grant with an ID-JAG (MCP's enterprise-managed authorization; the ID-JAG draft §4.3): the
+        registration's checks (idjag.py), then the ID-JAG must name this client and a resource this server serves;
+        the person is the one linked to the upstream identity. Every failed check is invalid_grant (RFC 7523 §3.1),
+        but a resource not served (invalid_target) and a request naming no client (invalid_client)."""
+        if not client_id:
+            raise INVALID_CLIENT("client_id is required with an ID-JAG: it must be the ID-JAG's client_id claim")
+        now = self.core.clock.now()
+        try:
+            jag = self.upstream.check(ID_JAG_TYPE, assertion, now, self.core.settings.idjag_max_auth_age)
+        except ApiError as e:  # issuer_not_enabled, login_required: the registration's words; the grant's error code
+            raise INVALID_GRANT(e.message) from None
+        if jag.client_id != client_id:
+            raise INVALID_GRANT(f"the ID-JAG was issued to the client {jag.client_id!r}, not {client_id[:200]!r}")
+        if jag.resource is None:
+            raise INVALID_GRANT(f"the ID-JAG names no resource; ask the identity provider for one for {self.urls.site}")
+        target = self.resource_of(jag.resource)
+        if resource and self.resource_of(resource) != target:
+            raise INVALID_TARGET(f"the ID-JAG is for the resource {target}, not {resource[:200]!r}")
+        asked = scope.split()
+        extra = sorted(set(asked) - set(POST_CLAIM_SCOPES))
+        if extra:
+            raise INVALID_SCOPE(f"not offered: {' '.join(extra)}; offered: {' '.join(POST_CLAIM_SCOPES)}")
+        granted = " ".join(asked) if asked else " ".join(POST_CLAIM_SCOPES)
+        async with self.core.store.transaction() as conn:  # a refusal in here rolls the jti back: not a replay
+            if not await tokens.use_jti(conn, jag.iss, jag.jti, jag.exp, now):
+                raise INVALID_GRANT(f"the ID-JAG's jti {jag.jti} was already used: an ID-JAG works once")
+            user = await users.linked_user(conn, jag.iss, jag.sub)
+            if user is None and await users.user_id(conn, jag.email) is None:  # a new person, linked (as registering)
+                user = await self.users.ensure_user(conn, jag.email, now)
+                await users.link_upstream(conn, jag.iss, jag.sub, user, now)
+            if user is None:
+                raise INVALID_GRANT(
+                    f"the account {jag.email} is not linked to this upstream identity; the person links it by "
+                    "claiming an agent registered with an ID-JAG (POST /agent/identity, type identity_assertion)"
+                )
+            user, token = await self._issue(conn, user, client_id, target, granted, now, refresh=False)
+        return self._issued(user, token)
+
     async def _issue(
-        self, conn: aiosqlite.Connection, user: str, client_id: str, resource: str, scope: str, now: float
+        self,
+        conn: aiosqlite.Connection,
+        user: str,
+        client_id: str,
+        resource: str,
+        scope: str,
+        now: float,
+        *,
+        refresh: bool = True,
     ) -> tuple[str, PersonToken]:
         """The tokens, written in the caller's transaction; (the user, the answer), its event published after."""
         person = await one(conn, "SELECT email FROM users WHERE id = ?", (user,))
@@ -341,12 +403,14 @@ class AuthCodes:
             raise INVALID_GRANT("the person no longer exists")
         ttl = self.core.settings.access_token_ttl
         exp = now + ttl
-        refresh = self.core.ids.token("prt_", 24)
-        await conn.execute(
-            "INSERT INTO person_refresh_tokens (hash, client_id, user_id, resource, scope, expires_at) "
-            "VALUES (?, ?, ?, ?, ?, ?)",
-            (secret_hash(refresh), client_id, user, resource, scope, now + self.core.settings.refresh_token_ttl),
-        )
+        renewal: str | UnsetType = UNSET
+        if refresh:
+            renewal = self.core.ids.token("prt_", 24)
+            await conn.execute(
+                "INSERT INTO person_refresh_tokens (hash, client_id, user_id, resource, scope, expires_at) "
+                "VALUES (?, ?, ?, ?, ?, ?)",
+                (secret_hash(renewal), client_id, user, resource, scope, now + self.core.settings.refresh_token_ttl),
+            )
         claims = PersonClaims(
             iss=self.urls.auth,
             aud=resource,
@@ -359,7 +423,7 @@ class AuthCodes:
             email=str(person["email"]),
         )
         return user, PersonToken(
-            access_token=self.signer.sign(ACCESS_TOKEN_TYP, claims), expires_in=ttl, scope=scope, refresh_token=refresh
+            access_token=self.signer.sign(ACCESS_TOKEN_TYP, claims), expires_in=ttl, scope=scope, refresh_token=renewal
         )
 
     def _issued(self, user: str, token: PersonToken) -> PersonToken:

@@ -46,7 +46,7 @@ class Identity:
         self.tokens = Tokens(core, signer, urls)
         self.claims = Claims(core, urls, self.users)
         self.registrations = Registrations(core, urls, self.upstream, self.tokens, self.claims, self.users)
-        self.authcodes = AuthCodes(core, signer, urls, self.users)
+        self.authcodes = AuthCodes(core, signer, urls, self.users, self.upstream)
 
     def identity_types(self) -> list[str]:
         """The registration types discovery advertises: ID-JAG only while its switch is on."""

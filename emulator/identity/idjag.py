@@ -58,6 +58,7 @@ class IdJagClaims(Claims, kw_only=True, frozen=True, omit_defaults=True):
     email: str | UnsetType = UNSET
     email_verified: bool | UnsetType = UNSET
     scope: str | UnsetType = UNSET
+    resource: str | UnsetType = UNSET  # the resource server the client will call (MCP's enterprise-managed flow)
 
 
 class MintRequest(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
@@ -72,6 +73,7 @@ class MintRequest(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     audience: str | None = None  # default: this provider's issuer
     client_id: str = "agent"
     scope: str | None = None
+    resource: str | None = None  # the `resource` claim (the jwt-bearer grant at /oauth2/token needs one)
     jti: str | None = None  # a fixed jti (to replay one)
     typ: str = ASSERTION_TYP
     id_token: bool = False  # the person's ID token instead (what the agent exchanges for an ID-JAG)
@@ -87,6 +89,7 @@ class TokenExchange(msgspec.Struct, kw_only=True):
     audience: str | None = None
     scope: str | None = None
     client_id: str | None = None
+    resource: str | None = None  # RFC 8693 §2.1: carried into the ID-JAG's `resource` claim
 
 
 class Minted(msgspec.Struct, kw_only=True):
@@ -128,6 +131,8 @@ class Verified:
     email: str
     jti: str
     exp: float
+    client_id: str = ""
+    resource: str | None = None  # the `resource` claim, when it has one
 
 
 class Upstream:
@@ -162,6 +167,7 @@ class Upstream:
             email=ask.email.strip(),
             email_verified=ask.email_verified,
             scope=ask.scope if ask.scope is not None else UNSET,
+            resource=ask.resource if ask.resource is not None else UNSET,
         )
         token = self.signer.sign(ask.typ, claims)
         return Minted(
@@ -217,6 +223,7 @@ class Upstream:
             auth_time=isinstance(person.auth_time, int),
             client_id=person.aud,
             scope=form.scope,
+            resource=form.resource,
         )
         minted = self.mint(ask, now)
         return Exchanged(
@@ -269,7 +276,23 @@ class Upstream:
             raise login_required(
                 f"the person signed in {age} s ago; at most {max_auth_age} s is accepted", max_auth_age
             )
-        return Verified(claims.iss, claims.sub, claims.email.strip(), claims.jti, float(claims.exp))
+        resource = claims.resource if isinstance(claims.resource, str) else None
+        return Verified(
+            claims.iss, claims.sub, claims.email.strip(), claims.jti, float(claims.exp), claims.client_id, resource
+        )
+
+
+def other_issuer(token: str, own: str) -> bool:
+    """Whether a jwt-bearer assertion names an issuer other than this provider (`own`): an ID-JAG from a person's
+    identity provider, not a registration's own assertion. Anything that does not parse is left to the latter."""
+    try:
+        found = jsonbody.token_parts(token)
+    except jsonbody.NotJson:
+        return False
+    if found is None:
+        return False
+    iss = found[1].get("iss")
+    return isinstance(iss, str) and iss != own
 
 
 def _sub(ask: MintRequest) -> str:

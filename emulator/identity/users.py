@@ -52,6 +52,13 @@ async def linked_email(conn: aiosqlite.Connection, iss: str, sub: str) -> tuple[
     return (True, linked.email) if linked else (False, None)
 
 
+async def linked_user(conn: aiosqlite.Connection, iss: str, sub: str) -> str | None:
+    """The person the upstream identity (iss, sub) is linked to, if any."""
+    sql = "SELECT user_id AS id FROM identity_links WHERE iss = ? AND sub = ?"
+    found = await fetch_one(conn, UserRef, sql, (iss, sub))
+    return found.id if found else None
+
+
 # --- a service's users (the agents API): found by their external id, else by e-mail ------------------------------
 
 

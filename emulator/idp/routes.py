@@ -8,9 +8,11 @@ Error formats follow each endpoint's clients: registration endpoints answer `{co
 
 from __future__ import annotations
 
+import base64
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal, Protocol, TypeVar, get_args
+from urllib.parse import unquote
 
 import msgspec
 from litestar import MediaType, Request, Response, get, post, route
@@ -71,7 +73,7 @@ from emulator.identity.authcodes import AuthRequest, PersonToken, RedirectError
 from emulator.identity.claims import Closed, why_closed
 from emulator.identity.discovery import AuthorizationServer, OpenIdConfiguration, UpstreamConfiguration
 from emulator.identity.identity import Identity
-from emulator.identity.idjag import UPSTREAM_PATH, Exchanged, TokenExchange
+from emulator.identity.idjag import UPSTREAM_PATH, Exchanged, TokenExchange, other_issuer
 from emulator.identity.records import OpenAttempt
 from emulator.identity.signing import Jwks
 from emulator.identity.states import RegType
@@ -316,8 +318,9 @@ GrantType = Literal["urn:ietf:params:oauth:grant-type:jwt-bearer", "authorizatio
 
 
 class TokenForm(msgspec.Struct, kw_only=True):
-    """/oauth2/token: the jwt-bearer grant (RFC 7523: the registration's identity assertion), the authorization code
-    grant (OAuth 2.1 §4.1.3, with PKCE's code_verifier) and a person's refresh token (§4.3)."""
+    """/oauth2/token: the jwt-bearer grant (RFC 7523: the registration's identity assertion, or an ID-JAG of the
+    person's identity provider with the client_id it names), the authorization code grant (OAuth 2.1 §4.1.3, with
+    PKCE's code_verifier) and a person's refresh token (§4.3)."""
 
     grant_type: GrantType
     assertion: str = ""  # jwt-bearer
@@ -343,9 +346,29 @@ _read_token_form = oauth_reader(TokenForm, {"grant_type": _grant_refused})
 def token_form(headers: Mapping[str, str], body: bytes) -> TokenForm:
     """The token endpoint's form (`headers` by lower-case name), refused in RFC 6749's words. The route's body
     dependency and TokenFastPath both read it so."""
-    if headers.get("authorization", "").lower().startswith("bearer "):
+    authorization = headers.get("authorization", "")
+    if authorization.lower().startswith("bearer "):
         raise INVALID_REQUEST("send the assertion in the form field `assertion`, not a header")
-    return _read_token_form(headers.get("content-type", ""), body)
+    form = _read_token_form(headers.get("content-type", ""), body)
+    if authorization.lower().startswith("basic "):  # client_secret_basic (RFC 6749 §2.3.1): the client_id it names
+        named = basic_client_id(authorization[6:])
+        if form.client_id and form.client_id != named:
+            raise INVALID_REQUEST("the client_id in the form is not the one in the Authorization header")
+        form = msgspec.structs.replace(form, client_id=named)
+    return form
+
+
+def basic_client_id(credentials: str) -> str:
+    """The client_id of HTTP Basic client authentication (url-encoded, then base64; the secret is not checked:
+    this provider keeps no client secrets)."""
+    try:
+        decoded = base64.b64decode(credentials.strip(), validate=True).decode()
+    except (ValueError, UnicodeDecodeError):
+        raise INVALID_CLIENT("the Authorization header's Basic credentials are not base64 of id:secret") from None
+    client_id, sep, _ = decoded.partition(":")
+    if not sep or not client_id:
+        raise INVALID_CLIENT("the Authorization header's Basic credentials are not client_id:secret")
+    return unquote(client_id)
 
 
 async def exchange(idp: Idp, grant: TokenForm) -> AccessToken | PersonToken:
@@ -360,6 +383,8 @@ async def exchange(idp: Idp, grant: TokenForm) -> AccessToken | PersonToken:
         raise INVALID_REQUEST("assertion is required (the registration's identity.assertion)")
     if grant.assertion.startswith("art_"):
         raise INVALID_GRANT("refresh tokens go to /agent/identity with type refresh")
+    if other_issuer(grant.assertion, idp.identity.urls.auth):  # an ID-JAG from the person's identity provider
+        return await codes.grant_id_jag(grant.assertion, grant.client_id, grant.resource, grant.scope or "")
     return await idp.identity.exchange(grant.assertion, grant.scope)
 
 
