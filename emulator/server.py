@@ -414,7 +414,9 @@ async def _serve(
             return [(d.org_id, d.name) for d in await databases.every(core.store)]
 
         media = MediaStore(core, s3_sock, url_of(s3_sock, public), settings.media_quota_bytes, live_databases)
-        platform = Platform(core, auth, box, blobs, reconciler, media, api_url=urls.api, auth_url=urls.auth)
+        platform = Platform(
+            core, auth, box, blobs, reconciler, media, api_url=urls.api, auth_url=urls.auth, site_url=urls.site
+        )
         reconciler.supervisor.watch = core.bus.watch  # before any gateway is made
         opening = asyncio.create_task(reconciler.open())
         await media.start()  # before the origins serve: the first get_bucket_credentials may come as soon as they do

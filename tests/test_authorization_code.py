@@ -352,6 +352,82 @@ async def test_mcp_sdk_authorization_code_with_a_metadata_document_over_tls(
         server.close()
 
 
+async def test_mcp_sdk_authorization_code_reaches_the_control_plane(tmp_path: Path, start_emulator: Any) -> None:
+    """The MCP SDK's OAuthClientProvider, unmodified, against the control plane: its first call is a 401 pointing at
+    the control plane's resource metadata, the SDK discovers the issuer, the person signs in, and the retried call
+    (list_orgs) is answered as the person's `pxt login` session would be. A token for another audience, or one the
+    emulator's clock has expired, is refused."""
+    import httpx2
+    from mcp.client.auth import OAuthClientProvider
+    from mcp.shared.auth import AuthorizationCodeResult, OAuthClientMetadata
+    from pydantic import AnyUrl
+
+    from tests.test_enterprise_auth import grant, mint
+
+    context, ca_file = _tls(tmp_path)
+    server = DocServer(context)
+    try:
+        emu = start_emulator("--no-watch", env={"SSL_CERT_FILE": str(ca_file)})
+        email = "cp@example.com"
+        async with httpx.AsyncClient(timeout=20) as c:
+            # the person has an organization already (made with the enterprise flow's token for the control plane)
+            first = (await grant(c, emu, await mint(c, emu, email, resource=emu.api))).json()["access_token"]
+            made = await c.post(
+                emu.api,
+                json={"operation_type": "create_org", "org": "cp-org"},
+                headers={"Authorization": f"Bearer {first}"},
+            )
+            assert made.status_code == 200, made.text
+        redirect = "http://127.0.0.1:9/mcp-callback"
+        cid = server.client("mcp-cp", [redirect])
+        landed: dict[str, str] = {}
+        first_answers: list[tuple[int, str]] = []
+
+        async def redirect_handler(url: str) -> None:
+            assert query(url)["resource"] == emu.api  # RFC 8707: the control plane, from its metadata
+            async with httpx.AsyncClient(timeout=20) as browser:
+                landed.update(query(await sign_in(browser, emu, url, email)))
+
+        async def callback_handler() -> AuthorizationCodeResult:
+            return AuthorizationCodeResult(code=landed["code"], state=landed.get("state"))
+
+        async def seen(response: httpx2.Response) -> None:
+            if not first_answers:
+                first_answers.append((response.status_code, response.headers.get("www-authenticate", "")))
+
+        storage = _Memory()
+        provider = OAuthClientProvider(
+            server_url=emu.api,
+            client_metadata=OAuthClientMetadata(redirect_uris=[AnyUrl(redirect)], client_name="Test mcp"),
+            storage=storage,
+            redirect_handler=redirect_handler,
+            callback_handler=callback_handler,
+            client_metadata_url=cid,
+        )
+        async with httpx2.AsyncClient(auth=provider, timeout=20, event_hooks={"response": [seen]}) as c2:
+            r = await c2.post(emu.api, json={"operation_type": "list_orgs"})
+        assert first_answers[0] == (401, f'Bearer resource_metadata="{emu.api}/.well-known/oauth-protected-resource"')
+        assert r.status_code == 200, r.text
+        assert [o["org"] for o in r.json()["orgs"]] == ["cp-org"]  # the person's organizations
+        token = storage.tokens.access_token
+        claims = jwt.decode(token, options={"verify_signature": False})
+        assert claims["aud"] == emu.api and claims["client_id"] == cid and claims["email"] == email
+        async with httpx.AsyncClient(timeout=20) as c:
+            other = (await grant(c, emu, await mint(c, emu, email))).json()["access_token"]  # for the site
+            refused = await c.post(
+                emu.api, json={"operation_type": "list_orgs"}, headers={"Authorization": f"Bearer {other}"}
+            )
+            assert refused.status_code == 401 and "not issued for this control plane" in refused.text
+            emu.advance(claims["exp"] - claims["iat"] + 1)
+            expired = await c.post(
+                emu.api, json={"operation_type": "list_orgs"}, headers={"Authorization": f"Bearer {token}"}
+            )
+            assert expired.status_code == 401 and "expired" in expired.text, expired.text
+            assert 'error="invalid_token"' in expired.headers["www-authenticate"]
+    finally:
+        server.close()
+
+
 async def test_mcp_sdk_identity_assertion_provider(client: httpx.AsyncClient, emu: Emulator) -> None:
     """The SDK's jwt-bearer client (SEP-990's leg 2), unmodified: it reads the issuer's metadata (which it refused
     before authorization_endpoint was there), sends the assertion to the token endpoint, and the call it guards

@@ -20,6 +20,20 @@ async def test_protected_resource_metadata_names_the_issuer(client: httpx.AsyncC
     assert "Authorization" not in r.request.headers
 
 
+async def test_the_control_plane_is_a_protected_resource(client: httpx.AsyncClient, emu: Emulator) -> None:
+    """The control plane's own RFC 9728 document (one builder with the site's): its URL, the same issuer; and its
+    401 without an API key points there, as an OAuth client's first call reads it."""
+    prm = (await client.get(emu.api + "/.well-known/oauth-protected-resource")).json()
+    site = (await client.get("/.well-known/oauth-protected-resource")).json()
+    assert prm["resource"] == emu.api and prm["authorization_servers"] == [emu.auth]
+    assert prm["jwks_uri"] == site["jwks_uri"] and prm["resource"] != site["resource"]
+    r = await client.post(emu.api, json={"operation_type": "list_orgs"})
+    assert r.status_code == 401
+    assert r.headers["www-authenticate"] == (
+        f'Bearer resource_metadata="{emu.api}/.well-known/oauth-protected-resource"'
+    )
+
+
 @pytest.mark.parametrize("where", ["auth", "site"])
 async def test_authorization_server_metadata(client: httpx.AsyncClient, emu: Emulator, where: str) -> None:
     base = emu.auth if where == "auth" else emu.url

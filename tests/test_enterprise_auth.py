@@ -59,6 +59,29 @@ async def test_id_jag_gives_the_persons_token(client: httpx.AsyncClient, emu: Em
     assert jwt.decode(again.json()["access_token"], options={"verify_signature": False})["sub"] == claims["sub"]
 
 
+async def test_an_id_jag_for_the_control_plane_acts_as_the_person(client: httpx.AsyncClient, emu: Emulator) -> None:
+    """An ID-JAG naming the control plane as its resource: the person's token is accepted there as a `pxt login`
+    session is (create an organization, list it); a token for the site is refused there."""
+    email = person()
+    r = await grant(client, emu, await mint(client, emu, email, resource=emu.api))
+    assert r.status_code == 200, r.text
+    token = r.json()["access_token"]
+    assert jwt.decode(token, options={"verify_signature": False})["aud"] == emu.api
+    bearer = {"Authorization": f"Bearer {token}"}
+    slug = f"ent-{time.monotonic_ns()}"
+    made = await client.post(emu.api, json={"operation_type": "create_org", "org": slug}, headers=bearer)
+    assert made.status_code == 200, made.text
+    listed = await client.post(emu.api, json={"operation_type": "list_orgs"}, headers=bearer)
+    assert listed.status_code == 200, listed.text
+    assert [o["org"] for o in listed.json()["orgs"]] == [slug]
+    site = (await grant(client, emu, await mint(client, emu, email))).json()["access_token"]
+    refused = await client.post(
+        emu.api, json={"operation_type": "list_orgs"}, headers={"Authorization": f"Bearer {site}"}
+    )
+    assert refused.status_code == 401 and "not issued for this control plane" in refused.text
+    assert 'error="invalid_token"' in refused.headers["www-authenticate"]
+
+
 async def test_client_authentication_basic_names_the_client(client: httpx.AsyncClient, emu: Emulator) -> None:
     assertion = await mint(client, emu, person())
     basic = base64.b64encode(f"{CLIENT.replace(':', '%3A').replace('/', '%2F')}:s3cret".encode()).decode()

@@ -1,5 +1,6 @@
 """The control plane origin `{api_url}`: the management API (one POST URL, `operation_type` in the body),
-blob uploads and archive downloads, and `/.well-known/pixeltable-auth` for `pxt login`.
+blob uploads and archive downloads, `/.well-known/pixeltable-auth` for `pxt login`, and
+`/.well-known/oauth-protected-resource` (RFC 9728) for an OAuth client acting as a person.
 
 Errors are what the pixeltable client parses: a plain-text body `"<HTTP reason phrase> : <details>"`,
 plus `X-Pixeltable-Error-Code` (`PLAN_LIMIT`, `PAYMENT_REQUIRED`, `STORE_FULL`) where a plan refuses
@@ -47,15 +48,29 @@ from emulator.core.payloads import CloudCall
 from emulator.core.webapp import App
 from emulator.hosted.auth import Caller, require_unrestricted
 from emulator.hosted.platform import Platform
+from emulator.identity import discovery
+from emulator.identity.discovery import ProtectedResource
+from emulator.identity.wire import Urls
 
 PLAN_CODES = ("PLAN_LIMIT", "PAYMENT_REQUIRED", "STORE_FULL")
+_CACHE = "public, max-age=300"
 
 
-def plain_error(_: Request[Any, Any, Any], exc: ApiError) -> Response[str]:
+RESOURCE_METADATA = "/.well-known/oauth-protected-resource"
+
+
+def plain_error(request: Request[Any, Any, Any], exc: ApiError) -> Response[str]:
     phrase = HTTPStatus(exc.status).phrase
     headers = dict(exc.headers)
     if exc.code in PLAN_CODES:
         headers["X-Pixeltable-Error-Code"] = exc.code
+    if exc.status == 401 and "x-api-key" not in request.headers:
+        # RFC 9728 §5.1: where a bearer token was expected, where an OAuth client finds who issues one (the person's
+        # token for this control plane); an API key's refusal is the pxt client's, which reads only the body
+        bearer = request.headers.get("authorization", "").partition(" ")[0].lower() == "bearer"
+        detail = f', error="invalid_token", error_description="{exc.message}"' if bearer else ""
+        url = platform_of(request).api_url + RESOURCE_METADATA
+        headers["WWW-Authenticate"] = f'Bearer resource_metadata="{url}"{detail}'
     return Response(f"{phrase} : {exc.message}", status_code=exc.status, media_type="text/plain", headers=headers)
 
 
@@ -83,7 +98,10 @@ PLAIN = error_shape(
     http_error,
     internal_error,
     media_type="text/plain",
-    headers={"X-Pixeltable-Error-Code": "where a plan refuses: " + ", ".join(PLAN_CODES)},
+    headers={
+        "X-Pixeltable-Error-Code": "where a plan refuses: " + ", ".join(PLAN_CODES),
+        "WWW-Authenticate": "on a 401 without X-api-key: Bearer, with the resource metadata's URL",
+    },
     description='a refusal: "<HTTP reason phrase> : <details>"',
 )
 
@@ -197,6 +215,15 @@ async def pixeltable_auth(request: Request[Any, Any, Any]) -> PixeltableAuth:
     return PixeltableAuth(client_id="client_pxt_emulator", workos_api=platform_of(request).auth_url)
 
 
+@get([RESOURCE_METADATA, RESOURCE_METADATA + "/"], operation_id="protected_resource")
+async def protected_resource(request: Request[Any, Any, Any]) -> Response[ProtectedResource]:
+    """RFC 9728: the control plane as a protected resource; a person's access token for it (aud: this URL) acts as
+    a `pxt login` session does."""
+    p = platform_of(request)
+    urls = Urls(site=p.site_url, auth=p.auth_url, api=p.api_url)
+    return Response(discovery.protected_resource(urls, control_plane=True), headers={"Cache-Control": _CACHE})
+
+
 def boundary_error(exc: ApiError) -> tuple[bytes, bytes]:
     """A boundary refusal in the control plane's error format."""
     return b"text/plain; charset=utf-8", f"{HTTPStatus(exc.status).phrase} : {exc.message}".encode()
@@ -204,7 +231,7 @@ def boundary_error(exc: ApiError) -> tuple[bytes, bytes]:
 
 def build_cloud_app(platform: Platform, boundary: Boundary) -> BoundaryGate:
     app = App(
-        route_handlers=[management, pixeltable_auth, *blobs.HANDLERS],
+        route_handlers=[management, pixeltable_auth, protected_resource, *blobs.HANDLERS],
         exception_handlers={HTTPException: http_error, ApiError: plain_error, Exception: internal_error},
         state=State({"platform": platform}),
         request_max_body_size=platform.core.settings.http_max_body_bytes,  # blob uploads: MAX_BLOB, their own

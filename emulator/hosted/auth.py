@@ -3,9 +3,11 @@ session token) becomes a `Caller`, for the control plane, the database tunnel an
 
 `X-api-key` is checked before `Authorization: Bearer`; a request carrying both is authenticated as the API
 key. The tunnel and the gateways send every credential as a bearer token, so a key is recognised there by its
-shape (`pxtk_…`). A session token is an ES256 JWT of this issuer whose audience is the control plane. An API
-key acts in its own organization only; a session acts in the organizations its person belongs to, by default
-the one its token is scoped to.
+shape (`pxtk_…`). A session token is an ES256 JWT of this issuer whose audience is the control plane. So is a
+person's access token (`typ: at+jwt`, from the authorization code or ID-JAG grant with the control plane as its
+resource): it is the same kind of caller as a session, with no organization chosen. An API key acts in its own
+organization only; a session acts in the organizations its person belongs to, by default the one its token is
+scoped to.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from emulator.core.errors import BAD_REQUEST, FORBIDDEN, UNAUTHORIZED, ApiError
 from emulator.core.store import one
 from emulator.hosted import keys, orgs
 from emulator.hosted.keys import GRANT
-from emulator.identity.signing import ACCESS_TOKEN_TYP, InvalidToken, SessionClaims, Signer
+from emulator.identity.signing import ACCESS_TOKEN_TYP, AgentClaims, InvalidToken, PersonClaims, SessionClaims, Signer
 
 
 @dataclass(frozen=True)
@@ -82,7 +84,8 @@ class Authenticator:
         raise UNAUTHORIZED("an API key (X-api-key) or a bearer token is required")
 
     async def credential(self, credential: str, *, bearer: bool) -> Caller:
-        """Any credential by its shape: a hosted workload's runtime key, an API key (`pxtk_…`), or a session token."""
+        """Any credential by its shape: a hosted workload's runtime key, an API key (`pxtk_…`), or a session token
+        (or a person's access token)."""
         runtime = self.runtime_keys.owner(credential)
         if runtime is not None:
             return Caller("api_key", None, None, runtime[0], runtime[1], "runtime", False)
@@ -106,10 +109,12 @@ class Authenticator:
             typ, claims = self.signer.verify(token)
         except InvalidToken:
             raise UNAUTHORIZED("the bearer token is not valid") from None
-        if typ != ACCESS_TOKEN_TYP or not isinstance(claims, SessionClaims) or claims.aud != self.api_url:
+        if typ != ACCESS_TOKEN_TYP or isinstance(claims, AgentClaims) or claims.aud != self.api_url:
             raise UNAUTHORIZED("the bearer token was not issued for this control plane")
         if claims.exp <= self.core.clock.now():
-            raise UNAUTHORIZED("the session token has expired")
+            raise UNAUTHORIZED(f"the {'session' if isinstance(claims, SessionClaims) else 'access'} token has expired")
+        if isinstance(claims, PersonClaims):
+            return await self._person(claims)
         # the sessions table is the identity provider's; it is only read here
         session = await one(
             self.core.store,
@@ -127,6 +132,16 @@ class Authenticator:
                 raise FORBIDDEN("this session's person is not a member of its organization")
             slug = org.slug
         return Caller("session", session["user_id"], session["email"], org_id, slug)
+
+    async def _person(self, claims: PersonClaims) -> Caller:
+        """A person's access token (the authorization code or ID-JAG grant, aud this control plane): the person, as
+        a session with no organization chosen (the request's `org` names one). No session backs it: it ends when it
+        expires, or when the person is deleted."""
+        # the users table is the identity provider's; it is only read here
+        person = await one(self.core.store, "SELECT id, email FROM users WHERE id = ?", (claims.sub,))
+        if person is None:
+            raise UNAUTHORIZED("the access token's person no longer exists")
+        return Caller("session", person["id"], person["email"], None, None)
 
     async def resolve_org(self, caller: Caller, org: str | None) -> tuple[str, str]:
         """(org id, slug) a request acts on: its `org` field if set, else the credential's organization."""

@@ -28,6 +28,7 @@ class Platform:
     media: MediaStore  # the home buckets' S3 endpoint
     api_url: str
     auth_url: str
+    site_url: str
 
     async def reset(self) -> None:
         """The hosted side of a reset: workloads stopped, database directories, archives and media deleted (the

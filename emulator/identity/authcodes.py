@@ -11,7 +11,8 @@ metadata-document). This module is the one writer of `authorization_codes` and `
   PKCE verifier and resource of its request. A second use of a code is refused (the tokens it gave stay: there
   is no record of which access token a code issued).
 - The access token is the person's: an ES256 JWT, `typ: at+jwt` as every access token here, `sub` the user's id,
-  `aud` the resource asked for (RFC 8707; the site's URL or one under it, the site's when none is asked),
+  `aud` the resource asked for (RFC 8707; the site's URL or one under it, or the control plane's URL, where the
+  token acts as the person as a `pxt login` session does; the site's when none is asked),
   `client_id` the approving client, `scope` within what a claimed agent gets (POST_CLAIM_SCOPES). The refresh token
   is opaque, rotates at each use, and is bound to the client.
 """
@@ -188,12 +189,18 @@ class AuthCodes:
         self.upstream = upstream
 
     def resource_of(self, resource: str) -> str:
-        """RFC 8707: the site, or a URL under it; none asked means the site."""
-        site = self.urls.site
+        """RFC 8707: the site, or a URL under it; or the control plane (its URL, a trailing slash dropped: the one
+        audience the control plane accepts); none asked means the site."""
+        site, api = self.urls.site, self.urls.api
         if not resource:
             return site
+        if resource.rstrip("/") == api:
+            return api
         if resource != site and not resource.startswith(site + "/"):
-            raise INVALID_TARGET(f"this provider issues tokens for {site} (or a URL under it), not {resource[:200]!r}")
+            raise INVALID_TARGET(
+                f"this provider issues tokens for {site} (or a URL under it) and the control plane {api}, "
+                f"not {resource[:200]!r}"
+            )
         if urlsplit(resource).fragment:
             raise INVALID_TARGET("a resource has no fragment (RFC 8707 §2)")
         return resource

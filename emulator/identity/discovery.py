@@ -17,7 +17,7 @@ API_CATALOG_PROFILE = "https://www.rfc-editor.org/info/rfc9727"
 
 
 class ProtectedResource(msgspec.Struct, kw_only=True):
-    """RFC 9728: the site as a protected resource, and who issues its tokens."""
+    """RFC 9728: the site (or the control plane) as a protected resource, and who issues its tokens."""
 
     resource: str
     resource_name: str
@@ -79,10 +79,12 @@ class OpenIdConfiguration(AuthorizationServer, kw_only=True):
     claims_supported: list[str]
 
 
-def protected_resource(urls: Urls) -> ProtectedResource:
+def protected_resource(urls: Urls, *, control_plane: bool = False) -> ProtectedResource:
+    """The site's document, or the control plane's (served at `{api_url}`: a person's token for it acts as a
+    `pxt login` session does)."""
     return ProtectedResource(
-        resource=urls.site,
-        resource_name="Pixeltable Cloud",
+        resource=urls.api if control_plane else urls.site,
+        resource_name="Pixeltable Cloud control plane" if control_plane else "Pixeltable Cloud",
         authorization_servers=[urls.auth],
         jwks_uri=f"{urls.auth}/.well-known/jwks.json",
         scopes_supported=POST_CLAIM_SCOPES,
