@@ -127,11 +127,16 @@ PAGES = marked_pages()
 
 
 def _env(state: Path) -> dict[str, str]:
-    """This process's environment without what points at another emulator or pytest run, plus the runner's two."""
+    """This process's environment without what points at another emulator or pytest run, plus the runner's own."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("EMULATOR_", "PIXELTABLE_", "PYTEST_"))}
     env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"  # `emulator`, this `python`
     env["EMULATOR_STATE_DIR"] = str(state)
     env["EMULATOR_FREE_PORTS"] = "true"
+    # A page's own pytest keeps its temporary root apart: one under the shared /tmp/pytest-of-USER would make that
+    # folder private again while the real client's Postgres (pxt tests on the other worker) reads through it.
+    temproot = state.parent / "pytest-tmp"
+    temproot.mkdir(exist_ok=True)
+    env["PYTEST_DEBUG_TEMPROOT"] = str(temproot)
     return env
 
 
