@@ -46,7 +46,7 @@ from emulator.core.faultgate import FaultGate, drop
 from emulator.core.httperrors import http_detail, incomplete_body, last_resort
 from emulator.core.payloads import CloudCall
 from emulator.core.webapp import App
-from emulator.hosted.auth import Caller, require_unrestricted
+from emulator.hosted.auth import RESOURCE_METADATA, Caller, require_unrestricted
 from emulator.hosted.platform import Platform
 from emulator.identity import discovery
 from emulator.identity.discovery import ProtectedResource
@@ -56,21 +56,11 @@ PLAN_CODES = ("PLAN_LIMIT", "PAYMENT_REQUIRED", "STORE_FULL")
 _CACHE = "public, max-age=300"
 
 
-RESOURCE_METADATA = "/.well-known/oauth-protected-resource"
-
-
 def plain_error(request: Request[Any, Any, Any], exc: ApiError) -> Response[str]:
     phrase = HTTPStatus(exc.status).phrase
     headers = dict(exc.headers)
     if exc.code in PLAN_CODES:
         headers["X-Pixeltable-Error-Code"] = exc.code
-    if exc.status == 401 and "x-api-key" not in request.headers:
-        # RFC 9728 §5.1: where a bearer token was expected, where an OAuth client finds who issues one (the person's
-        # token for this control plane); an API key's refusal is the pxt client's, which reads only the body
-        bearer = request.headers.get("authorization", "").partition(" ")[0].lower() == "bearer"
-        detail = f', error="invalid_token", error_description="{exc.message}"' if bearer else ""
-        url = platform_of(request).api_url + RESOURCE_METADATA
-        headers["WWW-Authenticate"] = f'Bearer resource_metadata="{url}"{detail}'
     return Response(f"{phrase} : {exc.message}", status_code=exc.status, media_type="text/plain", headers=headers)
 
 

@@ -22,6 +22,9 @@ from emulator.hosted import keys, orgs
 from emulator.hosted.keys import GRANT
 from emulator.identity.signing import ACCESS_TOKEN_TYP, AgentClaims, InvalidToken, PersonClaims, SessionClaims, Signer
 
+# Where the control plane describes itself as an OAuth protected resource (RFC 9728).
+RESOURCE_METADATA = "/.well-known/oauth-protected-resource"
+
 
 @dataclass(frozen=True)
 class Caller:
@@ -80,8 +83,20 @@ class Authenticator:
             return await self.credential(key.strip(), bearer=False)
         scheme, _, token = headers.get("authorization", "").partition(" ")
         if scheme.lower() == "bearer" and token.strip():
-            return await self.credential(token.strip(), bearer=True)
-        raise UNAUTHORIZED("an API key (X-api-key) or a bearer token is required")
+            try:
+                return await self.credential(token.strip(), bearer=True)
+            except ApiError as e:
+                if e.status != 401:
+                    raise
+                challenge = self.challenge(f', error="invalid_token", error_description="{e.message}"')
+                raise ApiError(e.status, e.code, e.message, headers={**e.headers, **challenge}) from None
+        raise UNAUTHORIZED("an API key (X-api-key) or a bearer token is required", headers=self.challenge())
+
+    def challenge(self, detail: str = "") -> dict[str, str]:
+        """RFC 9728 §5.1: where a bearer token was expected, the 401 says where an OAuth client learns who issues one
+        (a person's token for this control plane). An API key's refusal has none: it is the pxt client's, which
+        reads only the body."""
+        return {"WWW-Authenticate": f'Bearer resource_metadata="{self.api_url}{RESOURCE_METADATA}"{detail}'}
 
     async def credential(self, credential: str, *, bearer: bool) -> Caller:
         """Any credential by its shape: a hosted workload's runtime key, an API key (`pxtk_…`), or a session token
