@@ -176,8 +176,19 @@ def _leftover_containers(state: Path) -> list[str]:
     return [f"container {line}" for line in out.stdout.splitlines() if line.strip()] if out.returncode == 0 else []
 
 
-def run_page(page: Path) -> tuple[float, str]:
-    """Run a page's marked blocks as the module's docstring says; fails the test with the script's output."""
+@dataclass(frozen=True)
+class PageRun:
+    """A page's script run: its exit status, what it left behind (found and stopped), and what it printed."""
+
+    returncode: int
+    left: list[str]
+    elapsed: float
+    output: str
+    report: str  # the exit status, the output's end and the emulator log's tail, for a failure's message
+
+
+def run_page(page: Path) -> PageRun:
+    """Run a page's marked blocks as the module's docstring says, then remove its directory."""
     found = snippets(page.read_text(encoding="utf-8"))
     name = str(page.relative_to(ROOT))
     base = Path(tempfile.mkdtemp(prefix="pxt-docs-"))  # short: the state dir holds unix sockets
@@ -214,12 +225,10 @@ def run_page(page: Path) -> tuple[float, str]:
         left += _leftover_processes(base) + _leftover_containers(state)
         log = state / "emulator.log"
         tail = "\n".join(log.read_text(errors="replace").splitlines()[-40:]) if log.is_file() else "(no log)"
-        if proc.returncode != 0:
-            also = "".join(f"\nand it left behind {what}" for what in left)
-            pytest.fail(f"{name}: exit {proc.returncode}{also}\n{output[-20000:]}\n--- emulator.log (tail)\n{tail}")
-        assert not left, f"{name} left behind:\n" + "\n".join(left)
+        report = f"{name}: exit {proc.returncode}\n{output[-20000:]}\n--- emulator.log (tail)\n{tail}"
     finally:
         shutil.rmtree(base, ignore_errors=True)
+    return PageRun(proc.returncode, left, elapsed, output, report)
     return elapsed, output
 
 
@@ -240,8 +249,10 @@ def test_site_builds_strictly(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("page", PAGES, ids=[str(p.relative_to(ROOT)) for p in PAGES])
 def test_runnable_snippets_run(page: Path) -> None:
-    elapsed, _ = run_page(page)  # it fails the test on a failed script or anything left behind
-    print(f"{page.relative_to(ROOT)}: {elapsed:.1f} s")
+    run = run_page(page)
+    assert run.returncode == 0, run.report
+    assert not run.left, f"{page.relative_to(ROOT)} left behind:\n" + "\n".join(run.left)
+    print(f"{page.relative_to(ROOT)}: {run.elapsed:.1f} s")
 
 
 def test_the_tutorial_is_runnable() -> None:

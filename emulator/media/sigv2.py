@@ -16,9 +16,9 @@ import hashlib
 import hmac
 import re
 from collections.abc import Callable
-from urllib.parse import quote, unquote
+from urllib.parse import unquote
 
-from emulator.media.sigv4 import MISMATCH, Environ, Refused, Signed, environ_text, query_pairs
+from emulator.media.sigv4 import MISMATCH, Environ, Refused, Signed, environ_text, query_pairs, sent_path
 
 # The query parameters S3 signs as part of the resource (botocore's list, which is S3's).
 SUBRESOURCES = frozenset(
@@ -127,13 +127,7 @@ def string_to_sign(environ: Environ, query: list[tuple[str, str]], date: str) ->
 
 def _resource(environ: Environ) -> str:
     """The path as the client sent (and signed) it, and the subresources S3 signs, sorted, their values decoded."""
-    raw = environ_text(environ, "RAW_URI") or environ_text(environ, "REQUEST_URI")
-    if raw:
-        path = raw.split("?", 1)[0]
-        if "://" in path:  # an absolute-form request target
-            path = "/" + path.split("://", 1)[1].partition("/")[2]
-    else:  # PATH_INFO holds the decoded path's bytes as latin-1 (PEP 3333)
-        path = quote(environ_text(environ, "PATH_INFO").encode("latin-1"), safe="/~")
+    path = sent_path(environ)
     if path.count("/") == 1 and len(path) > 1:  # a bucket alone: S3 (and boto3) sign it as `/bucket/`
         path += "/"
     # As signed: a name as it stands in the query, its value decoded, `=` kept when the query has one.

@@ -153,9 +153,8 @@ def query_pairs(raw: str) -> list[tuple[str, str]]:
 _ESCAPE = re.compile(r"%[0-9a-fA-F]{2}")
 
 
-def _canonical_path(environ: Environ) -> str:
-    """The path as the client sent (and signed) it, escapes kept as they are (a key's encoded '/' is not a '/'),
-    and anything a client left unencoded encoded."""
+def sent_path(environ: Environ) -> str:
+    """The request target's path as the client sent (and signed) it: SigV4's and SigV2's starting point."""
     raw = environ_text(environ, "RAW_URI") or environ_text(environ, "REQUEST_URI")
     if raw:
         path = raw.split("?", 1)[0]
@@ -163,6 +162,13 @@ def _canonical_path(environ: Environ) -> str:
             path = "/" + path.split("://", 1)[1].partition("/")[2]
     else:  # PATH_INFO holds the decoded path's bytes as latin-1 (PEP 3333)
         path = quote(environ_text(environ, "PATH_INFO").encode("latin-1"), safe="/~")
+    return path
+
+
+def _canonical_path(environ: Environ) -> str:
+    """The path as the client sent (and signed) it, escapes kept as they are (a key's encoded '/' is not a '/'),
+    and anything a client left unencoded encoded."""
+    path = sent_path(environ)
     path = _ESCAPE.sub(lambda m: m.group(0).upper(), path)
     return quote(path.encode("latin-1", "replace"), safe="/~%") or "/"  # the target's bytes, as latin-1 holds them
 
